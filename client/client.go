@@ -1,0 +1,339 @@
+// Package client is the Go SDK for a shard server, and what the `shard` CLI
+// itself uses. It speaks the REST API under /v0, over the server's Unix
+// socket (the administrator's way in) or over HTTP(S) to SHARD_REMOTE with
+// the API key in SHARD_API_KEY.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultSocket is where `shard serve` listens by default.
+const DefaultSocket = "/run/shard/shard.sock"
+
+// Options say how to reach the server. Empty fields come from the
+// environment: SHARD_REMOTE, SHARD_API_KEY; else the default socket.
+type Options struct {
+	Socket string // Unix socket path
+	Remote string // base URL, e.g. http://10.0.0.5:7070
+	APIKey string
+}
+
+// Client talks to one server. It is safe for concurrent use.
+type Client struct {
+	base   string // scheme://host, without /v0
+	apiKey string
+	hc     *http.Client
+	dialer func(ctx context.Context) (net.Conn, error)
+}
+
+// New makes a client. Remote wins over Socket; with neither, SHARD_REMOTE,
+// then the default socket.
+func New(o Options) (*Client, error) {
+	if o.Remote == "" && o.Socket == "" {
+		o.Remote = os.Getenv("SHARD_REMOTE")
+	}
+	if o.APIKey == "" {
+		o.APIKey = os.Getenv("SHARD_API_KEY")
+	}
+	c := &Client{apiKey: o.APIKey}
+	tr := &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
+	if o.Remote != "" {
+		u, err := url.Parse(strings.TrimRight(o.Remote, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("SHARD_REMOTE %q is not an http(s) URL", o.Remote)
+		}
+		c.base = u.Scheme + "://" + u.Host
+		var d net.Dialer
+		c.dialer = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", u.Host) }
+	} else {
+		if o.Socket == "" {
+			o.Socket = DefaultSocket
+		}
+		sock := o.Socket
+		var d net.Dialer
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", sock)
+		}
+		c.dialer = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) }
+		c.base = "http://shard"
+	}
+	c.hc = &http.Client{Transport: tr}
+	return c, nil
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+"/v0"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// do sends a request and returns the response if it succeeded (2xx); any
+// other answer becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		if r, ok := in.(io.Reader); ok {
+			body = r
+		} else {
+			b, err := json.Marshal(in)
+			if err != nil {
+				return nil, err
+			}
+			body = bytes.NewReader(b)
+		}
+	}
+	req, err := c.newRequest(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.connErr(err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+func (c *Client) connErr(err error) error {
+	if strings.HasPrefix(c.base, "http://shard") {
+		return fmt.Errorf("cannot reach the shard server (is `shard serve` running? as root?): %w", err)
+	}
+	return fmt.Errorf("cannot reach the shard server at %s: %w", c.base, err)
+}
+
+func readError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	e := &Error{Status: resp.StatusCode}
+	if json.Unmarshal(b, e) != nil || e.Message == "" {
+		e.Code = "http_" + fmt.Sprint(resp.StatusCode)
+		e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return e
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.do(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode the server's answer: %w", err)
+	}
+	return nil
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Capabilities lists the server's providers.
+func (c *Client) Capabilities(ctx context.Context) ([]Capabilities, error) {
+	var out struct {
+		Providers []Capabilities `json:"providers"`
+	}
+	err := c.call(ctx, "GET", "/capabilities", nil, &out)
+	return out.Providers, err
+}
+
+// Create makes and starts a sandbox.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/sandboxes", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// List returns every sandbox.
+func (c *Client) List(ctx context.Context) ([]Sandbox, error) {
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	err := c.call(ctx, "GET", "/sandboxes", nil, &out)
+	return out.Sandboxes, err
+}
+
+// Get returns one sandbox by id or name.
+func (c *Client) Get(ctx context.Context, idOrName string) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "GET", "/sandboxes/"+esc(idOrName), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Stop ends a sandbox's processes; its files stay.
+func (c *Client) Stop(ctx context.Context, idOrName string) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/stop", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Start boots a stopped sandbox.
+func (c *Client) Start(ctx context.Context, idOrName string) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/start", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Remove deletes a sandbox; force removes a running one.
+func (c *Client) Remove(ctx context.Context, idOrName string, force bool) error {
+	return c.call(ctx, "DELETE", "/sandboxes/"+esc(idOrName)+fmt.Sprintf("?force=%t", force), nil, nil)
+}
+
+// ExecResult is a finished command.
+type ExecResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+	Signal   int
+	TimedOut bool
+	OOM      bool
+}
+
+// Exec runs a command and collects its output.
+func (c *Client) Exec(ctx context.Context, idOrName string, req ExecRequest) (*ExecResult, error) {
+	var out, errb bytes.Buffer
+	res, err := c.ExecStream(ctx, idOrName, req, &out, &errb)
+	if err != nil {
+		return nil, err
+	}
+	res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+	return res, nil
+}
+
+// ExecStream runs a command, writing its output to stdout and stderr as it
+// arrives.
+func (c *Client) ExecStream(ctx context.Context, idOrName string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
+	resp, err := c.do(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/exec", req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("exec stream: %w", err)
+		}
+		switch ev.Type {
+		case "stdout", "stderr":
+			b, err := base64.StdEncoding.DecodeString(ev.Data)
+			if err != nil {
+				return nil, fmt.Errorf("exec stream: %w", err)
+			}
+			w := stdout
+			if ev.Type == "stderr" {
+				w = stderr
+			}
+			if w != nil {
+				w.Write(b)
+			}
+		case "exit":
+			r := &ExecResult{Signal: ev.Signal, TimedOut: ev.TimedOut, OOM: ev.OOM}
+			if ev.ExitCode != nil {
+				r.ExitCode = *ev.ExitCode
+			}
+			return r, nil
+		case "error":
+			b, _ := base64.StdEncoding.DecodeString(ev.Data)
+			return nil, &Error{Status: 502, Code: "sandbox_unreachable", Message: string(b)}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("exec stream: %w", err)
+	}
+	return nil, &Error{Status: 502, Code: "stream_ended", Message: "the exec stream ended before the command did"}
+}
+
+// Images lists cached images.
+func (c *Client) Images(ctx context.Context) ([]Image, error) {
+	var out struct {
+		Images []Image `json:"images"`
+	}
+	err := c.call(ctx, "GET", "/images", nil, &out)
+	return out.Images, err
+}
+
+// Image returns one cached image.
+func (c *Client) Image(ctx context.Context, ref string) (*Image, error) {
+	var out Image
+	if err := c.call(ctx, "GET", "/images/"+ref, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Pull fetches an image into the server's cache, reporting progress.
+func (c *Client) Pull(ctx context.Context, ref string, progress func(PullEvent)) (*Image, error) {
+	resp, err := c.do(ctx, "POST", "/images/pull", map[string]string{"image": ref})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev PullEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("pull stream: %w", err)
+		}
+		switch ev.Type {
+		case "progress":
+			if progress != nil {
+				progress(ev)
+			}
+		case "done":
+			return ev.Image, nil
+		case "error":
+			ev.Error.Status = 0
+			return nil, ev.Error
+		}
+	}
+	return nil, fmt.Errorf("pull stream ended early: %v", sc.Err())
+}
+
+// RemoveImage deletes a cached image.
+func (c *Client) RemoveImage(ctx context.Context, ref string) error {
+	return c.call(ctx, "DELETE", "/images/"+ref, nil, nil)
+}
+
+// ImportImage uploads an OCI layout tarball or a docker-archive.
+func (c *Client) ImportImage(ctx context.Context, r io.Reader, name string) ([]Image, error) {
+	var out struct {
+		Images []Image `json:"images"`
+	}
+	err := c.call(ctx, "POST", "/images/import?name="+url.QueryEscape(name), r, &out)
+	return out.Images, err
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/internal/agent"
+)
+
+func newAgentCmd() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:    "agent",
+		Short:  "Run the in-sandbox agent (shard starts it inside every sandbox)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+			srv, err := agent.NewServerFromEnv(log)
+			if err != nil {
+				return err
+			}
+			return srv.Serve(cmd.Context(), listen)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", agent.Port), "address to listen on")
+	return cmd
+}

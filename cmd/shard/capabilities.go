@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func newCapabilitiesCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "capabilities",
+		Short: "Show which providers this server has, and what each can do here",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			caps, err := c.Capabilities(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(caps)
+			}
+			yn := func(b bool) string {
+				if b {
+					return "yes"
+				}
+				return "no"
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROVIDER\tAVAILABLE\tFORK\tSNAPSHOT\tCHECKPOINT\tISOLATION\tNOTE")
+			for _, p := range caps {
+				name := p.Name
+				if p.Default {
+					name += " (default)"
+				}
+				note := p.Reason
+				if note == "" {
+					note = p.Version
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, yn(p.Available), yn(p.Fork), yn(p.Snapshot), yn(p.Checkpoint), p.Isolation, note)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	return cmd
+}

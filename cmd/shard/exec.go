@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+	"golang.org/x/term"
+)
+
+func newExecCmd(a *app) *cobra.Command {
+	var env []string
+	var workdir, user string
+	var timeout time.Duration
+	var interactive, tty bool
+	cmd := &cobra.Command{
+		Use:   "exec [flags] SANDBOX COMMAND [ARG...]",
+		Short: "Run a command in a sandbox; its exit code is shard's",
+		Long: `Run a command in a running sandbox, with stdout and stderr streamed live and
+kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
+-it gives an interactive terminal. The command's exit code is shard's exit code
+(124 when --timeout ended it).`,
+		Example: `  shard exec base pip install --quiet requests
+  echo hello | shard exec base cat
+  shard exec -it base bash`,
+		Args: minArgs(2, "a SANDBOX and a COMMAND"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			req := client.ExecRequest{Argv: args[1:], Workdir: workdir, User: user, TTY: tty}
+			if len(env) > 0 {
+				for i, kv := range env {
+					if !strings.Contains(kv, "=") {
+						v, ok := os.LookupEnv(kv)
+						if !ok {
+							return fmt.Errorf("--env %s: not KEY=VALUE and not set here", kv)
+						}
+						env[i] = kv + "=" + v
+					}
+				}
+				req.Env, _ = json.Marshal(env)
+			}
+			if timeout < 0 {
+				return fmt.Errorf("--timeout must be positive")
+			}
+			if timeout > 0 {
+				req.Timeout, _ = json.Marshal(timeout.String())
+			}
+			ctx := cmd.Context()
+			stdinFwd := interactive || tty || stdinIsData()
+			var res *client.ExecResult
+			if !stdinFwd {
+				res, err = c.ExecStream(ctx, args[0], req, os.Stdout, os.Stderr)
+			} else {
+				if tty {
+					if !term.IsTerminal(int(os.Stdin.Fd())) {
+						return fmt.Errorf("-t needs a terminal on stdin (drop -t to pipe input)")
+					}
+					if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+						req.Cols, req.Rows = uint16(w), uint16(h)
+					}
+				}
+				sess, err := c.ExecInteractive(ctx, args[0], req)
+				if err != nil {
+					return err
+				}
+				if tty {
+					old, err := term.MakeRaw(int(os.Stdin.Fd()))
+					if err == nil {
+						defer term.Restore(int(os.Stdin.Fd()), old)
+					}
+					winch := make(chan os.Signal, 1)
+					signal.Notify(winch, syscall.SIGWINCH)
+					defer signal.Stop(winch)
+					go func() {
+						for range winch {
+							if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+								sess.Resize(ctx, uint16(h), uint16(w))
+							}
+						}
+					}()
+				}
+				res, err = sess.Run(ctx, os.Stdin, os.Stdout, os.Stderr)
+				if err != nil {
+					return err
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if res.TimedOut {
+				fmt.Fprintf(os.Stderr, "shard: the command ran past --timeout %s and was killed\n", timeout)
+				return &exitError{code: 124}
+			}
+			if res.OOM {
+				fmt.Fprintln(os.Stderr, "shard: the command was killed: the sandbox ran out of memory")
+			}
+			if res.ExitCode != 0 {
+				return &exitError{code: res.ExitCode}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // flags after COMMAND belong to it
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE for this command (repeatable)")
+	f.StringVarP(&workdir, "workdir", "w", "", "working directory inside the sandbox")
+	f.StringVarP(&user, "user", "u", "", "user to run as: name, uid, name:group or uid:gid")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (e.g. 30s); exit code 124")
+	f.BoolVarP(&interactive, "interactive", "i", false, "forward standard input")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
+	return cmd
+}
+
+// stdinIsData reports whether stdin is a pipe or a file (not a terminal,
+// not /dev/null): then it is forwarded without -i.
+func stdinIsData() bool {
+	st, err := os.Stdin.Stat()
+	if err != nil {
+		return false
+	}
+	m := st.Mode()
+	return m&os.ModeNamedPipe != 0 || m.IsRegular() || m&os.ModeSocket != 0
+}

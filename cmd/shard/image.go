@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/units"
+	"golang.org/x/term"
+)
+
+func newImageCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "image",
+		Aliases: []string{"images"},
+		Short:   "Manage the server's image cache: pull, ls, rm, import",
+	}
+	var quiet bool
+	pull := &cobra.Command{
+		Use:   "pull IMAGE",
+		Short: "Pull an image from a registry into the cache",
+		Args:  exactArgs(1, "an IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := pullWithProgress(cmd.Context(), c, args[0], quiet || a.json)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(img)
+			}
+			fmt.Printf("%s %s\n", img.Name, img.Digest)
+			return nil
+		},
+	}
+	pull.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	pull.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List cached images",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			imgs, err := c.Images(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(imgs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tDIGEST\tLAYERS\tSIZE\tPULLED")
+			for _, i := range imgs {
+				d := i.Digest
+				if len(d) > 19 {
+					d = d[:19]
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", i.Name, d, i.Layers, units.FormatSize(i.Size), ago(i.Created))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	rm := &cobra.Command{
+		Use:     "rm IMAGE...",
+		Aliases: []string{"remove"},
+		Short:   "Remove images from the cache (not while a sandbox uses them)",
+		Args:    minArgs(1, "one or more IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			for _, ref := range args {
+				if err := c.RemoveImage(cmd.Context(), ref); err != nil {
+					return err
+				}
+				fmt.Println(ref)
+			}
+			return nil
+		},
+	}
+	var name string
+	imp := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import an OCI layout tarball or a docker-archive (docker save) into the cache",
+		Args:  exactArgs(1, "a FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			imgs, err := c.ImportImage(cmd.Context(), f, name)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(imgs)
+			}
+			for _, i := range imgs {
+				fmt.Printf("%s %s\n", i.Name, i.Digest)
+			}
+			return nil
+		},
+	}
+	imp.Flags().StringVar(&name, "name", "", "reference to give the image (needed when the archive has none)")
+	imp.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	cmd.AddCommand(pull, ls, rm, imp)
+	return cmd
+}
+
+// pullWithProgress pulls, drawing a progress bar on a terminal.
+func pullWithProgress(ctx context.Context, c *client.Client, ref string, quiet bool) (*client.Image, error) {
+	if quiet || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return c.Pull(ctx, ref, nil)
+	}
+	var bar *progressbar.ProgressBar
+	img, err := c.Pull(ctx, ref, func(ev client.PullEvent) {
+		if ev.Total <= 0 {
+			return
+		}
+		if bar == nil {
+			bar = progressbar.NewOptions64(ev.Total,
+				progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionSetDescription("pulling "+ref),
+				progressbar.OptionShowBytes(true),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(100_000_000),
+				progressbar.OptionClearOnFinish())
+		}
+		bar.ChangeMax64(ev.Total)
+		bar.Set64(ev.Done)
+	})
+	if bar != nil {
+		bar.Finish()
+	}
+	return img, err
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/internal/units"
+)
+
+func newListCmd(a *app) *cobra.Command {
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls", "ps"},
+		Short:   "List sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			all, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(all)
+			}
+			if quiet {
+				for _, sb := range all {
+					fmt.Println(sb.ID)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED")
+			for _, sb := range all {
+				ip := sb.IP
+				if ip == "" {
+					ip = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
+					units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	return cmd
+}
+
+func newInspectCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect SANDBOX",
+		Short: "Show everything about a sandbox (id or name)",
+		Args:  exactArgs(1, "a SANDBOX (id or name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(sb)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+			row("ID", sb.ID)
+			row("Name", sb.Name)
+			row("State", sb.State)
+			row("Provider", sb.Provider)
+			row("Image", sb.Image+" ("+sb.ImageDigest+")")
+			row("Memory", units.FormatSize(sb.MemoryBytes))
+			row("CPU", sb.CPU)
+			row("Disk", units.FormatSize(sb.DiskBytes))
+			row("Pids", sb.Pids)
+			if sb.IP != "" {
+				row("IP", sb.IP)
+			}
+			row("OOM kills", sb.OOMKills)
+			row("Session", sb.Session)
+			if sb.ParentID != "" {
+				row("Parent", sb.ParentID)
+			}
+			row("Created", sb.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+			if !sb.StartedAt.IsZero() {
+				row("Started", sb.StartedAt.Local().Format("2006-01-02 15:04:05"))
+			}
+			if !sb.StoppedAt.IsZero() {
+				row("Stopped", sb.StoppedAt.Local().Format("2006-01-02 15:04:05"))
+			}
+			if sb.Error != "" {
+				row("Error", sb.Error)
+			}
+			for i, e := range sb.Env {
+				k := ""
+				if i == 0 {
+					k = "Env"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", k+":", e)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,74 @@
+// Command shard is the sandbox server (`shard serve`) and its command line.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries an exit code out of a command (exec's command exit code).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// app holds what every verb shares: the flags that say how to reach the server.
+type app struct {
+	socket string
+	json   bool
+}
+
+func (a *app) client() (*client.Client, error) {
+	return client.New(client.Options{Socket: a.socket})
+}
+
+func newRoot() *cobra.Command {
+	a := &app{}
+	root := &cobra.Command{
+		Use:   "shard",
+		Short: "Sandboxes for untrusted code: create, exec, fork",
+		Long: `shard runs untrusted code in sandboxes (gVisor or runc) from OCI images.
+
+'shard serve' is the server; every other verb talks to it: over its Unix
+socket (--socket, default /run/shard/shard.sock), or over HTTP to the URL in
+SHARD_REMOTE with the API key in SHARD_API_KEY.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.PersistentFlags().StringVar(&a.socket, "socket", "", "server's Unix socket (default "+client.DefaultSocket+", or SHARD_REMOTE)")
+	root.AddCommand(
+		newServeCmd(), newAgentCmd(),
+		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
+		newStopCmd(a), newStartCmd(a), newRemoveCmd(a),
+		newImageCmd(a), newCapabilitiesCmd(a), newBenchCmd(a),
+	)
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "shard:", err)
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Code == "command_not_found" {
+			os.Exit(127)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/api"
+	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/provider/gvisor"
+	"github.com/useshards/shard/internal/provider/runc"
+	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
+	"golang.org/x/sys/unix"
+)
+
+type serveOptions struct {
+	socket, listen, dataDir, runDir string
+	mirrors, insecure               []string
+	defaultProvider                 string
+	subnet, bridge                  string
+	storageSize                     string
+	runsc, runc, platform           string
+	logLevel, logFormat             string
+	stopTimeout                     time.Duration
+}
+
+func newServeCmd() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the shard server (root): the REST API under /v0 on a Unix socket and, with --listen, on TCP",
+		Long: `Run the shard server. It must run as root: it makes network namespaces,
+mounts, cgroups, and runs runsc and runc.
+
+Sandboxes keep running when the server stops or dies; on start it reconciles
+its database with what the runtimes report and cleans up leftovers.`,
+		Example: `  shard serve
+  shard serve --listen 127.0.0.1:7070 --registry-mirror http://127.0.0.1:5000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.socket, "socket", client.DefaultSocket, "Unix socket to listen on (root only)")
+	f.StringVar(&o.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070")
+	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
+	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
+	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")
+	f.StringArrayVar(&o.insecure, "insecure-registry", nil, "registry host:port to reach over plain HTTP (repeatable)")
+	f.StringVar(&o.defaultProvider, "default-provider", "gvisor", "provider for sandboxes that do not name one")
+	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
+	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
+	f.StringVar(&o.storageSize, "storage-size", "64GiB", "size of the sparse XFS image holding the sandboxes' files (made once)")
+	f.StringVar(&o.runsc, "runsc", "", "path of runsc (default: on PATH)")
+	f.StringVar(&o.runc, "runc", "", "path of runc (default: on PATH)")
+	f.StringVar(&o.platform, "platform", "systrap", "gVisor platform: systrap or ptrace")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
+	return cmd
+}
+
+func serve(ctx context.Context, o *serveOptions) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
+	if o.logFormat == "json" {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	} else {
+		log = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("shard serve must run as root (it makes namespaces, mounts and cgroups)")
+	}
+	subnet, err := netip.ParsePrefix(o.subnet)
+	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
+		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
+	}
+	storageSize, err := units.ParseSize(o.storageSize)
+	if err != nil {
+		return fmt.Errorf("--storage-size: %w", err)
+	}
+	for _, d := range []string{o.dataDir, o.runDir, filepath.Dir(o.socket)} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+	}
+	// One server per data directory: a second one would fight over
+	// namespaces, mounts and the database.
+	lock, err := os.OpenFile(filepath.Join(o.dataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("another shard serve is using %s", o.dataDir)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if self, err = filepath.EvalSymlinks(self); err != nil {
+		return err
+	}
+
+	db, err := store.Open(ctx, filepath.Join(o.dataDir, "shard.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure, Logger: log.With("component", "image")})
+	if err != nil {
+		return err
+	}
+	storage, err := rootfs.Open(ctx, rootfs.Options{Dir: filepath.Join(o.dataDir, "storage"), Size: storageSize, Log: log})
+	if err != nil {
+		return fmt.Errorf("sandbox storage: %w", err)
+	}
+	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, NetnsDir: filepath.Join(o.runDir, "netns"), Log: log})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	providers := []provider.Provider{
+		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), Log: log}),
+		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
+	}
+	providers = append(providers, provider.Others()...)
+	svc, err := sandbox.New(ctx, sandbox.Config{
+		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
+		Images: images, Storage: storage, Net: nets, Store: db, Log: log, StopTimeout: o.stopTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           (&api.Server{Sandboxes: svc, Images: images, Log: log, Version: version}).Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	os.Remove(o.socket)
+	ul, err := net.Listen("unix", o.socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.socket, err)
+	}
+	if err := os.Chmod(o.socket, 0o600); err != nil {
+		return err
+	}
+	sockInfo, _ := os.Stat(o.socket)
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ul) }()
+	log.Info("serving", "socket", o.socket, "data_dir", o.dataDir)
+	if o.listen != "" {
+		tl, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", o.listen, err)
+		}
+		go func() { errc <- srv.Serve(tl) }()
+		log.Info("serving", "tcp", tl.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	// Remove the socket only if it is still ours.
+	if now, err := os.Stat(o.socket); err == nil && sockInfo != nil && os.SameFile(now, sockInfo) {
+		os.Remove(o.socket)
+	}
+	return nil
+}

@@ -1,0 +1,436 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// Environment variables the host sets on the agent process. They are removed
+// from the environment commands inherit.
+const (
+	EnvToken       = "SHARD_AGENT_TOKEN"
+	EnvMemoryLimit = "SHARD_AGENT_MEMORY_LIMIT" // bytes; enables the in-sandbox OOM guard (gVisor)
+)
+
+// Server is the in-sandbox agent.
+type Server struct {
+	token   string
+	baseEnv []string
+	log     *slog.Logger
+	reaper  *reaper
+	guard   *oomGuard // nil when no memory limit is enforced inside
+}
+
+// NewServerFromEnv builds the agent from its process environment.
+func NewServerFromEnv(log *slog.Logger) (*Server, error) {
+	s := &Server{log: log, reaper: newReaper()}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case EnvToken:
+			s.token = v
+		case EnvMemoryLimit:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("agent: bad %s %q", EnvMemoryLimit, v)
+			}
+			s.guard = newOOMGuard(n, log)
+		default:
+			s.baseEnv = append(s.baseEnv, kv)
+		}
+	}
+	if s.token == "" {
+		return nil, errors.New("agent: no token in the environment")
+	}
+	os.Unsetenv(EnvToken)
+	return s, nil
+}
+
+// Serve listens on the agent port and serves until ctx ends or a SIGTERM
+// arrives, at which point it asks every process to end, syncs and returns.
+func (s *Server) Serve(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go s.reaper.run()
+	if s.guard != nil {
+		go s.guard.run(ctx)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		select {
+		case <-term:
+		case <-ctx.Done():
+		}
+		s.shutdown()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.log.Warn("accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.handle(c)
+	}
+}
+
+// shutdown asks every other process in the sandbox to end, gives them a
+// moment, then flushes file data to the host.
+func (s *Server) shutdown() {
+	_ = syscall.Kill(-1, syscall.SIGTERM)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && s.reaper.others() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Sync()
+}
+
+func (s *Server) handle(c net.Conn) {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	typ, p, err := ReadFrame(c)
+	if err != nil || typ != FrameRequest {
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	var req Request
+	if err := json.Unmarshal(p, &req); err != nil {
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(s.token)) != 1 {
+		s.reply(c, Reply{Error: "bad token"})
+		return
+	}
+	switch req.Op {
+	case OpPing:
+		s.reply(c, Reply{OK: true})
+	case OpSync:
+		syscall.Sync()
+		s.reply(c, Reply{OK: true})
+	case OpStats:
+		r := Reply{OK: true}
+		if s.guard != nil {
+			r.MemoryUsed, r.MemoryLimit, r.OOMKills = s.guard.stats()
+		}
+		s.reply(c, r)
+	case OpExec:
+		s.exec(c, &req)
+	default:
+		s.reply(c, Reply{Error: "unknown op " + req.Op})
+	}
+}
+
+func (s *Server) reply(c net.Conn, r Reply) {
+	b, _ := json.Marshal(r)
+	WriteFrame(c, FrameReply, b)
+}
+
+// conn serialises frame writes from the output goroutines.
+type conn struct {
+	mu   sync.Mutex
+	c    net.Conn
+	dead bool // the client went away; output is drained and dropped
+}
+
+func (w *conn) send(typ byte, p []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dead {
+		return
+	}
+	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if err := WriteFrame(w.c, typ, p); err != nil {
+		w.dead = true
+	}
+}
+
+func (w *conn) sendJSON(typ byte, v any) {
+	b, _ := json.Marshal(v)
+	w.send(typ, b)
+}
+
+func (s *Server) exec(c net.Conn, req *Request) {
+	out := &conn{c: c}
+	p, err := s.start(req)
+	if err != nil {
+		out.sendJSON(FrameError, err)
+		return
+	}
+	out.sendJSON(FrameStarted, Started{PID: p.pid})
+
+	// Client to agent: stdin, resize, signals. When the client goes away the
+	// command keeps running (background work must survive a disconnect).
+	go func() {
+		for {
+			typ, b, err := ReadFrame(c)
+			if err != nil {
+				p.closeStdin()
+				out.mu.Lock()
+				out.dead = true
+				out.mu.Unlock()
+				return
+			}
+			switch typ {
+			case FrameStdin:
+				if len(b) == 0 {
+					p.closeStdin()
+				} else {
+					p.writeStdin(b)
+				}
+			case FrameResize:
+				var r Resize
+				if json.Unmarshal(b, &r) == nil {
+					p.resize(r)
+				}
+			case FrameSignal:
+				var sg Signal
+				if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
+					_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
+				}
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	pump := func(r io.Reader, typ byte) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				out.send(typ, buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(len(p.outputs))
+	for i, r := range p.outputs {
+		typ := FrameStdout
+		if i == 1 {
+			typ = FrameStderr
+		}
+		go pump(r, typ)
+	}
+
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var ws syscall.WaitStatus
+	timedOut := false
+	select {
+	case ws = <-p.done:
+	case <-timeout:
+		timedOut = true
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		ws = <-p.done
+	}
+	// Output written just before exit is still in the pipes: read it. A
+	// background child may hold the pipes open for ever, so wait only a
+	// little; the pumps keep draining (and dropping) after we answer, so
+	// such a child never blocks or gets SIGPIPE.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.closeTTY(drained)
+	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut}
+	if ws.Signaled() {
+		ex.Signal = int(ws.Signal())
+		ex.Code = 128 + ex.Signal
+		if s.guard != nil && s.guard.killed(p.pid) {
+			ex.OOM = true
+		}
+	}
+	out.mu.Lock()
+	dead := out.dead
+	out.mu.Unlock()
+	if !dead {
+		out.sendJSON(FrameExit, ex)
+	}
+}
+
+// proc is a started command.
+type proc struct {
+	pid     int
+	done    chan syscall.WaitStatus
+	outputs []io.Reader // stdout, stderr (only stdout for a TTY)
+	stdinMu sync.Mutex
+	stdin   *os.File // nil once closed or when there is none
+	tty     *os.File // pty master, or nil
+}
+
+func (p *proc) writeStdin(b []byte) {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Write(b)
+	}
+}
+
+func (p *proc) closeStdin() {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin != nil && p.tty == nil {
+		p.stdin.Close()
+	}
+	if p.tty == nil {
+		p.stdin = nil
+	} else if p.stdin != nil {
+		// A TTY has no half-close: send EOF (^D) the way a terminal does.
+		p.stdin.Write([]byte{4})
+	}
+}
+
+func (p *proc) resize(r Resize) {
+	if p.tty != nil && r.Rows > 0 && r.Cols > 0 {
+		pty.Setsize(p.tty, &pty.Winsize{Rows: r.Rows, Cols: r.Cols})
+	}
+}
+
+// closeTTY closes the pty master once output is drained (a pty, unlike a
+// pipe, reads EIO after the last holder of the slave exits).
+func (p *proc) closeTTY(drained <-chan struct{}) {
+	if p.tty == nil {
+		return
+	}
+	go func() {
+		<-drained
+		p.tty.Close()
+	}()
+}
+
+func startErr(code, format string, args ...any) *ErrorInfo {
+	return &ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *ErrorInfo) Error() string { return e.Message }
+
+func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, startErr("invalid_argument", "no command given")
+	}
+	env := mergeEnv(s.baseEnv, req.Env)
+	cred, home, err := lookupUser(req.User)
+	if err != nil {
+		return nil, startErr("invalid_argument", "%v", err)
+	}
+	if home != "" && !hasKey(req.Env, "HOME") {
+		env = mergeEnv(env, []string{"HOME=" + home})
+	}
+	path, err := lookPath(req.Argv[0], envValue(env, "PATH"))
+	if err != nil {
+		return nil, startErr("command_not_found", "%v", err)
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+		if home != "" {
+			if st, err := os.Stat(home); err == nil && st.IsDir() && req.User != "" {
+				dir = home
+			}
+		}
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, startErr("invalid_argument", "working directory %s does not exist in the sandbox", dir)
+	}
+
+	p := &proc{done: make(chan syscall.WaitStatus, 1)}
+	attr := &os.ProcAttr{Dir: dir, Env: env, Sys: &syscall.SysProcAttr{Credential: cred}}
+	var closeAfter []*os.File
+	if req.TTY {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return nil, startErr("internal", "open a tty: %v", err)
+		}
+		if req.Rows > 0 && req.Cols > 0 {
+			pty.Setsize(master, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
+		}
+		attr.Files = []*os.File{slave, slave, slave}
+		attr.Sys.Setsid = true
+		attr.Sys.Setctty = true
+		attr.Sys.Ctty = 0
+		if !hasKey(env, "TERM") {
+			attr.Env = append(attr.Env, "TERM=xterm")
+		}
+		closeAfter = append(closeAfter, slave)
+		p.tty = master
+		p.stdin = master
+		p.outputs = []io.Reader{master}
+	} else {
+		var stdinR *os.File
+		if req.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, startErr("internal", "pipe: %v", err)
+			}
+			stdinR, p.stdin = r, w
+		} else {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return nil, startErr("internal", "open %s: %v", os.DevNull, err)
+			}
+			stdinR = f
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return nil, startErr("internal", "pipe: %v", err)
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			return nil, startErr("internal", "pipe: %v", err)
+		}
+		attr.Files = []*os.File{stdinR, outW, errW}
+		attr.Sys.Setpgid = true
+		closeAfter = append(closeAfter, stdinR, outW, errW)
+		p.outputs = []io.Reader{outR, errR}
+	}
+	pid, err := s.reaper.start(path, req.Argv, attr, p.done)
+	for _, f := range closeAfter {
+		f.Close()
+	}
+	if err != nil {
+		for _, r := range p.outputs {
+			r.(*os.File).Close()
+		}
+		if p.stdin != nil && p.tty == nil {
+			p.stdin.Close()
+		}
+		return nil, startErr("exec_failed", "start %s: %v", req.Argv[0], errors.Unwrap(err))
+	}
+	p.pid = pid
+	return p, nil
+}

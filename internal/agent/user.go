@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lookupUser resolves "name", "uid", "name:group" or "uid:gid" against the
+// sandbox's own /etc/passwd and /etc/group. An empty spec is the agent's own
+// user (root). It returns the credential to run as and the user's home.
+func lookupUser(spec string) (*syscall.Credential, string, error) {
+	if spec == "" {
+		return nil, homeOf("0"), nil
+	}
+	u, g, hasGroup := strings.Cut(spec, ":")
+	uid, gid, home, err := resolvePasswd(u)
+	if err != nil {
+		return nil, "", err
+	}
+	if hasGroup {
+		gid, err = resolveGroup(g)
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	cred := &syscall.Credential{Uid: uid, Gid: gid, Groups: supplementary(u, gid)}
+	return cred, home, nil
+}
+
+func readColonFile(path string, fn func(f []string) bool) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if fn(strings.Split(line, ":")) {
+			return
+		}
+	}
+}
+
+func resolvePasswd(u string) (uid, gid uint32, home string, err error) {
+	found := false
+	readColonFile("/etc/passwd", func(f []string) bool {
+		if len(f) < 6 || (f[0] != u && f[2] != u) {
+			return false
+		}
+		a, e1 := strconv.ParseUint(f[2], 10, 32)
+		b, e2 := strconv.ParseUint(f[3], 10, 32)
+		if e1 != nil || e2 != nil {
+			return false
+		}
+		uid, gid, home, found = uint32(a), uint32(b), f[5], true
+		return true
+	})
+	if found {
+		return uid, gid, home, nil
+	}
+	n, perr := strconv.ParseUint(u, 10, 32)
+	if perr != nil {
+		return 0, 0, "", fmt.Errorf("user %q is not in the sandbox's /etc/passwd", u)
+	}
+	return uint32(n), uint32(n), "/", nil
+}
+
+func resolveGroup(g string) (uint32, error) {
+	var gid uint32
+	found := false
+	readColonFile("/etc/group", func(f []string) bool {
+		if len(f) < 3 || (f[0] != g && f[2] != g) {
+			return false
+		}
+		n, err := strconv.ParseUint(f[2], 10, 32)
+		if err != nil {
+			return false
+		}
+		gid, found = uint32(n), true
+		return true
+	})
+	if found {
+		return gid, nil
+	}
+	n, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("group %q is not in the sandbox's /etc/group", g)
+	}
+	return uint32(n), nil
+}
+
+func supplementary(user string, primary uint32) []uint32 {
+	var out []uint32
+	readColonFile("/etc/group", func(f []string) bool {
+		if len(f) < 4 {
+			return false
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if m == user {
+				if n, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(n) != primary {
+					out = append(out, uint32(n))
+				}
+			}
+		}
+		return false
+	})
+	return out
+}
+
+func homeOf(uid string) string {
+	_, _, home, err := resolvePasswd(uid)
+	if err != nil {
+		return "/root"
+	}
+	return home
+}
+
+// lookPath finds a program the way a shell does, with the command's PATH
+// (not the agent's).
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		if err := executable(name); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		return name, nil
+	}
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found in the sandbox (PATH=%s)", name, path)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return errors.New("no such file")
+		}
+		return err
+	}
+	if st.IsDir() {
+		return errors.New("is a directory")
+	}
+	if st.Mode()&0o111 == 0 {
+		return errors.New("permission denied")
+	}
+	return nil
+}
+
+// mergeEnv returns base with each K=V of extra replacing or adding K.
+func mergeEnv(base, extra []string) []string {
+	out := make([]string, 0, len(base)+len(extra))
+	idx := map[string]int{}
+	for _, kv := range append(append([]string(nil), base...), extra...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == key {
+			return true
+		}
+	}
+	return false
+}

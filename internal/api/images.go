@@ -1,0 +1,118 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
+)
+
+func imageView(i *image.Image) Image {
+	return Image{Name: i.Name, Ref: i.Ref, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
+}
+
+func (s *Server) listImages(r *http.Request) (any, int, error) {
+	all, err := s.Images.List(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Image, 0, len(all))
+	for _, i := range all {
+		out = append(out, imageView(i))
+	}
+	return map[string]any{"images": out}, 200, nil
+}
+
+func (s *Server) getImage(r *http.Request) (any, int, error) {
+	i, err := s.Images.Get(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return imageView(i), 200, nil
+}
+
+func (s *Server) removeImage(r *http.Request) (any, int, error) {
+	ref := r.PathValue("ref")
+	img, err := s.Images.Get(r.Context(), ref)
+	if err != nil {
+		return nil, 0, err
+	}
+	sbs, err := s.Sandboxes.List(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, sb := range sbs {
+		if sb.ImageDigest == img.Digest {
+			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
+		}
+	}
+	if err := s.Images.Remove(r.Context(), ref); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": ref}, 200, nil
+}
+
+// pullImage streams progress as NDJSON. Errors found before the pull starts
+// (bad reference) are plain 4xx answers; later ones are the last line.
+func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
+	var req PullRequest
+	if err := decode(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Image == "" {
+		s.writeError(w, r, errdefs.Invalid("an image is required"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	last := time.Time{}
+	img, err := s.Images.Pull(r.Context(), req.Image, func(p image.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(last) < 100*time.Millisecond && p.Done < p.Total {
+			return
+		}
+		last = time.Now()
+		enc.Encode(PullEvent{Type: "progress", Layer: p.Layer, Status: p.Status, Total: p.Total, Done: p.Done})
+		rc.Flush()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		enc.Encode(PullEvent{Type: "error", Error: &Error{Code: errdefs.CodeOf(err), Message: err.Error()}})
+		return
+	}
+	v := imageView(img)
+	enc.Encode(PullEvent{Type: "done", Image: &v})
+}
+
+// importImage takes an OCI layout tarball or a docker-archive as the body.
+func (s *Server) importImage(r *http.Request) (any, int, error) {
+	f, err := os.CreateTemp("", "shard-import-*.tar")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := io.Copy(f, r.Body); err != nil {
+		return nil, 0, errdefs.Invalid("read the archive: %v", err)
+	}
+	imgs, err := s.Images.Import(r.Context(), f.Name(), r.URL.Query().Get("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Image, 0, len(imgs))
+	for _, i := range imgs {
+		out = append(out, imageView(i))
+	}
+	return map[string]any{"images": out}, http.StatusCreated, nil
+}

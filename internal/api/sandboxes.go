@@ -1,0 +1,204 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
+)
+
+func view(sb *store.Sandbox) Sandbox {
+	v := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
+		State: sb.State, MemoryBytes: sb.MemoryBytes, MemoryMiB: sb.MemoryBytes >> 20, CPU: float64(sb.CPUMillis) / 1000,
+		DiskBytes: sb.DiskBytes, Pids: sb.Pids, Env: sb.Env, OOMKills: sb.OOMKills, Error: sb.Error,
+		Session: sb.Session, ParentID: sb.ParentID, CreatedAt: sb.CreatedAt, StartedAt: sb.StartedAt, StoppedAt: sb.StoppedAt}
+	if sb.State == sandbox.StateRunning {
+		v.IP = sb.IP
+	}
+	if v.Env == nil {
+		v.Env = []string{}
+	}
+	return v
+}
+
+func sizeField(name string, raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err == nil {
+		if n <= 0 {
+			return 0, errdefs.Invalid("%s must be positive", name)
+		}
+		return n, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, errdefs.Invalid("%s must be a size like \"512MiB\" or a number of bytes", name)
+	}
+	v, err := units.ParseSize(s)
+	if err != nil {
+		return 0, errdefs.Invalid("%s: %v", name, err)
+	}
+	if v == 0 {
+		return 0, errdefs.Invalid("%s must be positive", name)
+	}
+	return v, nil
+}
+
+func cpuField(raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err == nil {
+		return units.ParseCPU(strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, errdefs.Invalid("cpu must be a number of cpus (1, 0.5) or a string like \"500m\"")
+	}
+	v, err := units.ParseCPU(s)
+	if err != nil {
+		return 0, errdefs.Invalid("cpu: %v", err)
+	}
+	return v, nil
+}
+
+func envField(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err == nil {
+		return list, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, errdefs.Invalid("env must be a list of \"KEY=VALUE\" or an object of strings")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		list = append(list, k+"="+m[k])
+	}
+	return list, nil
+}
+
+func (s *Server) createSandbox(r *http.Request) (any, int, error) {
+	var req CreateRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	mem, err := sizeField("memory", req.Memory)
+	if err != nil {
+		return nil, 0, err
+	}
+	if req.MemoryMiB < 0 {
+		return nil, 0, errdefs.Invalid("memory_mib must be positive")
+	}
+	if req.MemoryMiB > 0 {
+		if mem != 0 {
+			return nil, 0, errdefs.Invalid("give memory or memory_mib, not both")
+		}
+		mem = req.MemoryMiB << 20
+	}
+	disk, err := sizeField("disk", req.Disk)
+	if err != nil {
+		return nil, 0, err
+	}
+	cpu, err := cpuField(req.CPU)
+	if err != nil {
+		return nil, 0, err
+	}
+	env, err := envField(req.Env)
+	if err != nil {
+		return nil, 0, err
+	}
+	if req.Pids < 0 {
+		return nil, 0, errdefs.Invalid("pids must be positive")
+	}
+	sb, err := s.Sandboxes.Create(r.Context(), sandbox.CreateRequest{
+		Name: req.Name, Image: strings.TrimSpace(req.Image), MemoryBytes: mem, CPUMillis: cpu, DiskBytes: disk,
+		Pids: req.Pids, Env: env, Provider: req.Provider,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), http.StatusCreated, nil
+}
+
+func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
+	all, err := s.Sandboxes.List(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Sandbox, 0, len(all))
+	for _, sb := range all {
+		out = append(out, view(sb))
+	}
+	return map[string]any{"sandboxes": out}, 200, nil
+}
+
+func (s *Server) getSandbox(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), 200, nil
+}
+
+func (s *Server) removeSandbox(r *http.Request) (any, int, error) {
+	force, err := boolQuery(r, "force")
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.Sandboxes.Remove(r.Context(), r.PathValue("id"), force); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": r.PathValue("id")}, 200, nil
+}
+
+func (s *Server) stopSandbox(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Stop(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), 200, nil
+}
+
+func (s *Server) startSandbox(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Start(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), 200, nil
+}
+
+func (s *Server) capabilities(r *http.Request) (any, int, error) {
+	return map[string]any{"providers": s.Sandboxes.Capabilities()}, 200, nil
+}
+
+func boolQuery(r *http.Request, key string) (bool, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid("%s=%q: use true or false", key, v)
+	}
+	return b, nil
+}
+
+var _ = fmt.Sprint

@@ -1,0 +1,111 @@
+// Package errdefs holds the few error classes that shard maps to API codes.
+//
+// Every layer wraps with context (fmt.Errorf("sandbox %q: %w", name, err));
+// the API maps the class once, in internal/api. The message a user sees is
+// the error's text: write it for the user.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind is an error class. Each kind has an HTTP status in internal/api.
+type Kind string
+
+const (
+	KindInvalid     Kind = "invalid_argument" // 400: the request is malformed
+	KindNotFound    Kind = "not_found"        // 404
+	KindConflict    Kind = "conflict"         // 409: the state does not allow it
+	KindUnsupported Kind = "unsupported"      // 409: the provider cannot do this here
+	KindUnavailable Kind = "unavailable"      // 503/502: a dependency is not reachable
+	KindForbidden   Kind = "forbidden"        // 403
+	KindUnauth      Kind = "unauthenticated"  // 401
+	KindTooLarge    Kind = "too_large"        // 413
+	KindInternal    Kind = "internal"         // 500: our fault, never the user's
+)
+
+// Error is a classified error with a specific code (e.g. "name_taken").
+// Code defaults to the kind's name.
+type Error struct {
+	Kind Kind
+	Code string
+	Msg  string
+	Err  error // optional cause, kept for errors.Is/As and logs
+}
+
+func (e *Error) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return string(e.Kind)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// New makes a classified error with a code and a user-facing message.
+func New(kind Kind, code, format string, args ...any) error {
+	if code == "" {
+		code = string(kind)
+	}
+	return &Error{Kind: kind, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrap classifies err, keeping its text as the message.
+func Wrap(kind Kind, code string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if code == "" {
+		code = string(kind)
+	}
+	return &Error{Kind: kind, Code: code, Msg: err.Error(), Err: err}
+}
+
+// Invalid, NotFound, Conflict ... are shorthands for New.
+func Invalid(format string, args ...any) error {
+	return New(KindInvalid, "invalid_argument", format, args...)
+}
+func NotFound(code, format string, args ...any) error {
+	return New(KindNotFound, code, format, args...)
+}
+func Conflict(code, format string, args ...any) error {
+	return New(KindConflict, code, format, args...)
+}
+func Unsupported(format string, args ...any) error {
+	return New(KindUnsupported, "unsupported", format, args...)
+}
+func Unavailable(code, format string, args ...any) error {
+	return New(KindUnavailable, code, format, args...)
+}
+
+// As returns the classified error in err's chain, if any.
+func As(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
+
+// KindOf reports err's class; unclassified errors are internal.
+func KindOf(err error) Kind {
+	if e, ok := As(err); ok {
+		return e.Kind
+	}
+	return KindInternal
+}
+
+// CodeOf reports err's code; unclassified errors are "internal".
+func CodeOf(err error) string {
+	if e, ok := As(err); ok {
+		return e.Code
+	}
+	return string(KindInternal)
+}
+
+// Is reports whether err has the given kind.
+func Is(err error, kind Kind) bool { return KindOf(err) == kind }

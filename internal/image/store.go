@@ -1,0 +1,382 @@
+// Package image keeps a content-addressed image cache under a directory and
+// unpacks each layer exactly once into a read-only directory that many
+// sandboxes share as overlayfs lowerdirs.
+//
+// Layout of Options.Dir:
+//
+//	index.json          refs, images and layers (rewritten atomically)
+//	blobs/sha256/<hex>  manifests, indexes and configs, by digest
+//	l/<16 hex>          one unpacked layer, named by its diffID; short on purpose:
+//	                    overlayfs mount options must fit in one page
+//	tmp/                layers being unpacked, and dirs being deleted
+//
+// Compressed layers are never kept: they are streamed from the registry
+// straight into the unpacker, and their digests are checked on the way.
+//
+// One process owns a Dir at a time; within it, a Store is safe for
+// concurrent use.
+package image
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/useshards/shard/internal/errdefs"
+)
+
+// Options configures a Store.
+type Options struct {
+	Dir      string   // root of the cache, e.g. /var/lib/shard/images
+	Mirrors  []string // Docker Hub mirrors tried in order before docker.io; "http://" means plain HTTP
+	Insecure []string // registry hosts (host:port) reachable over plain HTTP or without TLS verification
+	Logger   *slog.Logger
+}
+
+// Config is the part of an image's configuration that runs a container.
+type Config struct {
+	Env        []string `json:"env,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// Image is a locally available image, as one reference to it.
+type Image struct {
+	Ref     string    `json:"ref"`     // full reference, e.g. "docker.io/library/python:3.12-slim"
+	Name    string    `json:"name"`    // familiar name, e.g. "python:3.12-slim"
+	Digest  string    `json:"digest"`  // digest the reference resolved to (the index's, for multi-arch images)
+	ID      string    `json:"id"`      // config digest: the same image has the same ID under any name
+	Size    int64     `json:"size"`    // bytes of file content in the unpacked layers
+	Layers  []string  `json:"layers"`  // absolute unpacked layer dirs, bottom first
+	Config  Config    `json:"config"`  // how to run it
+	Created time.Time `json:"created"` // when it was pulled or imported here
+}
+
+// Store is the image cache. Create it with Open.
+type Store struct {
+	dir      string
+	log      *slog.Logger
+	mirrors  []mirror
+	insecure map[string]bool
+
+	mu   sync.Mutex // guards idx and pins, and serializes index.json writes
+	idx  *index
+	pins map[string]int // digests/diffIDs in use by in-flight pulls: GC keeps them
+
+	layerLocks keyedMutex // one unpack per diffID at a time
+	refLocks   keyedMutex // one Ensure-triggered pull per reference at a time
+}
+
+// Open opens (creating if needed) the cache in opts.Dir, removes leftovers
+// of interrupted work, and garbage-collects anything no reference uses.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errdefs.Invalid("image store directory is not set")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		dir:      dir,
+		log:      opts.Logger,
+		insecure: map[string]bool{},
+		pins:     map[string]int{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, h := range opts.Insecure {
+		if h = normalizeHost(h); h != "" {
+			s.insecure[h] = true
+		}
+	}
+	for _, raw := range opts.Mirrors {
+		m, err := parseMirror(raw, s.insecure)
+		if err != nil {
+			return nil, err
+		}
+		s.mirrors = append(s.mirrors, m)
+	}
+	for _, d := range []string{dir, s.path("l"), s.path("blobs", "sha256"), s.path("tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := clearDir(s.path("tmp")); err != nil {
+		return nil, err
+	}
+	if s.idx, err = loadIndex(s.path(indexFile)); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	trash, err := s.gcLocked(false)
+	s.mu.Unlock()
+	removeAll(trash)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) path(elem ...string) string {
+	return filepath.Join(append([]string{s.dir}, elem...)...)
+}
+
+// Get returns a cached image without contacting any registry. ref may be a
+// familiar name, a full reference, or an ID/digest (or a prefix of at least
+// 12 hex digits of one). It fails with not_found/image_not_found otherwise.
+func (s *Store) Get(ctx context.Context, ref string) (*Image, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys, err := s.resolveLocked(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.imageLocked(keys[0])
+}
+
+// Ensure returns the cached image, pulling it if it is not cached.
+func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
+	img, err := s.Get(ctx, ref)
+	if err == nil || !errdefs.Is(err, errdefs.KindNotFound) {
+		return img, err
+	}
+	if strings.HasPrefix(ref, "sha256:") {
+		return nil, err // an ID cannot be pulled
+	}
+	// Concurrent Ensures of one reference share a single pull.
+	unlock, lerr := s.refLocks.lock(ctx, strings.TrimSpace(ref))
+	if lerr != nil {
+		return nil, lerr
+	}
+	defer unlock()
+	if img, err := s.Get(ctx, ref); err == nil {
+		return img, nil
+	}
+	return s.Pull(ctx, ref, progress)
+}
+
+// List returns every reference in the cache, sorted by name.
+func (s *Store) List(ctx context.Context) ([]*Image, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Image, 0, len(s.idx.Refs))
+	for key := range s.idx.Refs {
+		img, err := s.imageLocked(key)
+		if err != nil {
+			s.log.Warn("image is incomplete on disk", "ref", key, "err", err)
+			continue
+		}
+		out = append(out, img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Remove deletes a reference (all references, when given an ID or digest)
+// and frees the layers and blobs no remaining reference uses. The caller
+// makes sure no sandbox still uses the image.
+func (s *Store) Remove(ctx context.Context, ref string) error {
+	s.mu.Lock()
+	keys, err := s.resolveLocked(ref)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	for _, k := range keys {
+		delete(s.idx.Refs, k)
+	}
+	trash, err := s.gcLocked(true)
+	s.mu.Unlock()
+	removeAll(trash)
+	return err
+}
+
+// resolveLocked finds the index keys a user's reference means: one key for
+// a name, every key of the image for an ID or digest.
+func (s *Store) resolveLocked(ref string) ([]string, error) {
+	ref = strings.TrimSpace(ref)
+	if idPattern.MatchString(ref) {
+		keys, err := s.byIDLocked(ref)
+		if err != nil || len(keys) > 0 {
+			return keys, err
+		}
+		if strings.HasPrefix(ref, "sha256:") {
+			return nil, errdefs.NotFound("image_not_found", "no local image has ID or digest %q", ref)
+		}
+		// A bare hex string may also be a repository name: fall through.
+	}
+	r, err := s.parseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	key := canonical(r)
+	if _, ok := s.idx.Refs[key]; ok {
+		return []string{key}, nil
+	}
+	if _, isDigest := r.(name.Digest); isDigest {
+		// repo@digest also finds the image pulled by tag from that repository.
+		repo := registryName(r) + "/" + r.Context().RepositoryStr()
+		var keys []string
+		for k, rr := range s.idx.Refs {
+			if refRepo(k) == repo && (rr.Digest == r.Identifier() || rr.Manifest == r.Identifier()) {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) > 0 {
+			sort.Strings(keys)
+			return keys, nil
+		}
+	}
+	return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiar(r))
+}
+
+// byIDLocked matches an ID/digest prefix against the digests refs resolved
+// to, the manifests, and the config digests (IDs). Tag keys sort first so
+// that Get presents an image by its tag rather than its digest.
+func (s *Store) byIDLocked(id string) ([]string, error) {
+	hex := strings.TrimPrefix(id, "sha256:")
+	match := func(d string) bool { return strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), hex) }
+	manifests := map[string]bool{}
+	var keys []string
+	for k, rr := range s.idx.Refs {
+		im := s.idx.Images[rr.Manifest]
+		if match(rr.Digest) || match(rr.Manifest) || (im != nil && match(im.Config)) {
+			manifests[rr.Manifest] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(manifests) > 1 {
+		return nil, errdefs.Invalid("image ID %q is ambiguous: it matches %d images; give more digits", id, len(manifests))
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		di, dj := strings.Contains(keys[i], "@"), strings.Contains(keys[j], "@")
+		if di != dj {
+			return !di
+		}
+		return keys[i] < keys[j]
+	})
+	return keys, nil
+}
+
+// refRepo strips the tag or digest from a canonical key.
+func refRepo(key string) string {
+	if i := strings.LastIndex(key, "@"); i >= 0 {
+		return key[:i]
+	}
+	if i := strings.LastIndex(key, ":"); i > strings.LastIndex(key, "/") {
+		return key[:i]
+	}
+	return key
+}
+
+// imageLocked builds the Image for an index key. Its layer dirs must all
+// exist; a missing one (deleted behind our back) makes the image not found
+// so that Ensure pulls it again.
+func (s *Store) imageLocked(key string) (*Image, error) {
+	rr := s.idx.Refs[key]
+	if rr == nil {
+		return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiarOf(key))
+	}
+	im := s.idx.Images[rr.Manifest]
+	if im == nil {
+		return nil, errdefs.NotFound("image_not_found", "image %q is incomplete locally; pull it again", familiarOf(key))
+	}
+	img := &Image{
+		Ref:     key,
+		Name:    familiarOf(key),
+		Digest:  rr.Digest,
+		ID:      im.Config,
+		Config:  im.Spec,
+		Created: rr.Created,
+	}
+	seen := map[string]bool{}
+	for i, diffID := range im.Layers {
+		lr := s.idx.Layers[diffID]
+		if lr == nil {
+			return nil, errdefs.NotFound("image_not_found", "image %q is missing layer %s locally; pull it again", img.Name, shortHex(diffID))
+		}
+		if _, err := os.Lstat(s.path("l", lr.Dir)); err != nil {
+			return nil, errdefs.NotFound("image_not_found", "image %q is missing layer %s on disk; pull it again", img.Name, shortHex(diffID))
+		}
+		if !seen[diffID] {
+			img.Size += lr.Size
+		}
+		seen[diffID] = true
+		// A layer repeated higher in the stack makes its lower copies
+		// redundant (the upper copy re-adds and re-hides the same paths),
+		// and overlayfs may refuse one dir twice: keep the topmost only.
+		if !containsAfter(im.Layers, i, diffID) {
+			img.Layers = append(img.Layers, s.path("l", lr.Dir))
+		}
+	}
+	return img, nil
+}
+
+func containsAfter(list []string, i int, v string) bool {
+	for _, x := range list[i+1:] {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// shortHex is the first 12 hex digits of a digest, as docker shows IDs.
+func shortHex(digest string) string {
+	h := strings.TrimPrefix(digest, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func (s *Store) pinLocked(keys ...string) {
+	for _, k := range keys {
+		if k != "" {
+			s.pins[k]++
+		}
+	}
+}
+
+func (s *Store) unpin(keys ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if s.pins[k]--; s.pins[k] <= 0 {
+			delete(s.pins, k)
+		}
+	}
+}
+
+func removeAll(paths []string) {
+	for _, p := range paths {
+		_ = os.RemoveAll(p)
+	}
+}
+
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

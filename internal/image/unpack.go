@@ -1,0 +1,397 @@
+package image
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutMeta   = ".wh..wh." // aufs bookkeeping (.wh..wh.plnk, .wh..wh.aufs): not content
+	opaqueWhiteout = ".wh..wh..opq"
+	opaqueXattr    = "trusted.overlay.opaque"
+	overlayXattrs  = "trusted.overlay."
+)
+
+// errUnsafePath marks a tar entry that would land outside the layer.
+var errUnsafePath = errors.New("path escapes the layer directory")
+
+// unpackLayer extracts the uncompressed layer tar r into dir, an existing
+// empty directory, and returns the bytes of file content written.
+//
+// The result is an overlayfs lower layer, so OCI whiteouts are converted
+// to what overlayfs understands: ".wh.NAME" becomes a 0/0 character device
+// NAME, and ".wh..wh..opq" sets trusted.overlay.opaque=y on its directory.
+//
+// A layer is untrusted input. Entry names with ".." that climb out are
+// rejected, absolute names are taken relative to dir (as docker does), and
+// every path is resolved with openat2(RESOLVE_IN_ROOT) from dir, so a
+// symlink in the layer — even an absolute one — cannot lead a later entry
+// outside it. The final component is never followed.
+func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (int64, error) {
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(root)
+	x := &extractor{root: root, rootPath: dir, warn: warn}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read layer: %w", err)
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			return 0, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+		}
+	}
+	// Directory times go last: creating entries in a dir changes its mtime.
+	for _, d := range x.dirs {
+		x.dirTimes(d.rel, d.hdr)
+	}
+	return x.size, nil
+}
+
+type extractor struct {
+	root     int // O_RDONLY fd of the layer dir; all resolution starts here
+	rootPath string
+	warn     func(msg string, args ...any)
+	size     int64
+	dirs     []dirEntry
+}
+
+type dirEntry struct {
+	rel string
+	hdr *tar.Header
+}
+
+// cleanPath makes a tar name relative to the layer root, rejecting names
+// that climb out of it.
+func cleanPath(name string) (string, error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", errUnsafePath
+	}
+	p := path.Clean(strings.TrimLeft(name, "/"))
+	if p == ".." || strings.HasPrefix(p, "../") {
+		return "", errUnsafePath
+	}
+	return p, nil
+}
+
+func splitRel(rel string) (dir, base string) {
+	dir, base = path.Split(rel)
+	if dir = strings.TrimSuffix(dir, "/"); dir == "" {
+		dir = "."
+	}
+	return dir, base
+}
+
+func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	rel, err := cleanPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		if hdr.Typeflag != tar.TypeDir {
+			return nil
+		}
+		x.dirs = append(x.dirs, dirEntry{rel, hdr})
+		return x.meta(x.root, hdr)
+	}
+	dir, base := splitRel(rel)
+	pfd, err := x.openDir(dir, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if strings.HasPrefix(base, whiteoutPrefix) {
+		return x.whiteout(pfd, base)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return x.mkdir(pfd, rel, base, hdr)
+	case tar.TypeReg, tar.TypeGNUSparse: // the reader expands sparse files
+		return x.file(pfd, base, hdr, r)
+	case tar.TypeSymlink:
+		if err := removeAt(pfd, base); err != nil {
+			return err
+		}
+		if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
+			return err
+		}
+		return x.metaAt(pfd, base, hdr, false)
+	case tar.TypeLink:
+		return x.link(pfd, rel, base, hdr)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return x.mknod(pfd, base, hdr)
+	case tar.TypeXGlobalHeader:
+		return nil
+	default:
+		x.warn("skipping unsupported layer entry", "path", hdr.Name, "type", string(hdr.Typeflag))
+		return nil
+	}
+}
+
+// whiteout records a deletion in the overlayfs format.
+func (x *extractor) whiteout(pfd int, base string) error {
+	if base == opaqueWhiteout {
+		return unix.Fsetxattr(pfd, opaqueXattr, []byte("y"), 0)
+	}
+	if strings.HasPrefix(base, whiteoutMeta) {
+		return nil
+	}
+	name := strings.TrimPrefix(base, whiteoutPrefix)
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("malformed whiteout %q", base)
+	}
+	if err := removeAt(pfd, name); err != nil {
+		return err
+	}
+	return unix.Mknodat(pfd, name, unix.S_IFCHR, 0)
+}
+
+func (x *extractor) mkdir(pfd int, rel, base string, hdr *tar.Header) error {
+	err := unix.Mkdirat(pfd, base, 0o700)
+	if errors.Is(err, unix.EEXIST) {
+		// A dir listed twice merges; anything else in the way is replaced.
+		var st unix.Stat_t
+		if err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if err = removeAt(pfd, base); err == nil {
+				err = unix.Mkdirat(pfd, base, 0o700)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	x.dirs = append(x.dirs, dirEntry{rel, hdr})
+	return x.meta(fd, hdr)
+}
+
+func (x *extractor) file(pfd int, base string, hdr *tar.Header, r io.Reader) error {
+	if err := removeAt(pfd, base); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), base)
+	n, err := io.Copy(f, r)
+	x.size += n
+	if err == nil {
+		err = x.meta(fd, hdr)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return setTimes(pfd, base, hdr)
+}
+
+// link makes a hard link to an earlier entry of the same layer.
+func (x *extractor) link(pfd int, rel, base string, hdr *tar.Header) error {
+	target, err := cleanPath(hdr.Linkname)
+	if err != nil {
+		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+	}
+	if target == rel {
+		return nil
+	}
+	if target == "." {
+		return fmt.Errorf("hard link to the layer root")
+	}
+	tdir, tbase := splitRel(target)
+	tfd, err := x.openDir(tdir, false)
+	if err != nil {
+		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+	}
+	defer unix.Close(tfd)
+	if err := removeAt(pfd, base); err != nil {
+		return err
+	}
+	return unix.Linkat(tfd, tbase, pfd, base, 0)
+}
+
+func (x *extractor) mknod(pfd int, base string, hdr *tar.Header) error {
+	mode := uint32(unix.S_IFIFO)
+	switch hdr.Typeflag {
+	case tar.TypeChar:
+		mode = unix.S_IFCHR
+	case tar.TypeBlock:
+		mode = unix.S_IFBLK
+	}
+	if err := removeAt(pfd, base); err != nil {
+		return err
+	}
+	dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
+	if err := unix.Mknodat(pfd, base, mode|perm(hdr), int(dev)); err != nil {
+		return err
+	}
+	return x.metaAt(pfd, base, hdr, true)
+}
+
+// meta applies owner, mode and xattrs through an open fd (files, dirs).
+// Owner goes first: chown clears setuid/setgid bits.
+func (x *extractor) meta(fd int, hdr *tar.Header) error {
+	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, perm(hdr)); err != nil {
+		return err
+	}
+	x.xattrs(hdr, func(k string, v []byte) error { return unix.Fsetxattr(fd, k, v, 0) })
+	return nil
+}
+
+// metaAt applies metadata to an entry that cannot be opened (symlinks,
+// devices), without following it.
+func (x *extractor) metaAt(pfd int, base string, hdr *tar.Header, chmod bool) error {
+	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if chmod { // not a symlink: we just created it
+		if err := unix.Fchmodat(pfd, base, perm(hdr), 0); err != nil {
+			return err
+		}
+	}
+	p := procPath(pfd, base)
+	x.xattrs(hdr, func(k string, v []byte) error { return unix.Lsetxattr(p, k, v, 0) })
+	return setTimes(pfd, base, hdr)
+}
+
+// xattrs applies the extended attributes recorded in PAX headers. Failures
+// are logged, not fatal: a filesystem may not support some namespace.
+// trusted.overlay.* from the image is dropped: those attributes steer
+// overlayfs itself (redirects, metacopy) and only we may set them.
+func (x *extractor) xattrs(hdr *tar.Header, set func(k string, v []byte) error) {
+	for k, v := range hdr.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(name, overlayXattrs) {
+			x.warn("dropping overlayfs xattr from layer", "path", hdr.Name, "xattr", name)
+			continue
+		}
+		if err := set(name, []byte(v)); err != nil {
+			x.warn("cannot set xattr", "path", hdr.Name, "xattr", name, "err", err)
+		}
+	}
+}
+
+func (x *extractor) dirTimes(rel string, hdr *tar.Header) {
+	if rel == "." {
+		if !hdr.ModTime.IsZero() {
+			_ = os.Chtimes(x.rootPath, accessTime(hdr), hdr.ModTime)
+		}
+		return
+	}
+	dir, base := splitRel(rel)
+	pfd, err := x.openDir(dir, false)
+	if err != nil {
+		return
+	}
+	defer unix.Close(pfd)
+	_ = setTimes(pfd, base, hdr)
+}
+
+// openDir opens dir (relative to the root, resolved inside it), creating
+// missing parents as root-owned 0755 dirs like docker does.
+func (x *extractor) openDir(dir string, create bool) (int, error) {
+	fd, err := x.openat2(dir)
+	if err == nil || !create || !errors.Is(err, unix.ENOENT) {
+		return fd, err
+	}
+	parent := "."
+	for _, c := range strings.Split(dir, "/") {
+		pfd, err := x.openat2(parent)
+		if err != nil {
+			return -1, err
+		}
+		err = unix.Mkdirat(pfd, c, 0o755)
+		if err == nil {
+			err = unix.Fchmodat(pfd, c, 0o755, 0) // undo the umask
+		} else if errors.Is(err, unix.EEXIST) {
+			err = nil
+		}
+		unix.Close(pfd)
+		if err != nil {
+			return -1, err
+		}
+		parent = path.Join(parent, c)
+	}
+	return x.openat2(dir)
+}
+
+func (x *extractor) openat2(rel string) (int, error) {
+	how := unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	for {
+		fd, err := unix.Openat2(x.root, rel, &how)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// removeAt clears the way for a new entry named name in dirfd.
+func removeAt(dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.EISDIR):
+		return os.RemoveAll(procPath(dirfd, name))
+	}
+	return err
+}
+
+// procPath names an entry of an open dir for path-only syscalls; the
+// /proc/self/fd link pins the already-resolved dir.
+func procPath(dirfd int, name string) string {
+	return "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+}
+
+func perm(hdr *tar.Header) uint32 { return uint32(hdr.Mode) & 0o7777 }
+
+func accessTime(hdr *tar.Header) time.Time {
+	if hdr.AccessTime.IsZero() {
+		return hdr.ModTime
+	}
+	return hdr.AccessTime
+}
+
+func setTimes(dirfd int, base string, hdr *tar.Header) error {
+	if hdr.ModTime.IsZero() {
+		return nil
+	}
+	at, err1 := unix.TimeToTimespec(accessTime(hdr))
+	mt, err2 := unix.TimeToTimespec(hdr.ModTime)
+	if err1 != nil || err2 != nil {
+		return nil // out of range for this platform: keep the current time
+	}
+	return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{at, mt}, unix.AT_SYMLINK_NOFOLLOW)
+}

@@ -1,0 +1,290 @@
+// Package network gives every sandbox a network namespace of its own: a veth
+// pair whose host end sits on one bridge (shard0) and whose sandbox end has
+// the sandbox's address, with NAT for egress.
+//
+// The namespace is made fresh for every start and every restore: runsc takes
+// the addresses and routes of eth0 into its own netstack and strips them from
+// the namespace, so a namespace cannot be reused. A fork restored into a new
+// namespace simply has the new address.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Config is the host side of the sandbox network.
+type Config struct {
+	Bridge   string       // e.g. shard0
+	Subnet   netip.Prefix // e.g. 10.88.0.0/16; the bridge takes the first address
+	NetnsDir string       // where namespaces are bind-mounted, e.g. /run/shard/netns
+	Log      *slog.Logger
+}
+
+// Manager sets up the bridge and NAT once and namespaces per sandbox.
+type Manager struct {
+	cfg     Config
+	gateway netip.Addr
+	fw      *firewall
+}
+
+// New prepares the bridge, its address, IP forwarding and the NAT rules.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.Bridge == "" {
+		cfg.Bridge = "shard0"
+	}
+	if !cfg.Subnet.IsValid() {
+		cfg.Subnet = netip.MustParsePrefix("10.88.0.0/16")
+	}
+	cfg.Subnet = cfg.Subnet.Masked()
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.NetnsDir, 0o755); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, gateway: cfg.Subnet.Addr().Next()}
+	if err := m.setupBridge(); err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", cfg.Bridge, err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return nil, fmt.Errorf("enable ip forwarding: %w", err)
+	}
+	fw, err := newFirewall(cfg.Bridge, cfg.Subnet)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	m.fw = fw
+	return m, nil
+}
+
+// Gateway is the bridge's address, the sandboxes' default route.
+func (m *Manager) Gateway() netip.Addr { return m.gateway }
+
+// Subnet is the sandboxes' network.
+func (m *Manager) Subnet() netip.Prefix { return m.cfg.Subnet }
+
+func (m *Manager) setupBridge() error {
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name = m.cfg.Bridge
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		if br, err = netlink.LinkByName(m.cfg.Bridge); err != nil {
+			return err
+		}
+	}
+	want := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
+	addrs, err := netlink.AddrList(br, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	has := false
+	for _, a := range addrs {
+		if a.IPNet.String() == want.IPNet.String() {
+			has = true
+		}
+	}
+	if !has {
+		if err := netlink.AddrAdd(br, want); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+	}
+	return netlink.LinkSetUp(br)
+}
+
+// Path is where the namespace of a sandbox instance is bind-mounted.
+func (m *Manager) Path(name string) string { return filepath.Join(m.cfg.NetnsDir, name) }
+
+// hostVeth is the host-side interface name for a namespace (15 chars max).
+func hostVeth(name string) string {
+	n := "vs" + name
+	if len(n) > 15 {
+		n = n[:15]
+	}
+	return n
+}
+
+// Create makes a namespace named name (unique per sandbox instance) with eth0
+// at ip on the bridge and a default route to the gateway. It returns the
+// namespace's path.
+func (m *Manager) Create(ctx context.Context, name string, ip netip.Addr) (string, error) {
+	path := m.Path(name)
+	if err := m.newNamedNetns(path); err != nil {
+		return "", fmt.Errorf("netns %s: %w", name, err)
+	}
+	if err := m.plumb(name, path, ip); err != nil {
+		m.Delete(name)
+		return "", err
+	}
+	return path, nil
+}
+
+func (m *Manager) plumb(name, path string, ip netip.Addr) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return err
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = hostVeth(name)
+	la.MasterIndex = br.Attrs().Index
+	la.MTU = br.Attrs().MTU
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth %s: %w", la.Name, err)
+	}
+	host, err := netlink.LinkByName(la.Name)
+	if err != nil {
+		return err
+	}
+	// Sandboxes must not reach each other on the bridge: isolated ports
+	// only talk to the bridge itself (the host), never to each other.
+	if err := netlink.LinkSetIsolated(host, true); err != nil {
+		return fmt.Errorf("isolate %s: %w", la.Name, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return err
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return err
+	}
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
+	if err := h.AddrAdd(eth, addr); err != nil {
+		return fmt.Errorf("address %s: %w", ip, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return err
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: m.gateway.AsSlice()}); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	return nil
+}
+
+// newNamedNetns creates a network namespace and bind-mounts it at path, on a
+// locked OS thread that returns to the host namespace before it is released.
+func (m *Manager) newNamedNetns(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s exists", path)
+		}
+		return err
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Not unlocked on purpose when the thread cannot go back: the Go
+		// runtime then ends the thread instead of reusing it.
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		err = unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, "")
+		if serr := netns.Set(orig); serr != nil {
+			errc <- fmt.Errorf("return to host netns: %w", serr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// Delete removes a namespace and its host veth. Missing pieces are fine.
+func (m *Manager) Delete(name string) error {
+	if l, err := netlink.LinkByName(hostVeth(name)); err == nil {
+		netlink.LinkDel(l)
+	}
+	path := m.Path(name)
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// List returns the names of the namespaces on disk (for cleaning up after
+// a crash).
+func (m *Manager) List() ([]string, error) {
+	ents, err := os.ReadDir(m.cfg.NetnsDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// ResolvConf is the resolv.conf a sandbox gets: the host's name servers,
+// without loopback ones (unreachable from a sandbox).
+func ResolvConf() []byte {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	var out []string
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil && a.IsLoopback() {
+					continue
+				}
+			}
+			if len(f) > 0 && (f[0] == "nameserver" || f[0] == "search" || f[0] == "options") {
+				out = append(out, line)
+			}
+		}
+	}
+	return []byte(strings.Join(out, "\n") + "\n")
+}

@@ -1,0 +1,148 @@
+// Package gvisor runs sandboxes under gVisor's runsc: a user-space kernel
+// between the sandbox and the host, and the provider that can fork (runsc
+// checkpoint --leave-running, then restore).
+//
+// Files: runsc runs with --overlay2=none on a host overlayfs rootfs, so the
+// sandbox's writes land in its upper directory on the host and survive stop,
+// start and crashes (PLATFORM.md design 1).
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/provider/ocicli"
+)
+
+// Options configure the provider.
+type Options struct {
+	Runsc    string // path of runsc; "" looks it up on PATH
+	Root     string // runsc --root state directory
+	Platform string // systrap (default) or ptrace
+	DebugLog string // if set, runsc writes debug logs here (a directory ending in /)
+	Log      *slog.Logger
+}
+
+// Provider is the gvisor provider.
+type Provider struct {
+	opts Options
+	cli  *ocicli.CLI
+}
+
+// New makes the provider; Probe says whether it can run.
+func New(opts Options) *Provider {
+	if opts.Platform == "" {
+		opts.Platform = "systrap"
+	}
+	if opts.Runsc == "" {
+		if p, err := exec.LookPath("runsc"); err == nil {
+			opts.Runsc = p
+		} else {
+			opts.Runsc = "runsc"
+		}
+	}
+	global := []string{"--root", opts.Root, "--platform", opts.Platform, "--network", "sandbox", "--overlay2", "none"}
+	if opts.DebugLog != "" {
+		global = append(global, "--debug", "--debug-log", opts.DebugLog)
+	}
+	return &Provider{opts: opts, cli: &ocicli.CLI{Binary: opts.Runsc, Global: global}}
+}
+
+// Name is "gvisor".
+func (p *Provider) Name() string { return "gvisor" }
+
+// Probe checks runsc is there and recent enough to checkpoint a running
+// sandbox without stopping it.
+func (p *Provider) Probe(ctx context.Context) provider.Capabilities {
+	c := provider.Capabilities{Name: "gvisor", Isolation: "user-space kernel (gVisor runsc, " + p.opts.Platform + ")",
+		Fork: true, Snapshot: true, Checkpoint: true}
+	v, err := ocicli.Version(ctx, p.opts.Runsc)
+	if err != nil {
+		c.Reason = fmt.Sprintf("runsc not found or not runnable (%v): run scripts/install-deps.sh to build it", err)
+		c.Fork, c.Checkpoint, c.Snapshot = false, false, false
+		return c
+	}
+	help, _ := exec.CommandContext(ctx, p.opts.Runsc, "help", "checkpoint").CombinedOutput()
+	if !contains(help, "leave-running") {
+		c.Reason = "runsc at " + p.opts.Runsc + " is too old (no checkpoint --leave-running): build the pinned version with scripts/install-deps.sh"
+		c.Fork, c.Checkpoint, c.Snapshot = false, false, false
+		return c
+	}
+	if err := os.MkdirAll(p.opts.Root, 0o700); err != nil {
+		c.Reason = err.Error()
+		return c
+	}
+	c.Available = true
+	c.Version = v
+	return c
+}
+
+func contains(b []byte, s string) bool {
+	return strings.Contains(string(b), s)
+}
+
+// Start runs the sandbox detached.
+func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
+	if err := ocicli.WriteBundle(inst, inst.Spec); err != nil {
+		return err
+	}
+	if err := p.cli.RunDetached(ctx, inst, "run", "--detach", "--bundle", inst.Bundle, inst.ID); err != nil {
+		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
+		return err
+	}
+	return nil
+}
+
+// Kill signals the sandbox's init (the agent).
+func (p *Provider) Kill(ctx context.Context, id string, sig int) error {
+	return p.cli.Kill(ctx, id, sig)
+}
+
+// Delete kills and removes the sandbox.
+func (p *Provider) Delete(ctx context.Context, id string) error { return p.cli.Delete(ctx, id) }
+
+// Status reports the sandbox's state.
+func (p *Provider) Status(ctx context.Context, id string) (provider.Status, error) {
+	return p.cli.Status(ctx, id)
+}
+
+// List returns the sandboxes runsc knows under our root.
+func (p *Provider) List(ctx context.Context) ([]string, error) { return p.cli.List(ctx) }
+
+// Pause freezes every process of the sandbox.
+func (p *Provider) Pause(ctx context.Context, id string) error {
+	_, err := p.cli.Run(ctx, "pause", id)
+	return err
+}
+
+// Resume thaws it.
+func (p *Provider) Resume(ctx context.Context, id string) error {
+	_, err := p.cli.Run(ctx, "resume", id)
+	return err
+}
+
+// Checkpoint saves memory, processes and (in-sandbox) file state to dir and
+// leaves the sandbox running.
+func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
+	_, err := p.cli.Run(ctx, "checkpoint", "--leave-running", "--image-path", dir, id)
+	return err
+}
+
+// Restore starts inst from a checkpoint image.
+func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir string) error {
+	if err := ocicli.WriteBundle(inst, inst.Spec); err != nil {
+		return err
+	}
+	if err := p.cli.RunDetached(ctx, inst, "restore", "--detach", "--image-path", dir, "--bundle", inst.Bundle, inst.ID); err != nil {
+		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
+		return err
+	}
+	return nil
+}
+
+var _ provider.Checkpointer = (*Provider)(nil)

@@ -1,0 +1,177 @@
+// Package ocicli runs an OCI runtime's command line (runsc, runc): the
+// common part of the gvisor and runc providers. It never touches HTTP.
+package ocicli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/useshards/shard/internal/provider"
+)
+
+// CLI is one runtime binary with the global flags every call must repeat.
+type CLI struct {
+	Binary string
+	Global []string // e.g. --root DIR, --platform systrap
+}
+
+// Run runs the runtime with args and returns its stdout; stderr goes into
+// the error.
+func (c *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.Binary, append(append([]string(nil), c.Global...), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// The runtime's helpers (runsc's sandbox and gofer) must outlive the
+	// server: they get their own session, away from our signals.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], err, lastLines(msg, 6))
+	}
+	return stdout.Bytes(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// WriteBundle writes inst.Spec as config.json in the bundle.
+func WriteBundle(inst *provider.Instance, spec *specs.Spec) error {
+	if err := os.MkdirAll(inst.Bundle, 0o711); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(spec, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(inst.Bundle, "config.json"), b, 0o600)
+}
+
+// RunDetached runs `run --detach` (or restore). The container process
+// inherits the runtime's stdio, so both go to inst.LogOut, never to a pipe:
+// a pipe held open by the container would keep us waiting for ever. The
+// runtime's own error is read back from the log's tail.
+func (c *CLI) RunDetached(ctx context.Context, inst *provider.Instance, args ...string) error {
+	out, err := os.OpenFile(inst.LogOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	start, _ := out.Seek(0, io.SeekEnd)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd := exec.CommandContext(ctx, c.Binary, append(append([]string(nil), c.Global...), args...)...)
+	cmd.Stdin = devnull
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		msg := ""
+		if f, ferr := os.Open(inst.LogOut); ferr == nil {
+			f.Seek(start, io.SeekStart)
+			b, _ := io.ReadAll(io.LimitReader(f, 64<<10))
+			f.Close()
+			msg = strings.TrimSpace(string(b))
+		}
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], err, lastLines(msg, 6))
+	}
+	return nil
+}
+
+type state struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// Status asks `state ID`.
+func (c *CLI) Status(ctx context.Context, id string) (provider.Status, error) {
+	out, err := c.Run(ctx, "state", id)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
+			strings.Contains(err.Error(), "cannot load container") {
+			return provider.StatusAbsent, nil
+		}
+		return "", err
+	}
+	var st state
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", fmt.Errorf("state %s: %w", id, err)
+	}
+	switch st.Status {
+	case "running", "created":
+		return provider.StatusRunning, nil
+	case "paused":
+		return provider.StatusPaused, nil
+	default:
+		return provider.StatusStopped, nil
+	}
+}
+
+// List asks `list --format json`.
+func (c *CLI) List(ctx context.Context) ([]string, error) {
+	out, err := c.Run(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var sts []state
+	if len(bytes.TrimSpace(out)) == 0 || bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		return nil, nil
+	}
+	if err := json.Unmarshal(out, &sts); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	ids := make([]string, 0, len(sts))
+	for _, s := range sts {
+		ids = append(ids, s.ID)
+	}
+	return ids, nil
+}
+
+// Delete force-deletes; an absent container is fine.
+func (c *CLI) Delete(ctx context.Context, id string) error {
+	_, err := c.Run(ctx, "delete", "--force", id)
+	if err != nil && (strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
+		strings.Contains(err.Error(), "cannot load container")) {
+		return nil
+	}
+	return err
+}
+
+// Kill sends a signal to the init process.
+func (c *CLI) Kill(ctx context.Context, id string, sig int) error {
+	_, err := c.Run(ctx, "kill", id, fmt.Sprint(sig))
+	return err
+}
+
+// Version returns the first line of `--version`.
+func Version(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line), nil
+}
+
+// ErrNotFound says the runtime binary is missing.
+var ErrNotFound = errors.New("not found")

@@ -1,0 +1,101 @@
+// Package provider is the seam between shard and an isolation runtime.
+//
+// A Provider runs and stops sandboxes from an OCI bundle. What a runtime can
+// do beyond that is an optional interface (Checkpointer for memory
+// checkpoint/restore, which fork needs), found by type assertion; `shard
+// capabilities` is derived from exactly these, so it cannot lie.
+package provider
+
+import (
+	"context"
+	"log/slog"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Capabilities is what `shard capabilities` shows for one provider.
+type Capabilities struct {
+	Name       string `json:"name"`
+	Available  bool   `json:"available"`
+	Reason     string `json:"reason,omitempty"` // why not available
+	Default    bool   `json:"default"`
+	Fork       bool   `json:"fork"`
+	Snapshot   bool   `json:"snapshot"`
+	Checkpoint bool   `json:"checkpoint"`
+	Isolation  string `json:"isolation"` // e.g. "user-space kernel", "linux namespaces", "micro-VM"
+	Version    string `json:"version,omitempty"`
+}
+
+// Instance is one run of a sandbox: a bundle directory and its spec.
+type Instance struct {
+	ID     string // runtime container id, fixed length
+	Bundle string // the provider writes config.json here
+	Spec   *specs.Spec
+	LogOut string // file that gets the container process's stdout and stderr
+	Log    *slog.Logger
+}
+
+// Status is what the runtime reports about a container.
+type Status string
+
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // exists but not running
+	StatusAbsent  Status = "absent"  // unknown to the runtime
+)
+
+// Provider runs sandboxes.
+type Provider interface {
+	Name() string
+	// Probe reports whether the provider works on this host, and what it can do.
+	Probe(ctx context.Context) Capabilities
+	// Start creates and starts the container; on error nothing is left.
+	Start(ctx context.Context, inst *Instance) error
+	// Kill sends a signal to the container's init process.
+	Kill(ctx context.Context, id string, signal int) error
+	// Delete stops (SIGKILL) and removes the container; absent is fine.
+	Delete(ctx context.Context, id string) error
+	// Status reports the container's state.
+	Status(ctx context.Context, id string) (Status, error)
+	// List returns the ids of the containers the runtime knows.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Checkpointer is a provider that can save a running sandbox's memory,
+// processes and files and start new sandboxes from that image (fork).
+type Checkpointer interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Checkpoint writes an image of the container to dir and leaves it running.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore starts inst from the image in dir.
+	Restore(ctx context.Context, inst *Instance, dir string) error
+}
+
+// Unavailable is a provider that cannot run on this host. It is listed by
+// `shard capabilities` with the reason, and refuses everything.
+type Unavailable struct {
+	Caps Capabilities
+}
+
+func (u *Unavailable) Name() string                            { return u.Caps.Name }
+func (u *Unavailable) Probe(context.Context) Capabilities      { return u.Caps }
+func (u *Unavailable) Start(context.Context, *Instance) error  { return u.err() }
+func (u *Unavailable) Kill(context.Context, string, int) error { return u.err() }
+func (u *Unavailable) Delete(context.Context, string) error    { return nil }
+func (u *Unavailable) Status(context.Context, string) (Status, error) {
+	return StatusAbsent, nil
+}
+func (u *Unavailable) List(context.Context) ([]string, error) { return nil, nil }
+
+func (u *Unavailable) err() error {
+	return &NotAvailableError{Name: u.Caps.Name, Reason: u.Caps.Reason}
+}
+
+// NotAvailableError says a provider cannot run here.
+type NotAvailableError struct{ Name, Reason string }
+
+func (e *NotAvailableError) Error() string {
+	return "provider " + e.Name + " is not available on this host: " + e.Reason
+}

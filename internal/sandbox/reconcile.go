@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Reconcile makes the record and the host agree after a start of the server,
+// also after a kill -9: running sandboxes that still run are kept (they never
+// depended on the server process), ones that died are marked stopped with
+// their files kept, half-made or half-removed ones are finished off, and
+// leftovers nobody owns (containers, mounts, namespaces, files) go.
+func (s *Service) Reconcile(ctx context.Context) error {
+	all, err := s.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sb := range all {
+		known[sb.ID] = true
+		log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
+		switch sb.State {
+		case StateCreating, StateRemoving:
+			log.Info("reconcile: finishing an interrupted create or remove")
+			s.destroy(ctx, sb, log)
+		case StateRunning, StateStarting, StateStopping:
+			if sb.State == StateRunning && s.alive(ctx, sb) {
+				continue
+			}
+			log.Warn("reconcile: sandbox is not running any more; marking it stopped", "was", sb.State)
+			ooms := s.halt(ctx, sb, false)
+			s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+				r.State, r.StoppedAt = StateStopped, time.Now().UTC()
+				r.OOMKills += ooms
+				if sb.State == StateRunning {
+					r.Error = "the sandbox ended while the server was down"
+				}
+				return &store.EventSpec{Type: "sandbox.stopped", Data: map[string]string{"reason": "reconcile"}}, nil
+			})
+		case StateStopped, StateFailed:
+			s.halt(ctx, sb, false) // leftovers of a crash mid-stop
+		}
+	}
+	// Containers, mounts, namespaces and files nobody owns.
+	for _, name := range s.order {
+		p := s.providers[name]
+		if !s.caps[name].Available {
+			continue
+		}
+		ids, err := p.List(ctx)
+		if err != nil {
+			s.cfg.Log.Warn("reconcile: list containers", "provider", name, "err", err)
+			continue
+		}
+		for _, id := range ids {
+			if !known[id] {
+				s.cfg.Log.Info("reconcile: removing an unknown container", "provider", name, "id", id)
+				p.Delete(ctx, id)
+			}
+		}
+	}
+	if names, err := s.cfg.Net.List(); err == nil {
+		for _, n := range names {
+			if !known[n] {
+				s.cfg.Net.Delete(n)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "run")); err == nil {
+		for _, e := range ents {
+			if !known[e.Name()] {
+				rootfs.Unmount(filepath.Join(s.cfg.DataDir, "run", e.Name(), "rootfs"))
+				os.RemoveAll(filepath.Join(s.cfg.DataDir, "run", e.Name()))
+			}
+		}
+	}
+	if ids, err := s.cfg.Storage.List(); err == nil {
+		for _, id := range ids {
+			if !known[id] {
+				s.cfg.Storage.Remove(ctx, id)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) alive(ctx context.Context, sb *store.Sandbox) bool {
+	p, ok := s.providers[sb.Provider]
+	if !ok || !s.caps[sb.Provider].Available {
+		return false
+	}
+	st, err := p.Status(ctx, sb.ID)
+	if err != nil || st != provider.StatusRunning {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return s.agentFor(sb).WaitReady(cctx) == nil
+}

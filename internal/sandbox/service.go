@@ -1,0 +1,609 @@
+// Package sandbox is shard's lifecycle: it creates, starts, stops, removes
+// and execs into sandboxes, over a provider (the runtime), the image cache,
+// the per-sandbox files (rootfs) and network, with the metadata store as the
+// one record of what exists. It knows nothing of HTTP.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/oci"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Config wires the service.
+type Config struct {
+	DataDir         string
+	AgentBinary     string // host path of the shard binary; a copy is mounted into sandboxes
+	DefaultProvider string
+	Providers       []provider.Provider // every known provider, available or not
+	Images          *image.Store
+	Storage         *rootfs.Storage
+	Net             *network.Manager
+	Store           *store.Store
+	Log             *slog.Logger
+	StopTimeout     time.Duration // how long processes get to end on stop
+}
+
+// Service is the sandbox lifecycle.
+type Service struct {
+	cfg       Config
+	providers map[string]provider.Provider
+	caps      map[string]provider.Capabilities
+	order     []string
+	agentDir  string // holds the copy of the shard binary that sandboxes run
+
+	allocMu sync.Mutex // guards ip and project allocation
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
+}
+
+// New probes the providers and returns the service. Call Reconcile next.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 5 * time.Second
+	}
+	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}}
+	for _, p := range cfg.Providers {
+		c := p.Probe(ctx)
+		c.Default = p.Name() == cfg.DefaultProvider
+		s.providers[p.Name()] = p
+		s.caps[p.Name()] = c
+		s.order = append(s.order, p.Name())
+		cfg.Log.Info("provider", "name", c.Name, "available", c.Available, "reason", c.Reason, "fork", c.Fork)
+	}
+	for _, d := range []string{"run"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o711); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := installAgent(cfg.DataDir, cfg.AgentBinary)
+	if err != nil {
+		return nil, fmt.Errorf("install the agent: %w", err)
+	}
+	s.agentDir = dir
+	return s, nil
+}
+
+// Capabilities lists every provider, available here or not.
+func (s *Service) Capabilities() []provider.Capabilities {
+	out := make([]provider.Capabilities, 0, len(s.order))
+	for _, n := range s.order {
+		out = append(out, s.caps[n])
+	}
+	return out
+}
+
+func (s *Service) lock(id string) func() {
+	s.locksMu.Lock()
+	m, ok := s.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		s.locks[id] = m
+	}
+	s.locksMu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// CreateRequest is what a user asks for.
+type CreateRequest struct {
+	Name        string
+	Image       string
+	MemoryBytes int64
+	CPUMillis   int64
+	DiskBytes   int64
+	Pids        int64
+	Env         []string
+	Provider    string
+}
+
+// Defaults for what a create leaves out.
+const (
+	DefaultMemory = 512 << 20
+	DefaultCPU    = 1000
+	DefaultDisk   = 10 << 30
+	DefaultPids   = 4096
+	MinMemory     = 32 << 20
+	MinDisk       = 16 << 20
+)
+
+var (
+	nameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	idRe   = regexp.MustCompile(`^[0-9a-f]{12}$`)
+	envRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+)
+
+func (s *Service) validate(req *CreateRequest) error {
+	if req.Name != "" {
+		if !nameRe.MatchString(req.Name) {
+			return errdefs.Invalid("name %q is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63", req.Name)
+		}
+		if idRe.MatchString(req.Name) {
+			return errdefs.Invalid("name %q looks like a sandbox id: choose a name that is not 12 hex digits", req.Name)
+		}
+	}
+	if strings.TrimSpace(req.Image) == "" {
+		return errdefs.Invalid("an image is required")
+	}
+	if req.MemoryBytes == 0 {
+		req.MemoryBytes = DefaultMemory
+	}
+	if req.MemoryBytes < MinMemory {
+		return errdefs.Invalid("memory %d bytes is too small: at least 32MiB", req.MemoryBytes)
+	}
+	if req.CPUMillis == 0 {
+		req.CPUMillis = DefaultCPU
+	}
+	if req.CPUMillis < 10 {
+		return errdefs.Invalid("cpu must be at least 10m (0.01 cpu)")
+	}
+	if req.DiskBytes == 0 {
+		req.DiskBytes = DefaultDisk
+	}
+	if req.DiskBytes < MinDisk {
+		return errdefs.Invalid("disk %d bytes is too small: at least 16MiB", req.DiskBytes)
+	}
+	if req.Pids == 0 {
+		req.Pids = DefaultPids
+	}
+	if req.Pids < 8 {
+		return errdefs.Invalid("pids must be at least 8")
+	}
+	for _, kv := range req.Env {
+		if !envRe.MatchString(kv) {
+			return errdefs.Invalid("env %q is not KEY=VALUE", kv)
+		}
+	}
+	if req.Provider == "" {
+		req.Provider = s.cfg.DefaultProvider
+	}
+	c, ok := s.caps[req.Provider]
+	if !ok {
+		return errdefs.Invalid("unknown provider %q: shard capabilities lists them", req.Provider)
+	}
+	if !c.Available {
+		return errdefs.Unsupported("provider %s is not available on this host: %s", req.Provider, c.Reason)
+	}
+	return nil
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Create makes and starts a sandbox. On any failure nothing is left behind.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
+	if err := s.validate(&req); err != nil {
+		return nil, err
+	}
+	img, err := s.cfg.Images.Ensure(ctx, req.Image, nil)
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	name := req.Name
+	if name == "" {
+		name = id
+	}
+	env := mergeEnv(img.Config.Env, req.Env)
+	if !hasKey(env, "PATH") {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	s.allocMu.Lock()
+	ip, err := s.allocate(ctx)
+	if err != nil {
+		s.allocMu.Unlock()
+		return nil, err
+	}
+	now := time.Now().UTC()
+	sb := &store.Sandbox{
+		ID: id, Name: name, Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider,
+		State: StateCreating, MemoryBytes: req.MemoryBytes, CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes,
+		Pids: req.Pids, Env: env, IP: ip.String(), Token: newToken(),
+		Session: name, CreatedAt: now,
+	}
+	err = s.cfg.Store.CreateSandbox(ctx, sb, &store.EventSpec{Type: "sandbox.created", Data: map[string]any{
+		"image": req.Image, "digest": img.Digest, "provider": req.Provider, "memory_bytes": req.MemoryBytes,
+		"cpu_millis": req.CPUMillis, "disk_bytes": req.DiskBytes}})
+	s.allocMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	log := s.cfg.Log.With("sandbox", id, "name", name)
+	// From here on the record exists: a failure must remove every piece.
+	bg := context.WithoutCancel(ctx)
+	if err := s.cfg.Storage.Create(ctx, id, req.DiskBytes); err != nil {
+		s.destroy(bg, sb, log)
+		return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+	}
+	if err := s.boot(ctx, sb, img.Layers); err != nil {
+		s.destroy(bg, sb, log)
+		return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+	}
+	out, err := s.cfg.Store.UpdateSandbox(bg, id, func(r *store.Sandbox) (*store.EventSpec, error) {
+		r.State, r.StartedAt = StateRunning, time.Now().UTC()
+		return nil, nil
+	})
+	if err != nil {
+		s.destroy(bg, sb, log)
+		return nil, err
+	}
+	log.Info("created", "image", req.Image, "provider", req.Provider, "ip", sb.IP)
+	return out, nil
+}
+
+// allocate picks the lowest free address. Caller holds allocMu.
+func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
+	all, err := s.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	usedIP := map[string]bool{}
+	for _, sb := range all {
+		usedIP[sb.IP] = true
+	}
+	subnet := s.cfg.Net.Subnet()
+	ip := s.cfg.Net.Gateway().Next()
+	for ; subnet.Contains(ip); ip = ip.Next() {
+		if !usedIP[ip.String()] && !ip.Next().IsUnspecified() && subnet.Contains(ip.Next()) {
+			break
+		}
+	}
+	if !subnet.Contains(ip) || !subnet.Contains(ip.Next()) {
+		return netip.Addr{}, errdefs.Unavailable("no_addresses", "no free address left in %s", subnet)
+	}
+	return ip, nil
+}
+
+func (s *Service) runDir(id string) string { return filepath.Join(s.cfg.DataDir, "run", id) }
+
+// boot mounts the rootfs, makes the network and starts the runtime, then
+// waits for the agent. On error it undoes its own steps.
+func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) (err error) {
+	if layers == nil {
+		img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
+		if err != nil {
+			return fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.Name, err)
+		}
+		layers = img.Layers
+	}
+	p := s.providers[sb.Provider]
+	dir := s.runDir(sb.ID)
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	rootfsDir := filepath.Join(dir, "rootfs")
+	if err := s.cfg.Storage.Mount(ctx, sb.ID, layers, rootfsDir); err != nil {
+		return err
+	}
+	undo = append(undo, func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
+	ip, err := netip.ParseAddr(sb.IP)
+	if err != nil {
+		return err
+	}
+	s.cfg.Net.Delete(sb.ID) // a leftover of a crash would block the name
+	nsPath, err := s.cfg.Net.Create(ctx, sb.ID, ip)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { s.cfg.Net.Delete(sb.ID) })
+	hostname := sb.Name
+	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
+		hostname = sb.ID
+	}
+	files := map[string][]byte{
+		"resolv.conf": network.ResolvConf(),
+		"hosts":       []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, hostname)),
+		"hostname":    []byte(hostname + "\n"),
+	}
+	for n, b := range files {
+		if err := oci.WriteFile(filepath.Join(dir, n), b); err != nil {
+			return err
+		}
+	}
+	cgroupLimit := sb.MemoryBytes
+	agentEnv := []string{agent.EnvToken + "=" + sb.Token}
+	if sb.Provider == "gvisor" {
+		// gVisor has no OOM killer of its own: the agent is the sandbox's
+		// OOM killer at the bound, and the host cgroup gets headroom so the
+		// host kernel never kills the whole sandbox first.
+		agentEnv = append(agentEnv, agent.EnvMemoryLimit+"="+strconv.FormatInt(sb.MemoryBytes, 10))
+		cgroupLimit = sb.MemoryBytes + max(64<<20, sb.MemoryBytes/4)
+	}
+	spec := oci.Build(oci.Options{
+		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
+		AgentDir: s.agentDir, Netns: nsPath, CgroupsPath: "/shard/" + sb.ID,
+		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: sb.Pids,
+		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
+	})
+	inst := &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}
+	if err := p.Start(ctx, inst); err != nil {
+		return err
+	}
+	undo = append(undo, func() { p.Delete(context.Background(), sb.ID) })
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.agentFor(sb).WaitReady(actx); err != nil {
+		logTail, _ := os.ReadFile(inst.LogOut)
+		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func (s *Service) agentFor(sb *store.Sandbox) *agent.Client {
+	return &agent.Client{Addr: netip.AddrPortFrom(netip.MustParseAddr(sb.IP), agent.Port).String(), Token: sb.Token}
+}
+
+// halt stops the runtime and takes down mounts and network; files stay.
+func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) int64 {
+	p := s.providers[sb.Provider]
+	if graceful {
+		if st, _ := p.Status(ctx, sb.ID); st == provider.StatusRunning {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			s.agentFor(sb).Call(sctx, agent.OpSync)
+			cancel()
+			if p.Kill(ctx, sb.ID, 15) == nil {
+				deadline := time.Now().Add(s.cfg.StopTimeout)
+				for time.Now().Before(deadline) {
+					if st, err := p.Status(ctx, sb.ID); err != nil || st != provider.StatusRunning {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}
+	}
+	ooms := s.oomKills(ctx, sb)
+	if err := p.Delete(ctx, sb.ID); err != nil {
+		s.cfg.Log.Warn("delete container", "sandbox", sb.ID, "err", err)
+	}
+	rootfs.Unmount(filepath.Join(s.runDir(sb.ID), "rootfs"))
+	s.cfg.Storage.Detach(sb.ID)
+	s.cfg.Net.Delete(sb.ID)
+	return ooms
+}
+
+// destroy removes every piece of a sandbox and its record.
+func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
+	s.halt(ctx, sb, false)
+	var errs []error
+	if err := s.cfg.Storage.Remove(ctx, sb.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(s.runDir(sb.ID)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.cfg.Store.DeleteSandbox(ctx, sb.ID, &store.EventSpec{Type: "sandbox.removed"}); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Error("remove", "err", err)
+		return err
+	}
+	return nil
+}
+
+// Get finds a sandbox by id or name, with live figures for a running one.
+func (s *Service) Get(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == StateRunning {
+		sb.OOMKills += s.oomKills(ctx, sb)
+	}
+	return sb, nil
+}
+
+// List returns every sandbox.
+func (s *Service) List(ctx context.Context) ([]*store.Sandbox, error) {
+	return s.cfg.Store.ListSandboxes(ctx)
+}
+
+// oomKills counts processes killed for memory in the running instance: by
+// the host kernel (memory cgroup) and, on gVisor, by the agent's guard.
+func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
+	var n int64
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory/shard/" + sb.ID + "/memory.oom_control"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	if sb.Provider == "gvisor" {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if r, err := s.agentFor(sb).Call(cctx, agent.OpStats); err == nil {
+			n += r.OOMKills
+		}
+	}
+	return n
+}
+
+// move changes a sandbox's state if the table allows it.
+func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, also func(*store.Sandbox)) (*store.Sandbox, error) {
+	return s.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) (*store.EventSpec, error) {
+		if !canMove(r.State, to) {
+			return nil, transitionErr(r.Name, r.State, to)
+		}
+		r.State = to
+		if also != nil {
+			also(r)
+		}
+		return ev, nil
+	})
+}
+
+// Stop ends a sandbox's processes; its files stay.
+func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if sb, err = s.move(ctx, sb.ID, StateStopping, nil, nil); err != nil {
+		return nil, err
+	}
+	ooms := s.halt(context.WithoutCancel(ctx), sb, true)
+	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: "sandbox.stopped"}, func(r *store.Sandbox) {
+		r.StoppedAt = time.Now().UTC()
+		r.OOMKills += ooms
+		r.Error = ""
+	})
+}
+
+// Start boots a stopped sandbox again with its files.
+func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if c := s.caps[sb.Provider]; !c.Available {
+		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
+	}
+	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, nil); err != nil {
+		return nil, err
+	}
+	bg := context.WithoutCancel(ctx)
+	if err := s.boot(bg, sb, nil); err != nil {
+		s.move(bg, sb.ID, StateStopped, nil, func(r *store.Sandbox) { r.Error = err.Error() })
+		return nil, fmt.Errorf("start sandbox %s: %w", sb.Name, err)
+	}
+	return s.move(bg, sb.ID, StateRunning, &store.EventSpec{Type: "sandbox.started"}, func(r *store.Sandbox) {
+		r.StartedAt = time.Now().UTC()
+		r.Error = ""
+	})
+}
+
+// Remove deletes a sandbox and its files. A running one needs force.
+func (s *Service) Remove(ctx context.Context, idOrName string, force bool) error {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if sb.State == StateRunning && !force {
+		return errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
+	}
+	if sb, err = s.move(ctx, sb.ID, StateRemoving, nil, nil); err != nil {
+		return err
+	}
+	err = s.destroy(context.WithoutCancel(ctx), sb, s.cfg.Log.With("sandbox", sb.ID))
+	s.locksMu.Lock()
+	delete(s.locks, sb.ID)
+	s.locksMu.Unlock()
+	return err
+}
+
+// Exec starts a command in a running sandbox.
+func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) (*agent.Session, *store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb.State != StateRunning {
+		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
+	}
+	if len(req.Argv) == 0 {
+		return nil, nil, errdefs.Invalid("no command given")
+	}
+	for _, kv := range req.Env {
+		if !envRe.MatchString(kv) {
+			return nil, nil, errdefs.Invalid("env %q is not KEY=VALUE", kv)
+		}
+	}
+	sess, err := s.agentFor(sb).Exec(ctx, req)
+	if err != nil {
+		var es *agent.ErrStart
+		if errors.As(err, &es) {
+			kind := errdefs.KindInvalid
+			if es.Info.Code == "internal" {
+				kind = errdefs.KindInternal
+			}
+			return nil, nil, errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
+		}
+		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
+	}
+	return sess, sb, nil
+}
+
+func mergeEnv(base, extra []string) []string {
+	out := append([]string(nil), base...)
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, o := range out {
+			if ok, _, _ := strings.Cut(o, "="); ok == k {
+				out[i] = kv
+				replaced = true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == key {
+			return true
+		}
+	}
+	return false
+}

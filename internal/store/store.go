@@ -1,0 +1,302 @@
+// Package store is shard's metadata store: one embedded SQLite database
+// (modernc.org/sqlite, no cgo) under the data directory.
+//
+// Every state change of a sandbox and the ledger event that records it are
+// written in one transaction (see UpdateSandbox), so the ledger never misses
+// a change that happened and never tells of one that did not.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	_ "modernc.org/sqlite"
+)
+
+// Store wraps the database.
+type Store struct {
+	db *sql.DB
+}
+
+// Sandbox is the persisted record of a sandbox.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Image       string            `json:"image"`        // as the user gave it
+	ImageDigest string            `json:"image_digest"` // manifest digest
+	Provider    string            `json:"provider"`
+	State       string            `json:"state"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	CPUMillis   int64             `json:"cpu_millis"` // 1000 = one cpu
+	DiskBytes   int64             `json:"disk_bytes"`
+	Pids        int64             `json:"pids"`
+	Env         []string          `json:"env"`
+	IP          string            `json:"ip"`
+	Token       string            `json:"token"` // agent token; never shown by the API
+	Error       string            `json:"error,omitempty"`
+	OOMKills    int64             `json:"oom_kills"`
+	ParentID    string            `json:"parent_id,omitempty"`
+	Session     string            `json:"session"` // ledger session name
+	Labels      map[string]string `json:"labels,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	StartedAt   time.Time         `json:"started_at"`
+	StoppedAt   time.Time         `json:"stopped_at"`
+}
+
+// Event is a ledger entry.
+type Event struct {
+	Seq       int64           `json:"seq"`
+	Session   string          `json:"session"`
+	Type      string          `json:"type"`
+	SandboxID string          `json:"sandbox_id"`
+	At        time.Time       `json:"at"`
+	Data      json.RawMessage `json:"data,omitempty"`
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL UNIQUE,
+	doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	session TEXT NOT NULL,
+	type TEXT NOT NULL,
+	sandbox_id TEXT NOT NULL,
+	at TEXT NOT NULL,
+	data TEXT
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
+CREATE TABLE IF NOT EXISTS sessions (
+	name TEXT PRIMARY KEY,
+	sandbox_id TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One writer at a time is SQLite's rule anyway; one connection keeps
+	// transactions simple and avoids SQLITE_BUSY between our own goroutines.
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// ErrNameTaken is returned when a sandbox name is in use.
+var ErrNameTaken = errors.New("name taken")
+
+// EventSpec is an event to write with a change.
+type EventSpec struct {
+	Type    string
+	Session string // defaults to the sandbox's session
+	Data    any
+}
+
+// CreateSandbox inserts a new record (and its ledger session and event).
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
+	doc, err := json.Marshal(sb)
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, name, doc) VALUES(?,?,?)`, sb.ID, sb.Name, string(doc)); err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") {
+				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
+			}
+			return err
+		}
+		if sb.Session != "" {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO sessions(name, sandbox_id, created_at) VALUES(?,?,?)`, sb.Session, sb.ID, ts(time.Now())); err != nil {
+				return err
+			}
+		}
+		return addEvent(ctx, tx, sb, ev)
+	})
+}
+
+// UpdateSandbox reads the record, applies fn, and writes it back with the
+// event, in one transaction. fn may return an error to abort.
+func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) (*EventSpec, error)) (*Sandbox, error) {
+	var out *Sandbox
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		sb, err := getTx(ctx, tx, `id = ?`, id)
+		if err != nil {
+			return err
+		}
+		ev, err := fn(sb)
+		if err != nil {
+			return err
+		}
+		doc, err := json.Marshal(sb)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
+			return err
+		}
+		out = sb
+		return addEvent(ctx, tx, sb, ev)
+	})
+	return out, err
+}
+
+// DeleteSandbox removes the record, writing ev in the same transaction.
+func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		sb, err := getTx(ctx, tx, `id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+			return err
+		}
+		return addEvent(ctx, tx, sb, ev)
+	})
+}
+
+// GetSandbox finds a sandbox by id or name.
+func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error) {
+	var out *Sandbox
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		sb, err := getTx(ctx, tx, `id = ? OR name = ?`, idOrName, idOrName)
+		out = sb
+		return err
+	})
+	return out, err
+}
+
+// ListSandboxes returns every sandbox, oldest first.
+func (s *Store) ListSandboxes(ctx context.Context) ([]*Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT doc FROM sandboxes`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Sandbox
+	for rows.Next() {
+		var doc string
+		if err := rows.Scan(&doc); err != nil {
+			return nil, err
+		}
+		sb := new(Sandbox)
+		if err := json.Unmarshal([]byte(doc), sb); err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	sortByCreated(out)
+	return out, rows.Err()
+}
+
+// Events returns a session's events after seq, at most limit.
+func (s *Store) Events(ctx context.Context, session string, after int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, session, type, sandbox_id, at, data FROM events WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?`, session, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at string
+		var data sql.NullString
+		if err := rows.Scan(&e.Seq, &e.Session, &e.Type, &e.SandboxID, &at, &data); err != nil {
+			return nil, err
+		}
+		e.At, _ = time.Parse(time.RFC3339Nano, at)
+		if data.Valid && data.String != "" {
+			e.Data = json.RawMessage(data.String)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// AddEvent appends an event to a sandbox's session on its own.
+func (s *Store) AddEvent(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return addEvent(ctx, tx, sb, ev) })
+}
+
+func addEvent(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) error {
+	if ev == nil {
+		return nil
+	}
+	session := ev.Session
+	if session == "" {
+		session = sb.Session
+	}
+	if session == "" {
+		return nil
+	}
+	var data any
+	if ev.Data != nil {
+		b, err := json.Marshal(ev.Data)
+		if err != nil {
+			return err
+		}
+		data = string(b)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO events(session, type, sandbox_id, at, data) VALUES(?,?,?,?,?)`,
+		session, ev.Type, sb.ID, ts(time.Now()), data)
+	return err
+}
+
+func getTx(ctx context.Context, tx *sql.Tx, where string, args ...any) (*Sandbox, error) {
+	var doc string
+	err := tx.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE `+where+` LIMIT 1`, args...).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("sandbox_not_found", "sandbox %s not found", args[0])
+	}
+	if err != nil {
+		return nil, err
+	}
+	sb := new(Sandbox)
+	if err := json.Unmarshal([]byte(doc), sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func sortByCreated(s []*Sandbox) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].CreatedAt.Before(s[j-1].CreatedAt); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# install-deps.sh: prepare a Debian 12 (bookworm) machine, as root, to build
+# and test shard.
+#
+#   1. apt packages: container runtimes and image tools (runc, podman, skopeo,
+#      umoci), a local registry (docker-registry), what test-images.sh needs
+#      (busybox-static, debootstrap), networking (nftables, iproute2) and
+#      xfsprogs. apt is skipped when dpkg-query says every package is already
+#      installed, so a rerun takes about a second.
+#   2. Go: needs Go >= 1.26. Go does not come from apt; it is expected in
+#      /usr/local/go. If `go` is not on PATH but /usr/local/go/bin/go exists,
+#      /usr/local/go/bin is added to PATH for this script only.
+#   3. runsc (gVisor): built from the version pinned by the separate Go module
+#      in tools/runsc (its go.mod has `tool gvisor.dev/gvisor/runsc`) into
+#      /usr/local/bin/runsc. It is rebuilt only when the binary is missing or
+#      older than tools/runsc/go.sum or go.mod.
+#
+# Usage: scripts/install-deps.sh      (no arguments; safe to rerun)
+#
+# Enabling IP forwarding and other host tuning is not done here.
+set -euo pipefail
+
+# Repository root, from this script's own location (works from any cwd).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+RUNSC_BIN=/usr/local/bin/runsc
+RUNSC_MOD_DIR="$ROOT/tools/runsc"
+# Serialises runsc builds between concurrent runs of this script.
+RUNSC_LOCK=/run/lock/shard-runsc-build.lock
+GO_MIN_MAJOR=1
+GO_MIN_MINOR=26
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (apt-get, /usr/local/bin)"
+
+# ---------------------------------------------------------------------------
+# 1. apt packages
+# ---------------------------------------------------------------------------
+PACKAGES=(
+	# Asked for explicitly.
+	runc docker-registry skopeo umoci busybox-static debootstrap podman
+	nftables iproute2 xfsprogs ca-certificates git curl
+	# debootstrap: Recommends (skipped by --no-install-recommends) that it
+	# needs to verify the bookworm Release file; wget is its downloader.
+	debian-archive-keyring gpgv wget
+	# pgrep/pkill (used below and by tests); minimal images lack it.
+	procps
+	# podman: Recommends it needs to run rootful containers with networking
+	# (CNI plugins for podman 4.3 on bookworm, an init for --init, overlay).
+	containernetworking-plugins catatonit fuse-overlayfs slirp4netns uidmap
+)
+
+# Print the packages from "$@" that are not fully installed.
+missing_packages() {
+	local p status
+	for p in "$@"; do
+		status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+		# "ii " = desired install, currently installed, no error.
+		[[ $status == "ii " ]] || printf '%s\n' "$p"
+	done
+}
+
+mapfile -t MISSING < <(missing_packages "${PACKAGES[@]}")
+if ((${#MISSING[@]} == 0)); then
+	log "apt: all ${#PACKAGES[@]} packages already installed"
+else
+	log "apt: installing: ${MISSING[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	# Only the missing ones: installed packages are not upgraded as a side effect.
+	apt-get install -y --no-install-recommends "${MISSING[@]}"
+
+	# Debian's docker-registry package enables a system service on :5000
+	# (with an htpasswd auth config that does not work out of the box). The
+	# tests start their own registries with scripts/registry.sh; keep the
+	# system one from holding the port. Only acts where systemd is running.
+	if [[ -d /run/systemd/system ]] &&
+		systemctl is-enabled --quiet docker-registry.service 2>/dev/null; then
+		log "apt: disabling the docker-registry system service (use scripts/registry.sh)"
+		systemctl disable --now docker-registry.service || true
+	fi
+fi
+
+# ---------------------------------------------------------------------------
+# 2. Go >= 1.26
+# ---------------------------------------------------------------------------
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+	export PATH="/usr/local/go/bin:$PATH"
+	log "go: not on PATH, using /usr/local/go/bin/go (add /usr/local/go/bin to your PATH)"
+fi
+command -v go >/dev/null 2>&1 ||
+	die "Go >= $GO_MIN_MAJOR.$GO_MIN_MINOR not found: install it to /usr/local/go (https://go.dev/dl/); it does not come from apt"
+
+# `go env GOVERSION` prints e.g. go1.26.3 (or go1.26rc1); GOTOOLCHAIN=local so
+# that this reports the installed toolchain, not one go.mod would switch to.
+GOVERSION=$(GOTOOLCHAIN=local go env GOVERSION)
+if [[ $GOVERSION =~ ^go([0-9]+)\.([0-9]+) ]]; then
+	go_major=${BASH_REMATCH[1]} go_minor=${BASH_REMATCH[2]}
+else
+	die "cannot parse Go version '$GOVERSION' from $(command -v go)"
+fi
+if ((go_major < GO_MIN_MAJOR || (go_major == GO_MIN_MAJOR && go_minor < GO_MIN_MINOR))); then
+	die "$(command -v go) is $GOVERSION; Go >= $GO_MIN_MAJOR.$GO_MIN_MINOR is required (install it to /usr/local/go)"
+fi
+log "go: $GOVERSION ($(command -v go))"
+
+# ---------------------------------------------------------------------------
+# 3. runsc (gVisor), pinned by tools/runsc/go.mod + go.sum
+# ---------------------------------------------------------------------------
+[[ -f $RUNSC_MOD_DIR/go.mod && -f $RUNSC_MOD_DIR/go.sum ]] ||
+	die "$RUNSC_MOD_DIR/go.mod or go.sum is missing"
+
+# True when runsc must be (re)built.
+runsc_stale() {
+	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ]]
+}
+
+# Another build may already be writing runsc (a concurrent run of this script,
+# or one started by hand as `go build -o /usr/local/bin/runsc`). Wait for it
+# rather than starting a second multi-minute build next to it.
+wait_for_other_runsc_build() {
+	local waited=0
+	while pgrep -f "go build -o $RUNSC_BIN" >/dev/null 2>&1; do
+		((waited % 30 == 0)) && log "runsc: waiting for a running 'go build -o $RUNSC_BIN' to finish (${waited}s)"
+		sleep 2
+		waited=$((waited + 2))
+	done
+}
+
+if runsc_stale; then
+	wait_for_other_runsc_build
+	mkdir -p "$(dirname "$RUNSC_LOCK")"
+	exec 9>"$RUNSC_LOCK"
+	flock 9
+	# Re-check: the build we waited for (or the lock holder) may have done it.
+	if runsc_stale; then
+		log "runsc: building gvisor.dev/gvisor/runsc pinned by $RUNSC_MOD_DIR (takes a few minutes)"
+		start=$SECONDS
+		# Build next to the target and rename, so a failed or interrupted
+		# build never leaves a truncated /usr/local/bin/runsc behind.
+		tmp="$RUNSC_BIN.new.$$"
+		trap 'rm -f "$tmp"' EXIT
+		(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$tmp" gvisor.dev/gvisor/runsc)
+		mv -f "$tmp" "$RUNSC_BIN"
+		touch "$RUNSC_BIN" # newer than go.sum even if go reused an old file
+		trap - EXIT
+		log "runsc: built in $((SECONDS - start))s"
+	fi
+	flock -u 9
+	exec 9>&-
+else
+	log "runsc: $RUNSC_BIN is up to date with $RUNSC_MOD_DIR/go.sum"
+fi
+
+"$RUNSC_BIN" --version
