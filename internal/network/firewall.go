@@ -9,15 +9,14 @@ import (
 	"github.com/google/nftables/expr"
 )
 
-// firewall owns the nftables table "shard" (ip family): NAT for the
+// firewall owns one nftables table, named after the bridge (ip family), so
+// two servers with two bridges never touch each other's rules: NAT for the
 // sandboxes' egress, and no way from a sandbox into the host except replies
 // to connections the host opened (the server dialing an agent).
 type firewall struct {
 	bridge string
 	subnet netip.Prefix
 }
-
-const tableName = "shard"
 
 func ifname(n string) []byte {
 	b := make([]byte, 16)
@@ -31,6 +30,7 @@ func newFirewall(bridge string, subnet netip.Prefix) (*firewall, error) {
 	if err != nil {
 		return nil, err
 	}
+	tableName := bridge
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
 	// Start from a clean table: rules are ours alone, made anew each start.
 	c.AddTable(t)

@@ -1,0 +1,275 @@
+// Package integration drives a real `shard serve` with real runsc and runc,
+// a real local OCI registry (Debian's docker-registry) with images built
+// from Debian packages, real network namespaces and nftables.
+//
+// These tests need root and the runtimes. Plain `go test ./...` skips them;
+// set SHARD_INTEGRATION=1 (the README's test command and CI do) and then a
+// missing runtime or tool fails loudly instead of skipping.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+)
+
+// env is the one server and registry every test shares.
+type env struct {
+	root     string // repository root
+	bin      string // the shard binary under test
+	dir      string // temp dir of the run
+	registry string // 127.0.0.1:port
+	socket   string
+	dataDir  string
+	runDir   string
+	bridge   string
+	subnet   string
+	server   *exec.Cmd
+	serveLog string
+	c        *client.Client
+}
+
+var E *env
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SHARD_INTEGRATION") != "1" {
+		fmt.Println("integration tests need root, runsc and runc: set SHARD_INTEGRATION=1 to run them")
+		os.Exit(m.Run()) // every test skips itself
+	}
+	e, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration setup failed:", err)
+		if e != nil {
+			e.teardown()
+		}
+		os.Exit(1)
+	}
+	E = e
+	code := m.Run()
+	e.teardown()
+	os.Exit(code)
+}
+
+func need(t testing.TB) *env {
+	t.Helper()
+	if E == nil {
+		t.Skip("set SHARD_INTEGRATION=1 to run integration tests")
+	}
+	return E
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func setup() (*env, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("integration tests must run as root")
+	}
+	for _, tool := range []string{"runsc", "runc", "docker-registry", "skopeo", "umoci", "mkfs.xfs", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s is not installed: run scripts/install-deps.sh", tool)
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	e := &env{root: filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))}
+	dir, err := os.MkdirTemp("", "shard-it-")
+	if err != nil {
+		return nil, err
+	}
+	e.dir = dir
+	e.bin = filepath.Join(dir, "shard")
+	build := exec.Command("go", "build", "-o", e.bin, "./cmd/shard")
+	build.Dir = e.root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return e, fmt.Errorf("build shard: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return e, err
+	}
+	e.registry = fmt.Sprintf("127.0.0.1:%d", port)
+	if _, err := run(filepath.Join(e.root, "scripts", "registry.sh"), "start", filepath.Join(dir, "registry"), fmt.Sprint(port)); err != nil {
+		return e, err
+	}
+	if _, err := run(filepath.Join(e.root, "scripts", "test-images.sh"), e.registry); err != nil {
+		return e, err
+	}
+	e.socket = filepath.Join(dir, "shard.sock")
+	e.dataDir = filepath.Join(dir, "data")
+	e.runDir = filepath.Join(dir, "run")
+	// A bridge and subnet of their own, so a shard serve on this machine
+	// (the default shard0, 10.88/16) is not disturbed.
+	e.bridge = "shardit0"
+	e.subnet = "10.89.0.0/16"
+	if err := e.startServer(); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+func (e *env) startServer() error {
+	e.serveLog = filepath.Join(e.dir, "serve.log")
+	logf, err := os.OpenFile(e.serveLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(e.bin, "serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
+		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", "20GiB",
+		"--registry-mirror", "http://"+e.registry, "--stop-timeout", "3s", "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	e.server = cmd
+	c, err := client.New(client.Options{Socket: e.socket})
+	if err != nil {
+		return err
+	}
+	e.c = c
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Capabilities(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(e.serveLog)
+	return fmt.Errorf("shard serve did not come up:\n%s", b)
+}
+
+// killServer kills the server with SIGKILL (kill -9): no clean-up at all.
+func (e *env) killServer() {
+	e.server.Process.Signal(syscall.SIGKILL)
+	e.server.Wait()
+}
+
+func (e *env) stopServer() {
+	if e.server == nil || e.server.Process == nil {
+		return
+	}
+	e.server.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { e.server.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		e.server.Process.Kill()
+		<-done
+	}
+}
+
+func (e *env) teardown() {
+	if e.c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if all, err := e.c.List(ctx); err == nil {
+			for _, sb := range all {
+				e.c.Remove(ctx, sb.ID, true)
+			}
+		}
+		cancel()
+	}
+	e.stopServer()
+	run(filepath.Join(e.root, "scripts", "registry.sh"), "stop", filepath.Join(e.dir, "registry"))
+	exec.Command("umount", filepath.Join(e.dataDir, "storage")).Run()
+	exec.Command("ip", "link", "del", e.bridge).Run()
+	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
+	if os.Getenv("SHARD_KEEP") == "" {
+		os.RemoveAll(e.dir)
+	} else {
+		fmt.Println("kept", e.dir)
+	}
+}
+
+// cli runs the shard CLI against the test server.
+func (e *env) cli(t testing.TB, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(e.bin, append([]string{"--socket", e.socket}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var o, er bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &er
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run shard %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return o.String(), er.String(), code
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// image names in the local registry, reached through the mirror as docker
+// would name them on a machine with internet.
+const (
+	busybox = "busybox"
+	python  = "python:3.12-slim"
+)
+
+var providers = []string{"gvisor", "runc"}
+
+// create makes a sandbox and removes it when the test ends.
+func create(t testing.TB, req client.CreateRequest) *client.Sandbox {
+	t.Helper()
+	e := need(t)
+	sb, err := e.c.Create(ctxT(t), req)
+	if err != nil {
+		t.Fatalf("create %+v: %v", req, err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), sb.ID, true) })
+	return sb
+}
+
+func execOK(t testing.TB, id string, argv ...string) string {
+	t.Helper()
+	res, err := need(t).c.Exec(ctxT(t), id, client.ExecRequest{Argv: argv})
+	if err != nil {
+		t.Fatalf("exec %v in %s: %v", argv, id, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %v in %s: exit %d, stderr %q", argv, id, res.ExitCode, res.Stderr)
+	}
+	return string(res.Stdout)
+}
