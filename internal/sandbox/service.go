@@ -342,6 +342,7 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		}
 	}
 	cgroupLimit := sb.MemoryBytes
+	pids := sb.Pids
 	agentEnv := []string{agent.EnvToken + "=" + sb.Token}
 	if sb.Provider == "gvisor" {
 		// gVisor has no OOM killer of its own: the agent is the sandbox's
@@ -349,11 +350,16 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		// host kernel never kills the whole sandbox first.
 		agentEnv = append(agentEnv, agent.EnvMemoryLimit+"="+strconv.FormatInt(sb.MemoryBytes, 10))
 		cgroupLimit = sb.MemoryBytes + max(64<<20, sb.MemoryBytes/4)
+		// The host pids cgroup also counts the Sentry's threads and the
+		// systrap stubs (about one per guest thread), and a Sentry that
+		// cannot make a thread hangs the whole sandbox: the bound becomes a
+		// backstop of twice the guest's plus room for the Sentry.
+		pids = GvisorPidsBackstop(sb.Pids)
 	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
 		AgentDir: s.agentDir, Netns: nsPath, CgroupsPath: "/shard/" + sb.ID,
-		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: sb.Pids,
+		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 	})
 	inst := &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}
@@ -369,6 +375,10 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 	}
 	return nil
 }
+
+// GvisorPidsBackstop is the host pids bound of a gVisor sandbox whose guest
+// may have n processes.
+func GvisorPidsBackstop(n int64) int64 { return 2*n + 512 }
 
 func tail(s string, n int) string {
 	s = strings.TrimSpace(s)

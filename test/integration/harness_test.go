@@ -273,3 +273,7 @@ func execOK(t testing.TB, id string, argv ...string) string {
 	}
 	return string(res.Stdout)
 }
+
+func mustCreate(image, name string) client.CreateRequest {
+	return client.CreateRequest{Image: image, Name: name}
+}

@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+)
+
+// TestKill9Restart: kill -9 the server while sandboxes run, start it again:
+// they are still listed, running, and exec works (also into processes and
+// files from before).
+func TestKill9Restart(t *testing.T) {
+	e := need(t)
+	var ids []string
+	for _, prov := range providers {
+		sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "k9-" + prov})
+		execOK(t, sb.ID, "sh", "-c", "echo before > /root/f; sleep 1000 >/dev/null 2>&1 &")
+		ids = append(ids, sb.ID)
+	}
+	e.killServer()
+	if err := e.startServer(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		sb, err := e.c.Get(ctxT(t), id)
+		if err != nil || sb.State != "running" {
+			t.Fatalf("after kill -9 and restart: %+v, %v", sb, err)
+		}
+		if got := execOK(t, id, "cat", "/root/f"); got != "before\n" {
+			t.Fatalf("file after restart: %q", got)
+		}
+		if got := execOK(t, id, "sh", "-c", "pidof sleep >/dev/null && echo yes"); got != "yes\n" {
+			t.Fatalf("process from before the restart is gone (%s)", id)
+		}
+	}
+}
+
+// TestBackgroundAndDisconnect: background processes outlive their exec, and
+// a command keeps running when its client goes away.
+func TestBackgroundAndDisconnect(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			start := time.Now()
+			execOK(t, sb.ID, "sh", "-c", "sleep 1000 &")
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("exec with a background child took %v: it waited for the child", d)
+			}
+			if got := execOK(t, sb.ID, "sh", "-c", "pidof sleep >/dev/null && echo yes"); got != "yes\n" {
+				t.Fatalf("background process did not survive its exec")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+			_, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", "sleep 1; echo done > /tmp/after"}})
+			if err == nil {
+				t.Fatalf("exec returned without error though its client left")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"cat", "/tmp/after"}})
+				if err == nil && string(res.Stdout) == "done\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the command did not finish after its client disconnected")
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestConcurrentExecs: many execs at once in one sandbox.
+func TestConcurrentExecs(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox})
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("sleep 0.2; echo %d", i)}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if strings.TrimSpace(string(res.Stdout)) != fmt.Sprint(i) {
+				errs <- fmt.Errorf("exec %d got %q", i, res.Stdout)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestExecTimeout: --timeout kills the command; exit code 124 from the CLI.
+func TestExecTimeout(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox})
+	start := time.Now()
+	_, errOut, code := e.cli(t, "", "exec", "--timeout", "1s", sb.ID, "sleep", "30")
+	if code != 124 || !strings.Contains(errOut, "timeout") {
+		t.Fatalf("timeout: code %d, %q", code, errOut)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+}
