@@ -100,6 +100,9 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 // shutdown asks every other process in the sandbox to end, gives them a
 // moment, then flushes file data to the host.
 func (s *Server) shutdown() {
+	if os.Getpid() != 1 {
+		return // not a sandbox's init (a test): never signal the whole host
+	}
 	_ = syscall.Kill(-1, syscall.SIGTERM)
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) && s.reaper.others() {

@@ -123,6 +123,10 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 // started, 'O' stdout, 'E' stderr, 'X' exit from the server) then the
 // payload. An empty 'I' closes stdin.
 func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.writeError(w, r, errdefs.Invalid("exec over GET is the WebSocket form: upgrade the connection, or POST the request"))
+		return
+	}
 	raw := r.URL.Query().Get("request")
 	if raw == "" {
 		s.writeError(w, r, errdefs.Invalid("exec over GET is the WebSocket form: pass ?request=<JSON> and upgrade, or POST the request"))
@@ -133,6 +137,10 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		s.writeError(w, r, errdefs.Invalid("request is not valid JSON: %v", err))
+		return
+	}
+	if dec.More() {
+		s.writeError(w, r, errdefs.Invalid("request has more than one JSON value"))
 		return
 	}
 	ar, err := agentRequest(&req)

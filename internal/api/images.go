@@ -57,8 +57,9 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 	return map[string]string{"removed": ref}, 200, nil
 }
 
-// pullImage streams progress as NDJSON. Errors found before the pull starts
-// (bad reference) are plain 4xx answers; later ones are the last line.
+// pullImage streams progress as NDJSON. A malformed body is a plain 4xx
+// answer; every error of the pull itself (a bad reference included) is the
+// stream's last line, {"type":"error","error":{code,message}}.
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	var req PullRequest
 	if err := decode(r, &req); err != nil {

@@ -59,7 +59,11 @@ func cpuField(raw json.RawMessage) (int64, error) {
 	}
 	var f float64
 	if err := json.Unmarshal(raw, &f); err == nil {
-		return units.ParseCPU(strconv.FormatFloat(f, 'f', -1, 64))
+		v, err := units.ParseCPU(strconv.FormatFloat(f, 'f', -1, 64))
+		if err != nil {
+			return 0, errdefs.Invalid("cpu: %v", err)
+		}
+		return v, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {

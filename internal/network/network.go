@@ -123,6 +123,10 @@ func hostVeth(name string) string {
 // at ip on the bridge and a default route to the gateway. It returns the
 // namespace's path.
 func (m *Manager) Create(ctx context.Context, name string, ip netip.Addr) (string, error) {
+	// The address may have belonged to a sandbox that is gone: forget its
+	// MAC, or the host keeps sending to it until the entry goes stale
+	// (tens of seconds of silence).
+	m.forgetNeighbour(ip)
 	path := m.Path(name)
 	if err := m.newNamedNetns(path); err != nil {
 		return "", fmt.Errorf("netns %s: %w", name, err)
@@ -191,6 +195,22 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 		return fmt.Errorf("default route: %w", err)
 	}
 	return nil
+}
+
+func (m *Manager) forgetNeighbour(ip netip.Addr) {
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return
+	}
+	neighs, err := netlink.NeighList(br.Attrs().Index, netlink.FAMILY_V4)
+	if err != nil {
+		return
+	}
+	for _, n := range neighs {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
+			netlink.NeighDel(&n)
+		}
+	}
 }
 
 // newNamedNetns creates a network namespace and bind-mounts it at path, on a

@@ -52,7 +52,8 @@ type Service struct {
 	order     []string
 	agentDir  string // holds the copy of the shard binary that sandboxes run
 
-	allocMu sync.Mutex // guards ip and project allocation
+	allocMu sync.Mutex // guards ip allocation
+	lastIP  netip.Addr // guarded by allocMu
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
@@ -274,16 +275,30 @@ func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
 	for _, sb := range all {
 		usedIP[sb.IP] = true
 	}
+	// Round robin from the last address handed out: an address just freed
+	// is the last to be reused, so stale neighbour entries and connections
+	// to a removed sandbox never reach a new one.
 	subnet := s.cfg.Net.Subnet()
-	ip := s.cfg.Net.Gateway().Next()
-	for ; subnet.Contains(ip); ip = ip.Next() {
-		if !usedIP[ip.String()] && !ip.Next().IsUnspecified() && subnet.Contains(ip.Next()) {
+	first := s.cfg.Net.Gateway().Next()
+	ip := s.lastIP.Next()
+	if !s.lastIP.IsValid() || !subnet.Contains(ip) {
+		ip = first
+	}
+	for tries := 0; ; tries++ {
+		last := !subnet.Contains(ip.Next()) // the broadcast address
+		if last {
+			ip = first
+			continue
+		}
+		if !usedIP[ip.String()] {
 			break
 		}
+		if tries > 1<<20 {
+			return netip.Addr{}, errdefs.Unavailable("no_addresses", "no free address left in %s", subnet)
+		}
+		ip = ip.Next()
 	}
-	if !subnet.Contains(ip) || !subnet.Contains(ip.Next()) {
-		return netip.Addr{}, errdefs.Unavailable("no_addresses", "no free address left in %s", subnet)
-	}
+	s.lastIP = ip
 	return ip, nil
 }
 
@@ -301,6 +316,10 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 	}
 	p := s.providers[sb.Provider]
 	dir := s.runDir(sb.ID)
+	t0 := time.Now()
+	phase := func(name string) {
+		s.cfg.Log.Debug("boot phase", "sandbox", sb.ID, "phase", name, "at", time.Since(t0))
+	}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -317,6 +336,7 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		return err
 	}
 	undo = append(undo, func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
+	phase("rootfs")
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
 		return err
@@ -327,6 +347,7 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		return err
 	}
 	undo = append(undo, func() { s.cfg.Net.Delete(sb.ID) })
+	phase("netns")
 	hostname := sb.Name
 	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
 		hostname = sb.ID
@@ -367,12 +388,14 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		return err
 	}
 	undo = append(undo, func() { p.Delete(context.Background(), sb.ID) })
+	phase("runtime")
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.agentFor(sb).WaitReady(actx); err != nil {
 		logTail, _ := os.ReadFile(inst.LogOut)
 		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
 	}
+	phase("agent")
 	return nil
 }
 

@@ -1,0 +1,248 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// mkfile creates path with mode and returns it.
+func mkfile(t *testing.T, path string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	// WriteFile's mode is filtered by the umask.
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	prog := mkfile(t, filepath.Join(dir, "prog"), 0o755)
+	mkfile(t, filepath.Join(dir, "noexec"), 0o644)
+	mkfile(t, filepath.Join(other, "prog"), 0o755) // shadowed by dir's
+	if err := os.Mkdir(filepath.Join(dir, "subdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name, path string
+		want       string // "" means an error is expected
+		wantErr    string // substring of the error
+	}{
+		{"prog", dir, prog, ""},
+		{"prog", "/nonexistent-shard-test:" + dir, prog, ""},
+		{"prog", dir + ":" + other, prog, ""}, // first match wins
+		{"prog", other + ":" + dir, filepath.Join(other, "prog"), ""},
+		{"noexec", dir, "", "command not found"},
+		{"subdir", dir, "", "command not found"},
+		{"missing", dir, "", "command not found in the sandbox (PATH=" + dir + ")"},
+		{prog, "", prog, ""},                        // a path is used as given
+		{prog, "/nonexistent-shard-test", prog, ""}, // ... whatever PATH says
+		{filepath.Join(dir, "noexec"), "", "", "permission denied"},
+		{filepath.Join(dir, "subdir"), "", "", "is a directory"},
+		{filepath.Join(dir, "missing"), "", "", "no such file"},
+	}
+	for _, tt := range tests {
+		got, err := lookPath(tt.name, tt.path)
+		if tt.want != "" {
+			if err != nil || got != tt.want {
+				t.Errorf("lookPath(%q, %q) = %q, %v; want %q, nil", tt.name, tt.path, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("lookPath(%q, %q) = %q, nil; want an error", tt.name, tt.path, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("lookPath(%q, %q) error = %q, want it to contain %q", tt.name, tt.path, err, tt.wantErr)
+		}
+	}
+}
+
+func TestLookPathDefaultPATH(t *testing.T) {
+	got, err := lookPath("sh", "")
+	if err != nil {
+		t.Fatalf("lookPath(%q, \"\") = %v, want the default PATH to find it", "sh", err)
+	}
+	if filepath.Base(got) != "sh" || !filepath.IsAbs(got) {
+		t.Errorf("lookPath(%q, \"\") = %q, want an absolute path to sh", "sh", got)
+	}
+}
+
+// An empty PATH element is the working directory, as in a shell.
+func TestLookPathEmptyElementIsCwd(t *testing.T) {
+	dir := t.TempDir()
+	mkfile(t, filepath.Join(dir, "prog"), 0o755)
+	t.Chdir(dir)
+	for _, path := range []string{":/nonexistent-shard-test", "/nonexistent-shard-test:", "/nonexistent-shard-test::/x"} {
+		got, err := lookPath("prog", path)
+		if err != nil || got != "prog" {
+			t.Errorf("lookPath(%q, %q) = %q, %v; want %q, nil", "prog", path, got, err, "prog")
+		}
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	tests := []struct {
+		name        string
+		base, extra []string
+		want        []string
+	}{
+		{"both empty", nil, nil, nil},
+		{"base only", []string{"A=1", "B=2"}, nil, []string{"A=1", "B=2"}},
+		{"extra only", nil, []string{"A=1"}, []string{"A=1"}},
+		{"override keeps position", []string{"A=1", "B=2", "C=3"}, []string{"B=x"}, []string{"A=1", "B=x", "C=3"}},
+		{"add at the end", []string{"A=1"}, []string{"Z=9", "B=2"}, []string{"A=1", "Z=9", "B=2"}},
+		{"last extra wins", []string{"A=1"}, []string{"A=2", "A=3"}, []string{"A=3"}},
+		{"duplicate in base collapses", []string{"A=1", "B=2", "A=3"}, nil, []string{"A=3", "B=2"}},
+		{"empty value overrides", []string{"A=1"}, []string{"A="}, []string{"A="}},
+		{"value with =", []string{"A=1"}, []string{"A=b=c"}, []string{"A=b=c"}},
+		{"key is case sensitive", []string{"path=/a"}, []string{"PATH=/b"}, []string{"path=/a", "PATH=/b"}},
+		{"prefix is not the key", []string{"AB=1"}, []string{"A=2"}, []string{"AB=1", "A=2"}},
+	}
+	for _, tt := range tests {
+		base := slices.Clone(tt.base)
+		got := mergeEnv(tt.base, tt.extra)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: mergeEnv(%q, %q) = %q, want %q", tt.name, tt.base, tt.extra, got, tt.want)
+		}
+		if !slices.Equal(tt.base, base) {
+			t.Errorf("%s: mergeEnv(%q, %q) modified base to %q", tt.name, base, tt.extra, tt.base)
+		}
+	}
+}
+
+// mergeEnv must not write into base's spare capacity (the append trap).
+func TestMergeEnvDoesNotAlias(t *testing.T) {
+	base := make([]string, 1, 10)
+	base[0] = "A=1"
+	got := mergeEnv(base, []string{"B=2"})
+	got[0] = "A=changed"
+	if base[0] != "A=1" {
+		t.Errorf("mergeEnv result aliases base: base[0] = %q after changing the result, want %q", base[0], "A=1")
+	}
+	if extra := base[:2]; extra[1] != "" {
+		t.Errorf("mergeEnv wrote %q into base's spare capacity, want it untouched", extra[1])
+	}
+}
+
+func TestEnvValue(t *testing.T) {
+	tests := []struct {
+		env  []string
+		key  string
+		want string
+	}{
+		{nil, "PATH", ""},
+		{[]string{"PATH=/bin"}, "PATH", "/bin"},
+		{[]string{"PATH=/a", "PATH=/b"}, "PATH", "/b"}, // the last one, as mergeEnv would
+		{[]string{"PATHX=/a"}, "PATH", ""},
+		{[]string{"XPATH=/a"}, "PATH", ""},
+		{[]string{"PATH"}, "PATH", ""}, // no "=": not a value
+		{[]string{"PATH="}, "PATH", ""},
+		{[]string{"A=b=c"}, "A", "b=c"},
+		{[]string{"path=/a"}, "PATH", ""},
+	}
+	for _, tt := range tests {
+		if got := envValue(tt.env, tt.key); got != tt.want {
+			t.Errorf("envValue(%q, %q) = %q, want %q", tt.env, tt.key, got, tt.want)
+		}
+	}
+}
+
+func TestHasKey(t *testing.T) {
+	tests := []struct {
+		env  []string
+		key  string
+		want bool
+	}{
+		{nil, "HOME", false},
+		{[]string{"HOME=/root"}, "HOME", true},
+		{[]string{"HOME="}, "HOME", true},
+		{[]string{"HOMEDIR=/x"}, "HOME", false},
+		{[]string{"A=1", "HOME=/x"}, "HOME", true},
+		{[]string{"home=/x"}, "HOME", false},
+	}
+	for _, tt := range tests {
+		if got := hasKey(tt.env, tt.key); got != tt.want {
+			t.Errorf("hasKey(%q, %q) = %v, want %v", tt.env, tt.key, got, tt.want)
+		}
+	}
+}
+
+func TestLookupUser(t *testing.T) {
+	tests := []struct {
+		spec     string
+		wantNil  bool // no credential: the agent's own user
+		uid, gid uint32
+		home     string
+	}{
+		{"", true, 0, 0, "/root"},
+		{"root", false, 0, 0, "/root"},
+		{"0", false, 0, 0, "/root"},
+		{"0:0", false, 0, 0, "/root"},
+		{"root:root", false, 0, 0, "/root"},
+		{"root:0", false, 0, 0, "/root"},
+		{"root:4242", false, 0, 4242, "/root"}, // a numeric group need not exist
+		// A numeric uid missing from /etc/passwd is allowed, with gid = uid.
+		{"4242", false, 4242, 4242, "/"},
+		{"4242:4343", false, 4242, 4343, "/"},
+	}
+	for _, tt := range tests {
+		cred, home, err := lookupUser(tt.spec)
+		if err != nil {
+			t.Errorf("lookupUser(%q) error = %v, want nil", tt.spec, err)
+			continue
+		}
+		if home != tt.home {
+			t.Errorf("lookupUser(%q) home = %q, want %q", tt.spec, home, tt.home)
+		}
+		if tt.wantNil {
+			if cred != nil {
+				t.Errorf("lookupUser(%q) credential = %+v, want nil", tt.spec, cred)
+			}
+			continue
+		}
+		if cred == nil {
+			t.Errorf("lookupUser(%q) credential = nil, want uid %d gid %d", tt.spec, tt.uid, tt.gid)
+			continue
+		}
+		if cred.Uid != tt.uid || cred.Gid != tt.gid {
+			t.Errorf("lookupUser(%q) = uid %d gid %d, want uid %d gid %d", tt.spec, cred.Uid, cred.Gid, tt.uid, tt.gid)
+		}
+		if slices.Contains(cred.Groups, cred.Gid) {
+			t.Errorf("lookupUser(%q) supplementary groups %v repeat the primary group %d", tt.spec, cred.Groups, cred.Gid)
+		}
+	}
+}
+
+func TestLookupUserErrors(t *testing.T) {
+	tests := []struct {
+		spec    string
+		wantErr string
+	}{
+		{"nosuchuser", `user "nosuchuser" is not in the sandbox's /etc/passwd`},
+		{"nosuchuser:0", `user "nosuchuser"`},
+		{"root:nosuchgroup", `group "nosuchgroup" is not in the sandbox's /etc/group`},
+		{"-1", `user "-1"`},
+		{"99999999999", `user "99999999999"`}, // does not fit in 32 bits
+		{"root:", `group ""`},
+	}
+	for _, tt := range tests {
+		cred, home, err := lookupUser(tt.spec)
+		if err == nil {
+			t.Errorf("lookupUser(%q) = %+v, %q, nil; want an error", tt.spec, cred, home)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("lookupUser(%q) error = %q, want it to contain %q", tt.spec, err, tt.wantErr)
+		}
+	}
+}
