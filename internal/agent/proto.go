@@ -138,6 +138,9 @@ func ReadFrame(r io.Reader) (byte, []byte, error) {
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(r, p); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // the header promised a payload
+		}
 		return 0, nil, err
 	}
 	return hdr[0], p, nil

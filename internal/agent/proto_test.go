@@ -97,7 +97,7 @@ func TestReadFrameErrors(t *testing.T) {
 		{"empty stream", nil, io.EOF, ""},
 		{"short header", []byte{FrameStdout, 0, 0}, io.ErrUnexpectedEOF, ""},
 		{"short payload", append(header(FrameStdout, 10), "abc"...), io.ErrUnexpectedEOF, ""},
-		{"header only, payload missing", header(FrameStdout, 1), io.EOF, ""},
+		{"header only, payload missing", header(FrameStdout, 1), io.ErrUnexpectedEOF, ""},
 		{"MaxFrame+1", header(FrameStdout, MaxFrame+1), nil, "exceeds the limit"},
 		{"4 GiB", header(FrameStdout, 0xffffffff), nil, "exceeds the limit"},
 	}

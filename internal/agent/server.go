@@ -193,7 +193,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 		for {
 			typ, b, err := ReadFrame(c)
 			if err != nil {
-				p.closeStdin()
+				p.queueStdin(nil)
 				out.mu.Lock()
 				out.dead = true
 				out.mu.Unlock()
@@ -201,11 +201,9 @@ func (s *Server) exec(c net.Conn, req *Request) {
 			}
 			switch typ {
 			case FrameStdin:
-				if len(b) == 0 {
-					p.closeStdin()
-				} else {
-					p.writeStdin(b)
-				}
+				// Queued, never written here: a command that does not read
+				// its stdin must not hold up signals and resizes behind it.
+				p.queueStdin(b)
 			case FrameResize:
 				var r Resize
 				if json.Unmarshal(b, &r) == nil {
@@ -291,30 +289,55 @@ type proc struct {
 	pid     int
 	done    chan syscall.WaitStatus
 	outputs []io.Reader // stdout, stderr (only stdout for a TTY)
-	stdinMu sync.Mutex
-	stdin   *os.File // nil once closed or when there is none
-	tty     *os.File // pty master, or nil
+	stdin   *os.File    // nil when there is none; owned by the stdin writer
+	tty     *os.File    // pty master, or nil
+
+	stdinOnce sync.Once
+	stdinQ    chan []byte // to the stdin writer; an empty slice closes stdin
+	closed    sync.Once
 }
 
-func (p *proc) writeStdin(b []byte) {
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
-	if p.stdin != nil {
-		p.stdin.Write(b)
+// queueStdin hands input to the stdin writer; empty or nil closes stdin.
+func (p *proc) queueStdin(b []byte) {
+	if p.stdin == nil {
+		return
+	}
+	p.stdinOnce.Do(func() {
+		p.stdinQ = make(chan []byte, 1024)
+		go p.stdinWriter()
+	})
+	if len(b) == 0 {
+		p.closed.Do(func() { p.stdinQ <- nil })
+		return
+	}
+	select {
+	case p.stdinQ <- b:
+	default:
+		// Over 1024 frames queued: the command is not reading. Wait, as a
+		// pipe would; signals queued behind this still wait, but only then.
+		p.stdinQ <- b
 	}
 }
 
-func (p *proc) closeStdin() {
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
-	if p.stdin != nil && p.tty == nil {
-		p.stdin.Close()
-	}
-	if p.tty == nil {
-		p.stdin = nil
-	} else if p.stdin != nil {
-		// A TTY has no half-close: send EOF (^D) the way a terminal does.
-		p.stdin.Write([]byte{4})
+func (p *proc) stdinWriter() {
+	var last byte = '\n'
+	for b := range p.stdinQ {
+		if b == nil {
+			if p.tty == nil {
+				p.stdin.Close()
+			} else if last == '\n' {
+				// A TTY has no half-close: ^D at the start of a line is EOF.
+				p.stdin.Write([]byte{4})
+			} else {
+				// After a partial line the first ^D only flushes it.
+				p.stdin.Write([]byte{4, 4})
+			}
+			return
+		}
+		if _, err := p.stdin.Write(b); err != nil {
+			continue // the command closed its stdin; drop the rest
+		}
+		last = b[len(b)-1]
 	}
 }
 
@@ -351,7 +374,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	if err != nil {
 		return nil, startErr("invalid_argument", "%v", err)
 	}
-	if home != "" && !hasKey(req.Env, "HOME") {
+	if home != "" && !hasKey(env, "HOME") {
 		env = mergeEnv(env, []string{"HOME=" + home})
 	}
 	path, err := lookPath(req.Argv[0], envValue(env, "PATH"))

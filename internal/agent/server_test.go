@@ -675,3 +675,45 @@ func TestNewServerFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// A signal must reach the command even when stdin sent before it is still
+// waiting for the command to read it (Ctrl-C on `cmd < big-file`).
+func TestExecSignalBehindUnreadStdin(t *testing.T) {
+	c := testAgent(t)
+	start := time.Now()
+	s := startExec(t, c, Request{Argv: []string{"sleep", "2"}, Stdin: true})
+	// More than a pipe holds; sleep never reads it.
+	if err := s.Stdin(make([]byte, 256<<10)); err != nil {
+		t.Fatalf("Stdin() = %v", err)
+	}
+	if err := s.Signal(int(syscall.SIGTERM)); err != nil {
+		t.Fatalf("Signal() = %v", err)
+	}
+	r := collect(t, s, start)
+	if r.exit.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("Signal(SIGTERM) queued behind unread stdin was not delivered: exit %+v after %v, want signal 15 at once (server.go: the frame reader blocks in writeStdin)", r.exit, r.elapsed)
+	}
+	if r.elapsed > time.Second {
+		t.Errorf("Signal(SIGTERM) behind unread stdin took %v to end the command, want < 1s", r.elapsed)
+	}
+}
+
+// Closing a TTY's stdin after a partial line must still end input (EOF).
+func TestExecTTYCloseStdinAfterPartialLine(t *testing.T) {
+	c := testAgent(t)
+	start := time.Now()
+	s := startExec(t, c, Request{Argv: []string{"cat"}, TTY: true, Stdin: true, TimeoutMS: 1000})
+	if err := s.Stdin([]byte("abc")); err != nil { // no newline
+		t.Fatalf("Stdin() = %v", err)
+	}
+	if err := s.CloseStdin(); err != nil {
+		t.Fatalf("CloseStdin() = %v", err)
+	}
+	r := collect(t, s, start)
+	if r.exit.TimedOut {
+		t.Fatalf("after a partial line, CloseStdin on a TTY only flushes the line (one ^D); cat never saw EOF: output %q, exit %+v", r.stdout, r.exit)
+	}
+	if r.exit.Code != 0 || !strings.Contains(r.stdout, "abc") {
+		t.Errorf("Exec(TTY cat) with %q then CloseStdin = %q, exit %+v; want abc echoed and exit 0", "abc", r.stdout, r.exit)
+	}
+}

@@ -19,7 +19,7 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 		return nil, homeOf("0"), nil
 	}
 	u, g, hasGroup := strings.Cut(spec, ":")
-	uid, gid, home, err := resolvePasswd(u)
+	uid, gid, home, name, err := resolvePasswd(u)
 	if err != nil {
 		return nil, "", err
 	}
@@ -29,7 +29,7 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 			return nil, "", err
 		}
 	}
-	cred := &syscall.Credential{Uid: uid, Gid: gid, Groups: supplementary(u, gid)}
+	cred := &syscall.Credential{Uid: uid, Gid: gid, Groups: supplementary(name, gid)}
 	return cred, home, nil
 }
 
@@ -51,7 +51,9 @@ func readColonFile(path string, fn func(f []string) bool) {
 	}
 }
 
-func resolvePasswd(u string) (uid, gid uint32, home string, err error) {
+// resolvePasswd finds a user by name or uid; name is the passwd name ("" for
+// a uid that is not in /etc/passwd).
+func resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
 	found := false
 	readColonFile("/etc/passwd", func(f []string) bool {
 		if len(f) < 6 || (f[0] != u && f[2] != u) {
@@ -62,17 +64,17 @@ func resolvePasswd(u string) (uid, gid uint32, home string, err error) {
 		if e1 != nil || e2 != nil {
 			return false
 		}
-		uid, gid, home, found = uint32(a), uint32(b), f[5], true
+		uid, gid, home, name, found = uint32(a), uint32(b), f[5], f[0], true
 		return true
 	})
 	if found {
-		return uid, gid, home, nil
+		return uid, gid, home, name, nil
 	}
 	n, perr := strconv.ParseUint(u, 10, 32)
 	if perr != nil {
-		return 0, 0, "", fmt.Errorf("user %q is not in the sandbox's /etc/passwd", u)
+		return 0, 0, "", "", fmt.Errorf("user %q is not in the sandbox's /etc/passwd", u)
 	}
-	return uint32(n), uint32(n), "/", nil
+	return uint32(n), uint32(n), "/", "", nil
 }
 
 func resolveGroup(g string) (uint32, error) {
@@ -101,6 +103,9 @@ func resolveGroup(g string) (uint32, error) {
 
 func supplementary(user string, primary uint32) []uint32 {
 	var out []uint32
+	if user == "" {
+		return nil
+	}
 	readColonFile("/etc/group", func(f []string) bool {
 		if len(f) < 4 {
 			return false
@@ -118,7 +123,7 @@ func supplementary(user string, primary uint32) []uint32 {
 }
 
 func homeOf(uid string) string {
-	_, _, home, err := resolvePasswd(uid)
+	_, _, home, _, err := resolvePasswd(uid)
 	if err != nil {
 		return "/root"
 	}

@@ -201,7 +201,7 @@ func decode(r *http.Request, v any) error {
 		}
 		return errdefs.Invalid("request body is not valid JSON: %v", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return errdefs.Invalid("request body has more than one JSON value")
 	}
 	return nil

@@ -119,7 +119,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) e
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, name, doc) VALUES(?,?,?)`, sb.ID, sb.Name, string(doc)); err != nil {
-			if strings.Contains(err.Error(), "UNIQUE") {
+			if strings.Contains(err.Error(), "sandboxes.name") {
 				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
 			}
 			return err
@@ -151,6 +151,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
+			if strings.Contains(err.Error(), "sandboxes.name") {
+				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
+			}
 			return err
 		}
 		out = sb
