@@ -337,3 +337,32 @@ func (c *Client) ImportImage(ctx context.Context, r io.Reader, name string) ([]I
 	err := c.call(ctx, "POST", "/images/import?name="+url.QueryEscape(name), r, &out)
 	return out.Images, err
 }
+
+// Fork copies a running sandbox (files, memory and processes) into a new
+// running sandbox with its own id, name and address.
+func (c *Client) Fork(ctx context.Context, idOrName string, req ForkRequest) (*Sandbox, error) {
+	if req.Count > 1 {
+		return nil, fmt.Errorf("Fork makes one sandbox: use ForkMany for count %d", req.Count)
+	}
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/fork", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ForkMany makes req.Count forks from one freeze of the source.
+func (c *Client) ForkMany(ctx context.Context, idOrName string, req ForkRequest) ([]Sandbox, error) {
+	if req.Count <= 1 {
+		sb, err := c.Fork(ctx, idOrName, req)
+		if err != nil {
+			return nil, err
+		}
+		return []Sandbox{*sb}, nil
+	}
+	var out ForkResponse
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/fork", req, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}

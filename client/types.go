@@ -112,3 +112,15 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// ForkRequest is the body of POST /v0/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Name  string `json:"name,omitempty"`
+	Count int    `json:"count,omitempty"` // forks from one freeze; with count > 1, name is a prefix (NAME-1...)
+	Tag   string `json:"tag,omitempty"`   // stored with the checkpoint event in the source's ledger
+}
+
+// ForkResponse is the answer to a fork with count > 1.
+type ForkResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}

@@ -49,7 +49,7 @@ SHARD_REMOTE with the API key in SHARD_API_KEY.`,
 	root.AddCommand(
 		newServeCmd(), newAgentCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
-		newStopCmd(a), newStartCmd(a), newRemoveCmd(a),
+		newStopCmd(a), newStartCmd(a), newRemoveCmd(a), newForkCmd(a),
 		newImageCmd(a), newCapabilitiesCmd(a), newBenchCmd(a),
 	)
 	return root

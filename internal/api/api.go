@@ -64,6 +64,7 @@ func (s *Server) Handler() http.Handler {
 	h("DELETE /v0/sandboxes/{id}", s.removeSandbox)
 	h("POST /v0/sandboxes/{id}/stop", s.stopSandbox)
 	h("POST /v0/sandboxes/{id}/start", s.startSandbox)
+	h("POST /v0/sandboxes/{id}/fork", s.forkSandbox)
 	mux.HandleFunc("POST /v0/sandboxes/{id}/exec", s.execStream)
 	mux.HandleFunc("GET /v0/sandboxes/{id}/exec", s.execWebSocket)
 	h("GET /v0/images", s.listImages)

@@ -206,3 +206,24 @@ func boolQuery(r *http.Request, key string) (bool, error) {
 }
 
 var _ = fmt.Sprint
+
+// forkSandbox answers 201 with the fork, or with {"sandboxes": [...]} when
+// count > 1.
+func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
+	var req ForkRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	forks, err := s.Sandboxes.Fork(r.Context(), r.PathValue("id"), sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag})
+	if err != nil {
+		return nil, 0, err
+	}
+	if req.Count <= 1 {
+		return view(forks[0]), http.StatusCreated, nil
+	}
+	out := ForkResponse{Sandboxes: make([]Sandbox, 0, len(forks))}
+	for _, f := range forks {
+		out.Sandboxes = append(out.Sandboxes, view(f))
+	}
+	return out, http.StatusCreated, nil
+}

@@ -12,6 +12,8 @@ type (
 	Image         = client.Image
 	PullEvent     = client.PullEvent
 	Error         = client.Error
+	ForkRequest   = client.ForkRequest
+	ForkResponse  = client.ForkResponse
 )
 
 // PullRequest is the body of POST /v0/images/pull.

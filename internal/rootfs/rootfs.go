@@ -185,14 +185,28 @@ func cloneFile(src, dst string) error {
 	return os.Rename(dst+".tmp", dst)
 }
 
-// Clone copies the files of src into a new sandbox dst (reflink). The caller
-// makes sure src's filesystem is quiet (paused and synced) or detached.
+// Linux's filesystem freeze ioctls (_IOWR('X', 119/120, int)).
+const (
+	fiFreeze = 0xC0045877
+	fiThaw   = 0xC0045878
+)
+
+// Clone copies the files of sandbox src into a new sandbox dst (a reflink
+// of its filesystem image). If src's filesystem is attached it is frozen
+// for the copy (FIFREEZE flushes it and holds writes), so the copy is a
+// clean filesystem of one instant; the caller keeps src's processes paused
+// meanwhile so that instant is also their memory's.
 func (s *Storage) Clone(src, dst string) error {
 	if mounted, _ := isMountPoint(s.mnt(src)); mounted {
-		if f, err := os.Open(s.mnt(src)); err == nil {
-			unix.Syncfs(int(f.Fd()))
-			f.Close()
+		f, err := os.Open(s.mnt(src))
+		if err != nil {
+			return err
 		}
+		defer f.Close()
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiFreeze, 0); e != 0 {
+			return fmt.Errorf("freeze the files of %s: %w", src, e)
+		}
+		defer unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiThaw, 0)
 	}
 	return cloneFile(s.img(src), s.img(dst))
 }

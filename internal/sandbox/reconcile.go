@@ -29,6 +29,23 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		case StateCreating, StateRemoving:
 			log.Info("reconcile: finishing an interrupted create or remove")
 			s.destroy(ctx, sb, log)
+		case StateFreezing:
+			// The server died mid-fork: thaw the source; the forks (still
+			// creating) are finished off above or below.
+			if cp, ok := s.providers[sb.Provider].(provider.Checkpointer); ok {
+				if st, _ := s.providers[sb.Provider].Status(ctx, sb.ID); st == provider.StatusPaused {
+					cp.Resume(ctx, sb.ID)
+				}
+			}
+			if s.alive(ctx, sb) {
+				log.Info("reconcile: thawed a source frozen by an interrupted fork")
+				s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+					r.State = StateRunning
+					return nil, nil
+				})
+				continue
+			}
+			fallthrough
 		case StateRunning, StateStarting, StateStopping:
 			if sb.State == StateRunning && s.alive(ctx, sb) {
 				continue

@@ -42,6 +42,7 @@ type Config struct {
 	Store           *store.Store
 	Log             *slog.Logger
 	StopTimeout     time.Duration // how long processes get to end on stop
+	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
 }
 
 // Service is the sandbox lifecycle.
@@ -66,6 +67,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 5 * time.Second
+	}
+	if cfg.FreezeTimeout == 0 {
+		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}}
 	for _, p := range cfg.Providers {
@@ -138,14 +142,23 @@ var (
 	envRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 )
 
+// validName checks a sandbox name ("" is fine: the id becomes the name).
+func validName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if !nameRe.MatchString(name) {
+		return errdefs.Invalid("name %q is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63", name)
+	}
+	if idRe.MatchString(name) {
+		return errdefs.Invalid("name %q looks like a sandbox id: choose a name that is not 12 hex digits", name)
+	}
+	return nil
+}
+
 func (s *Service) validate(req *CreateRequest) error {
-	if req.Name != "" {
-		if !nameRe.MatchString(req.Name) {
-			return errdefs.Invalid("name %q is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63", req.Name)
-		}
-		if idRe.MatchString(req.Name) {
-			return errdefs.Invalid("name %q looks like a sandbox id: choose a name that is not 12 hex digits", req.Name)
-		}
+	if err := validName(req.Name); err != nil {
+		return err
 	}
 	if strings.TrimSpace(req.Image) == "" {
 		return errdefs.Invalid("an image is required")
@@ -306,7 +319,16 @@ func (s *Service) runDir(id string) string { return filepath.Join(s.cfg.DataDir,
 
 // boot mounts the rootfs, makes the network and starts the runtime, then
 // waits for the agent. On error it undoes its own steps.
-func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) (err error) {
+func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) error {
+	return s.bootWith(ctx, sb, layers, func(p provider.Provider, inst *provider.Instance) error {
+		return p.Start(ctx, inst)
+	})
+}
+
+// bootWith prepares a sandbox instance (rootfs, network, spec) and hands it
+// to run, which starts it (or restores it from a checkpoint); then it waits
+// for the agent. On error it undoes every step it made.
+func (s *Service) bootWith(ctx context.Context, sb *store.Sandbox, layers []string, run func(provider.Provider, *provider.Instance) error) (err error) {
 	if layers == nil {
 		img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
 		if err != nil {
@@ -348,6 +370,28 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 	}
 	undo = append(undo, func() { s.cfg.Net.Delete(sb.ID) })
 	phase("netns")
+	inst, err := s.instance(sb, rootfsDir, nsPath)
+	if err != nil {
+		return err
+	}
+	if err := run(p, inst); err != nil {
+		return err
+	}
+	undo = append(undo, func() { p.Delete(context.Background(), sb.ID) })
+	phase("runtime")
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.agentFor(sb).WaitReady(actx); err != nil {
+		logTail, _ := os.ReadFile(inst.LogOut)
+		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
+	}
+	phase("agent")
+	return nil
+}
+
+// instance writes the small files a sandbox mounts and builds its spec.
+func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provider.Instance, error) {
+	dir := s.runDir(sb.ID)
 	hostname := sb.Name
 	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
 		hostname = sb.ID
@@ -359,7 +403,7 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 	}
 	for n, b := range files {
 		if err := oci.WriteFile(filepath.Join(dir, n), b); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	cgroupLimit := sb.MemoryBytes
@@ -383,20 +427,7 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 	})
-	inst := &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}
-	if err := p.Start(ctx, inst); err != nil {
-		return err
-	}
-	undo = append(undo, func() { p.Delete(context.Background(), sb.ID) })
-	phase("runtime")
-	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.agentFor(sb).WaitReady(actx); err != nil {
-		logTail, _ := os.ReadFile(inst.LogOut)
-		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
-	}
-	phase("agent")
-	return nil
+	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
 }
 
 // GvisorPidsBackstop is the host pids bound of a gVisor sandbox whose guest
@@ -587,6 +618,9 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, nil, err
+	}
+	if sb.State == StateFreezing {
+		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
 	}
 	if sb.State != StateRunning {
 		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)

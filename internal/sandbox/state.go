@@ -16,11 +16,13 @@ const (
 	StateStarting = "starting"
 	StateRemoving = "removing"
 	StateFailed   = "failed"
+	StateFreezing = "freezing" // a fork holds it frozen for a moment
 )
 
 var transitions = map[string][]string{
 	StateCreating: {StateRunning, StateFailed, StateRemoving},
-	StateRunning:  {StateStopping, StateRemoving, StateFailed, StateStopped},
+	StateRunning:  {StateStopping, StateRemoving, StateFailed, StateStopped, StateFreezing},
+	StateFreezing: {StateRunning, StateFailed, StateStopped, StateRemoving},
 	StateStopping: {StateStopped, StateFailed, StateRemoving},
 	StateStopped:  {StateStarting, StateRemoving},
 	StateStarting: {StateRunning, StateStopped, StateFailed, StateRemoving},

@@ -10,7 +10,7 @@ import (
 
 var allStates = []string{
 	StateCreating, StateRunning, StateStopping, StateStopped,
-	StateStarting, StateRemoving, StateFailed,
+	StateStarting, StateRemoving, StateFailed, StateFreezing,
 }
 
 // The table, written out pair by pair: a change to transitions must be a
@@ -24,6 +24,12 @@ var wantMoves = map[[2]string]bool{
 	{StateRunning, StateRemoving}: true,
 	{StateRunning, StateFailed}:   true,
 	{StateRunning, StateStopped}:  true, // the sandbox died on its own
+	{StateRunning, StateFreezing}: true, // a fork starts
+
+	{StateFreezing, StateRunning}:  true, // the fork has its image: thaw
+	{StateFreezing, StateFailed}:   true,
+	{StateFreezing, StateStopped}:  true, // died while frozen
+	{StateFreezing, StateRemoving}: true,
 
 	{StateStopping, StateStopped}:  true,
 	{StateStopping, StateFailed}:   true,

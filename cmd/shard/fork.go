@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+)
+
+func newForkCmd(a *app) *cobra.Command {
+	var req client.ForkRequest
+	cmd := &cobra.Command{
+		Use:   "fork [--name NAME] [--count N] SOURCE",
+		Short: "Copy a running sandbox: files, memory and processes; prints the new id",
+		Long: `Fork a running sandbox. The fork starts with what SOURCE held at that moment:
+its files as its own copy, its memory and processes continuing where they
+were, its memory, cpu and disk bounds. It gets a new id, name and address.
+The source freezes for a moment, then carries on with the same processes.
+
+--count N makes N forks from one freeze (with --name, named NAME-1 ... NAME-N).
+Fork needs a provider that can (shard capabilities): gvisor here.`,
+		Example: `  shard fork --name try-a base
+  shard fork --count 3 --name try base`,
+		Args: exactArgs(1, "a SOURCE sandbox (id or name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			forks, err := c.ForkMany(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				if req.Count <= 1 {
+					return printJSON(forks[0])
+				}
+				return printJSON(forks)
+			}
+			for _, f := range forks {
+				fmt.Println(f.ID)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Name, "name", "", "name of the fork (a prefix with --count)")
+	cmd.Flags().IntVar(&req.Count, "count", 1, "how many forks to make from one freeze")
+	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint in the source's ledger")
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	return cmd
+}
