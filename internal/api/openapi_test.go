@@ -30,6 +30,7 @@ var routes = []string{
 	"DELETE /v0/sandboxes/{id}",
 	"POST /v0/sandboxes/{id}/stop",
 	"POST /v0/sandboxes/{id}/start",
+	"POST /v0/sandboxes/{id}/fork",
 	"POST /v0/sandboxes/{id}/exec",
 	"GET /v0/sandboxes/{id}/exec",
 	"GET /v0/images",

@@ -134,15 +134,16 @@ func setup() (*env, error) {
 	return e, nil
 }
 
-func (e *env) startServer() error {
+func (e *env) startServer(extra ...string) error {
 	e.serveLog = filepath.Join(e.dir, "serve.log")
 	logf, err := os.OpenFile(e.serveLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(e.bin, "serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
+	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
 		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", "20GiB",
-		"--registry-mirror", "http://"+e.registry, "--stop-timeout", "3s", "--log-level", "debug")
+		"--registry-mirror", "http://" + e.registry, "--stop-timeout", "3s", "--log-level", "debug"}
+	cmd := exec.Command(e.bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
