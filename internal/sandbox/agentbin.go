@@ -14,7 +14,9 @@ import (
 // returns that directory, which every sandbox mounts read-only at /.shard.
 // A copy per content hash (not the running binary's path) means rebuilding
 // shard never changes what a running sandbox has mounted, and sandboxes of
-// an older server keep their own agent.
+// an older server keep their own agent. Old copies are kept: a running
+// sandbox started by an older server, and every fork of it (whose memory
+// maps that very file), mount the copy its record names.
 func installAgent(dataDir, bin string) (string, error) {
 	if err := checkStatic(bin); err != nil {
 		return "", err

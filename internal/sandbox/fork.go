@@ -169,6 +169,9 @@ func (s *Service) forkRecords(ctx context.Context, src *store.Sandbox, names []s
 			ID: id, Name: name, Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
 			State: StateCreating, MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes,
 			Pids: src.Pids, Env: append([]string(nil), src.Env...), IP: ip.String(), Token: src.Token,
+			// The fork's memory holds the source's agent, running from the
+			// source's /.shard: the fork must mount the very same files.
+			AgentDir: src.AgentDir,
 			ParentID: src.ID, Session: "fork-" + src.Name + "-" + id[:6], CreatedAt: time.Now().UTC(),
 		}
 		err = s.cfg.Store.CreateSandbox(ctx, f, &store.EventSpec{Type: "sandbox.created", Data: map[string]any{
@@ -198,19 +201,26 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FreezeTimeout)
 	defer cancel()
 	start := time.Now()
+	var tPause, tFiles time.Duration
 	err := func() error {
+		if err := os.MkdirAll(ckDir, 0o700); err != nil {
+			return err
+		}
 		if err := cp.Pause(fctx, src.ID); err != nil {
 			return err
 		}
+		tPause = time.Since(start)
 		for _, f := range forks {
 			if err := s.cfg.Storage.Clone(src.ID, f.ID); err != nil {
 				return err
 			}
 		}
-		if err := os.MkdirAll(ckDir, 0o700); err != nil {
-			return err
-		}
+		tFiles = time.Since(start)
 		return cp.Checkpoint(fctx, src.ID, ckDir)
+	}()
+	tCheckpoint := time.Since(start)
+	defer func() {
+		s.cfg.Log.Debug("fork: freeze phases", "source", src.ID, "paused", tPause, "files", tFiles, "checkpoint", tCheckpoint, "thawed", time.Since(start))
 	}()
 	if fctx.Err() != nil {
 		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)

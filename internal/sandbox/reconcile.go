@@ -31,9 +31,11 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			s.destroy(ctx, sb, log)
 		case StateFreezing:
 			// The server died mid-fork: thaw the source; the forks (still
-			// creating) are finished off above or below.
+			// creating) are finished off above or below. Whether it is
+			// paused is told by its agent: a paused sandbox does not answer
+			// (and resuming one that is not paused would crash gVisor).
 			if cp, ok := s.providers[sb.Provider].(provider.Checkpointer); ok {
-				if st, _ := s.providers[sb.Provider].Status(ctx, sb.ID); st == provider.StatusPaused {
+				if st, _ := s.providers[sb.Provider].Status(ctx, sb.ID); st != provider.StatusAbsent && !s.answers(ctx, sb, 3*time.Second) {
 					cp.Resume(ctx, sb.ID)
 				}
 			}
@@ -105,6 +107,14 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// answers reports whether the sandbox's agent answers a ping within d.
+func (s *Service) answers(ctx context.Context, sb *store.Sandbox, d time.Duration) bool {
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := s.agentFor(sb).Call(cctx, "ping")
+	return err == nil
 }
 
 func (s *Service) alive(ctx context.Context, sb *store.Sandbox) bool {

@@ -245,7 +245,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	sb := &store.Sandbox{
 		ID: id, Name: name, Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider,
 		State: StateCreating, MemoryBytes: req.MemoryBytes, CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes,
-		Pids: req.Pids, Env: env, IP: ip.String(), Token: newToken(),
+		Pids: req.Pids, Env: env, IP: ip.String(), Token: newToken(), AgentDir: s.agentDir,
 		Session: name, CreatedAt: now,
 	}
 	err = s.cfg.Store.CreateSandbox(ctx, sb, &store.EventSpec{Type: "sandbox.created", Data: map[string]any{
@@ -421,9 +421,13 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 		// backstop of twice the guest's plus room for the Sentry.
 		pids = GvisorPidsBackstop(sb.Pids)
 	}
+	agentDir := sb.AgentDir
+	if agentDir == "" {
+		agentDir = s.agentDir
+	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
-		AgentDir: s.agentDir, Netns: nsPath, CgroupsPath: "/shard/" + sb.ID,
+		AgentDir: agentDir, Netns: nsPath, CgroupsPath: "/shard/" + sb.ID,
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 	})
@@ -578,7 +582,8 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 	if c := s.caps[sb.Provider]; !c.Available {
 		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
 	}
-	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, nil); err != nil {
+	// A start is a fresh boot: it runs this server's agent.
+	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir }); err != nil {
 		return nil, err
 	}
 	bg := context.WithoutCancel(ctx)

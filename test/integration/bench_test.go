@@ -89,8 +89,10 @@ func rawBundle(b *testing.B, sb *client.Sandbox, argv ...string) (bundle string,
 	// made by hand (rawNetns) before each timed run.
 	s := string(cfg)
 	s = strings.Replace(s, filepath.Join(e.dataDir, "run", sb.ID, "rootfs"), dir+"/rootfs", 1)
-	s = strings.Replace(s, `"/.shard/shard",
+	if argv != nil {
+		s = strings.Replace(s, `"/.shard/shard",
    "agent"`, `"`+strings.Join(argv, `", "`)+`"`, 1)
+	}
 	s = strings.Replace(s, `"path": "`+filepath.Join(e.runDir, "netns", sb.ID)+`"`, `"path": "/run/netns/shardbench"`, 1)
 	s = strings.ReplaceAll(s, `"/shard/`+sb.ID+`"`, `"/shardbench/`+filepath.Base(dir)+`"`)
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(s), 0o600); err != nil {
@@ -103,6 +105,8 @@ func rawBundle(b *testing.B, sb *client.Sandbox, argv ...string) (bundle string,
 // a veth end holding an address (untimed: the raw runtime's share is only
 // `runsc run`). It returns the clean-up.
 func rawNetns(b *testing.B) func() {
+	exec.Command("ip", "link", "del", "vshardbench").Run() // a killed run's
+	exec.Command("ip", "netns", "del", "shardbench").Run()
 	cmds := [][]string{
 		{"ip", "netns", "add", "shardbench"},
 		{"ip", "link", "add", "vshardbench", "type", "veth", "peer", "name", "eth0", "netns", "shardbench"},
@@ -110,6 +114,7 @@ func rawNetns(b *testing.B) func() {
 		{"ip", "-n", "shardbench", "link", "set", "eth0", "up"},
 		{"ip", "-n", "shardbench", "link", "set", "lo", "up"},
 		{"ip", "link", "set", "vshardbench", "up"},
+		{"ip", "addr", "add", "10.99.0.1/24", "dev", "vshardbench"},
 	}
 	for _, c := range cmds {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {

@@ -128,12 +128,23 @@ func setup() (*env, error) {
 	// (the default shard0, 10.88/16) is not disturbed.
 	e.bridge = "shardit0"
 	e.subnet = "10.89.0.0/16"
+	// A run that was killed leaves its veths on the test bridge, holding
+	// addresses this run will hand out again: clear them first.
+	if out, err := exec.Command("ip", "-o", "link", "show", "master", e.bridge).Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 {
+				name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+				exec.Command("ip", "link", "del", name).Run()
+			}
+		}
+	}
 	if err := e.startServer(); err != nil {
 		return e, err
 	}
 	return e, nil
 }
 
+// startServer starts `shard serve` (e.bin) with the test's flags plus extra.
 func (e *env) startServer(extra ...string) error {
 	e.serveLog = filepath.Join(e.dir, "serve.log")
 	logf, err := os.OpenFile(e.serveLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -114,5 +117,42 @@ func TestExecTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("timeout took %v", d)
+	}
+}
+
+// TestForkAfterUpgrade: a sandbox started by one build of the server forks
+// under the next build (a different binary, so a different agent copy): the
+// fork must mount the agent its memory came from.
+func TestForkAfterUpgrade(t *testing.T) {
+	e := need(t)
+	src := create(t, client.CreateRequest{Image: busybox, Name: "upgrade-src"})
+	execOK(t, src.ID, "sh", "-c", "echo kept > /root/f")
+	next := filepath.Join(e.dir, "shard-next")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=next", "-o", next, "./cmd/shard")
+	build.Dir = e.root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	old := e.bin
+	e.stopServer()
+	e.bin = next
+	defer func() {
+		e.stopServer()
+		e.bin = old
+		if err := e.startServer(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if err := e.startServer(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.c.Fork(ctxT(t), src.ID, client.ForkRequest{Name: "upgrade-fork"})
+	if err != nil {
+		t.Fatalf("fork under the new server: %v", err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), f.ID, true) })
+	if got := execOK(t, f.ID, "cat", "/root/f"); got != "kept\n" {
+		t.Fatalf("fork after upgrade: %q", got)
 	}
 }

@@ -114,16 +114,32 @@ func (p *Provider) Status(ctx context.Context, id string) (provider.Status, erro
 // List returns the sandboxes runsc knows under our root.
 func (p *Provider) List(ctx context.Context) ([]string, error) { return p.cli.List(ctx) }
 
-// Pause freezes every process of the sandbox.
+// Pause freezes every process of the sandbox (a direct control call; runsc
+// pause when the control socket cannot be reached).
 func (p *Provider) Pause(ctx context.Context, id string) error {
-	_, err := p.cli.Run(ctx, "pause", id)
-	return err
+	if err := p.controlCall(ctx, id, "containerManager.Pause"); err != nil {
+		p.opts.logger().Debug("direct pause failed, using runsc pause", "sandbox", id, "err", err)
+		_, err = p.cli.Run(ctx, "pause", id)
+		return err
+	}
+	return nil
 }
 
 // Resume thaws it.
 func (p *Provider) Resume(ctx context.Context, id string) error {
-	_, err := p.cli.Run(ctx, "resume", id)
-	return err
+	if err := p.controlCall(ctx, id, "containerManager.Resume"); err != nil {
+		p.opts.logger().Debug("direct resume failed, using runsc resume", "sandbox", id, "err", err)
+		_, err = p.cli.Run(ctx, "resume", id)
+		return err
+	}
+	return nil
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Log != nil {
+		return o.Log
+	}
+	return slog.Default()
 }
 
 // Checkpoint saves memory, processes and (in-sandbox) file state to dir and

@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/agent"
+)
+
+// holderScript keeps N MiB resident (random, so no page is zero) and keeps
+// the longest gap its own clock saw in /tmp/gap (ms); /tmp/reset starts a
+// new measurement. That gap is the freeze as the process inside sees it.
+const holderScript = `
+import os, sys, time
+blob = bytearray(os.urandom(int(sys.argv[1]) << 20))
+open('/tmp/ready', 'w').close()
+gap, last = 0.0, time.monotonic()
+while True:
+    time.sleep(0.001)
+    now = time.monotonic()
+    if now - last > gap:
+        gap = now - last
+        with open('/tmp/gap', 'w') as f:
+            f.write('%.3f' % (gap * 1000))
+    last = now
+    if os.path.exists('/tmp/reset'):
+        os.remove('/tmp/reset')
+        gap = 0.0
+        with open('/tmp/gap', 'w') as f:
+            f.write('0')
+`
+
+func readGap(b *testing.B, id string) time.Duration {
+	out := execOK(b, id, "cat", "/tmp/gap")
+	ms, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+	if err != nil {
+		b.Fatalf("gap %q: %v", out, err)
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+func resetGap(b *testing.B, id string) {
+	execOK(b, id, "touch", "/tmp/reset")
+	for i := 0; i < 100; i++ {
+		if out := execOK(b, id, "sh", "-c", "test -e /tmp/reset && echo wait || cat /tmp/gap"); strings.TrimSpace(out) == "0" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+}
+
+func tokenOf(b *testing.B, id string) string {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(need(b).dataDir, "shard.db")+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var doc string
+	if err := db.QueryRow(`SELECT doc FROM sandboxes WHERE id = ?`, id).Scan(&doc); err != nil {
+		b.Fatal(err)
+	}
+	_, after, _ := strings.Cut(doc, `"token":"`)
+	tok, _, _ := strings.Cut(after, `"`)
+	return tok
+}
+
+// BenchmarkFork measures, for a source whose process holds 16 MiB, 256 MiB
+// and 1 GiB resident: the source's freeze as the process inside sees it (a
+// gap in its own clock), and the time from the fork request until an exec
+// in the fork returns; beside the raw flow by hand on the same source:
+// `runsc checkpoint --leave-running`, `runsc restore` into a fresh netns,
+// then the same exec through the restored agent.
+func BenchmarkFork(b *testing.B) {
+	for _, mib := range []int{16, 256, 1024} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) { benchFork(b, mib) })
+	}
+}
+
+func benchFork(b *testing.B, mib int) {
+	e := need(b)
+	ctx := context.Background()
+	mem := []byte(fmt.Sprintf(`"%dMiB"`, 2*mib+512))
+	src := create(b, client.CreateRequest{Image: python, Memory: mem})
+	execOK(b, src.ID, "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+holderScript+"\nEOF\npython3 /tmp/holder.py "+strconv.Itoa(mib)+" >/dev/null 2>&1 &")
+	for i := 0; ; i++ {
+		if r, err := e.c.Exec(ctx, src.ID, client.ExecRequest{Argv: []string{"test", "-e", "/tmp/gap"}}); err == nil && r.ExitCode == 0 {
+			break
+		}
+		if i > 600 {
+			b.Fatal("the holder did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	bundle, cleanup := rawBundle(b, src)
+	b.Cleanup(cleanup)
+	token := tokenOf(b, src.ID)
+	runsc := func(args ...string) []string {
+		return append([]string{"--root", filepath.Join(e.runDir, "runsc"), "--platform", "systrap", "--network", "sandbox", "--overlay2", "none"}, args...)
+	}
+	s := samples{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// shard fork
+		b.StopTimer()
+		resetGap(b, src.ID)
+		b.StartTimer()
+		start := time.Now()
+		f, err := e.c.Fork(ctx, src.ID, client.ForkRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.c.Exec(ctx, f.ID, client.ExecRequest{Argv: []string{"true"}}); err != nil {
+			b.Fatal(err)
+		}
+		s.add("shard-fork-ready", time.Since(start))
+		b.StopTimer()
+		s.add("shard-freeze", readGap(b, src.ID))
+		e.c.Remove(ctx, f.ID, true)
+
+		// raw runsc, by hand
+		resetGap(b, src.ID)
+		img := filepath.Join(e.dir, "rawimg")
+		os.RemoveAll(img)
+		os.MkdirAll(img, 0o700)
+		netCleanup := rawNetns(b)
+		rawID := fmt.Sprintf("rawfork%05d", i)
+		b.StartTimer()
+		start = time.Now()
+		if out, err := exec.Command("runsc", runsc("checkpoint", "--leave-running", "--image-path", img, src.ID)...).CombinedOutput(); err != nil {
+			b.Fatalf("raw checkpoint: %v %s", err, out)
+		}
+		ck := time.Since(start)
+		// The restored container inherits runsc's stdio: a file, never a
+		// pipe (a pipe would stay open for the container's life).
+		logf, _ := os.Create(filepath.Join(e.dir, "rawrestore.log"))
+		rc := exec.Command("runsc", runsc("restore", "--detach", "--image-path", img, "--bundle", bundle, rawID)...)
+		rc.Stdout, rc.Stderr = logf, logf
+		err = rc.Run()
+		logf.Close()
+		if err != nil {
+			out, _ := os.ReadFile(filepath.Join(e.dir, "rawrestore.log"))
+			b.Fatalf("raw restore: %v %s", err, out)
+		}
+		ac := &agent.Client{Addr: "10.99.0.2:4951", Token: token}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		sess, err := ac.Exec(rctx, agent.Request{Argv: []string{"true"}})
+		if err != nil {
+			b.Fatalf("exec in the raw restore: %v", err)
+		}
+		for {
+			typ, _, err := sess.Recv()
+			if err != nil || typ == agent.FrameExit {
+				break
+			}
+		}
+		sess.Close()
+		cancel()
+		s.add("raw-fork-ready", time.Since(start))
+		b.StopTimer()
+		s.add("raw-checkpoint", ck)
+		s.add("raw-freeze", readGap(b, src.ID))
+		exec.Command("runsc", runsc("delete", "--force", rawID)...).Run()
+		netCleanup()
+		b.StartTimer()
+	}
+	report(b, s, "", "shard-freeze", "raw-freeze", "raw-checkpoint", "shard-fork-ready", "raw-fork-ready")
+	for _, k := range [][2]string{{"shard-freeze", "raw-freeze"}, {"shard-fork-ready", "raw-fork-ready"}} {
+		if d := pct(s[k[1]], 0.5); d > 0 {
+			r := pct(s[k[0]], 0.5) / d
+			b.ReportMetric(r, k[0]+"-ratio")
+			fmt.Fprintf(os.Stderr, "BENCH %s %s / %s p50 ratio %.2fx\n", b.Name(), k[0], k[1], r)
+		}
+	}
+}
