@@ -38,7 +38,7 @@ type Sandbox struct {
 	Pids        int64             `json:"pids"`
 	Env         []string          `json:"env"`
 	IP          string            `json:"ip"`
-	Token       string            `json:"token"` // agent token; never shown by the API
+	Token       string            `json:"token"`               // agent token; never shown by the API
 	AgentDir    string            `json:"agent_dir,omitempty"` // host dir mounted at /.shard in the running instance
 	Error       string            `json:"error,omitempty"`
 	OOMKills    int64             `json:"oom_kills"`
