@@ -210,13 +210,21 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 			return err
 		}
 		tPause = time.Since(start)
-		for _, f := range forks {
-			if err := s.cfg.Storage.Clone(src.ID, f.ID); err != nil {
-				return err
+		// While the source is paused its files and memory hold still: copy
+		// the files and write the memory image at the same time.
+		filesErr := make(chan error, 1)
+		go func() {
+			var err error
+			for _, f := range forks {
+				if err = s.cfg.Storage.Clone(src.ID, f.ID); err != nil {
+					break
+				}
 			}
-		}
-		tFiles = time.Since(start)
-		return cp.Checkpoint(fctx, src.ID, ckDir)
+			tFiles = time.Since(start)
+			filesErr <- err
+		}()
+		ckErr := cp.Checkpoint(fctx, src.ID, ckDir)
+		return errors.Join(<-filesErr, ckErr)
 	}()
 	tCheckpoint := time.Since(start)
 	defer func() {

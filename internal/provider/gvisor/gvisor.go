@@ -145,7 +145,8 @@ func (o Options) logger() *slog.Logger {
 // Checkpoint saves memory, processes and (in-sandbox) file state to dir and
 // leaves the sandbox running.
 func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
-	_, err := p.cli.Run(ctx, "checkpoint", "--leave-running", "--image-path", dir, id)
+	// Zero pages need not be written (nor read back by every restore).
+	_, err := p.cli.Run(ctx, "checkpoint", "--leave-running", "--exclude-committed-zero-pages", "--image-path", dir, id)
 	return err
 }
 
