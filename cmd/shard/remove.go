@@ -25,11 +25,16 @@ func newRemoveCmd(a *app) *cobra.Command {
 					errs = append(errs, err)
 					continue
 				}
+				if a.json {
+					printJSON(map[string]string{"removed": id})
+					continue
+				}
 				fmt.Println(id)
 			}
 			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "remove a running sandbox too")
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
 }

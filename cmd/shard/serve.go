@@ -37,6 +37,7 @@ type serveOptions struct {
 	logLevel, logFormat             string
 	stopTimeout                     time.Duration
 	freezeTimeout                   time.Duration
+	maxSandboxes                    int
 }
 
 func newServeCmd() *cobra.Command {
@@ -71,6 +72,7 @@ its database with what the runtimes report and cleans up leftovers.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
+	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
 	return cmd
 }
@@ -145,7 +147,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	providers = append(providers, provider.Others()...)
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
-		Images: images, Storage: storage, Net: nets, Store: db, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout,
+		Images: images, Storage: storage, Net: nets, Store: db, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes,
 	})
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 )
 
 func newStartCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "start SANDBOX...",
 		Short: "Start stopped sandboxes again, with their files",
 		Args:  minArgs(1, "one or more SANDBOX (id or name)"),
@@ -19,8 +19,13 @@ func newStartCmd(a *app) *cobra.Command {
 			}
 			var errs []error
 			for _, id := range args {
-				if _, err := c.Start(cmd.Context(), id); err != nil {
+				sb, err := c.Start(cmd.Context(), id)
+				if err != nil {
 					errs = append(errs, err)
+					continue
+				}
+				if a.json {
+					printJSON(sb)
 					continue
 				}
 				fmt.Println(id)
@@ -28,4 +33,6 @@ func newStartCmd(a *app) *cobra.Command {
 			return errors.Join(errs...)
 		},
 	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print each sandbox as JSON")
+	return cmd
 }

@@ -43,6 +43,7 @@ type Config struct {
 	Log             *slog.Logger
 	StopTimeout     time.Duration // how long processes get to end on stop
 	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
+	MaxSandboxes    int           // most sandboxes at once, forks included (0: no limit)
 }
 
 // Service is the sandbox lifecycle.
@@ -283,6 +284,9 @@ func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
 	all, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return netip.Addr{}, err
+	}
+	if s.cfg.MaxSandboxes > 0 && len(all) >= s.cfg.MaxSandboxes {
+		return netip.Addr{}, errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
 	}
 	usedIP := map[string]bool{}
 	for _, sb := range all {

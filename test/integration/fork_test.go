@@ -401,3 +401,43 @@ func TestForkFreezeTimeout(t *testing.T) {
 		t.Errorf("files left behind:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestSandboxLimit: each fork holds a slot of its own against the server's
+// limit on sandboxes (N forks of one source need N+1 slots).
+func TestSandboxLimit(t *testing.T) {
+	e := need(t)
+	all, err := e.c.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := len(all) + 2
+	e.stopServer()
+	if err := e.startServer("--max-sandboxes", strconv.Itoa(limit)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		e.stopServer()
+		if err := e.startServer(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	src := create(t, client.CreateRequest{Image: busybox, Name: "limit-src"})
+	if _, err := e.c.ForkMany(ctxT(t), src.ID, client.ForkRequest{Count: 2, Name: "limit-many"}); err == nil {
+		t.Fatalf("two forks with one slot left succeeded")
+	} else if ce, ok := err.(*client.Error); !ok || ce.Code != "sandbox_limit" || ce.Status != 409 {
+		t.Fatalf("two forks with one slot left: %v", err)
+	}
+	f, err := e.c.Fork(ctxT(t), src.ID, client.ForkRequest{Name: "limit-fork"})
+	if err != nil {
+		t.Fatalf("a fork into the last slot: %v", err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), f.ID, true) })
+	_, err = e.c.Fork(ctxT(t), src.ID, client.ForkRequest{})
+	if ce, ok := err.(*client.Error); !ok || ce.Code != "sandbox_limit" {
+		t.Fatalf("a fork past the limit: %v", err)
+	}
+	after, _ := e.c.List(ctxT(t))
+	if len(after) != limit {
+		t.Fatalf("%d sandboxes after the refusals, want %d", len(after), limit)
+	}
+}
