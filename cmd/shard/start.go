@@ -1,38 +1,13 @@
 package main
 
 import (
-	"errors"
-	"fmt"
+	"context"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 )
 
 func newStartCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "start SANDBOX...",
-		Short: "Start stopped sandboxes again, with their files",
-		Args:  minArgs(1, "one or more SANDBOX (id or name)"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			var errs []error
-			for _, id := range args {
-				sb, err := c.Start(cmd.Context(), id)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if a.json {
-					printJSON(sb)
-					continue
-				}
-				fmt.Println(id)
-			}
-			return errors.Join(errs...)
-		},
-	}
-	cmd.Flags().BoolVar(&a.json, "json", false, "print each sandbox as JSON")
-	return cmd
+	return eachSandbox(a, "start SANDBOX...", "Start stopped sandboxes again, with their files",
+		func(ctx context.Context, c *client.Client, id string) (any, error) { return c.Start(ctx, id) })
 }

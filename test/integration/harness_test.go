@@ -10,6 +10,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -215,6 +216,30 @@ func (e *env) teardown() {
 		cancel()
 	}
 	e.stopServer()
+	// Whatever a failed test or benchmark left running under our roots
+	// (the server's and the raw runs'), so nothing outlives the run.
+	for _, rt := range [][2]string{
+		{"runsc", filepath.Join(e.runDir, "runsc")}, {"runsc", filepath.Join(e.dir, "rawrunsc")},
+		{"runc", filepath.Join(e.runDir, "runc")}, {"runc", filepath.Join(e.dir, "rawrunc")},
+	} {
+		out, _ := exec.Command(rt[0], "--root", rt[1], "list", "--format", "json").Output()
+		var sts []struct{ ID string }
+		json.Unmarshal(out, &sts)
+		for _, st := range sts {
+			exec.Command(rt[0], "--root", rt[1], "delete", "--force", st.ID).Run()
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		var mounts []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], e.dir+"/") {
+				mounts = append(mounts, f[4])
+			}
+		}
+		for i := len(mounts) - 1; i >= 0; i-- { // deepest first
+			exec.Command("umount", "-l", mounts[i]).Run()
+		}
+	}
 	run(filepath.Join(e.root, "scripts", "registry.sh"), "stop", filepath.Join(e.dir, "registry"))
 	exec.Command("umount", filepath.Join(e.dataDir, "storage")).Run()
 	exec.Command("ip", "link", "del", e.bridge).Run()

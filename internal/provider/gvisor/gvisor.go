@@ -30,8 +30,9 @@ type Options struct {
 
 // Provider is the gvisor provider.
 type Provider struct {
-	opts Options
-	cli  *ocicli.CLI
+	ocicli.Runtime // Kill, Delete, Status, List
+	opts           Options
+	cli            *ocicli.CLI
 }
 
 // New makes the provider; Probe says whether it can run.
@@ -50,7 +51,8 @@ func New(opts Options) *Provider {
 	if opts.DebugLog != "" {
 		global = append(global, "--debug", "--debug-log", opts.DebugLog)
 	}
-	return &Provider{opts: opts, cli: &ocicli.CLI{Binary: opts.Runsc, Global: global}}
+	cli := &ocicli.CLI{Binary: opts.Runsc, Global: global}
+	return &Provider{Runtime: ocicli.Runtime{CLI: cli}, opts: opts, cli: cli}
 }
 
 // Name is "gvisor".
@@ -97,22 +99,6 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 	}
 	return nil
 }
-
-// Kill signals the sandbox's init (the agent).
-func (p *Provider) Kill(ctx context.Context, id string, sig int) error {
-	return p.cli.Kill(ctx, id, sig)
-}
-
-// Delete kills and removes the sandbox.
-func (p *Provider) Delete(ctx context.Context, id string) error { return p.cli.Delete(ctx, id) }
-
-// Status reports the sandbox's state.
-func (p *Provider) Status(ctx context.Context, id string) (provider.Status, error) {
-	return p.cli.Status(ctx, id)
-}
-
-// List returns the sandboxes runsc knows under our root.
-func (p *Provider) List(ctx context.Context) ([]string, error) { return p.cli.List(ctx) }
 
 // Pause freezes every process of the sandbox (a direct control call; runsc
 // pause when the control socket cannot be reached).

@@ -175,3 +175,21 @@ func Version(ctx context.Context, bin string) (string, error) {
 
 // ErrNotFound says the runtime binary is missing.
 var ErrNotFound = errors.New("not found")
+
+// Runtime gives a provider the verbs every OCI runtime CLI has in common;
+// a provider embeds it and adds Name, Probe and Start.
+type Runtime struct{ CLI *CLI }
+
+// Kill signals the container's init.
+func (r Runtime) Kill(ctx context.Context, id string, sig int) error { return r.CLI.Kill(ctx, id, sig) }
+
+// Delete kills and removes the container.
+func (r Runtime) Delete(ctx context.Context, id string) error { return r.CLI.Delete(ctx, id) }
+
+// Status reports the container's state.
+func (r Runtime) Status(ctx context.Context, id string) (provider.Status, error) {
+	return r.CLI.Status(ctx, id)
+}
+
+// List returns the containers the runtime knows under its root.
+func (r Runtime) List(ctx context.Context) ([]string, error) { return r.CLI.List(ctx) }

@@ -24,8 +24,9 @@ type Options struct {
 
 // Provider is the runc provider.
 type Provider struct {
-	opts Options
-	cli  *ocicli.CLI
+	ocicli.Runtime // Kill, Delete, Status, List
+	opts           Options
+	cli            *ocicli.CLI
 }
 
 // New makes the provider.
@@ -37,7 +38,8 @@ func New(opts Options) *Provider {
 			opts.Runc = "runc"
 		}
 	}
-	return &Provider{opts: opts, cli: &ocicli.CLI{Binary: opts.Runc, Global: []string{"--root", opts.Root}}}
+	cli := &ocicli.CLI{Binary: opts.Runc, Global: []string{"--root", opts.Root}}
+	return &Provider{Runtime: ocicli.Runtime{CLI: cli}, opts: opts, cli: cli}
 }
 
 // Name is "runc".
@@ -72,19 +74,3 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 	}
 	return nil
 }
-
-// Kill signals the container's init.
-func (p *Provider) Kill(ctx context.Context, id string, sig int) error {
-	return p.cli.Kill(ctx, id, sig)
-}
-
-// Delete kills and removes the container.
-func (p *Provider) Delete(ctx context.Context, id string) error { return p.cli.Delete(ctx, id) }
-
-// Status reports the container's state.
-func (p *Provider) Status(ctx context.Context, id string) (provider.Status, error) {
-	return p.cli.Status(ctx, id)
-}
-
-// List returns the containers runc knows under our root.
-func (p *Provider) List(ctx context.Context) ([]string, error) { return p.cli.List(ctx) }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+)
+
+// eachSandbox makes a verb that acts on one or more sandboxes (stop, start,
+// remove): it runs do on every argument, prints each id (or JSON of what
+// do returns, with --json), and joins the errors, so one bad name does not
+// stop the others.
+func eachSandbox(a *app, use, short string, do func(ctx context.Context, c *client.Client, id string) (any, error)) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  minArgs(1, "one or more SANDBOX (id or name)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, id := range args {
+				v, err := do(cmd.Context(), c, id)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if a.json {
+					printJSON(v)
+					continue
+				}
+				fmt.Println(id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	return cmd
+}
