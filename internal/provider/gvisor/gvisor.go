@@ -132,7 +132,11 @@ func (o Options) logger() *slog.Logger {
 // leaves the sandbox running.
 func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
 	// Zero pages need not be written (nor read back by every restore).
-	_, err := p.cli.Run(ctx, "checkpoint", "--leave-running", "--exclude-committed-zero-pages", "--image-path", dir, id)
+	// --direct: the Sentry writes the image, and it lives in the sandbox's
+	// memory cgroup; buffered, the image's page cache is charged there too
+	// and a big sandbox's save crawls through reclaim (1 GiB resident:
+	// 2-4.5 s buffered, 0.55 s direct, measured here).
+	_, err := p.cli.Run(ctx, "checkpoint", "--leave-running", "--exclude-committed-zero-pages", "--direct", "--image-path", dir, id)
 	return err
 }
 
