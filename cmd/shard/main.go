@@ -36,7 +36,8 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "shard",
 		Short: "Sandboxes for untrusted code: create, exec, fork",
-		Long: `shard runs untrusted code in sandboxes (gVisor or runc) from OCI images.
+		Long: `shard runs untrusted code in sandboxes (gVisor or runc) from OCI images,
+and forks running ones: files, memory and processes.
 
 'shard serve' is the server; every other verb talks to it: over its Unix
 socket (--socket, default /run/shard/shard.sock), or over HTTP to the URL in
