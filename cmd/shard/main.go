@@ -51,7 +51,7 @@ SHARD_REMOTE with the API key in SHARD_API_KEY.`,
 		newServeCmd(), newAgentCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
 		newStopCmd(a), newStartCmd(a), newRemoveCmd(a), newForkCmd(a),
-		newImageCmd(a), newCapabilitiesCmd(a), newBenchCmd(a),
+		newImageCmd(a), newCapabilitiesCmd(a),
 	)
 	return root
 }
