@@ -155,6 +155,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err := svc.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	go svc.Watch(ctx, 2*time.Second)
 	srv := &http.Server{
 		Handler:           (&api.Server{Sandboxes: svc, Images: images, Log: log, Version: version}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -62,6 +62,12 @@ type Provider interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// PIDer is a provider that can name the host process whose end means the
+// sandbox ended, so the server can notice a sandbox that died on its own.
+type PIDer interface {
+	InitPID(ctx context.Context, id string) (int, error)
+}
+
 // Checkpointer is a provider that can save a running sandbox's memory,
 // processes and files and start new sandboxes from that image (fork).
 type Checkpointer interface {

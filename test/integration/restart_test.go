@@ -2,12 +2,14 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,5 +156,55 @@ func TestForkAfterUpgrade(t *testing.T) {
 	t.Cleanup(func() { e.c.Remove(context.Background(), f.ID, true) })
 	if got := execOK(t, f.ID, "cat", "/root/f"); got != "kept\n" {
 		t.Fatalf("fork after upgrade: %q", got)
+	}
+}
+
+// TestSandboxDies: a sandbox whose runtime process is killed from outside
+// (as the host OOM killer would) is marked failed with the reason, its
+// mounts and network go, and start boots it again with its files.
+func TestSandboxDies(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			execOK(t, sb.ID, "sh", "-c", "echo kept > /root/f")
+			root := filepath.Join(e.runDir, "runsc")
+			bin := "runsc"
+			if prov == "runc" {
+				root, bin = filepath.Join(e.runDir, "runc"), "runc"
+			}
+			out, err := exec.Command(bin, "--root", root, "state", sb.ID).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st struct{ Pid int }
+			if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+				t.Fatalf("state: %s %v", out, err)
+			}
+			if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			var got *client.Sandbox
+			for time.Now().Before(deadline) {
+				got, err = e.c.Get(ctxT(t), sb.ID)
+				if err == nil && got.State == "failed" {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if got == nil || got.State != "failed" || got.Error == "" {
+				t.Fatalf("after the runtime was killed: %+v", got)
+			}
+			if _, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"true"}}); err == nil {
+				t.Fatalf("exec in a failed sandbox succeeded")
+			}
+			if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+				t.Fatalf("start after failure: %v", err)
+			}
+			if got := execOK(t, sb.ID, "cat", "/root/f"); got != "kept\n" {
+				t.Fatalf("files after a failure and start: %q", got)
+			}
+		})
 	}
 }

@@ -101,6 +101,7 @@ func (c *CLI) RunDetached(ctx context.Context, inst *provider.Instance, args ...
 type state struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
+	Pid    int    `json:"pid"`
 }
 
 // Status asks `state ID`.
@@ -193,3 +194,20 @@ func (r Runtime) Status(ctx context.Context, id string) (provider.Status, error)
 
 // List returns the containers the runtime knows under its root.
 func (r Runtime) List(ctx context.Context) ([]string, error) { return r.CLI.List(ctx) }
+
+// InitPID returns the host pid whose end means the container ended (runc:
+// the container's init; runsc: the sandbox process).
+func (r Runtime) InitPID(ctx context.Context, id string) (int, error) {
+	out, err := r.CLI.Run(ctx, "state", id)
+	if err != nil {
+		return 0, err
+	}
+	var st state
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("state %s: %w", id, err)
+	}
+	if st.Pid <= 0 {
+		return 0, fmt.Errorf("state %s: no pid", id)
+	}
+	return st.Pid, nil
+}
