@@ -61,7 +61,9 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 
 // fetch resolves the reference, trying each mirror in turn for Docker Hub
 // images and then the registry itself. Mirror failures are logged; the
-// error returned is the registry's own.
+// error returned is the registry's own, except that on a machine that cannot
+// reach the registry a mirror's "not found" is the better answer (offline,
+// a mistyped tag must not read as a network problem).
 func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remote.Descriptor, name.Reference, error) {
 	var tries []name.Reference
 	if r.Context().RegistryStr() == name.DefaultRegistry {
@@ -70,7 +72,7 @@ func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remo
 		}
 	}
 	tries = append(tries, r)
-	var err error
+	var err, mirrorNotFound error
 	for i, t := range tries {
 		desc, gerr := remote.Get(t, s.remoteOptions(ctx, t.Context().Registry)...)
 		if gerr == nil {
@@ -81,8 +83,14 @@ func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remo
 			return nil, nil, err
 		}
 		if i < len(tries)-1 {
+			if mirrorNotFound == nil && errdefs.Is(err, errdefs.KindNotFound) {
+				mirrorNotFound = err
+			}
 			s.log.Warn("registry mirror failed, trying the next source", "mirror", t.Context().RegistryStr(), "image", what, "err", gerr)
 		}
+	}
+	if mirrorNotFound != nil && errdefs.Is(err, errdefs.KindUnavailable) {
+		return nil, nil, errdefs.NotFound("image_not_found", "%v (and %v)", mirrorNotFound, err)
 	}
 	return nil, nil, err
 }

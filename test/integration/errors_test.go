@@ -30,6 +30,7 @@ func TestBadInput(t *testing.T) {
 		code, msg                string
 	}{
 		{"unknown image", "POST", "/v0/sandboxes", `{"image":"` + e.registry + `/nosuch:latest"}`, 404, "image_not_found", "not found"},
+		{"unknown tag through the mirror", "POST", "/v0/sandboxes", `{"image":"busybox:nosuchtag"}`, 404, "image_not_found", "not found"},
 		{"bad memory text", "POST", "/v0/sandboxes", `{"image":"busybox","memory":"lots"}`, 400, "invalid_argument", `"lots" is not a size`},
 		{"memory too small", "POST", "/v0/sandboxes", `{"image":"busybox","memory":"1MiB"}`, 400, "invalid_argument", "too small"},
 		{"bad cpu", "POST", "/v0/sandboxes", `{"image":"busybox","cpu":"fast"}`, 400, "invalid_argument", "cpu"},
