@@ -126,8 +126,8 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.bootWith(bg, f, img.Layers, func(p provider.Provider, inst *provider.Instance) error {
-				return p.(provider.Checkpointer).Restore(bg, inst, ckDir)
+			errs[i] = s.bootWith(bg, f, img.Layers, func(_ provider.Provider, inst *provider.Instance) error {
+				return cp.Restore(bg, inst, ckDir)
 			})
 		}()
 	}
@@ -202,6 +202,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	defer cancel()
 	start := time.Now()
 	var tPause, tFiles time.Duration
+	paused := false
 	err := func() error {
 		if err := os.MkdirAll(ckDir, 0o700); err != nil {
 			return err
@@ -209,6 +210,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		if err := cp.Pause(fctx, src.ID); err != nil {
 			return err
 		}
+		paused = true
 		tPause = time.Since(start)
 		// While the source is paused its files and memory hold still: copy
 		// the files and write the memory image at the same time.
@@ -233,8 +235,12 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	if fctx.Err() != nil {
 		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
 	}
-	// Thaw whatever happened (a fresh context: the freeze's may be over).
-	rerr := cp.Resume(context.WithoutCancel(ctx), src.ID)
+	// Thaw whatever happened after the pause (a fresh context: the freeze's
+	// may be over). Only then: gVisor panics on a resume without a pause.
+	var rerr error
+	if paused {
+		rerr = cp.Resume(context.WithoutCancel(ctx), src.ID)
+	}
 	frozen := time.Since(start)
 	if _, merr := s.move(context.WithoutCancel(ctx), src.ID, StateRunning, nil, nil); merr != nil && err == nil {
 		err = merr

@@ -431,7 +431,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
-		AgentDir: agentDir, Netns: nsPath, CgroupsPath: "/shard/" + sb.ID,
+		AgentDir: agentDir, Netns: nsPath, CgroupsPath: cgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 	})
@@ -454,26 +454,29 @@ func (s *Service) agentFor(sb *store.Sandbox) *agent.Client {
 	return &agent.Client{Addr: netip.AddrPortFrom(netip.MustParseAddr(sb.IP), agent.Port).String(), Token: sb.Token}
 }
 
-// halt stops the runtime and takes down mounts and network; files stay.
+// halt stops the runtime and takes down mounts and network; files stay. It
+// returns the OOM kills the instance counted.
 func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) int64 {
 	p := s.providers[sb.Provider]
+	var ooms int64
 	if graceful {
 		if st, _ := p.Status(ctx, sb.ID); st == provider.StatusRunning {
+			// Ask the agent while it still answers: after the kill, a dial
+			// to its address only times out.
+			ooms += s.agentOOMKills(ctx, sb)
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			s.agentFor(sb).Call(sctx, agent.OpSync)
 			cancel()
+			pid := 0
+			if pider, ok := p.(provider.PIDer); ok {
+				pid, _ = pider.InitPID(ctx, sb.ID)
+			}
 			if p.Kill(ctx, sb.ID, 15) == nil {
-				deadline := time.Now().Add(s.cfg.StopTimeout)
-				for time.Now().Before(deadline) {
-					if st, err := p.Status(ctx, sb.ID); err != nil || st != provider.StatusRunning {
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				s.waitEnded(ctx, p, sb.ID, pid)
 			}
 		}
 	}
-	ooms := s.oomKills(ctx, sb)
+	ooms += cgroupOOMKills(sb.ID)
 	if err := p.Delete(ctx, sb.ID); err != nil {
 		s.cfg.Log.Warn("delete container", "sandbox", sb.ID, "err", err)
 	}
@@ -520,11 +523,37 @@ func (s *Service) List(ctx context.Context) ([]*store.Sandbox, error) {
 	return s.cfg.Store.ListSandboxes(ctx)
 }
 
+// waitEnded waits up to the stop timeout for the runtime to end after a
+// kill: by watching its host process when the provider names it (a stat of
+// /proc), else by asking the runtime (a process per look).
+func (s *Service) waitEnded(ctx context.Context, p provider.Provider, id string, pid int) {
+	deadline := time.Now().Add(s.cfg.StopTimeout)
+	for time.Now().Before(deadline) {
+		if pid > 0 {
+			if !processAlive(pid) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if st, err := p.Status(ctx, id); err != nil || st != provider.StatusRunning {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // oomKills counts processes killed for memory in the running instance: by
 // the host kernel (memory cgroup) and, on gVisor, by the agent's guard.
 func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
+	return cgroupOOMKills(sb.ID) + s.agentOOMKills(ctx, sb)
+}
+
+// cgroupOOMKills is the host kernel's OOM kill count in the sandbox's
+// memory cgroup (gone once the runtime deletes the container).
+func cgroupOOMKills(id string) int64 {
 	var n int64
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory/shard/" + sb.ID + "/memory.oom_control"); err == nil {
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupsPath(id) + "/memory.oom_control"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
 				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -532,15 +561,24 @@ func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
 			}
 		}
 	}
-	if sb.Provider == "gvisor" {
-		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		defer cancel()
-		if r, err := s.agentFor(sb).Call(cctx, agent.OpStats); err == nil {
-			n += r.OOMKills
-		}
-	}
 	return n
 }
+
+// agentOOMKills is what the agent's OOM guard killed (gVisor only).
+func (s *Service) agentOOMKills(ctx context.Context, sb *store.Sandbox) int64 {
+	if sb.Provider != "gvisor" {
+		return 0
+	}
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if r, err := s.agentFor(sb).Call(cctx, agent.OpStats); err == nil {
+		return r.OOMKills
+	}
+	return 0
+}
+
+// cgroupsPath is the sandbox's cgroup, under every v1 controller.
+func cgroupsPath(id string) string { return "/shard/" + id }
 
 // move changes a sandbox's state if the table allows it.
 func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, also func(*store.Sandbox)) (*store.Sandbox, error) {
