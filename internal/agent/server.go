@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/useshards/shard/internal/envlist"
 )
 
 // Environment variables the host sets on the agent process. They are removed
@@ -369,15 +370,15 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, startErr("invalid_argument", "no command given")
 	}
-	env := mergeEnv(s.baseEnv, req.Env)
+	env := envlist.Merge(s.baseEnv, req.Env)
 	cred, home, err := lookupUser(req.User)
 	if err != nil {
 		return nil, startErr("invalid_argument", "%v", err)
 	}
-	if home != "" && !hasKey(env, "HOME") {
-		env = mergeEnv(env, []string{"HOME=" + home})
+	if home != "" && !envlist.Has(env, "HOME") {
+		env = envlist.Merge(env, []string{"HOME=" + home})
 	}
-	path, err := lookPath(req.Argv[0], envValue(env, "PATH"))
+	path, err := lookPath(req.Argv[0], envlist.Value(env, "PATH"))
 	if err != nil {
 		return nil, startErr("command_not_found", "%v", err)
 	}
@@ -409,7 +410,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		attr.Sys.Setsid = true
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
-		if !hasKey(env, "TERM") {
+		if !envlist.Has(env, "TERM") {
 			attr.Env = append(attr.Env, "TERM=xterm")
 		}
 		closeAfter = append(closeAfter, slave)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/useshards/shard/internal/envlist"
 	"io"
 	"log/slog"
 	"net"
@@ -657,10 +658,10 @@ func TestNewServerFromEnv(t *testing.T) {
 			if _, ok := os.LookupEnv(EnvToken); ok {
 				t.Errorf("NewServerFromEnv() left %s in the process environment", EnvToken)
 			}
-			if hasKey(s.baseEnv, EnvToken) || hasKey(s.baseEnv, EnvMemoryLimit) {
+			if envlist.Has(s.baseEnv, EnvToken) || envlist.Has(s.baseEnv, EnvMemoryLimit) {
 				t.Errorf("NewServerFromEnv() baseEnv keeps the agent's own variables: %q", s.baseEnv)
 			}
-			if got := envValue(s.baseEnv, "SHARD_TEST_PLAIN"); got != "plain" {
+			if got := envlist.Value(s.baseEnv, "SHARD_TEST_PLAIN"); got != "plain" {
 				t.Errorf("NewServerFromEnv() baseEnv SHARD_TEST_PLAIN = %q, want %q", got, "plain")
 			}
 			switch {

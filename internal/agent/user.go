@@ -170,37 +170,3 @@ func executable(p string) error {
 	}
 	return nil
 }
-
-// mergeEnv returns base with each K=V of extra replacing or adding K.
-func mergeEnv(base, extra []string) []string {
-	out := make([]string, 0, len(base)+len(extra))
-	idx := map[string]int{}
-	for _, kv := range append(append([]string(nil), base...), extra...) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := idx[k]; ok {
-			out[i] = kv
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, kv)
-	}
-	return out
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-func hasKey(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == key {
-			return true
-		}
-	}
-	return false
-}

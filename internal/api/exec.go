@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -208,5 +207,3 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-
-var _ = strconv.Itoa

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -204,8 +203,6 @@ func boolQuery(r *http.Request, key string) (bool, error) {
 	}
 	return b, nil
 }
-
-var _ = fmt.Sprint
 
 // forkSandbox answers 201 with the fork, or with {"sandboxes": [...]} when
 // count > 1.

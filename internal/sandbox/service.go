@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/envlist"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
@@ -206,17 +207,18 @@ func (s *Service) validate(req *CreateRequest) error {
 	return nil
 }
 
-func newID() string {
-	b := make([]byte, 6)
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-func newToken() string {
-	b := make([]byte, 24)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+// newID is a sandbox (or checkpoint) id: 12 hex digits, a fixed length, so
+// that no id is a prefix of another (runsc matches ids by prefix).
+func newID() string { return randomHex(6) }
+
+func newToken() string { return randomHex(24) }
 
 // Create makes and starts a sandbox. On any failure nothing is left behind.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
@@ -232,8 +234,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	if name == "" {
 		name = id
 	}
-	env := mergeEnv(img.Config.Env, req.Env)
-	if !hasKey(env, "PATH") {
+	env := envlist.Merge(img.Config.Env, req.Env)
+	if !envlist.Has(env, "PATH") {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
 	s.allocMu.Lock()
@@ -279,7 +281,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	return out, nil
 }
 
-// allocate picks the lowest free address. Caller holds allocMu.
+// allocate picks the next free address after the last one handed out.
+// Caller holds allocMu.
 func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
 	all, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
@@ -693,31 +696,4 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 	}
 	return sess, sb, nil
-}
-
-func mergeEnv(base, extra []string) []string {
-	out := append([]string(nil), base...)
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		replaced := false
-		for i, o := range out {
-			if ok, _, _ := strings.Cut(o, "="); ok == k {
-				out[i] = kv
-				replaced = true
-			}
-		}
-		if !replaced {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func hasKey(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == key {
-			return true
-		}
-	}
-	return false
 }

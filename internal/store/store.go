@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -298,9 +299,5 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func sortByCreated(s []*Sandbox) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].CreatedAt.Before(s[j-1].CreatedAt); j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	slices.SortStableFunc(s, func(a, b *Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 }

@@ -18,7 +18,7 @@ func TestMemoryBound(t *testing.T) {
 	e := need(t)
 	for _, prov := range providers {
 		t.Run(prov, func(t *testing.T) {
-			mem, _ := jsonRaw("64MiB")
+			mem := jsonRaw("64MiB")
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Memory: mem})
 			res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c",
 				`x=$(head -c 200000000 /dev/zero | tr '\0' a); echo ${#x}`}})
@@ -47,7 +47,7 @@ func TestCPUPidsBounds(t *testing.T) {
 	e := need(t)
 	for _, prov := range providers {
 		t.Run(prov, func(t *testing.T) {
-			cpu, _ := jsonRaw("0.5")
+			cpu := jsonRaw("0.5")
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, CPU: cpu, Pids: 64})
 			quota := readTrim(t, "/sys/fs/cgroup/cpu/shard/"+sb.ID+"/cpu.cfs_quota_us")
 			period := readTrim(t, "/sys/fs/cgroup/cpu/shard/"+sb.ID+"/cpu.cfs_period_us")
@@ -80,7 +80,6 @@ func TestCPUPidsBounds(t *testing.T) {
 			}
 		})
 	}
-	_ = e
 }
 
 // TestDiskBound: writing past --disk fails with "No space left" inside.
@@ -88,7 +87,7 @@ func TestDiskBound(t *testing.T) {
 	e := need(t)
 	for _, prov := range providers {
 		t.Run(prov, func(t *testing.T) {
-			disk, _ := jsonRaw("64MiB")
+			disk := jsonRaw("64MiB")
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: disk})
 			res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c",
 				"dd if=/dev/zero of=/root/big bs=1M count=200 2>&1; sync"}})
@@ -105,7 +104,6 @@ func TestDiskBound(t *testing.T) {
 			execOK(t, sb.ID, "sh", "-c", "echo fits > /root/small")
 		})
 	}
-	_ = e
 }
 
 func readTrim(t *testing.T, p string) string {
@@ -117,4 +115,5 @@ func readTrim(t *testing.T, p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func jsonRaw(s string) ([]byte, error) { return []byte(fmt.Sprintf("%q", s)), nil }
+// jsonRaw is s as a JSON string, for the size and cpu fields.
+func jsonRaw(s string) []byte { return []byte(fmt.Sprintf("%q", s)) }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,9 +38,9 @@ func checkCounting(t *testing.T, who, id string) int {
 // TestForkMemoryAndFiles: the memory-continuity and three-way file checks.
 func TestForkMemoryAndFiles(t *testing.T) {
 	e := need(t)
-	mem, _ := jsonRaw("256MiB")
-	cpu, _ := jsonRaw("0.5")
-	disk, _ := jsonRaw("1GiB")
+	mem := jsonRaw("256MiB")
+	cpu := jsonRaw("0.5")
+	disk := jsonRaw("1GiB")
 	src := create(t, client.CreateRequest{Image: busybox, Name: "fork-src", Memory: mem, CPU: cpu, Disk: disk, Pids: 300})
 	execOK(t, src.ID, "sh", "-c", "echo before > /root/before")
 	execOK(t, src.ID, "sh", "-c", counterScript+" >/dev/null 2>&1 &")
@@ -104,10 +103,10 @@ func TestForkMemoryAndFiles(t *testing.T) {
 	}
 	// The counting process is the same process, continued: same pid.
 	pid := func(id string) string {
-		return strings.TrimSpace(execOK(t, id, "sh", "-c", "pgrep -f 'echo \\$i' | head -1 || ps | grep 'i=0' | grep -v grep | awk '{print $1}' | head -1"))
+		return strings.TrimSpace(execOK(t, id, "sh", "-c", "ps -o pid,args | grep 'i=0' | grep -v grep | awk '{print $1}' | head -1"))
 	}
-	if pa, ps := pid(a.ID), pid(src.ID); pa != ps {
-		t.Logf("pid in fork %q, in source %q", pa, ps)
+	if ps, pa := pid(src.ID), pid(a.ID); ps == "" || pa != ps {
+		t.Errorf("the counter runs as pid %q in the fork, %q in the source: want the same process", pa, ps)
 	}
 
 	// Files: before the fork in all; after, in one only.
@@ -144,8 +143,8 @@ func TestForkErrors(t *testing.T) {
 	if _, err := e.c.Stop(ctxT(t), stopped.ID); err != nil {
 		t.Fatal(err)
 	}
-	runc := create(t, client.CreateRequest{Image: busybox, Name: "fork-runc", Provider: "runc"})
-	running := create(t, client.CreateRequest{Image: busybox, Name: "fork-running"})
+	create(t, client.CreateRequest{Image: busybox, Name: "fork-runc", Provider: "runc"})
+	create(t, client.CreateRequest{Image: busybox, Name: "fork-running"})
 	before := sandboxFiles(t)
 	tests := []struct {
 		src, body  string
@@ -181,15 +180,13 @@ func TestForkErrors(t *testing.T) {
 	if after := sandboxFiles(t); after != before {
 		t.Errorf("a refused fork left files behind:\nbefore %s\nafter  %s", before, after)
 	}
-	_ = runc
-	_ = running
 }
 
 // TestForkFrozenExec: an exec that starts during the freeze is refused with
 // its own code and the seed's text; an exec already running keeps its stream.
 func TestForkFrozenExec(t *testing.T) {
 	e := need(t)
-	mem, _ := jsonRaw("1GiB")
+	mem := jsonRaw("1GiB")
 	src := create(t, client.CreateRequest{Image: python, Name: "frozen-src", Memory: mem})
 	// Enough resident memory that the freeze lasts a while.
 	execOK(t, src.ID, "sh", "-c", `python3 -c "import os,time; b=bytearray(os.urandom(256<<20)); open('/tmp/ready','w').close(); time.sleep(100000)" >/dev/null 2>&1 &`)
@@ -360,7 +357,6 @@ func TestForkLedger(t *testing.T) {
 	if n != 1 {
 		t.Errorf("the fork's session %s has %d created events", f.Session, n)
 	}
-	_ = os.Getenv
 }
 
 // TestForkFreezeTimeout: a freeze past the limit fails the fork, thaws the

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -173,9 +172,6 @@ func Version(ctx context.Context, bin string) (string, error) {
 	line, _, _ := strings.Cut(string(out), "\n")
 	return strings.TrimSpace(line), nil
 }
-
-// ErrNotFound says the runtime binary is missing.
-var ErrNotFound = errors.New("not found")
 
 // Runtime gives a provider the verbs every OCI runtime CLI has in common;
 // a provider embeds it and adds Name, Probe and Start.
