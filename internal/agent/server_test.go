@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/useshards/shard/internal/envlist"
+	"github.com/useshards/shard/internal/testenv"
 	"io"
 	"log/slog"
 	"net"
@@ -238,9 +239,7 @@ func TestExec(t *testing.T) {
 }
 
 func TestExecAsUser(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to switch users")
-	}
+	testenv.RequireRoot(t, "to switch users")
 	c := testAgent(t)
 	tests := []struct {
 		user, want string

@@ -3,10 +3,10 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"github.com/useshards/shard/internal/testenv"
 	"io"
 	"log"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -144,9 +144,7 @@ func openStore(t testing.TB, dir string, opts ...func(*Options)) *Store {
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mknod, chown, trusted.* xattrs)")
-	}
+	testenv.RequireRoot(t, "mknod, chown, trusted.* xattrs")
 }
 
 func mustDigest(t testing.TB, d interface{ Digest() (v1.Hash, error) }) string {
