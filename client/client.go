@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -365,4 +366,233 @@ func (c *Client) ForkMany(ctx context.Context, idOrName string, req ForkRequest)
 		return nil, err
 	}
 	return out.Sandboxes, nil
+}
+
+// Checkpoint saves a running sandbox's memory, processes and files without
+// stopping it (it freezes for a moment), and records
+// sandbox.checkpoint_created in its ledger session.
+func (c *Client) Checkpoint(ctx context.Context, sandbox string, req CheckpointRequest) (*Checkpoint, error) {
+	var out Checkpoint
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(sandbox)+"/checkpoints", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Checkpoints lists the checkpoints of one sandbox (id or name) or of one
+// ledger session (its name), also after the sandbox is gone.
+func (c *Client) Checkpoints(ctx context.Context, sandboxOrSession string) ([]Checkpoint, error) {
+	var out struct {
+		Checkpoints []Checkpoint `json:"checkpoints"`
+	}
+	err := c.call(ctx, "GET", "/sandboxes/"+esc(sandboxOrSession)+"/checkpoints", nil, &out)
+	return out.Checkpoints, err
+}
+
+// AllCheckpoints lists every checkpoint on the server: taken by hand, by
+// forks, and the environments'.
+func (c *Client) AllCheckpoints(ctx context.Context) ([]Checkpoint, error) {
+	var out struct {
+		Checkpoints []Checkpoint `json:"checkpoints"`
+	}
+	err := c.call(ctx, "GET", "/checkpoints", nil, &out)
+	return out.Checkpoints, err
+}
+
+// GetCheckpoint returns one checkpoint by id.
+func (c *Client) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, error) {
+	var out Checkpoint
+	if err := c.call(ctx, "GET", "/checkpoints/"+esc(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveCheckpoint deletes a checkpoint and its files. One an environment
+// uses is refused (409 checkpoint_in_use).
+func (c *Client) RemoveCheckpoint(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/checkpoints/"+esc(id), nil, nil)
+}
+
+// Restore starts a new sandbox from a checkpoint (restoreSnapshot): memory,
+// processes and files as they were, with a new id, its own ledger session
+// and a clean exec history; nothing is replayed (see Resume for that).
+func (c *Client) Restore(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/checkpoints/"+esc(checkpointID)+"/restore", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CreateSnapshot saves the files of a stopped sandbox as a snapshot, which
+// creates can start from (CreateRequest.FromSnapshot).
+func (c *Client) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error) {
+	var out Snapshot
+	if err := c.call(ctx, "POST", "/snapshots", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Snapshots lists every snapshot.
+func (c *Client) Snapshots(ctx context.Context) ([]Snapshot, error) {
+	var out struct {
+		Snapshots []Snapshot `json:"snapshots"`
+	}
+	err := c.call(ctx, "GET", "/snapshots", nil, &out)
+	return out.Snapshots, err
+}
+
+// GetSnapshot returns one snapshot by id or name.
+func (c *Client) GetSnapshot(ctx context.Context, idOrName string) (*Snapshot, error) {
+	var out Snapshot
+	if err := c.call(ctx, "GET", "/snapshots/"+esc(idOrName), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveSnapshot deletes a snapshot.
+func (c *Client) RemoveSnapshot(ctx context.Context, idOrName string) error {
+	return c.call(ctx, "DELETE", "/snapshots/"+esc(idOrName), nil, nil)
+}
+
+// Sessions lists the ledger's sessions, those of removed sandboxes too.
+func (c *Client) Sessions(ctx context.Context) ([]Session, error) {
+	var out struct {
+		Sessions []Session `json:"sessions"`
+	}
+	err := c.call(ctx, "GET", "/ledger/sessions", nil, &out)
+	return out.Sessions, err
+}
+
+// GetSession returns one ledger session by name.
+func (c *Client) GetSession(ctx context.Context, name string) (*Session, error) {
+	var out Session
+	if err := c.call(ctx, "GET", "/ledger/sessions/"+esc(name), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Events returns a page of a session's events: those with a sequence
+// number above after, at most limit of them (0: the server's default).
+// Pass the page's Next as after for the next page, while More is true.
+func (c *Client) Events(ctx context.Context, session string, after int64, limit int) (*EventPage, error) {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out EventPage
+	if err := c.call(ctx, "GET", "/ledger/sessions/"+esc(session)+"/events?"+q.Encode(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// FollowEvents calls fn with each event of a session after the sequence
+// number after: those already recorded, then each new one as it is
+// recorded. It returns nil when the server ends the stream (the session's
+// sandbox was removed), ctx's error when ctx ends, and fn's error as soon
+// as fn returns one. No timeout applies: the client has none of its own,
+// so the stream lasts as long as ctx.
+func (c *Client) FollowEvents(ctx context.Context, session string, after int64, fn func(Event) error) error {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "follow": {"true"}}
+	resp, err := c.do(ctx, "GET", "/ledger/sessions/"+esc(session)+"/events?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue // a keep-alive
+		}
+		var ev Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return fmt.Errorf("event stream: %w", err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("event stream: %w", err)
+	}
+	return nil
+}
+
+// Resume recreates a sandbox from a ledger session: from the session's
+// latest checkpoint (or its first create), then it replays, in order, the
+// execs the ledger recorded after that. The new sandbox has a new id and
+// its own session; the answer says what was replayed and how it exited.
+func (c *Client) Resume(ctx context.Context, session string, req ResumeRequest) (*ResumeResponse, error) {
+	var out ResumeResponse
+	if err := c.call(ctx, "POST", "/ledger/sessions/"+esc(session)+"/resume", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CreateEnvironment builds a named environment, or leaves it as it is when
+// one of that name has the same fingerprint. BuildEnvironment also tells
+// which of the two happened.
+func (c *Client) CreateEnvironment(ctx context.Context, req EnvironmentRequest) (*Environment, error) {
+	env, _, err := c.BuildEnvironment(ctx, req)
+	return env, err
+}
+
+// BuildEnvironment is CreateEnvironment, and also reports whether the
+// environment was built (201) or already there with the same fingerprint
+// and left unchanged (200).
+func (c *Client) BuildEnvironment(ctx context.Context, req EnvironmentRequest) (env *Environment, built bool, err error) {
+	resp, err := c.do(ctx, "POST", "/environments", req)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	var out Environment
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, false, fmt.Errorf("decode the server's answer: %w", err)
+	}
+	return &out, resp.StatusCode == http.StatusCreated, nil
+}
+
+// Environments lists every environment.
+func (c *Client) Environments(ctx context.Context) ([]Environment, error) {
+	var out struct {
+		Environments []Environment `json:"environments"`
+	}
+	err := c.call(ctx, "GET", "/environments", nil, &out)
+	return out.Environments, err
+}
+
+// GetEnvironment returns one environment by name.
+func (c *Client) GetEnvironment(ctx context.Context, name string) (*Environment, error) {
+	var out Environment
+	if err := c.call(ctx, "GET", "/environments/"+esc(name), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveEnvironment deletes an environment.
+func (c *Client) RemoveEnvironment(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/environments/"+esc(name), nil, nil)
+}
+
+// DiskUsage says what images, sandboxes, snapshots, checkpoints and
+// environments hold on the server's disk.
+func (c *Client) DiskUsage(ctx context.Context) (*DiskUsage, error) {
+	var out DiskUsage
+	if err := c.call(ctx, "GET", "/system/df", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -41,6 +41,14 @@ type CreateRequest struct {
 	Pids      int64           `json:"pids,omitempty"`
 	Env       json.RawMessage `json:"env,omitempty"` // ["K=V"] or {"K":"V"}
 	Provider  string          `json:"provider,omitempty"`
+	// FromSnapshot starts the sandbox from a snapshot's files (id or
+	// name); Image may then be left out (it is the snapshot's).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Environment starts the sandbox warm from a named environment's
+	// checkpoint: memory, processes and files as its setup left them. The
+	// bounds are the environment's; Image, Memory, CPU, Disk and Pids must
+	// be left out.
+	Environment string `json:"environment,omitempty"`
 }
 
 // ExecRequest is the body of POST /v0/sandboxes/{id}/exec (and, URL-encoded
@@ -123,4 +131,162 @@ type ForkRequest struct {
 // ForkResponse is the answer to a fork with count > 1.
 type ForkResponse struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// Checkpoint is a saved instant of a running sandbox: its memory, processes
+// and files (POST /v0/sandboxes/{id}/checkpoints, and every fork).
+type Checkpoint struct {
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"` // checkpoint, fork or environment
+	Tag         string    `json:"tag,omitempty"`
+	SandboxID   string    `json:"sandbox_id"`   // the sandbox it was taken of (may be gone)
+	SandboxName string    `json:"sandbox_name"` // its name then
+	Session     string    `json:"session"`      // the ledger session the checkpoint event is in
+	Seq         int64     `json:"seq"`          // that event's sequence number
+	Image       string    `json:"image"`
+	ImageDigest string    `json:"image_digest"`
+	Provider    string    `json:"provider"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	CPU         float64   `json:"cpu"`
+	DiskBytes   int64     `json:"disk_bytes"`
+	Size        int64     `json:"size"`      // bytes on disk: memory image plus files not shared
+	FreezeMS    int64     `json:"freeze_ms"` // how long the sandbox was frozen for it
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// CheckpointRequest is the body of POST /v0/sandboxes/{id}/checkpoints.
+type CheckpointRequest struct {
+	Tag string `json:"tag,omitempty"`
+}
+
+// RestoreRequest is the body of POST /v0/checkpoints/{id}/restore
+// (restoreSnapshot): a new sandbox from a checkpoint, clean exec history.
+type RestoreRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// Snapshot is the files of a stopped sandbox, which creates start from.
+type Snapshot struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	SandboxID   string    `json:"sandbox_id"`
+	SandboxName string    `json:"sandbox_name"`
+	Image       string    `json:"image"`
+	ImageDigest string    `json:"image_digest"`
+	Provider    string    `json:"provider"`
+	DiskBytes   int64     `json:"disk_bytes"`
+	Env         []string  `json:"env"`
+	Size        int64     `json:"size"` // bytes its files use on disk
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// SnapshotRequest is the body of POST /v0/snapshots.
+type SnapshotRequest struct {
+	Sandbox string `json:"sandbox"` // id or name of a stopped sandbox
+	Name    string `json:"name,omitempty"`
+}
+
+// Session is a ledger session: the durable event log of one sandbox.
+type Session struct {
+	Name        string    `json:"name"`
+	SandboxID   string    `json:"sandbox_id"`
+	SandboxName string    `json:"sandbox_name,omitempty"` // empty once the sandbox is removed
+	Events      int64     `json:"events"`
+	LastEvent   string    `json:"last_event,omitempty"`
+	LastAt      time.Time `json:"last_at,omitzero"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Event is one ledger entry. Data depends on Type; see the OpenAPI document.
+type Event struct {
+	Seq       int64           `json:"seq"`
+	Session   string          `json:"session"`
+	Type      string          `json:"type"`
+	SandboxID string          `json:"sandbox_id"`
+	At        time.Time       `json:"at"`
+	Data      json.RawMessage `json:"data,omitempty"`
+}
+
+// EventPage is a page of GET /v0/ledger/sessions/{name}/events; pass Next
+// as ?after= for the next page. More says whether there is one.
+type EventPage struct {
+	Events []Event `json:"events"`
+	Next   int64   `json:"next"`
+	More   bool    `json:"more"`
+}
+
+// ResumeRequest is the body of POST /v0/ledger/sessions/{name}/resume.
+type ResumeRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// ResumeResponse tells what resume started from and what it replayed.
+type ResumeResponse struct {
+	Sandbox    Sandbox        `json:"sandbox"`
+	Checkpoint string         `json:"checkpoint,omitempty"` // empty: replayed from the session's start
+	Replayed   []ReplayedExec `json:"replayed"`
+}
+
+// ReplayedExec is one exec that resume ran again.
+type ReplayedExec struct {
+	Argv         []string `json:"argv"`
+	RecordedExit *int     `json:"recorded_exit_code,omitempty"` // nil: it never finished
+	ExitCode     *int     `json:"exit_code,omitempty"`          // nil: started and left running
+	Error        string   `json:"error,omitempty"`
+}
+
+// Environment is a named, set-up-once sandbox state that creates start
+// from warm.
+type Environment struct {
+	Name        string     `json:"name"`
+	Image       string     `json:"image"`
+	ImageDigest string     `json:"image_digest"`
+	Provider    string     `json:"provider"`
+	MemoryBytes int64      `json:"memory_bytes"`
+	CPU         float64    `json:"cpu"`
+	DiskBytes   int64      `json:"disk_bytes"`
+	Env         []string   `json:"env,omitempty"`
+	Setup       [][]string `json:"setup,omitempty"`
+	Fingerprint string     `json:"fingerprint"` // changes when the definition does
+	Checkpoint  string     `json:"checkpoint"`
+	CreatedAt   time.Time  `json:"created_at"`
+}
+
+// EnvironmentRequest is the body of POST /v0/environments. Either Setup
+// (commands the server runs, in order, each must exit 0) or Sandbox (a
+// running sandbox the caller set up, checkpointed as the environment; the
+// SDKs' setup callback) — not both. With the same name and the same
+// fingerprint as an existing environment the call does nothing (200);
+// a different definition rebuilds it (201).
+type EnvironmentRequest struct {
+	Name      string          `json:"name"`
+	Image     string          `json:"image,omitempty"`
+	Memory    json.RawMessage `json:"memory,omitempty"`
+	MemoryMiB int64           `json:"memory_mib,omitempty"`
+	CPU       json.RawMessage `json:"cpu,omitempty"`
+	Disk      json.RawMessage `json:"disk,omitempty"`
+	Env       json.RawMessage `json:"env,omitempty"`
+	Provider  string          `json:"provider,omitempty"`
+	Setup     [][]string      `json:"setup,omitempty"`
+	Sandbox   string          `json:"sandbox,omitempty"`
+	// Fingerprint identifies the definition; the server computes it from
+	// the fields above when left out (the SDKs pass one that covers their
+	// setup callback).
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// DiskUsage is what `shard df` shows: what each kind of thing holds on disk.
+type DiskUsage struct {
+	Images       DiskUsageItem `json:"images"`
+	Sandboxes    DiskUsageItem `json:"sandboxes"`
+	Snapshots    DiskUsageItem `json:"snapshots"`
+	Checkpoints  DiskUsageItem `json:"checkpoints"`
+	Environments DiskUsageItem `json:"environments"` // their checkpoints (not counted again under checkpoints)
+	TotalBytes   int64         `json:"total_bytes"`
+}
+
+// DiskUsageItem is a count and the bytes they use.
+type DiskUsageItem struct {
+	Count int   `json:"count"`
+	Bytes int64 `json:"bytes"`
 }

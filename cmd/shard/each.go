@@ -14,10 +14,16 @@ import (
 // do returns, with --json), and joins the errors, so one bad name does not
 // stop the others.
 func eachSandbox(a *app, use, short string, do func(ctx context.Context, c *client.Client, id string) (any, error)) *cobra.Command {
+	return eachArg(a, use, short, "one or more SANDBOX (id or name)", do)
+}
+
+// eachArg is eachSandbox for any kind of thing (snapshot rm, checkpoint rm,
+// env rm); what says which arguments it takes.
+func eachArg(a *app, use, short, what string, do func(ctx context.Context, c *client.Client, id string) (any, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  minArgs(1, "one or more SANDBOX (id or name)"),
+		Args:  minArgs(1, what),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
 			if err != nil {

@@ -37,7 +37,10 @@ func newRoot() *cobra.Command {
 		Use:   "shard",
 		Short: "Sandboxes for untrusted code: create, exec, fork",
 		Long: `shard runs untrusted code in sandboxes (gVisor or runc) from OCI images,
-and forks running ones: files, memory and processes.
+and forks running ones: files, memory and processes. It keeps snapshots
+(files), checkpoints (memory, processes and files) and named environments to
+start sandboxes from, and a ledger of what happened in each, from which
+'shard resume' recreates one.
 
 'shard serve' is the server; every other verb talks to it: over its Unix
 socket (--socket, default /run/shard/shard.sock), or over HTTP to the URL in
@@ -51,6 +54,8 @@ SHARD_REMOTE with the API key in SHARD_API_KEY.`,
 		newServeCmd(), newAgentCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
 		newStopCmd(a), newStartCmd(a), newRemoveCmd(a), newForkCmd(a),
+		newSnapshotCmd(a), newCheckpointCmd(a), newRestoreCmd(a), newResumeCmd(a),
+		newLedgerCmd(a), newEnvCmd(a), newDfCmd(a),
 		newImageCmd(a), newCapabilitiesCmd(a),
 	)
 	return root

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,7 +14,7 @@ import (
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return fmt.Errorf("%s takes %s (got %d arguments); see shard %s --help", cmd.Name(), what, len(args), cmd.Name())
+			return fmt.Errorf("%s takes %s (got %d arguments); see shard %s --help", verb(cmd), what, len(args), verb(cmd))
 		}
 		return nil
 	}
@@ -22,10 +23,15 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 func minArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < n {
-			return fmt.Errorf("%s takes %s; see shard %s --help", cmd.Name(), what, cmd.Name())
+			return fmt.Errorf("%s takes %s; see shard %s --help", verb(cmd), what, verb(cmd))
 		}
 		return nil
 	}
+}
+
+// verb is the command as typed after "shard": "create", "snapshot ls".
+func verb(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 }
 
 func printJSON(v any) error {
@@ -48,4 +54,24 @@ func ago(t time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// humanSize prints bytes on disk for people: in the largest binary unit that
+// fits, with one decimal below 10 ("1.4GiB", "123MiB", "0B"). Bounds use
+// units.FormatSize instead, which shard create reads back.
+func humanSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, unit := float64(n), ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		if v < 1024 && unit != "" {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	if v < 10 {
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + unit
+	}
+	return fmt.Sprintf("%.0f", v) + unit
 }

@@ -67,6 +67,25 @@ func (s *Server) Handler() http.Handler {
 	h("POST /v0/sandboxes/{id}/fork", s.forkSandbox)
 	mux.HandleFunc("POST /v0/sandboxes/{id}/exec", s.execStream)
 	mux.HandleFunc("GET /v0/sandboxes/{id}/exec", s.execWebSocket)
+	h("POST /v0/sandboxes/{id}/checkpoints", s.createCheckpoint)
+	h("GET /v0/sandboxes/{id}/checkpoints", s.sandboxCheckpoints)
+	h("GET /v0/checkpoints", s.listCheckpoints)
+	h("GET /v0/checkpoints/{id}", s.getCheckpoint)
+	h("DELETE /v0/checkpoints/{id}", s.removeCheckpoint)
+	h("POST /v0/checkpoints/{id}/restore", s.restoreCheckpoint)
+	h("POST /v0/snapshots", s.createSnapshot)
+	h("GET /v0/snapshots", s.listSnapshots)
+	h("GET /v0/snapshots/{id}", s.getSnapshot)
+	h("DELETE /v0/snapshots/{id}", s.removeSnapshot)
+	h("GET /v0/ledger/sessions", s.listSessions)
+	h("GET /v0/ledger/sessions/{name}", s.getSession)
+	mux.HandleFunc("GET /v0/ledger/sessions/{name}/events", s.sessionEvents)
+	h("POST /v0/ledger/sessions/{name}/resume", s.resumeSession)
+	h("POST /v0/environments", s.createEnvironment)
+	h("GET /v0/environments", s.listEnvironments)
+	h("GET /v0/environments/{name}", s.getEnvironment)
+	h("DELETE /v0/environments/{name}", s.removeEnvironment)
+	h("GET /v0/system/df", s.diskUsage)
 	h("GET /v0/images", s.listImages)
 	mux.HandleFunc("POST /v0/images/pull", s.pullImage)
 	h("POST /v0/images/import", s.importImage)
@@ -141,6 +160,8 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusForbidden
 	case errdefs.KindUnauth:
 		return http.StatusUnauthorized
+	case errdefs.KindFailed:
+		return http.StatusUnprocessableEntity
 	case errdefs.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
 	}

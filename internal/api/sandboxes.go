@@ -98,43 +98,61 @@ func envField(raw json.RawMessage) ([]string, error) {
 	return list, nil
 }
 
+// createFields parses the bounds and environment a create (or an
+// environment's definition) gives.
+func createFields(memory json.RawMessage, memoryMiB int64, cpuRaw, diskRaw, envRaw json.RawMessage) (sandbox.CreateRequest, error) {
+	var cr sandbox.CreateRequest
+	mem, err := sizeField("memory", memory)
+	if err != nil {
+		return cr, err
+	}
+	if memoryMiB < 0 {
+		return cr, errdefs.Invalid("memory_mib must be positive")
+	}
+	if memoryMiB > 0 {
+		if mem != 0 {
+			return cr, errdefs.Invalid("give memory or memory_mib, not both")
+		}
+		mem = memoryMiB << 20
+	}
+	if cr.DiskBytes, err = sizeField("disk", diskRaw); err != nil {
+		return cr, err
+	}
+	if cr.CPUMillis, err = cpuField(cpuRaw); err != nil {
+		return cr, err
+	}
+	if cr.Env, err = envField(envRaw); err != nil {
+		return cr, err
+	}
+	cr.MemoryBytes = mem
+	return cr, nil
+}
+
 func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 	var req CreateRequest
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
-	mem, err := sizeField("memory", req.Memory)
-	if err != nil {
-		return nil, 0, err
-	}
-	if req.MemoryMiB < 0 {
-		return nil, 0, errdefs.Invalid("memory_mib must be positive")
-	}
-	if req.MemoryMiB > 0 {
-		if mem != 0 {
-			return nil, 0, errdefs.Invalid("give memory or memory_mib, not both")
+	if req.Environment != "" {
+		if req.Image != "" || len(req.Memory) > 0 || req.MemoryMiB != 0 || len(req.CPU) > 0 || len(req.Disk) > 0 ||
+			req.Pids != 0 || len(req.Env) > 0 || req.Provider != "" || req.FromSnapshot != "" {
+			return nil, 0, errdefs.Invalid("a sandbox from environment %s starts from its checkpoint, with its image, bounds and environment: leave out image, memory, cpu, disk, pids, env, provider and from_snapshot", req.Environment)
 		}
-		mem = req.MemoryMiB << 20
+		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name)
+		if err != nil {
+			return nil, 0, err
+		}
+		return view(sb), http.StatusCreated, nil
 	}
-	disk, err := sizeField("disk", req.Disk)
-	if err != nil {
-		return nil, 0, err
-	}
-	cpu, err := cpuField(req.CPU)
-	if err != nil {
-		return nil, 0, err
-	}
-	env, err := envField(req.Env)
+	cr, err := createFields(req.Memory, req.MemoryMiB, req.CPU, req.Disk, req.Env)
 	if err != nil {
 		return nil, 0, err
 	}
 	if req.Pids < 0 {
 		return nil, 0, errdefs.Invalid("pids must be positive")
 	}
-	sb, err := s.Sandboxes.Create(r.Context(), sandbox.CreateRequest{
-		Name: req.Name, Image: strings.TrimSpace(req.Image), MemoryBytes: mem, CPUMillis: cpu, DiskBytes: disk,
-		Pids: req.Pids, Env: env, Provider: req.Provider,
-	})
+	cr.Name, cr.Image, cr.Pids, cr.Provider, cr.FromSnapshot = req.Name, strings.TrimSpace(req.Image), req.Pids, req.Provider, req.FromSnapshot
+	sb, err := s.Sandboxes.Create(r.Context(), cr)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -14,6 +14,22 @@ type (
 	Error         = client.Error
 	ForkRequest   = client.ForkRequest
 	ForkResponse  = client.ForkResponse
+
+	Checkpoint         = client.Checkpoint
+	CheckpointRequest  = client.CheckpointRequest
+	RestoreRequest     = client.RestoreRequest
+	Snapshot           = client.Snapshot
+	SnapshotRequest    = client.SnapshotRequest
+	Session            = client.Session
+	Event              = client.Event
+	EventPage          = client.EventPage
+	ResumeRequest      = client.ResumeRequest
+	ResumeResponse     = client.ResumeResponse
+	ReplayedExec       = client.ReplayedExec
+	Environment        = client.Environment
+	EnvironmentRequest = client.EnvironmentRequest
+	DiskUsage          = client.DiskUsage
+	DiskUsageItem      = client.DiskUsageItem
 )
 
 // PullRequest is the body of POST /v0/images/pull.

@@ -22,6 +22,7 @@ const (
 	KindForbidden   Kind = "forbidden"        // 403
 	KindUnauth      Kind = "unauthenticated"  // 401
 	KindTooLarge    Kind = "too_large"        // 413
+	KindFailed      Kind = "failed"           // 422: the request was fine, what it ran failed
 	KindInternal    Kind = "internal"         // 500: our fault, never the user's
 )
 

@@ -128,6 +128,9 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Dir is the cache's root directory (`shard df` measures it).
+func (s *Store) Dir() string { return s.dir }
+
 func (s *Store) path(elem ...string) string {
 	return filepath.Join(append([]string{s.dir}, elem...)...)
 }

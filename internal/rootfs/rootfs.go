@@ -196,7 +196,68 @@ const (
 // for the copy (FIFREEZE flushes it and holds writes), so the copy is a
 // clean filesystem of one instant; the caller keeps src's processes paused
 // meanwhile so that instant is also their memory's.
-func (s *Storage) Clone(src, dst string) error {
+func (s *Storage) Clone(src, dst string) error { return s.copyOut(src, s.img(dst)) }
+
+// Save keeps a copy of sandbox src's files under key (a snapshot's or a
+// checkpoint's), the same way Clone does.
+func (s *Storage) Save(src, key string) error {
+	if err := os.MkdirAll(filepath.Join(s.dir, "saved"), 0o700); err != nil {
+		return err
+	}
+	return s.copyOut(src, s.saved(key))
+}
+
+// CreateFrom makes sandbox id's files a copy (reflink: copy-on-write, no
+// bytes copied) of the files saved under key.
+func (s *Storage) CreateFrom(key, id string) error {
+	if err := cloneFile(s.saved(key), s.img(id)); err != nil {
+		return fmt.Errorf("files of %s from %s: %w", id, key, err)
+	}
+	return nil
+}
+
+// RemoveSaved deletes the files saved under key. Sandboxes made from them
+// keep theirs: reflinked blocks are freed when nothing refers to them.
+func (s *Storage) RemoveSaved(key string) error {
+	if err := os.Remove(s.saved(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// ListSaved returns the keys of every saved copy.
+func (s *Storage) ListSaved() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "saved"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if k, ok := strings.CutSuffix(e.Name(), ".img"); ok {
+			out = append(out, k)
+		}
+	}
+	return out, err
+}
+
+// SavedUsage is the bytes the files saved under key take on disk (blocks
+// shared with other copies counted in each).
+func (s *Storage) SavedUsage(key string) int64 { return allocated(s.saved(key)) }
+
+// FileUsage is the bytes sandbox id's filesystem image takes on disk.
+func (s *Storage) FileUsage(id string) int64 { return allocated(s.img(id)) }
+
+func allocated(path string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
+func (s *Storage) saved(key string) string { return filepath.Join(s.dir, "saved", key+".img") }
+
+func (s *Storage) copyOut(src, dstPath string) error {
 	if mounted, _ := isMountPoint(s.mnt(src)); mounted {
 		f, err := os.Open(s.mnt(src))
 		if err != nil {
@@ -208,7 +269,7 @@ func (s *Storage) Clone(src, dst string) error {
 		}
 		defer unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiThaw, 0)
 	}
-	return cloneFile(s.img(src), s.img(dst))
+	return cloneFile(s.img(src), dstPath)
 }
 
 // attach mounts a sandbox's filesystem and makes upper/ and work/ in it.

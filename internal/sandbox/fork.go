@@ -1,15 +1,16 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 )
@@ -35,9 +36,10 @@ const MaxForkCount = 64
 
 // Fork copies a running sandbox: its files, its memory and its processes,
 // continuing where they were, into new sandboxes with their own id, name
-// and address. The source is frozen only while its memory and files are
-// captured, then carries on. On any failure the source runs on and no fork
-// is left behind.
+// and address. It is a checkpoint of the source (kept, and listed with its
+// checkpoints) and a restore of that checkpoint per fork. The source is
+// frozen only while its memory and files are captured, then carries on. On
+// any failure the source runs on and no fork is left behind.
 func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([]*store.Sandbox, error) {
 	if req.Count == 0 {
 		req.Count = 1
@@ -57,26 +59,11 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			}
 		}
 	}
-	src, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "fork")
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(src.ID) // one fork (or stop, start, remove) of a source at a time
 	defer unlock()
-	if src, err = s.cfg.Store.GetSandbox(ctx, src.ID); err != nil {
-		return nil, err
-	}
-	switch src.State {
-	case StateRunning:
-	case StateStopped, StateFailed:
-		return nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: fork takes a running sandbox", src.Name)
-	default:
-		return nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", src.Name, src.State)
-	}
-	cp, ok := s.providers[src.Provider].(provider.Checkpointer)
-	if !ok || !s.caps[src.Provider].Fork || !s.caps[src.Provider].Available {
-		return nil, errdefs.Unsupported("provider %s does not support fork on this host", src.Provider)
-	}
 	img, err := s.cfg.Images.Get(ctx, src.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", src.Image, src.Name, err)
@@ -86,7 +73,25 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 
 	// 1. Records for the forks (state creating): names are taken now, so a
 	// taken name fails before the source is touched.
-	forks, err := s.forkRecords(ctx, src, names)
+	ckID := newID()
+	protos := make([]*store.Sandbox, len(names))
+	for i, n := range names {
+		protos[i] = &store.Sandbox{
+			Name: n, Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
+			MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes,
+			Pids: src.Pids, Env: append([]string(nil), src.Env...),
+			// The fork's memory holds the source's agent (and its token),
+			// running from the source's /.shard: the fork must mount the
+			// very same files.
+			Token: src.Token, AgentDir: src.AgentDir, ParentID: src.ID,
+		}
+	}
+	forks, err := s.insertRecords(ctx, protos, func(f *store.Sandbox) (string, ledger.CreatedData) {
+		return "fork-" + src.Name + "-" + f.ID[:6], ledger.CreatedData{
+			Image: f.Image, Digest: f.ImageDigest, Provider: f.Provider, MemoryBytes: f.MemoryBytes,
+			CPUMillis: f.CPUMillis, DiskBytes: f.DiskBytes, Pids: f.Pids,
+			Checkpoint: ckID, ForkedFrom: src.ID, ParentName: src.Name}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -100,21 +105,15 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 
-	// 2. Freeze: files and memory from one instant.
-	ckID := newID()
-	ckDir := filepath.Join(s.cfg.DataDir, "checkpoints", ckID)
-	defer os.RemoveAll(ckDir)
-	freeze, err := s.freeze(bg, src, cp, forks, ckDir)
+	// 2. Freeze: files and memory from one instant, kept as a checkpoint.
+	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag)
 	if err != nil {
 		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
 	}
-	log.Info("fork: source thawed", "freeze", freeze, "forks", len(forks))
-	ev := []*store.EventSpec{{Type: "sandbox.checkpoint_created", Data: map[string]any{"checkpoint": ckID, "tag": req.Tag, "freeze_ms": freeze.Milliseconds()}}}
+	log.Info("fork: source thawed", "freeze_ms", ck.FreezeMS, "forks", len(forks))
 	for _, f := range forks {
-		ev = append(ev, &store.EventSpec{Type: "sandbox.forked", Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})
-	}
-	for _, e := range ev {
-		if err := s.cfg.Store.AddEvent(bg, src, e); err != nil {
+		err := s.cfg.Store.AddEvent(bg, src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})
+		if err != nil {
 			log.Error("fork: ledger", "err", err)
 		}
 	}
@@ -126,9 +125,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.bootWith(bg, f, img.Layers, func(_ provider.Provider, inst *provider.Instance) error {
-				return cp.Restore(bg, inst, ckDir)
-			})
+			errs[i] = s.restoreInto(bg, ck, f, img.Layers)
 		}()
 	}
 	wg.Wait()
@@ -137,10 +134,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	out := make([]*store.Sandbox, len(forks))
 	for i, f := range forks {
-		r, err := s.cfg.Store.UpdateSandbox(bg, f.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
-			r.State, r.StartedAt = StateRunning, time.Now().UTC()
-			return nil, nil
-		})
+		r, err := s.move(bg, f.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 		if err != nil {
 			return fail(err)
 		}
@@ -149,37 +143,68 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	return out, nil
 }
 
-// forkRecords writes the forks' records: the source's bounds, environment,
-// image and agent token (the agent in the fork's memory is the source's),
-// a new id, name and address, and a ledger session of its own.
-func (s *Service) forkRecords(ctx context.Context, src *store.Sandbox, names []string) ([]*store.Sandbox, error) {
+// lockRunning finds a running sandbox whose provider can checkpoint it, and
+// holds its lifecycle lock (one fork, checkpoint, stop or remove at a time)
+// until unlock. verb names what the caller wants in the errors.
+func (s *Service) lockRunning(ctx context.Context, idOrName, verb string) (*store.Sandbox, provider.Checkpointer, func(), error) {
+	src, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	unlock := s.lock(src.ID)
+	if src, err = s.cfg.Store.GetSandbox(ctx, src.ID); err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	switch src.State {
+	case StateRunning:
+	case StateStopped, StateFailed:
+		unlock()
+		if verb == "fork" {
+			return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: fork takes a running sandbox", src.Name)
+		}
+		return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: %s takes a running sandbox (to keep a stopped sandbox's files, take a snapshot)", src.Name, verb)
+	default:
+		unlock()
+		return nil, nil, nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", src.Name, src.State)
+	}
+	cp, ok := s.providers[src.Provider].(provider.Checkpointer)
+	c := s.caps[src.Provider]
+	if can := c.Checkpoint; verb == "fork" {
+		ok = ok && c.Fork
+	} else {
+		ok = ok && can
+	}
+	if !ok || !c.Available {
+		unlock()
+		return nil, nil, nil, errdefs.Unsupported("provider %s does not support %s on this host", src.Provider, verb)
+	}
+	return src, cp, unlock, nil
+}
+
+// insertRecords gives each of protos an id, a name (the id if it has none),
+// an address and a ledger session, and writes them in state creating with
+// their sandbox.created events. created returns the session's name ("" for
+// the sandbox's name) and the event's data.
+func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, created func(*store.Sandbox) (string, ledger.CreatedData)) ([]*store.Sandbox, error) {
 	s.allocMu.Lock()
 	defer s.allocMu.Unlock()
 	var out []*store.Sandbox
-	for _, name := range names {
+	for _, r := range protos {
 		ip, err := s.allocate(ctx)
 		if err != nil {
 			return s.undoRecords(ctx, out, err)
 		}
-		id := newID()
-		if name == "" {
-			name = id
+		r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
+		if r.Name == "" {
+			r.Name = r.ID
 		}
-		f := &store.Sandbox{
-			ID: id, Name: name, Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
-			State: StateCreating, MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes,
-			Pids: src.Pids, Env: append([]string(nil), src.Env...), IP: ip.String(), Token: src.Token,
-			// The fork's memory holds the source's agent, running from the
-			// source's /.shard: the fork must mount the very same files.
-			AgentDir: src.AgentDir,
-			ParentID: src.ID, Session: "fork-" + src.Name + "-" + id[:6], CreatedAt: time.Now().UTC(),
-		}
-		err = s.cfg.Store.CreateSandbox(ctx, f, &store.EventSpec{Type: "sandbox.created", Data: map[string]any{
-			"image": f.Image, "provider": f.Provider, "forked_from": src.ID, "parent_name": src.Name}})
-		if err != nil {
+		session, data := created(r)
+		r.Session = cmp.Or(session, r.Name)
+		if err := s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data}); err != nil {
 			return s.undoRecords(ctx, out, err)
 		}
-		out = append(out, f)
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -191,10 +216,10 @@ func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err er
 	return nil, err
 }
 
-// freeze pauses the source, copies its files for every fork, writes its
-// memory image, and thaws it, all within the freeze timeout. It returns how
+// freeze pauses the source, saves a copy of its files under the checkpoint's
+// key, writes its memory image to ckDir, and thaws it, all within the freeze timeout. It returns how
 // long the source was frozen. The source is thawed whatever happens.
-func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, forks []*store.Sandbox, ckDir string) (time.Duration, error) {
+func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string) (time.Duration, error) {
 	if _, err := s.move(ctx, src.ID, StateFreezing, nil, nil); err != nil {
 		return 0, err
 	}
@@ -216,12 +241,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		// the files and write the memory image at the same time.
 		filesErr := make(chan error, 1)
 		go func() {
-			var err error
-			for _, f := range forks {
-				if err = s.cfg.Storage.Clone(src.ID, f.ID); err != nil {
-					break
-				}
-			}
+			err := s.cfg.Storage.Save(src.ID, checkpointKey(ckID))
 			tFiles = time.Since(start)
 			filesErr <- err
 		}()

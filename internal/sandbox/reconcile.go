@@ -106,7 +106,44 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	s.reconcileSaved(ctx)
 	return nil
+}
+
+// reconcileSaved removes checkpoint images and saved files that no record
+// owns: what a crash in the middle of a checkpoint or a removal left.
+func (s *Service) reconcileSaved(ctx context.Context) {
+	owned := map[string]bool{}
+	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	if err != nil {
+		return
+	}
+	for _, ck := range cks {
+		owned[checkpointKey(ck.ID)] = true
+	}
+	sns, err := s.cfg.Store.ListSnapshots(ctx)
+	if err != nil {
+		return
+	}
+	for _, sn := range sns {
+		owned[snapshotKey(sn.ID)] = true
+	}
+	if keys, err := s.cfg.Storage.ListSaved(); err == nil {
+		for _, k := range keys {
+			if !owned[k] {
+				s.cfg.Log.Info("reconcile: removing files no checkpoint or snapshot owns", "key", k)
+				s.cfg.Storage.RemoveSaved(k)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "checkpoints")); err == nil {
+		for _, e := range ents {
+			if !owned[checkpointKey(e.Name())] {
+				s.cfg.Log.Info("reconcile: removing a checkpoint image no record owns", "checkpoint", e.Name())
+				os.RemoveAll(s.checkpointDir(e.Name()))
+			}
+		}
+	}
 }
 
 // answers reports whether the sandbox's agent answers a ping within d.

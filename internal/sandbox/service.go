@@ -24,6 +24,7 @@ import (
 	"github.com/useshards/shard/internal/envlist"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
@@ -95,6 +96,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// Store is the metadata store (the API reads the ledger from it).
+func (s *Service) Store() *store.Store { return s.cfg.Store }
+
 // Capabilities lists every provider, available here or not.
 func (s *Service) Capabilities() []provider.Capabilities {
 	out := make([]provider.Capabilities, 0, len(s.order))
@@ -126,6 +130,13 @@ type CreateRequest struct {
 	Pids        int64
 	Env         []string
 	Provider    string
+	// FromSnapshot starts the sandbox with a snapshot's files (and its
+	// image and disk size) instead of empty ones.
+	FromSnapshot string
+	// Internal: resume makes a sandbox of the very image (Digest) a session
+	// started with, and says so in its sandbox.created event.
+	Digest      string
+	ResumedFrom string
 }
 
 // Defaults for what a create leaves out.
@@ -222,57 +233,79 @@ func newToken() string { return randomHex(24) }
 
 // Create makes and starts a sandbox. On any failure nothing is left behind.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
+	var snap *store.Snapshot
+	if req.FromSnapshot != "" {
+		var err error
+		if snap, err = s.cfg.Store.GetSnapshot(ctx, req.FromSnapshot); err != nil {
+			return nil, err
+		}
+		if req.Image == "" {
+			req.Image = snap.Image
+		} else if req.Image != snap.Image && req.Image != snap.ImageDigest {
+			return nil, errdefs.Invalid("snapshot %s holds files over image %s: leave the image out, or give that one", snap.Name, snap.Image)
+		}
+		if req.DiskBytes != 0 && req.DiskBytes != snap.DiskBytes {
+			return nil, errdefs.Invalid("snapshot %s has a disk of %d bytes: a sandbox from it has that size (leave --disk out)", snap.Name, snap.DiskBytes)
+		}
+		req.DiskBytes = snap.DiskBytes
+	}
 	if err := s.validate(&req); err != nil {
 		return nil, err
 	}
-	img, err := s.cfg.Images.Ensure(ctx, req.Image, nil)
-	if err != nil {
+	var img *image.Image
+	var err error
+	if snap != nil {
+		// The snapshot's files sit over the very image they were made on,
+		// whatever its tag names today.
+		if img, err = s.cfg.Images.Get(ctx, snap.ImageDigest); err != nil {
+			return nil, fmt.Errorf("image %s of snapshot %s: %w", snap.Image, snap.Name, err)
+		}
+	} else if req.Digest != "" {
+		if img, err = s.cfg.Images.Get(ctx, req.Digest); err != nil {
+			return nil, fmt.Errorf("image %s (%s): %w", req.Image, req.Digest, err)
+		}
+	} else if img, err = s.cfg.Images.Ensure(ctx, req.Image, nil); err != nil {
 		return nil, err
 	}
-	id := newID()
-	name := req.Name
-	if name == "" {
-		name = id
-	}
 	env := envlist.Merge(img.Config.Env, req.Env)
+	if snap != nil {
+		env = envlist.Merge(snap.Env, req.Env)
+	}
 	if !envlist.Has(env, "PATH") {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	s.allocMu.Lock()
-	ip, err := s.allocate(ctx)
-	if err != nil {
-		s.allocMu.Unlock()
-		return nil, err
+	created := ledger.CreatedData{
+		Image: req.Image, Digest: img.Digest, Provider: req.Provider, MemoryBytes: req.MemoryBytes,
+		CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes, Pids: req.Pids, ResumedFrom: req.ResumedFrom}
+	if snap != nil {
+		created.FromSnapshot = snap.ID
 	}
-	now := time.Now().UTC()
-	sb := &store.Sandbox{
-		ID: id, Name: name, Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider,
-		State: StateCreating, MemoryBytes: req.MemoryBytes, CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes,
-		Pids: req.Pids, Env: env, IP: ip.String(), Token: newToken(), AgentDir: s.agentDir,
-		Session: name, CreatedAt: now,
-	}
-	err = s.cfg.Store.CreateSandbox(ctx, sb, &store.EventSpec{Type: "sandbox.created", Data: map[string]any{
-		"image": req.Image, "digest": img.Digest, "provider": req.Provider, "memory_bytes": req.MemoryBytes,
-		"cpu_millis": req.CPUMillis, "disk_bytes": req.DiskBytes}})
-	s.allocMu.Unlock()
+	recs, err := s.insertRecords(ctx, []*store.Sandbox{{
+		Name: req.Name, Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider,
+		MemoryBytes: req.MemoryBytes, CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes,
+		Pids: req.Pids, Env: env, Token: newToken(), AgentDir: s.agentDir,
+	}}, func(*store.Sandbox) (string, ledger.CreatedData) { return "", created })
 	if err != nil {
 		return nil, err
 	}
-	log := s.cfg.Log.With("sandbox", id, "name", name)
+	sb := recs[0]
+	log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 	// From here on the record exists: a failure must remove every piece.
 	bg := context.WithoutCancel(ctx)
-	if err := s.cfg.Storage.Create(ctx, id, req.DiskBytes); err != nil {
+	if snap != nil {
+		err = s.cfg.Storage.CreateFrom(snapshotKey(snap.ID), sb.ID)
+	} else {
+		err = s.cfg.Storage.Create(ctx, sb.ID, req.DiskBytes)
+	}
+	if err != nil {
 		s.destroy(bg, sb, log)
-		return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
 	}
 	if err := s.boot(ctx, sb, img.Layers); err != nil {
 		s.destroy(bg, sb, log)
-		return nil, fmt.Errorf("create sandbox %s: %w", name, err)
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
 	}
-	out, err := s.cfg.Store.UpdateSandbox(bg, id, func(r *store.Sandbox) (*store.EventSpec, error) {
-		r.State, r.StartedAt = StateRunning, time.Now().UTC()
-		return nil, nil
-	})
+	out, err := s.move(bg, sb.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		s.destroy(bg, sb, log)
 		return nil, err
@@ -661,39 +694,4 @@ func (s *Service) Remove(ctx context.Context, idOrName string, force bool) error
 	delete(s.locks, sb.ID)
 	s.locksMu.Unlock()
 	return err
-}
-
-// Exec starts a command in a running sandbox.
-func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) (*agent.Session, *store.Sandbox, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
-	if err != nil {
-		return nil, nil, err
-	}
-	if sb.State == StateFreezing {
-		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
-	}
-	if sb.State != StateRunning {
-		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
-	}
-	if len(req.Argv) == 0 {
-		return nil, nil, errdefs.Invalid("no command given")
-	}
-	for _, kv := range req.Env {
-		if !envRe.MatchString(kv) {
-			return nil, nil, errdefs.Invalid("env %q is not KEY=VALUE", kv)
-		}
-	}
-	sess, err := s.agentFor(sb).Exec(ctx, req)
-	if err != nil {
-		var es *agent.ErrStart
-		if errors.As(err, &es) {
-			kind := errdefs.KindInvalid
-			if es.Info.Code == "internal" {
-				kind = errdefs.KindInternal
-			}
-			return nil, nil, errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
-		}
-		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
-	}
-	return sess, sb, nil
 }

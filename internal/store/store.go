@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -23,6 +24,9 @@ import (
 // Store wraps the database.
 type Store struct {
 	db *sql.DB
+
+	mu      sync.Mutex
+	changed chan struct{} // closed (and replaced) when events are appended; guarded by mu
 }
 
 // Sandbox is the persisted record of a sandbox.
@@ -81,15 +85,31 @@ CREATE TABLE IF NOT EXISTS sessions (
 	sandbox_id TEXT NOT NULL,
 	created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS checkpoints (
+	id TEXT PRIMARY KEY,
+	session TEXT NOT NULL,
+	doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL UNIQUE,
+	doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS environments (
+	name TEXT PRIMARY KEY,
+	doc TEXT NOT NULL
+);
 `
 
 // Open opens (creating if needed) the database at path.
 func Open(ctx context.Context, path string) (*Store, error) {
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)"
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	// synchronous(FULL): a commit is on disk before it returns, so an event
+	// the API acknowledged survives a crash of the server or of the host.
 	// One writer at a time is SQLite's rule anyway; one connection keeps
 	// transactions simple and avoids SQLITE_BUSY between our own goroutines.
 	db.SetMaxOpenConns(1)
@@ -97,7 +117,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, changed: make(chan struct{})}, nil
 }
 
 // Close closes the database.
@@ -115,24 +135,42 @@ type EventSpec struct {
 
 // CreateSandbox inserts a new record (and its ledger session and event).
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
-	doc, err := json.Marshal(sb)
-	if err != nil {
-		return err
-	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	want := sb.Session
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		// Sessions outlive their sandboxes, so a name can come back: the
+		// new sandbox's session is NAME-2, NAME-3... (never a mix of two
+		// sandboxes' events in one session).
+		if want != "" {
+			for n := 1; ; n++ {
+				sb.Session = want
+				if n > 1 {
+					sb.Session = fmt.Sprintf("%s-%d", want, n)
+				}
+				res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO sessions(name, sandbox_id, created_at) VALUES(?,?,?)`, sb.Session, sb.ID, ts(time.Now()))
+				if err != nil {
+					return err
+				}
+				if k, _ := res.RowsAffected(); k == 1 {
+					break
+				}
+			}
+		}
+		doc, err := json.Marshal(sb)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, name, doc) VALUES(?,?,?)`, sb.ID, sb.Name, string(doc)); err != nil {
 			if strings.Contains(err.Error(), "sandboxes.name") {
 				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
 			}
 			return err
 		}
-		if sb.Session != "" {
-			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO sessions(name, sandbox_id, created_at) VALUES(?,?,?)`, sb.Session, sb.ID, ts(time.Now())); err != nil {
-				return err
-			}
-		}
 		return addEvent(ctx, tx, sb, ev)
 	})
+	if err != nil {
+		sb.Session = want
+	}
+	return err
 }
 
 // UpdateSandbox reads the record, applies fn, and writes it back with the
@@ -239,33 +277,43 @@ func (s *Store) Events(ctx context.Context, session string, after int64, limit i
 	return out, rows.Err()
 }
 
-// AddEvent appends an event to a sandbox's session on its own.
+// AddEvent appends an event to a sandbox's session on its own. It returns
+// once the event is on disk.
 func (s *Store) AddEvent(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
 	return s.tx(ctx, func(tx *sql.Tx) error { return addEvent(ctx, tx, sb, ev) })
 }
 
 func addEvent(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) error {
+	_, err := addEventSeq(ctx, tx, sb, ev)
+	return err
+}
+
+// addEventSeq appends ev and returns its sequence number (0 if none).
+func addEventSeq(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) (int64, error) {
 	if ev == nil {
-		return nil
+		return 0, nil
 	}
 	session := ev.Session
 	if session == "" {
 		session = sb.Session
 	}
 	if session == "" {
-		return nil
+		return 0, nil
 	}
 	var data any
 	if ev.Data != nil {
 		b, err := json.Marshal(ev.Data)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		data = string(b)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO events(session, type, sandbox_id, at, data) VALUES(?,?,?,?,?)`,
+	res, err := tx.ExecContext(ctx, `INSERT INTO events(session, type, sandbox_id, at, data) VALUES(?,?,?,?,?)`,
 		session, ev.Type, sb.ID, ts(time.Now()), data)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
 }
 
 func getTx(ctx context.Context, tx *sql.Tx, where string, args ...any) (*Sandbox, error) {
@@ -293,7 +341,28 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.notify()
+	return nil
+}
+
+// notify wakes everyone waiting in Changed. Cheap enough to call after
+// every write: a closed channel and a new one.
+func (s *Store) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Changed returns a channel that is closed at the next committed write
+// (ledger followers wait on it, then read what is new).
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

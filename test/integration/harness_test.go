@@ -217,6 +217,13 @@ func (e *env) teardown() {
 		cancel()
 	}
 	e.stopServer()
+	// The server's log outlives the run's directory, for a failure's
+	// post-mortem.
+	if e.serveLog != "" {
+		if b, err := os.ReadFile(e.serveLog); err == nil {
+			os.WriteFile(filepath.Join(os.TempDir(), "shard-it-serve.log"), b, 0o644)
+		}
+	}
 	// Whatever a failed test or benchmark left running under our roots
 	// (the server's and the raw runs'), so nothing outlives the run.
 	for _, rt := range [][2]string{

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+)
+
+func newDfCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "df",
+		Short: "Show the disk space images, sandboxes, snapshots, checkpoints and environments use",
+		Long: `Show how much of the server's disk each kind of thing uses. An environment's
+checkpoint counts under environments, not again under checkpoints.`,
+		Example: `  shard df
+  shard df --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			du, err := c.DiskUsage(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(du)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TYPE\tCOUNT\tSIZE")
+			for _, r := range dfRows(du) {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", r[0], r[1], r[2])
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
+	return cmd
+}
+
+// dfRows is df's table: one row per kind, then the total.
+func dfRows(du *client.DiskUsage) [][3]string {
+	var rows [][3]string
+	for _, it := range []struct {
+		name string
+		item client.DiskUsageItem
+	}{
+		{"images", du.Images}, {"sandboxes", du.Sandboxes}, {"snapshots", du.Snapshots},
+		{"checkpoints", du.Checkpoints}, {"environments", du.Environments},
+	} {
+		rows = append(rows, [3]string{it.name, fmt.Sprint(it.item.Count), humanSize(it.item.Bytes)})
+	}
+	return append(rows, [3]string{"total", "-", humanSize(du.TotalBytes)})
+}

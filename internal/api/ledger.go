@@ -1,0 +1,168 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+func sessionView(ss *store.Session, name string) Session {
+	return Session{Name: ss.Name, SandboxID: ss.SandboxID, SandboxName: name, Events: ss.Events,
+		LastEvent: ss.LastType, LastAt: ss.LastAt, CreatedAt: ss.CreatedAt}
+}
+
+func eventView(e store.Event) Event {
+	return Event{Seq: e.Seq, Session: e.Session, Type: e.Type, SandboxID: e.SandboxID, At: e.At, Data: e.Data}
+}
+
+// sandboxNames maps the ids of existing sandboxes to their names.
+func (s *Server) sandboxNames(r *http.Request) (map[string]string, error) {
+	all, err := s.Sandboxes.List(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(all))
+	for _, sb := range all {
+		m[sb.ID] = sb.Name
+	}
+	return m, nil
+}
+
+func (s *Server) listSessions(r *http.Request) (any, int, error) {
+	sessions, err := s.Sandboxes.Store().Sessions(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	names, err := s.sandboxNames(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Session, 0, len(sessions))
+	for _, ss := range sessions {
+		out = append(out, sessionView(ss, names[ss.SandboxID]))
+	}
+	return map[string]any{"sessions": out}, 200, nil
+}
+
+func (s *Server) getSession(r *http.Request) (any, int, error) {
+	ss, err := s.Sandboxes.Store().GetSession(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	names, err := s.sandboxNames(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return sessionView(ss, names[ss.SandboxID]), 200, nil
+}
+
+func intQuery(r *http.Request, key string, def, lo, hi int64) (int64, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, errdefs.Invalid("%s=%q: give a whole number from %d to %d", key, v, lo, hi)
+	}
+	return n, nil
+}
+
+// sessionEvents pages through a session's events, or with ?follow=true
+// streams them as NDJSON as they are appended, until the session's sandbox
+// is removed or the client leaves.
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	st := s.Sandboxes.Store()
+	after, err := intQuery(r, "after", 0, 0, 1<<62)
+	if err == nil {
+		_, err = st.GetSession(r.Context(), name)
+	}
+	var limit int64
+	if err == nil {
+		limit, err = intQuery(r, "limit", 1000, 1, 10000)
+	}
+	follow := false
+	if err == nil {
+		follow, err = boolQuery(r, "follow")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !follow {
+		evs, err := st.Events(r.Context(), name, after, int(limit)+1)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		page := EventPage{Events: make([]Event, 0, len(evs)), Next: after}
+		if int64(len(evs)) > limit {
+			evs, page.More = evs[:limit], true
+		}
+		for _, e := range evs {
+			page.Events = append(page.Events, eventView(e))
+			page.Next = e.Seq
+		}
+		writeJSON(w, 200, page)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	enc := json.NewEncoder(w)
+	for {
+		changed := st.Changed() // before reading, so nothing appended after the read is missed
+		evs, err := st.Events(r.Context(), name, after, 1000)
+		if err != nil {
+			return
+		}
+		for _, e := range evs {
+			if enc.Encode(eventView(e)) != nil {
+				return
+			}
+			after = e.Seq
+			if e.Type == ledger.Removed {
+				rc.Flush()
+				return
+			}
+		}
+		rc.Flush()
+		if len(evs) == 1000 {
+			continue
+		}
+		if len(evs) == 0 && after > 0 {
+			// Followed from past the sandbox's removal: nothing more comes.
+			if ss, err := st.GetSession(r.Context(), name); err == nil && ss.LastType == ledger.Removed {
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (s *Server) resumeSession(r *http.Request) (any, int, error) {
+	var req ResumeRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := ResumeResponse{Sandbox: view(res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
+	for _, x := range res.Replayed {
+		out.Replayed = append(out.Replayed, ReplayedExec{Argv: x.Argv, RecordedExit: x.RecordedExit, ExitCode: x.ExitCode, Error: x.Error})
+	}
+	return out, http.StatusCreated, nil
+}

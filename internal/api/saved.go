@@ -1,0 +1,215 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Checkpoints, snapshots, environments and disk usage: what a sandbox's
+// state is kept as.
+
+func (s *Server) checkpointView(ck *store.Checkpoint) Checkpoint {
+	return Checkpoint{
+		ID: ck.ID, Kind: ck.Kind, Tag: ck.Tag, SandboxID: ck.SandboxID, SandboxName: ck.SandboxName,
+		Session: ck.Session, Seq: ck.Seq, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
+		MemoryBytes: ck.MemoryBytes, CPU: float64(ck.CPUMillis) / 1000, DiskBytes: ck.DiskBytes,
+		Size: s.Sandboxes.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, CreatedAt: ck.CreatedAt,
+	}
+}
+
+func (s *Server) checkpointList(cks []*store.Checkpoint) any {
+	out := make([]Checkpoint, 0, len(cks))
+	for _, ck := range cks {
+		out = append(out, s.checkpointView(ck))
+	}
+	return map[string]any{"checkpoints": out}
+}
+
+func (s *Server) createCheckpoint(r *http.Request) (any, int, error) {
+	var req CheckpointRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	ck, err := s.Sandboxes.Checkpoint(r.Context(), r.PathValue("id"), req.Tag)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.checkpointView(ck), http.StatusCreated, nil
+}
+
+func (s *Server) sandboxCheckpoints(r *http.Request) (any, int, error) {
+	cks, err := s.Sandboxes.Checkpoints(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.checkpointList(cks), 200, nil
+}
+
+func (s *Server) listCheckpoints(r *http.Request) (any, int, error) {
+	cks, err := s.Sandboxes.Checkpoints(r.Context(), r.URL.Query().Get("session"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.checkpointList(cks), 200, nil
+}
+
+func (s *Server) getCheckpoint(r *http.Request) (any, int, error) {
+	ck, err := s.Sandboxes.GetCheckpoint(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.checkpointView(ck), 200, nil
+}
+
+func (s *Server) removeCheckpoint(r *http.Request) (any, int, error) {
+	id := r.PathValue("id")
+	if err := s.Sandboxes.RemoveCheckpoint(r.Context(), id); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": id}, 200, nil
+}
+
+func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
+	var req RestoreRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: req.Name})
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), http.StatusCreated, nil
+}
+
+func (s *Server) snapshotView(sn *store.Snapshot) Snapshot {
+	v := Snapshot{
+		ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, SandboxName: sn.SandboxName, Image: sn.Image,
+		ImageDigest: sn.ImageDigest, Provider: sn.Provider, DiskBytes: sn.DiskBytes, Env: sn.Env,
+		Size: s.Sandboxes.SnapshotSize(sn.ID), CreatedAt: sn.CreatedAt,
+	}
+	if v.Env == nil {
+		v.Env = []string{}
+	}
+	return v
+}
+
+func (s *Server) createSnapshot(r *http.Request) (any, int, error) {
+	var req SnapshotRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	if req.Sandbox == "" {
+		return nil, 0, errdefs.Invalid("a snapshot needs the sandbox to take it of (\"sandbox\": id or name)")
+	}
+	sn, err := s.Sandboxes.CreateSnapshot(r.Context(), req.Sandbox, req.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.snapshotView(sn), http.StatusCreated, nil
+}
+
+func (s *Server) listSnapshots(r *http.Request) (any, int, error) {
+	sns, err := s.Sandboxes.Snapshots(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Snapshot, 0, len(sns))
+	for _, sn := range sns {
+		out = append(out, s.snapshotView(sn))
+	}
+	return map[string]any{"snapshots": out}, 200, nil
+}
+
+func (s *Server) getSnapshot(r *http.Request) (any, int, error) {
+	sn, err := s.Sandboxes.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.snapshotView(sn), 200, nil
+}
+
+func (s *Server) removeSnapshot(r *http.Request) (any, int, error) {
+	sn, err := s.Sandboxes.RemoveSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": sn.ID}, 200, nil
+}
+
+func environmentView(e *store.Environment) Environment {
+	return Environment{
+		Name: e.Name, Image: e.Image, ImageDigest: e.ImageDigest, Provider: e.Provider, MemoryBytes: e.MemoryBytes,
+		CPU: float64(e.CPUMillis) / 1000, DiskBytes: e.DiskBytes, Env: e.Env, Setup: e.Setup,
+		Fingerprint: e.Fingerprint, Checkpoint: e.Checkpoint, CreatedAt: e.CreatedAt,
+	}
+}
+
+// createEnvironment answers 201 when it built the environment, 200 when
+// the same definition was already built.
+func (s *Server) createEnvironment(r *http.Request) (any, int, error) {
+	var req EnvironmentRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	cr, err := createFields(req.Memory, req.MemoryMiB, req.CPU, req.Disk, req.Env)
+	if err != nil {
+		return nil, 0, err
+	}
+	cr.Image, cr.Provider = req.Image, req.Provider
+	if req.Sandbox == "" && req.Image == "" {
+		return nil, 0, errdefs.Invalid("an environment needs an image (or a set-up sandbox: \"sandbox\")")
+	}
+	env, built, err := s.Sandboxes.CreateEnvironment(r.Context(), sandbox.EnvironmentRequest{
+		Name: req.Name, Create: cr, Setup: req.Setup, Sandbox: req.Sandbox, Fingerprint: req.Fingerprint})
+	if err != nil {
+		return nil, 0, err
+	}
+	code := http.StatusOK
+	if built {
+		code = http.StatusCreated
+	}
+	return environmentView(env), code, nil
+}
+
+func (s *Server) listEnvironments(r *http.Request) (any, int, error) {
+	envs, err := s.Sandboxes.Environments(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Environment, 0, len(envs))
+	for _, e := range envs {
+		out = append(out, environmentView(e))
+	}
+	return map[string]any{"environments": out}, 200, nil
+}
+
+func (s *Server) getEnvironment(r *http.Request) (any, int, error) {
+	e, err := s.Sandboxes.GetEnvironment(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return environmentView(e), 200, nil
+}
+
+func (s *Server) removeEnvironment(r *http.Request) (any, int, error) {
+	name := r.PathValue("name")
+	if err := s.Sandboxes.RemoveEnvironment(r.Context(), name); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": name}, 200, nil
+}
+
+func (s *Server) diskUsage(r *http.Request) (any, int, error) {
+	u, err := s.Sandboxes.DiskUsage(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	item := func(x sandbox.Usage) DiskUsageItem { return DiskUsageItem{Count: x.Count, Bytes: x.Bytes} }
+	out := DiskUsage{Images: item(u.Images), Sandboxes: item(u.Sandboxes), Snapshots: item(u.Snapshots),
+		Checkpoints: item(u.Checkpoints), Environments: item(u.Environments)}
+	out.TotalBytes = u.Images.Bytes + u.Sandboxes.Bytes + u.Snapshots.Bytes + u.Checkpoints.Bytes + u.Environments.Bytes
+	return out, 200, nil
+}

@@ -1,0 +1,176 @@
+// Package ledger names the events of a sandbox's ledger session and their
+// data, and plans a resume from them. The events themselves live in the
+// metadata store (internal/store), written in the same transaction as the
+// change they record; this package is the pure logic over them.
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/useshards/shard/internal/store"
+)
+
+// Event types.
+const (
+	Created           = "sandbox.created"
+	ExecStarted       = "sandbox.exec_started"
+	ExecFinished      = "sandbox.exec_finished"
+	CheckpointCreated = "sandbox.checkpoint_created"
+	Forked            = "sandbox.forked"
+	SnapshotCreated   = "sandbox.snapshot_created"
+	Stopped           = "sandbox.stopped"
+	Started           = "sandbox.started"
+	Removed           = "sandbox.removed"
+)
+
+// CreatedData is what sandbox.created records: enough to make the sandbox
+// again (resume with no checkpoint starts from here).
+type CreatedData struct {
+	Image        string `json:"image"`
+	Digest       string `json:"digest,omitempty"`
+	Provider     string `json:"provider"`
+	MemoryBytes  int64  `json:"memory_bytes,omitempty"`
+	CPUMillis    int64  `json:"cpu_millis,omitempty"`
+	DiskBytes    int64  `json:"disk_bytes,omitempty"`
+	Pids         int64  `json:"pids,omitempty"`
+	Checkpoint   string `json:"checkpoint,omitempty"` // the sandbox started from this checkpoint
+	ForkedFrom   string `json:"forked_from,omitempty"`
+	ParentName   string `json:"parent_name,omitempty"`
+	RestoredFrom string `json:"restored_from,omitempty"`
+	ResumedFrom  string `json:"resumed_from,omitempty"` // a session
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	Environment  string `json:"environment,omitempty"`
+}
+
+// ExecStartedData is what sandbox.exec_started records. Env values are
+// never recorded, only names: they may be secrets.
+type ExecStartedData struct {
+	Exec      string   `json:"exec"`
+	Argv      []string `json:"argv"`
+	Cwd       string   `json:"cwd,omitempty"`
+	User      string   `json:"user,omitempty"`
+	EnvNames  []string `json:"env_names,omitempty"`
+	TTY       bool     `json:"tty,omitempty"`
+	Stdin     bool     `json:"stdin,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	Replay    bool     `json:"replay,omitempty"` // run again by a resume
+}
+
+// ExecFinishedData is what sandbox.exec_finished records. ExitCode is nil
+// when the command never ran (Error says why) or its end was not seen.
+type ExecFinishedData struct {
+	Exec       string `json:"exec"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	Signal     int    `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	OOM        bool   `json:"oom_killed,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// CheckpointData is what sandbox.checkpoint_created records.
+type CheckpointData struct {
+	Checkpoint string `json:"checkpoint"`
+	Tag        string `json:"tag,omitempty"`
+	Kind       string `json:"kind"`
+	FreezeMS   int64  `json:"freeze_ms"`
+}
+
+// Plan is how to bring a session back: start from Checkpoint (or, when it
+// is empty, make a fresh sandbox as Created says), then run Execs again.
+type Plan struct {
+	Created    CreatedData
+	Checkpoint string
+	Execs      []PlannedExec
+}
+
+// PlannedExec is one exec to replay. Finished is nil for one that never
+// finished (it is started again and left running); an exec whose end was
+// seen only as a lost connection counts as never finished.
+type PlannedExec struct {
+	Seq      int64
+	Started  ExecStartedData
+	Finished *ExecFinishedData
+}
+
+// Ended reports whether the exec was seen to end (with a code, or failing
+// to start).
+func (p PlannedExec) Ended() bool {
+	return p.Finished != nil && (p.Finished.ExitCode != nil || !p.Finished.Lost())
+}
+
+// Lost reports an exec whose connection to the sandbox broke before its end
+// was seen.
+func (f *ExecFinishedData) Lost() bool { return f.ExitCode == nil && f.Error == LostError }
+
+// LostError is the error an exec_finished records when its end was not seen.
+const LostError = "lost the connection to the sandbox before the command ended"
+
+// PlanResume reads a session's events (in order) and picks the latest
+// checkpoint that still exists — the session's own checkpoint_created
+// events, or the checkpoint its sandbox started from — then lists the execs
+// that started after it. exists says whether a checkpoint can still be
+// restored.
+func PlanResume(events []store.Event, exists func(id string) bool) (Plan, error) {
+	var p Plan
+	var baseSeq int64
+	sawCreated := false
+	for _, e := range events {
+		switch e.Type {
+		case Created:
+			if sawCreated {
+				continue
+			}
+			sawCreated = true
+			if err := decode(e, &p.Created); err != nil {
+				return p, err
+			}
+			if c := p.Created.Checkpoint; c != "" && exists(c) {
+				p.Checkpoint, baseSeq = c, e.Seq
+			}
+		case CheckpointCreated:
+			var d CheckpointData
+			if err := decode(e, &d); err != nil {
+				return p, err
+			}
+			if d.Checkpoint != "" && exists(d.Checkpoint) {
+				p.Checkpoint, baseSeq = d.Checkpoint, e.Seq
+			}
+		}
+	}
+	if !sawCreated {
+		return p, fmt.Errorf("the session has no sandbox.created event")
+	}
+	finished := map[string]*ExecFinishedData{}
+	for _, e := range events {
+		if e.Type == ExecFinished {
+			var d ExecFinishedData
+			if err := decode(e, &d); err != nil {
+				return p, err
+			}
+			finished[d.Exec] = &d
+		}
+	}
+	for _, e := range events {
+		if e.Type != ExecStarted || e.Seq <= baseSeq {
+			continue
+		}
+		var d ExecStartedData
+		if err := decode(e, &d); err != nil {
+			return p, err
+		}
+		p.Execs = append(p.Execs, PlannedExec{Seq: e.Seq, Started: d, Finished: finished[d.Exec]})
+	}
+	return p, nil
+}
+
+func decode(e store.Event, v any) error {
+	if len(e.Data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("ledger event %d (%s): %w", e.Seq, e.Type, err)
+	}
+	return nil
+}

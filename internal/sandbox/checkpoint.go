@@ -1,0 +1,198 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/store"
+)
+
+// A checkpoint is two things on disk: the runtime's memory image under
+// DataDir/checkpoints/<id>, and a copy of the files (a reflink) kept by the
+// storage under checkpointKey(id).
+func checkpointKey(id string) string { return "ck-" + id }
+
+func (s *Service) checkpointDir(id string) string {
+	return filepath.Join(s.cfg.DataDir, "checkpoints", id)
+}
+
+// Checkpoint saves a running sandbox's memory, processes and files without
+// stopping it (the fork machinery, minus the new sandbox) and writes
+// sandbox.checkpoint_created to its ledger session.
+func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.Checkpoint, error) {
+	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return s.capture(context.WithoutCancel(ctx), src, cp, newID(), "checkpoint", tag)
+}
+
+// capture freezes src, saves its files and memory as checkpoint ckID,
+// thaws it, and records the checkpoint together with its
+// sandbox.checkpoint_created event. On failure nothing of the checkpoint is
+// left and src runs on. The caller holds src's lock.
+func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string) (*store.Checkpoint, error) {
+	dir := s.checkpointDir(ckID)
+	drop := func() {
+		os.RemoveAll(dir)
+		s.cfg.Storage.RemoveSaved(checkpointKey(ckID))
+	}
+	frozen, err := s.freeze(ctx, src, cp, ckID, dir)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	ck := &store.Checkpoint{
+		ID: ckID, Kind: kind, Tag: tag, SandboxID: src.ID, SandboxName: src.Name, Session: src.Session,
+		Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
+		MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes, Pids: src.Pids,
+		Env: src.Env, Token: src.Token, AgentDir: src.AgentDir,
+		FreezeMS: frozen.Milliseconds(), CreatedAt: time.Now().UTC(),
+	}
+	ev := &store.EventSpec{Type: ledger.CheckpointCreated, Data: ledger.CheckpointData{
+		Checkpoint: ckID, Tag: tag, Kind: kind, FreezeMS: ck.FreezeMS}}
+	if err := s.cfg.Store.AddCheckpoint(ctx, ck, src, ev); err != nil {
+		drop()
+		return nil, err
+	}
+	s.cfg.Log.Info("checkpoint", "sandbox", src.ID, "checkpoint", ckID, "kind", kind, "freeze", frozen)
+	return ck, nil
+}
+
+// restoreInto starts the record rec (state creating) from checkpoint ck:
+// its own copy of the checkpoint's files, and the memory image. On error the
+// caller destroys rec.
+func (s *Service) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
+	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
+	if !ok || !s.caps[ck.Provider].Available {
+		return errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	if err := s.cfg.Storage.CreateFrom(checkpointKey(ck.ID), rec.ID); err != nil {
+		return err
+	}
+	return s.bootWith(ctx, rec, layers, func(_ provider.Provider, inst *provider.Instance) error {
+		return cp.Restore(ctx, inst, s.checkpointDir(ck.ID))
+	})
+}
+
+// RestoreOptions name the sandbox a restore makes and what its
+// sandbox.created event says it came from.
+type RestoreOptions struct {
+	Name        string
+	Environment string // set by a create from an environment
+	ResumedFrom string // set by resume
+}
+
+// Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
+// checkpoint's memory, processes and files, its bounds, a new id, name,
+// address and session, and a clean exec history — nothing is replayed.
+func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*store.Sandbox, error) {
+	if err := validName(o.Name); err != nil {
+		return nil, err
+	}
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, ckID)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
+		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
+	if err != nil {
+		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
+	}
+	proto := &store.Sandbox{
+		Name: o.Name, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
+		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Pids: ck.Pids,
+		Env: append([]string(nil), ck.Env...), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+	}
+	recs, err := s.insertRecords(ctx, []*store.Sandbox{proto}, func(r *store.Sandbox) (string, ledger.CreatedData) {
+		return "", ledger.CreatedData{
+			Image: r.Image, Digest: r.ImageDigest, Provider: r.Provider, MemoryBytes: r.MemoryBytes,
+			CPUMillis: r.CPUMillis, DiskBytes: r.DiskBytes, Pids: r.Pids,
+			Checkpoint: ck.ID, RestoredFrom: ck.ID, Environment: o.Environment, ResumedFrom: o.ResumedFrom}
+	})
+	if err != nil {
+		return nil, err
+	}
+	rec := recs[0]
+	bg := context.WithoutCancel(ctx)
+	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
+		s.destroy(bg, rec, log)
+		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
+	}
+	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	if err != nil {
+		s.destroy(bg, rec, log)
+		return nil, err
+	}
+	log.Info("restored", "checkpoint", ck.ID)
+	return out, nil
+}
+
+// GetCheckpoint returns one checkpoint.
+func (s *Service) GetCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error) {
+	return s.cfg.Store.GetCheckpoint(ctx, id)
+}
+
+// Checkpoints lists the checkpoints taken of a sandbox (by id or name, also
+// a removed one's ledger session name); "" lists all.
+func (s *Service) Checkpoints(ctx context.Context, sandboxOrSession string) ([]*store.Checkpoint, error) {
+	if sandboxOrSession == "" {
+		return s.cfg.Store.ListCheckpoints(ctx, "")
+	}
+	session := sandboxOrSession
+	if sb, err := s.cfg.Store.GetSandbox(ctx, sandboxOrSession); err == nil {
+		session = sb.Session
+	} else if _, serr := s.cfg.Store.GetSession(ctx, sandboxOrSession); serr != nil {
+		return nil, errdefs.NotFound("sandbox_not_found", "no sandbox or ledger session named %s", sandboxOrSession)
+	}
+	return s.cfg.Store.ListCheckpoints(ctx, session)
+}
+
+// RemoveCheckpoint deletes a checkpoint and frees its disk. Sandboxes
+// restored from it keep their own files and memory.
+func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, id)
+	if err != nil {
+		return err
+	}
+	envs, err := s.cfg.Store.ListEnvironments(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range envs {
+		if e.Checkpoint == ck.ID {
+			return errdefs.Conflict("checkpoint_in_use", "checkpoint %s is environment %s's: remove the environment instead (shard env rm %s)", ck.ID, e.Name, e.Name)
+		}
+	}
+	return s.dropCheckpoint(ctx, ck)
+}
+
+// dropCheckpoint deletes the record first, then the files, so a crash in
+// between leaves orphan files (Reconcile removes them), never a record
+// whose files are gone.
+func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	if err := s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
+		return err
+	}
+	return errors.Join(os.RemoveAll(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
+}
+
+// checkpointSize is the bytes a checkpoint takes: its memory image and its
+// copy of the files (blocks it shares with the sandbox counted too).
+func (s *Service) checkpointSize(id string) int64 {
+	return treeBlocks(s.checkpointDir(id)) + s.cfg.Storage.SavedUsage(checkpointKey(id))
+}
+
+// CheckpointSize is checkpointSize for the API.
+func (s *Service) CheckpointSize(id string) int64 { return s.checkpointSize(id) }

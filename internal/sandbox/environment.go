@@ -1,0 +1,208 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// EnvironmentRequest defines an environment: a sandbox made as Create says
+// and set up by Setup (commands run in order, each must exit 0) — or, with
+// Sandbox, a running sandbox the caller set up itself (the SDKs' setup
+// callback). Fingerprint names the definition; it is computed when empty.
+type EnvironmentRequest struct {
+	Name        string
+	Create      CreateRequest
+	Setup       [][]string
+	Sandbox     string
+	Fingerprint string
+}
+
+// CreateEnvironment builds an environment once: it runs the setup in a new
+// sandbox, checkpoints it, keeps the checkpoint, and removes the sandbox.
+// With the definition unchanged it returns the existing one (built false);
+// a changed definition rebuilds it, and the old checkpoint goes once the new
+// one is in place.
+func (s *Service) CreateEnvironment(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+	if req.Name == "" {
+		return nil, false, errdefs.Invalid("an environment needs a name")
+	}
+	if err := validName(req.Name); err != nil {
+		return nil, false, err
+	}
+	for _, argv := range req.Setup {
+		if len(argv) == 0 {
+			return nil, false, errdefs.Invalid("a setup command is empty")
+		}
+	}
+	unlock := s.lock("env:" + req.Name)
+	defer unlock()
+	if req.Sandbox != "" {
+		if len(req.Setup) > 0 || req.Create.Image != "" || req.Create.MemoryBytes != 0 || req.Create.CPUMillis != 0 || req.Create.DiskBytes != 0 || len(req.Create.Env) > 0 {
+			return nil, false, errdefs.Invalid("an environment from a sandbox takes that sandbox's image, bounds and state: leave out image, memory, cpu, disk, env and setup")
+		}
+		return s.envFromSandbox(ctx, req)
+	}
+	return s.envFromSetup(ctx, req)
+}
+
+// current returns the environment if it exists with this fingerprint and
+// its checkpoint is still there.
+func (s *Service) current(ctx context.Context, name, fp string) (*store.Environment, bool) {
+	old, err := s.cfg.Store.GetEnvironment(ctx, name)
+	if err != nil || old.Fingerprint != fp {
+		return nil, false
+	}
+	if _, err = s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err != nil {
+		return nil, false
+	}
+	return old, true
+}
+
+func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+	cr := req.Create
+	cr.Name = ""
+	if err := s.validate(&cr); err != nil {
+		return nil, false, err
+	}
+	c := s.caps[cr.Provider]
+	if !c.Checkpoint {
+		return nil, false, errdefs.Unsupported("provider %s does not support checkpoint on this host, which an environment needs", cr.Provider)
+	}
+	fp := req.Fingerprint
+	if fp == "" {
+		fp = fingerprint(cr.Image, cr.Provider, cr.MemoryBytes, cr.CPUMillis, cr.DiskBytes, cr.Pids, cr.Env, req.Setup)
+	}
+	if env, ok := s.current(ctx, req.Name, fp); ok {
+		return env, false, nil
+	}
+	// The sandbox the setup runs in: named after the environment when that
+	// name is free, so its ledger session tells what the setup did.
+	cr.Name = "env-" + req.Name
+	if len(cr.Name) > 63 {
+		cr.Name = ""
+	}
+	sb, err := s.Create(ctx, cr)
+	if errdefs.CodeOf(err) == "name_taken" {
+		cr.Name = ""
+		sb, err = s.Create(ctx, cr)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("environment %s: %w", req.Name, err)
+	}
+	bg := context.WithoutCancel(ctx)
+	defer s.Remove(bg, sb.ID, true)
+	for _, argv := range req.Setup {
+		var out bytes.Buffer
+		code, err := s.run(ctx, sb, argv, &out)
+		if err != nil {
+			return nil, false, fmt.Errorf("environment %s: setup %s: %w", req.Name, strings.Join(argv, " "), err)
+		}
+		if code != 0 {
+			return nil, false, errdefs.New(errdefs.KindFailed, "setup_failed", "environment %s: setup command %q exited %d: %s",
+				req.Name, strings.Join(argv, " "), code, tail(out.String(), 2000))
+		}
+	}
+	env, err := s.envCheckpoint(bg, req.Name, sb.ID, fp, req.Setup)
+	return env, err == nil, err
+}
+
+func (s *Service) envFromSandbox(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, req.Sandbox)
+	if err != nil {
+		return nil, false, err
+	}
+	fp := req.Fingerprint
+	if fp == "" {
+		// Without a fingerprint from the caller, every call is a new
+		// definition: the sandbox's state is what defines it.
+		fp = fingerprint(sb.ImageDigest, sb.Provider, sb.MemoryBytes, sb.CPUMillis, sb.DiskBytes, sb.Pids, sb.Env, [][]string{{"sandbox", sb.ID, time.Now().String()}})
+	}
+	if env, ok := s.current(ctx, req.Name, fp); ok {
+		return env, false, nil
+	}
+	env, err := s.envCheckpoint(context.WithoutCancel(ctx), req.Name, sb.ID, fp, nil)
+	return env, err == nil, err
+}
+
+// envCheckpoint checkpoints the set-up sandbox and makes that checkpoint
+// the environment's, dropping the one it had before.
+func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string, setup [][]string) (*store.Environment, error) {
+	src, cp, unlock, err := s.lockRunning(ctx, sandboxID, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name)
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("environment %s: %w", name, err)
+	}
+	env := &store.Environment{
+		Name: name, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
+		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Env: ck.Env,
+		Setup: setup, Fingerprint: fp, Checkpoint: ck.ID, CreatedAt: time.Now().UTC(),
+	}
+	old, oldErr := s.cfg.Store.GetEnvironment(ctx, name)
+	if err := s.cfg.Store.PutEnvironment(ctx, env); err != nil {
+		s.dropCheckpoint(ctx, ck)
+		return nil, err
+	}
+	if oldErr == nil && old.Checkpoint != ck.ID {
+		if ock, err := s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
+			s.dropCheckpoint(ctx, ock)
+		}
+	}
+	return env, nil
+}
+
+// fingerprint hashes an environment's definition.
+func fingerprint(image, provider string, mem, cpu, disk, pids int64, env []string, setup [][]string) string {
+	b, _ := json.Marshal([]any{image, provider, mem, cpu, disk, pids, env, setup})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:12])
+}
+
+// GetEnvironment finds an environment by name.
+func (s *Service) GetEnvironment(ctx context.Context, name string) (*store.Environment, error) {
+	return s.cfg.Store.GetEnvironment(ctx, name)
+}
+
+// Environments lists every environment.
+func (s *Service) Environments(ctx context.Context) ([]*store.Environment, error) {
+	return s.cfg.Store.ListEnvironments(ctx)
+}
+
+// RemoveEnvironment deletes an environment and its checkpoint. Sandboxes
+// started from it keep running with their own copies.
+func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
+	unlock := s.lock("env:" + name)
+	defer unlock()
+	env, err := s.cfg.Store.GetEnvironment(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
+		return err
+	}
+	if ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
+		return s.dropCheckpoint(ctx, ck)
+	}
+	return nil
+}
+
+// CreateFromEnvironment starts a new sandbox warm from an environment.
+func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (*store.Sandbox, error) {
+	e, err := s.cfg.Store.GetEnvironment(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	return s.Restore(ctx, e.Checkpoint, RestoreOptions{Name: name, Environment: e.Name})
+}

@@ -1,0 +1,184 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+// ExecSession is a running exec whose start and end are in the sandbox's
+// ledger. It is an agent session whose Recv notes the exit; Close, before
+// the exit was seen, keeps reading in the background until it is (the
+// command keeps running when its client leaves, and its end is still
+// recorded).
+type ExecSession struct {
+	*agent.Session
+
+	s      *Service
+	sb     *store.Sandbox
+	id     string
+	start  time.Time
+	rmu    sync.Mutex // one reader at a time: the client's, or the drain
+	once   sync.Once  // the exec_finished event
+	closed sync.Once
+	done   chan struct{} // closed once the end is recorded
+}
+
+// Exec starts a command in a running sandbox. Its exec_started event is on
+// disk before the command starts; exec_finished follows when it ends.
+func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) (*ExecSession, *store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb.State == StateFreezing {
+		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
+	}
+	if sb.State != StateRunning {
+		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
+	}
+	if len(req.Argv) == 0 {
+		return nil, nil, errdefs.Invalid("no command given")
+	}
+	names := make([]string, 0, len(req.Env))
+	for _, kv := range req.Env {
+		if !envRe.MatchString(kv) {
+			return nil, nil, errdefs.Invalid("env %q is not KEY=VALUE", kv)
+		}
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	return s.exec(ctx, sb, req, ledger.ExecStartedData{
+		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: names, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
+}
+
+func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
+	started.Exec = randomHex(8)
+	if err := s.cfg.Store.AddEvent(ctx, sb, &store.EventSpec{Type: ledger.ExecStarted, Data: started}); err != nil {
+		return nil, nil, err
+	}
+	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{})}
+	sess, err := s.agentFor(sb).Exec(ctx, req)
+	if err != nil {
+		var es *agent.ErrStart
+		if errors.As(err, &es) {
+			e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
+			kind := errdefs.KindInvalid
+			if es.Info.Code == "internal" {
+				kind = errdefs.KindInternal
+			}
+			return nil, nil, errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
+		}
+		e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
+		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
+	}
+	e.Session = sess
+	return e, sb, nil
+}
+
+// Recv returns the next frame, as agent.Session's does, and records the end.
+func (e *ExecSession) Recv() (byte, []byte, error) {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	select {
+	case <-e.done:
+		return 0, nil, errors.New("the command has ended")
+	default:
+	}
+	typ, p, err := e.Session.Recv()
+	switch {
+	case err != nil:
+		e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
+	case typ == agent.FrameExit:
+		var ex agent.Exit
+		json.Unmarshal(p, &ex)
+		code := ex.Code
+		e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
+	}
+	return typ, p, err
+}
+
+// Close lets go of the command. If its end was not seen yet, a background
+// reader waits for it (dropping the output) to record it, then closes.
+func (e *ExecSession) Close() error {
+	e.closed.Do(func() {
+		select {
+		case <-e.done:
+			e.Session.Close()
+		default:
+			go func() {
+				for {
+					if _, _, err := e.Recv(); err != nil {
+						break
+					}
+					select {
+					case <-e.done:
+					default:
+						continue
+					}
+					break
+				}
+				e.Session.Close()
+			}()
+		}
+	})
+	return nil
+}
+
+// Wait blocks until the command's end is recorded.
+func (e *ExecSession) Wait(ctx context.Context) error {
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *ExecSession) finish(d ledger.ExecFinishedData) {
+	e.once.Do(func() {
+		d.Exec = e.id
+		d.DurationMS = time.Since(e.start).Milliseconds()
+		if err := e.s.cfg.Store.AddEvent(context.Background(), e.sb, &store.EventSpec{Type: ledger.ExecFinished, Data: d}); err != nil {
+			e.s.cfg.Log.Error("ledger: exec_finished", "sandbox", e.sb.ID, "exec", e.id, "err", err)
+		}
+		close(e.done)
+	})
+}
+
+// run runs argv in sb as an exec of its own (in the ledger like any), writes
+// its output (stdout and stderr together) to out, and returns its exit code.
+func (s *Service) run(ctx context.Context, sb *store.Sandbox, argv []string, out io.Writer) (int, error) {
+	return s.runReq(ctx, sb, agent.Request{Argv: argv}, ledger.ExecStartedData{Argv: argv}, out)
+}
+
+func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData, out io.Writer) (int, error) {
+	sess, _, err := s.exec(ctx, sb, req, started)
+	if err != nil {
+		return 0, err
+	}
+	defer sess.Close()
+	for {
+		typ, p, err := sess.Recv()
+		if err != nil {
+			return 0, err
+		}
+		switch typ {
+		case agent.FrameStdout, agent.FrameStderr:
+			out.Write(p)
+		case agent.FrameExit:
+			var ex agent.Exit
+			json.Unmarshal(p, &ex)
+			return ex.Code, nil
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+// snapshotKey is where the storage keeps a snapshot's files.
+func snapshotKey(id string) string { return "sn-" + id }
+
+// CreateSnapshot keeps the files of a stopped sandbox, for creates to start
+// from. A running sandbox is refused: its files change under a copy, and
+// what a user wants of a running one is fork or checkpoint (memory too).
+func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*store.Snapshot, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	switch sb.State {
+	case StateStopped, StateFailed:
+	case StateRunning, StateFreezing:
+		return nil, errdefs.Conflict("sandbox_running", "sandbox %s is running: a snapshot takes a stopped sandbox's files (shard stop %s first); to copy a running sandbox with its memory and processes, use shard fork or shard checkpoint", sb.Name, sb.Name)
+	default:
+		return nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", sb.Name, sb.State)
+	}
+	id := newID()
+	if name == "" {
+		name = id
+	}
+	if _, err := s.cfg.Store.GetSnapshot(ctx, name); err == nil {
+		return nil, errdefs.Conflict("name_taken", "a snapshot named %s already exists", name)
+	}
+	if err := s.cfg.Storage.Save(sb.ID, snapshotKey(id)); err != nil {
+		return nil, err
+	}
+	sn := &store.Snapshot{
+		ID: id, Name: name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageDigest: sb.ImageDigest,
+		Provider: sb.Provider, DiskBytes: sb.DiskBytes, Env: sb.Env, CreatedAt: time.Now().UTC(),
+	}
+	err = s.cfg.Store.AddSnapshot(ctx, sn, sb, &store.EventSpec{Type: ledger.SnapshotCreated, Data: map[string]string{"snapshot": id, "name": name}})
+	if err != nil {
+		s.cfg.Storage.RemoveSaved(snapshotKey(id))
+		return nil, err
+	}
+	return sn, nil
+}
+
+// GetSnapshot finds a snapshot by id or name.
+func (s *Service) GetSnapshot(ctx context.Context, idOrName string) (*store.Snapshot, error) {
+	return s.cfg.Store.GetSnapshot(ctx, idOrName)
+}
+
+// Snapshots lists every snapshot.
+func (s *Service) Snapshots(ctx context.Context) ([]*store.Snapshot, error) {
+	return s.cfg.Store.ListSnapshots(ctx)
+}
+
+// RemoveSnapshot deletes a snapshot and frees what only it holds on disk.
+// Sandboxes created from it keep their files: they are copy-on-write
+// copies, not references.
+func (s *Service) RemoveSnapshot(ctx context.Context, idOrName string) (*store.Snapshot, error) {
+	sn, err := s.cfg.Store.GetSnapshot(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Store.DeleteSnapshot(ctx, sn.ID); err != nil {
+		return nil, err
+	}
+	return sn, s.cfg.Storage.RemoveSaved(snapshotKey(sn.ID))
+}
+
+// SnapshotSize is the bytes a snapshot's files take on disk.
+func (s *Service) SnapshotSize(id string) int64 { return s.cfg.Storage.SavedUsage(snapshotKey(id)) }

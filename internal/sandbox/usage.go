@@ -1,0 +1,88 @@
+package sandbox
+
+import (
+	"context"
+	"io/fs"
+	"path/filepath"
+	"syscall"
+)
+
+// Usage is a count and the bytes they hold on disk.
+type Usage struct {
+	Count int
+	Bytes int64
+}
+
+// DiskUsage is what each kind of thing holds on disk (`shard df`). Blocks
+// that reflinked copies share are counted in each copy, so the figures are
+// an upper bound of what removing one would free.
+type DiskUsage struct {
+	Images, Sandboxes, Snapshots, Checkpoints, Environments Usage
+}
+
+// DiskUsage measures the image cache, every sandbox's files, snapshots,
+// and checkpoints (an environment's apart from the others).
+func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
+	var u DiskUsage
+	imgs, err := s.cfg.Images.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u.Images = Usage{Count: len(imgs), Bytes: treeBlocks(s.cfg.Images.Dir())}
+	sbs, err := s.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range sbs {
+		u.Sandboxes.Count++
+		u.Sandboxes.Bytes += s.cfg.Storage.FileUsage(sb.ID)
+	}
+	sns, err := s.cfg.Store.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sn := range sns {
+		u.Snapshots.Count++
+		u.Snapshots.Bytes += s.SnapshotSize(sn.ID)
+	}
+	envs, err := s.cfg.Store.ListEnvironments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	envCk := map[string]bool{}
+	for _, e := range envs {
+		envCk[e.Checkpoint] = true
+	}
+	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, ck := range cks {
+		n := s.checkpointSize(ck.ID)
+		if envCk[ck.ID] {
+			u.Environments.Count++
+			u.Environments.Bytes += n
+		} else {
+			u.Checkpoints.Count++
+			u.Checkpoints.Bytes += n
+		}
+	}
+	return &u, nil
+}
+
+// treeBlocks is the disk space the files under dir take.
+func treeBlocks(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
