@@ -75,7 +75,10 @@ type Checkpointer interface {
 	Resume(ctx context.Context, id string) error
 	// Checkpoint writes an image of the container to dir and leaves it running.
 	Checkpoint(ctx context.Context, id, dir string) error
-	// Restore starts inst from the image in dir.
+	// Prepare makes inst's sandbox ready to receive a restore: all but the
+	// memory image, which is the slow part that needs the checkpoint done.
+	Prepare(ctx context.Context, inst *Instance) error
+	// Restore starts inst, prepared, from the image in dir.
 	Restore(ctx context.Context, inst *Instance, dir string) error
 }
 

@@ -32,20 +32,22 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 		return nil, err
 	}
 	defer unlock()
-	return s.capture(context.WithoutCancel(ctx), src, cp, newID(), "checkpoint", tag)
+	return s.capture(context.WithoutCancel(ctx), src, cp, newID(), "checkpoint", tag, nil)
 }
 
 // capture freezes src, saves its files and memory as checkpoint ckID,
 // thaws it, and records the checkpoint together with its
 // sandbox.checkpoint_created event. On failure nothing of the checkpoint is
-// left and src runs on. The caller holds src's lock.
-func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string) (*store.Checkpoint, error) {
+// left and src runs on. The caller holds src's lock. filesSaved, if set, is
+// called as soon as the checkpoint's files are saved, while the memory image
+// is still being written (a fork stages its sandboxes then).
+func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, filesSaved func()) (*store.Checkpoint, error) {
 	dir := s.checkpointDir(ckID)
 	drop := func() {
 		os.RemoveAll(dir)
 		s.cfg.Storage.RemoveSaved(checkpointKey(ckID))
 	}
-	frozen, err := s.freeze(ctx, src, cp, ckID, dir)
+	frozen, err := s.freeze(ctx, src, cp, ckID, dir, filesSaved)
 	if err != nil {
 		drop()
 		return nil, err
@@ -71,15 +73,40 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 // its own copy of the checkpoint's files, and the memory image. On error the
 // caller destroys rec.
 func (s *Service) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
-	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
-	if !ok || !s.caps[ck.Provider].Available {
-		return errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
-	}
-	if err := s.cfg.Storage.CreateFrom(checkpointKey(ck.ID), rec.ID); err != nil {
+	st, err := s.stageRestore(ctx, ck, rec, layers)
+	if err != nil {
 		return err
 	}
-	return s.bootWith(ctx, rec, layers, func(_ provider.Provider, inst *provider.Instance) error {
-		return cp.Restore(ctx, inst, s.checkpointDir(ck.ID))
+	return s.launchRestore(ctx, ck, st)
+}
+
+// stageRestore does everything a restore of ck into rec needs but the
+// restore itself: the files, rootfs, netns, and the runtime's sandbox
+// waiting for the memory image (a fork does this while its source is still
+// frozen, so only the restore is left after the thaw).
+func (s *Service) stageRestore(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) (*staged, error) {
+	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
+	if !ok || !s.caps[ck.Provider].Available {
+		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	if err := s.cfg.Storage.CreateFrom(checkpointKey(ck.ID), rec.ID); err != nil {
+		return nil, err
+	}
+	st, err := s.stage(ctx, rec, layers)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.Prepare(ctx, st.inst); err != nil {
+		st.abort()
+		return nil, err
+	}
+	st.phase(s, "prepared")
+	return st, nil
+}
+
+func (s *Service) launchRestore(ctx context.Context, ck *store.Checkpoint, st *staged) error {
+	return s.launch(ctx, st, func(p provider.Provider, inst *provider.Instance) error {
+		return p.(provider.Checkpointer).Restore(ctx, inst, s.checkpointDir(ck.ID))
 	})
 }
 

@@ -140,7 +140,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 	if err != nil {
 		return nil, err
 	}
-	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name)
+	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, nil)
 	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("environment %s: %w", name, err)

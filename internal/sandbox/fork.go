@@ -106,8 +106,33 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 
 	// 2. Freeze: files and memory from one instant, kept as a checkpoint.
-	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag)
+	// As soon as the files are saved, each fork is staged (its copy of
+	// the files, rootfs, netns, and the runtime's sandbox waiting for a
+	// memory image) while the source's memory is still being written.
+	stagedForks := make([]*staged, len(forks))
+	stageErrs := make([]error, len(forks))
+	var staging sync.WaitGroup
+	ckProto := &store.Checkpoint{ID: ckID, Provider: src.Provider}
+	filesSaved := func() {
+		for i, f := range forks {
+			staging.Add(1)
+			go func() {
+				defer staging.Done()
+				stagedForks[i], stageErrs[i] = s.stageRestore(bg, ckProto, f, img.Layers)
+			}()
+		}
+	}
+	abortStaged := func() {
+		staging.Wait()
+		for _, st := range stagedForks {
+			if st != nil {
+				st.abort()
+			}
+		}
+	}
+	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag, filesSaved)
 	if err != nil {
+		abortStaged()
 		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
 	}
 	log.Info("fork: source thawed", "freeze_ms", ck.FreezeMS, "forks", len(forks))
@@ -117,15 +142,20 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			log.Error("fork: ledger", "err", err)
 		}
 	}
+	staging.Wait()
+	if err := errors.Join(stageErrs...); err != nil {
+		abortStaged()
+		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
+	}
 
 	// 3. Restore every fork from the one image, concurrently.
 	errs := make([]error, len(forks))
 	var wg sync.WaitGroup
-	for i, f := range forks {
+	for i := range forks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.restoreInto(bg, ck, f, img.Layers)
+			errs[i] = s.launchRestore(bg, ck, stagedForks[i])
 		}()
 	}
 	wg.Wait()
@@ -219,7 +249,7 @@ func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err er
 // freeze pauses the source, saves a copy of its files under the checkpoint's
 // key, writes its memory image to ckDir, and thaws it, all within the freeze timeout. It returns how
 // long the source was frozen. The source is thawed whatever happens.
-func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string) (time.Duration, error) {
+func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string, filesSaved func()) (time.Duration, error) {
 	if _, err := s.move(ctx, src.ID, StateFreezing, nil, nil); err != nil {
 		return 0, err
 	}
@@ -243,6 +273,9 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		go func() {
 			err := s.cfg.Storage.Save(src.ID, checkpointKey(ckID))
 			tFiles = time.Since(start)
+			if err == nil && filesSaved != nil {
+				filesSaved()
+			}
 			filesErr <- err
 		}()
 		ckErr := cp.Checkpoint(fctx, src.ID, ckDir)

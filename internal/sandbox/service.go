@@ -368,64 +368,99 @@ func (s *Service) boot(ctx context.Context, sb *store.Sandbox, layers []string) 
 // bootWith prepares a sandbox instance (rootfs, network, spec) and hands it
 // to run, which starts it (or restores it from a checkpoint); then it waits
 // for the agent. On error it undoes every step it made.
-func (s *Service) bootWith(ctx context.Context, sb *store.Sandbox, layers []string, run func(provider.Provider, *provider.Instance) error) (err error) {
+func (s *Service) bootWith(ctx context.Context, sb *store.Sandbox, layers []string, run func(provider.Provider, *provider.Instance) error) error {
+	st, err := s.stage(ctx, sb, layers)
+	if err != nil {
+		return err
+	}
+	return s.launch(ctx, st, run)
+}
+
+// staged is a sandbox instance made ready to start: rootfs mounted, netns
+// made, spec written; undo takes it down again.
+type staged struct {
+	sb   *store.Sandbox
+	p    provider.Provider
+	inst *provider.Instance
+	undo []func()
+	t0   time.Time
+}
+
+func (st *staged) abort() {
+	for i := len(st.undo) - 1; i >= 0; i-- {
+		st.undo[i]()
+	}
+	st.undo = nil
+}
+
+// stage mounts the rootfs, makes the network namespace and builds the spec.
+// On error it undoes its own steps.
+func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string) (_ *staged, err error) {
 	if layers == nil {
 		img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
 		if err != nil {
-			return fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.Name, err)
+			return nil, fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.Name, err)
 		}
 		layers = img.Layers
 	}
-	p := s.providers[sb.Provider]
-	dir := s.runDir(sb.ID)
-	t0 := time.Now()
-	phase := func(name string) {
-		s.cfg.Log.Debug("boot phase", "sandbox", sb.ID, "phase", name, "at", time.Since(t0))
-	}
-	var undo []func()
+	st := &staged{sb: sb, p: s.providers[sb.Provider], t0: time.Now()}
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			st.abort()
 		}
 	}()
+	dir := s.runDir(sb.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return err
+		return nil, err
 	}
 	rootfsDir := filepath.Join(dir, "rootfs")
 	if err := s.cfg.Storage.Mount(ctx, sb.ID, layers, rootfsDir); err != nil {
-		return err
+		return nil, err
 	}
-	undo = append(undo, func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
-	phase("rootfs")
+	st.undo = append(st.undo, func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
+	st.phase(s, "rootfs")
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.cfg.Net.Delete(sb.ID) // a leftover of a crash would block the name
 	nsPath, err := s.cfg.Net.Create(ctx, sb.ID, ip)
 	if err != nil {
+		return nil, err
+	}
+	st.undo = append(st.undo, func() { s.cfg.Net.Delete(sb.ID) })
+	st.phase(s, "netns")
+	if st.inst, err = s.instance(sb, rootfsDir, nsPath); err != nil {
+		return nil, err
+	}
+	// From here the runtime may hold a container: take it down on undo.
+	st.undo = append(st.undo, func() { st.p.Delete(context.Background(), sb.ID) })
+	return st, nil
+}
+
+func (st *staged) phase(s *Service, name string) {
+	s.cfg.Log.Debug("boot phase", "sandbox", st.sb.ID, "phase", name, "at", time.Since(st.t0))
+}
+
+// launch runs a staged instance and waits for its agent. On error it takes
+// the instance down.
+func (s *Service) launch(ctx context.Context, st *staged, run func(provider.Provider, *provider.Instance) error) (err error) {
+	defer func() {
+		if err != nil {
+			st.abort()
+		}
+	}()
+	if err := run(st.p, st.inst); err != nil {
 		return err
 	}
-	undo = append(undo, func() { s.cfg.Net.Delete(sb.ID) })
-	phase("netns")
-	inst, err := s.instance(sb, rootfsDir, nsPath)
-	if err != nil {
-		return err
-	}
-	if err := run(p, inst); err != nil {
-		return err
-	}
-	undo = append(undo, func() { p.Delete(context.Background(), sb.ID) })
-	phase("runtime")
+	st.phase(s, "runtime")
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.agentFor(sb).WaitReady(actx); err != nil {
-		logTail, _ := os.ReadFile(inst.LogOut)
+	if err := s.agentFor(st.sb).WaitReady(actx); err != nil {
+		logTail, _ := os.ReadFile(st.inst.LogOut)
 		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
 	}
-	phase("agent")
+	st.phase(s, "agent")
 	return nil
 }
 

@@ -218,13 +218,12 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) err
 
 // GetSandbox finds a sandbox by id or name.
 func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error) {
-	var out *Sandbox
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		sb, err := getTx(ctx, tx, `id = ? OR name = ?`, idOrName, idOrName)
-		out = sb
-		return err
-	})
-	return out, err
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() // a read: nothing to commit, nobody to wake
+	return getTx(ctx, tx, `id = ? OR name = ?`, idOrName, idOrName)
 }
 
 // ListSandboxes returns every sandbox, oldest first.
@@ -365,7 +364,9 @@ func (s *Store) Changed() <-chan struct{} {
 	return s.changed
 }
 
-func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// ts is a fixed-width time, so that text order is time order (RFC3339Nano
+// drops trailing zeros); time.RFC3339Nano parses it.
+func ts(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z07:00") }
 
 func sortByCreated(s []*Sandbox) {
 	slices.SortStableFunc(s, func(a, b *Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
