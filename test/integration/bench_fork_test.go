@@ -126,6 +126,13 @@ func benchFork(b *testing.B, mib int) {
 		b.StopTimer()
 		s.add("shard-freeze", readGap(b, src.ID))
 		e.c.Remove(ctx, f.ID, true)
+		// A fork keeps its checkpoint (listed with the source's): drop it,
+		// so images do not pile up on the disk across iterations.
+		if cks, err := e.c.Checkpoints(ctx, src.ID); err == nil {
+			for _, ck := range cks {
+				e.c.RemoveCheckpoint(ctx, ck.ID)
+			}
+		}
 
 		// raw runsc, by hand
 		resetGap(b, src.ID)

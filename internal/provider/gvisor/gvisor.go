@@ -156,7 +156,7 @@ func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance) error {
 // Restore starts a prepared sandbox from a checkpoint image. runsc restores
 // into the created sandbox instead of making one, which halves the time.
 func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir string) error {
-	if err := p.cli.RunDetached(ctx, inst, "restore", "--detach", "--image-path", dir, "--bundle", inst.Bundle, inst.ID); err != nil {
+	if err := p.cli.RunDetached(ctx, inst, "restore", "--detach", "--background", "--image-path", dir, "--bundle", inst.Bundle, inst.ID); err != nil {
 		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
 		return err
 	}

@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSavedCLI drives the new verbs through the real CLI: snapshot, create
+// --from-snapshot, checkpoint (+ ls), restore, ledger (ls and a session),
+// resume, env create/ls/rm, create --env-from, df; and their errors (a clear
+// message, a non-zero exit).
+func TestSavedCLI(t *testing.T) {
+	e := need(t)
+	sh := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := e.cli(t, "", args...)
+		if code != 0 {
+			t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	fails := func(part string, args ...string) {
+		t.Helper()
+		_, errOut, code := e.cli(t, "", args...)
+		if code == 0 || !strings.Contains(errOut, part) {
+			t.Fatalf("shard %v: exit %d, stderr %q, want a failure saying %q", args, code, errOut, part)
+		}
+	}
+	id := sh("create", "--name", "cli-src", busybox)
+	t.Cleanup(func() { e.cli(t, "", "remove", "--force", "cli-src", "cli-from-snap", "cli-restored", "cli-resumed", "cli-warm") })
+	sh("exec", id, "sh", "-c", "echo one > /root/one")
+	fails("shard fork or shard checkpoint", "snapshot", "create", "cli-src")
+	ck := sh("checkpoint", "--tag", "first", "cli-src")
+	sh("exec", id, "sh", "-c", "echo two > /root/two")
+	if out := sh("checkpoint", "ls", "cli-src"); !strings.Contains(out, ck) || !strings.Contains(out, "first") {
+		t.Fatalf("checkpoint ls: %s", out)
+	}
+	if out := sh("restore", "--name", "cli-restored", ck); len(out) != 12 {
+		t.Fatalf("restore printed %q, want an id", out)
+	}
+	if got := sh("exec", "cli-restored", "ls", "/root"); got != "one" {
+		t.Fatalf("restored: %q", got)
+	}
+	sh("resume", "--name", "cli-resumed", "cli-src")
+	if got := sh("exec", "cli-resumed", "ls", "/root"); strings.Join(strings.Fields(got), " ") != "one two" {
+		t.Fatalf("resumed: %q", got)
+	}
+	out := sh("ledger", "cli-src")
+	for _, want := range []string{"sandbox.created", "sandbox.exec_started", "sandbox.exec_finished", "sandbox.checkpoint_created", "first"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("ledger cli-src lacks %q:\n%s", want, out)
+		}
+	}
+	if out := sh("ledger", "--json", "cli-src"); !strings.HasPrefix(out, `{"seq":`) {
+		t.Fatalf("ledger --json: %s", out)
+	}
+	if out := sh("ledger", "ls"); !strings.Contains(out, "cli-src") || !strings.Contains(out, "cli-resumed") {
+		t.Fatalf("ledger ls: %s", out)
+	}
+	fails("not found", "ledger", "no-such-session")
+
+	sh("stop", "cli-src")
+	snap := sh("snapshot", "create", "--name", "cli-snap", "cli-src")
+	if len(snap) != 12 {
+		t.Fatalf("snapshot create printed %q", snap)
+	}
+	t.Cleanup(func() { e.cli(t, "", "snapshot", "rm", "cli-snap") })
+	if out := sh("snapshot", "ls"); !strings.Contains(out, "cli-snap") {
+		t.Fatalf("snapshot ls: %s", out)
+	}
+	sh("create", "--name", "cli-from-snap", "--from-snapshot", "cli-snap")
+	if got := sh("exec", "cli-from-snap", "cat", "/root/two"); got != "two" {
+		t.Fatalf("from snapshot: %q", got)
+	}
+	sh("snapshot", "rm", "cli-snap")
+	fails("not found", "snapshot", "inspect", "cli-snap")
+
+	out = sh("env", "create", "cli-env", "--memory", "128MiB", busybox, "--", "sh", "-c", "echo ready > /root/ready")
+	if !strings.Contains(out, "cli-env") || !strings.Contains(out, "built") {
+		t.Fatalf("env create: %s", out)
+	}
+	t.Cleanup(func() { e.cli(t, "", "env", "rm", "cli-env") })
+	if out := sh("env", "create", "cli-env", "--memory", "128MiB", busybox, "--", "sh", "-c", "echo ready > /root/ready"); !strings.Contains(out, "unchanged") {
+		t.Fatalf("env create again: %s", out)
+	}
+	if out := sh("env", "ls"); !strings.Contains(out, "cli-env") {
+		t.Fatalf("env ls: %s", out)
+	}
+	fails("leave out", "create", "--env-from", "cli-env", "--memory", "1GiB")
+	sh("create", "--name", "cli-warm", "--env-from", "cli-env")
+	if got := sh("exec", "cli-warm", "cat", "/root/ready"); got != "ready" {
+		t.Fatalf("from env: %q", got)
+	}
+	fails("exited 3", "env", "create", "cli-bad", busybox, "--", "sh", "-c", "exit 3")
+	if out := sh("df"); !strings.Contains(out, "checkpoints") || !strings.Contains(out, "environments") || !strings.Contains(out, "images") {
+		t.Fatalf("df: %s", out)
+	}
+	sh("env", "rm", "cli-env")
+	fails("not found", "env", "inspect", "cli-env")
+}
