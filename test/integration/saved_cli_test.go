@@ -27,7 +27,9 @@ func TestSavedCLI(t *testing.T) {
 		}
 	}
 	id := sh("create", "--name", "cli-src", busybox)
-	t.Cleanup(func() { e.cli(t, "", "remove", "--force", "cli-src", "cli-from-snap", "cli-restored", "cli-resumed", "cli-warm") })
+	t.Cleanup(func() {
+		e.cli(t, "", "remove", "--force", "cli-src", "cli-from-snap", "cli-restored", "cli-resumed", "cli-warm")
+	})
 	sh("exec", id, "sh", "-c", "echo one > /root/one")
 	fails("shard fork or shard checkpoint", "snapshot", "create", "cli-src")
 	ck := sh("checkpoint", "--tag", "first", "cli-src")
