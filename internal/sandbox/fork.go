@@ -262,10 +262,20 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		if err := os.MkdirAll(ckDir, 0o700); err != nil {
 			return err
 		}
-		if err := cp.Pause(fctx, src.ID); err != nil {
+		// The pause gets its own deadline, not the freeze's: a pause cut
+		// short may still have paused the Sentry, and then nobody would
+		// know to thaw it. A pause that outlasts the freeze limit fails
+		// the freeze below, and is thawed.
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := cp.Pause(pctx, src.ID)
+		pcancel()
+		if err != nil {
 			return err
 		}
 		paused = true
+		if fctx.Err() != nil {
+			return fctx.Err()
+		}
 		tPause = time.Since(start)
 		// While the source is paused its files and memory hold still: copy
 		// the files and write the memory image at the same time.

@@ -23,7 +23,7 @@ func (p *Provider) controlCall(ctx context.Context, id, method string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return err
+		return &dialError{err}
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -47,3 +47,10 @@ func (p *Provider) controlCall(ctx context.Context, id, method string) error {
 	}
 	return nil
 }
+
+// dialError says the control socket could not be reached: the call was
+// never made. Any other error may come after the Sentry acted on it.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "control socket: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }

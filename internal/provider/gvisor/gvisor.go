@@ -9,6 +9,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -101,24 +102,30 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 }
 
 // Pause freezes every process of the sandbox (a direct control call; runsc
-// pause when the control socket cannot be reached).
+// pause only when the control socket cannot be reached at all). Once the
+// call was made, the Sentry may have paused even if the answer was lost:
+// falling back to another pause then would pause twice, and one resume
+// would leave the sandbox frozen. So a lost answer is an error, and the
+// caller finds out with Paused.
 func (p *Provider) Pause(ctx context.Context, id string) error {
-	if err := p.controlCall(ctx, id, "containerManager.Pause"); err != nil {
-		p.opts.logger().Debug("direct pause failed, using runsc pause", "sandbox", id, "err", err)
+	err := p.controlCall(ctx, id, "containerManager.Pause")
+	var de *dialError
+	if errors.As(err, &de) {
+		p.opts.logger().Debug("control socket unreachable, using runsc pause", "sandbox", id, "err", err)
 		_, err = p.cli.Run(ctx, "pause", id)
-		return err
 	}
-	return nil
+	return err
 }
 
-// Resume thaws it.
+// Resume thaws it (see Pause on the fallback).
 func (p *Provider) Resume(ctx context.Context, id string) error {
-	if err := p.controlCall(ctx, id, "containerManager.Resume"); err != nil {
-		p.opts.logger().Debug("direct resume failed, using runsc resume", "sandbox", id, "err", err)
+	err := p.controlCall(ctx, id, "containerManager.Resume")
+	var de *dialError
+	if errors.As(err, &de) {
+		p.opts.logger().Debug("control socket unreachable, using runsc resume", "sandbox", id, "err", err)
 		_, err = p.cli.Run(ctx, "resume", id)
-		return err
 	}
-	return nil
+	return err
 }
 
 func (o Options) logger() *slog.Logger {
