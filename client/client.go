@@ -14,8 +14,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -595,4 +597,185 @@ func (c *Client) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// CreateToken makes an API key with the given scopes (POST /v0/tokens). The
+// answer's Key is shown this once: the server keeps only its hash. Creating
+// tokens needs token:write (the Unix socket, the administrator, has every
+// scope).
+func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (*TokenCreated, error) {
+	var out TokenCreated
+	if err := c.call(ctx, "POST", "/tokens", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Tokens lists every API key's record: id, name, scopes, never the key.
+func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+	var out struct {
+		Tokens []Token `json:"tokens"`
+	}
+	err := c.call(ctx, "GET", "/tokens", nil, &out)
+	return out.Tokens, err
+}
+
+// RevokeToken deletes an API key by its id or name; the key stops working
+// at once.
+func (c *Client) RevokeToken(ctx context.Context, idOrName string) error {
+	return c.call(ctx, "DELETE", "/tokens/"+esc(idOrName), nil, nil)
+}
+
+// SetSecret stores value under name, replacing any value it had. The
+// server keeps it encrypted and no endpoint ever returns it: the answer is
+// the secret's record. Sandboxes get it through grants (Grant).
+func (c *Client) SetSecret(ctx context.Context, name string, value []byte) (*Secret, error) {
+	var out Secret
+	if err := c.call(ctx, "PUT", "/secrets/"+esc(name), SecretRequest{Value: value}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Secrets lists the stored secrets: names and times, never values.
+func (c *Client) Secrets(ctx context.Context) ([]Secret, error) {
+	var out struct {
+		Secrets []Secret `json:"secrets"`
+	}
+	err := c.call(ctx, "GET", "/secrets", nil, &out)
+	return out.Secrets, err
+}
+
+// RemoveSecret deletes a secret. Sandboxes it was granted to keep a file
+// already written; an env grant gives nothing to later execs.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/secrets/"+esc(name), nil, nil)
+}
+
+// Grant gives a secret to a sandbox: as the environment variable g.Env of
+// every later exec (the secret's name when both Env and File are empty), or
+// as the file g.File (mode 0400, written at once; the sandbox must be
+// running). Granting the same secret again replaces its grant. The answer
+// is the sandbox, with its grants.
+func (c *Client) Grant(ctx context.Context, sandbox string, g Grant) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "POST", "/sandboxes/"+esc(sandbox)+"/grants", g, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Grants lists a sandbox's grants (secret names, never values).
+func (c *Client) Grants(ctx context.Context, sandbox string) ([]Grant, error) {
+	var out struct {
+		Grants []Grant `json:"grants"`
+	}
+	err := c.call(ctx, "GET", "/sandboxes/"+esc(sandbox)+"/grants", nil, &out)
+	return out.Grants, err
+}
+
+// Ungrant takes a secret away from a sandbox: later execs no longer get its
+// variable, and a granted file is removed (the sandbox must be running for
+// that). The answer is the sandbox.
+func (c *Client) Ungrant(ctx context.Context, sandbox, secret string) (*Sandbox, error) {
+	var out Sandbox
+	if err := c.call(ctx, "DELETE", "/sandboxes/"+esc(sandbox)+"/grants/"+esc(secret), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetPolicy replaces a sandbox's egress network policy with p. It applies
+// at once to new connections, is enforced outside the sandbox, and holds
+// across stop and start; a fork gets a copy. The answer is the policy as
+// stored.
+func (c *Client) SetPolicy(ctx context.Context, sandbox string, p Policy) (*Policy, error) {
+	var out Policy
+	if err := c.call(ctx, "PUT", "/sandboxes/"+esc(sandbox)+"/policy", p, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetPolicy returns a sandbox's egress policy; an empty Policy means none:
+// all egress is allowed.
+func (c *Client) GetPolicy(ctx context.Context, sandbox string) (*Policy, error) {
+	var out Policy
+	if err := c.call(ctx, "GET", "/sandboxes/"+esc(sandbox)+"/policy", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ClearPolicy removes a sandbox's egress policy: all egress is allowed again.
+func (c *Client) ClearPolicy(ctx context.Context, sandbox string) error {
+	return c.call(ctx, "DELETE", "/sandboxes/"+esc(sandbox)+"/policy", nil, nil)
+}
+
+// portPrefix is the path, unescaped and ending in "/", under which the
+// server forwards to port in sandbox.
+func portPrefix(sandbox string, port int) string {
+	return "/v0/sandboxes/" + sandbox + "/ports/" + strconv.Itoa(port) + "/"
+}
+
+// PortURL is the URL at which the server forwards to port inside sandbox
+// (a running one), with path (which may carry a ?query) after it:
+// /v0/sandboxes/{id}/ports/{port}/{path}, every method and WebSocket
+// upgrades included. Requests to it need this client's API key as
+// Authorization: Bearer (a WebSocket upgrade may give it as
+// ?access_token= instead); the server removes that header before it
+// forwards, so the server in the sandbox never sees it.
+//
+// Over the Unix socket the URL's host is a placeholder ("shard"): the URL
+// is usable only through a connection to the socket, which PortProxy (and
+// `curl --unix-socket`) makes; an ordinary HTTP client cannot reach it.
+func (c *Client) PortURL(sandbox string, port int, path string) string {
+	u := url.URL{Path: portPrefix(sandbox, port)}
+	p, q, hasQuery := strings.Cut(strings.TrimPrefix(path, "/"), "?")
+	u.Path += p
+	if hasQuery {
+		u.RawQuery = q
+	}
+	return c.base + u.String()
+}
+
+// PortProxy is an http.Handler that forwards every request it gets (any
+// method, WebSocket upgrades too) to port inside sandbox, through the
+// server: a request for /a/b?c=d goes to PortURL(sandbox, port, "a/b?c=d")
+// over this client's own connection to the server (the Unix socket or
+// TCP), with this client's API key as its Authorization header (any the
+// request had is dropped: the server would strip it anyway). The path is
+// cleaned first, so ".." cannot leave the port's prefix. When the server
+// cannot be reached the answer is 502 with an Error body; the server's own
+// errors (sandbox_not_running, port_unreachable, ...) pass through as they
+// are.
+//
+// `shard port` serves it on a local address, so that a browser or any
+// tool reaches a server in a sandbox as if it ran here.
+func (c *Client) PortProxy(sandbox string, port int) http.Handler {
+	base, _ := url.Parse(c.base) // New checked it
+	prefix := portPrefix(sandbox, port)
+	return &httputil.ReverseProxy{
+		Transport: c.hc.Transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			p := pr.In.URL.Path
+			rel := path.Clean("/" + p)
+			if strings.HasSuffix(p, "/") && rel != "/" {
+				rel += "/"
+			}
+			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = prefix+strings.TrimPrefix(rel, "/"), ""
+			pr.Out.Host = "" // the server's host, not the one the request was sent to
+			pr.Out.Header.Del("Authorization")
+			if c.apiKey != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+c.apiKey)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
+		},
+		FlushInterval: -1, // streams (server-sent events, long polls) as they come
+	}
 }

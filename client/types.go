@@ -24,6 +24,8 @@ type Sandbox struct {
 	Error       string    `json:"error,omitempty"`
 	Session     string    `json:"session"`
 	ParentID    string    `json:"parent_id,omitempty"`
+	Grants      []Grant   `json:"grants"`           // secrets it was given (names, never values)
+	Policy      *Policy   `json:"policy,omitempty"` // its egress policy, if any
 	CreatedAt   time.Time `json:"created_at"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	StoppedAt   time.Time `json:"stopped_at,omitzero"`
@@ -289,4 +291,55 @@ type DiskUsage struct {
 type DiskUsageItem struct {
 	Count int   `json:"count"`
 	Bytes int64 `json:"bytes"`
+}
+
+// Token is an API key's record as the API shows it (never the key).
+type Token struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Scopes    []string  `json:"scopes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TokenRequest is the body of POST /v0/tokens.
+type TokenRequest struct {
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
+}
+
+// TokenCreated is the answer to POST /v0/tokens: Key is shown this once.
+type TokenCreated struct {
+	Token
+	Key string `json:"key"`
+}
+
+// Secret is a stored secret as the API shows it: its name, never its value.
+type Secret struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SecretRequest is the body of PUT /v0/secrets/{name}: the value, base64.
+type SecretRequest struct {
+	Value []byte `json:"value"`
+}
+
+// Grant gives a secret to a sandbox: as the environment variable Env of
+// every exec (Env defaults to the secret's name), or as the file File.
+type Grant struct {
+	Secret string    `json:"secret"`
+	Env    string    `json:"env,omitempty"`
+	File   string    `json:"file,omitempty"`
+	At     time.Time `json:"at,omitzero"`
+}
+
+// Policy is a sandbox's egress network policy. Entries are an IPv4 address,
+// a CIDR, or a domain name ("example.org" and its subdomains;
+// "*.example.org" only subdomains). Deny wins over allow; with DenyAll or
+// any Allow entry, what is not allowed is denied.
+type Policy struct {
+	DenyAll bool     `json:"deny_all,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
 }

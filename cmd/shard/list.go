@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -105,9 +107,40 @@ func newInspectCmd(a *app) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\n", k+":", e)
 			}
+			for i, g := range sb.Grants {
+				k := ""
+				if i == 0 {
+					k = "Grants"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
+			}
+			if sb.Policy != nil {
+				var b strings.Builder
+				writePolicy(&b, *sb.Policy)
+				for i, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+					k := ""
+					if i == 0 {
+						k = "Policy"
+					}
+					fmt.Fprintf(tw, "%s\t%s\n", k+":", l)
+				}
+			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
+}
+
+// grantLine says what a grant gives, for inspect: "API_KEY as $API_KEY",
+// "tls.key as the file /etc/app/tls.key".
+func grantLine(g client.Grant) string {
+	if g.File != "" {
+		return g.Secret + " as the file " + g.File
+	}
+	env := g.Env
+	if env == "" {
+		env = g.Secret
+	}
+	return g.Secret + " as $" + env
 }

@@ -31,6 +31,18 @@ func (a *app) client() (*client.Client, error) {
 	return client.New(client.Options{Socket: a.socket})
 }
 
+// onSocket reports whether a.client reaches the server over its Unix
+// socket (as client.New decides), and which one.
+func (a *app) onSocket() (string, bool) {
+	if a.socket != "" {
+		return a.socket, true
+	}
+	if os.Getenv("SHARD_REMOTE") != "" {
+		return "", false
+	}
+	return client.DefaultSocket, true
+}
+
 func newRoot() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
@@ -43,8 +55,11 @@ start sandboxes from, and a ledger of what happened in each, from which
 'shard resume' recreates one.
 
 'shard serve' is the server; every other verb talks to it: over its Unix
-socket (--socket, default /run/shard/shard.sock), or over HTTP to the URL in
-SHARD_REMOTE with the API key in SHARD_API_KEY.`,
+socket (--socket, default /run/shard/shard.sock; whoever can open it is the
+administrator), or over HTTP to the URL in SHARD_REMOTE with an API key
+('shard token create') in SHARD_API_KEY. Secrets reach sandboxes through
+grants ('shard secret', 'shard grant'); 'shard policy' limits where a
+sandbox may connect to; 'shard port' reaches a server inside one.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -57,6 +72,8 @@ SHARD_REMOTE with the API key in SHARD_API_KEY.`,
 		newSnapshotCmd(a), newCheckpointCmd(a), newRestoreCmd(a), newResumeCmd(a),
 		newLedgerCmd(a), newEnvCmd(a), newDfCmd(a),
 		newImageCmd(a), newCapabilitiesCmd(a),
+		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
+		newPolicyCmd(a), newPortCmd(a),
 	)
 	return root
 }

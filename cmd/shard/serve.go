@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/api"
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
@@ -22,6 +23,7 @@ import (
 	"github.com/useshards/shard/internal/provider/runc"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
@@ -38,6 +40,7 @@ type serveOptions struct {
 	stopTimeout                     time.Duration
 	freezeTimeout                   time.Duration
 	maxSandboxes                    int
+	dnsUpstream                     []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -49,7 +52,12 @@ func newServeCmd() *cobra.Command {
 mounts, cgroups, and runs runsc and runc.
 
 Sandboxes keep running when the server stops or dies; on start it reconciles
-its database with what the runtimes report and cleans up leftovers.`,
+its database with what the runtimes report and cleans up leftovers.
+
+Who may do what: a request on the Unix socket (root only) is the
+administrator; a request over TCP (--listen) needs an API key with the
+scopes its endpoint declares (shard token create). Secrets are kept encrypted
+under the data directory (secret.key, root only).`,
 		Example: `  shard serve
   shard serve --listen 127.0.0.1:7070 --registry-mirror http://127.0.0.1:5000`,
 		Args: cobra.NoArgs,
@@ -73,6 +81,7 @@ its database with what the runtimes report and cleans up leftovers.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
+	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
 	return cmd
 }
@@ -140,6 +149,13 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	if err := nets.StartDNS(ctx, o.dnsUpstream); err != nil {
+		return fmt.Errorf("dns proxy: %w", err)
+	}
+	secretSvc, err := secrets.Open(db, filepath.Join(o.dataDir, "secret.key"))
+	if err != nil {
+		return fmt.Errorf("secrets: %w", err)
+	}
 	providers := []provider.Provider{
 		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), Log: log}),
 		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
@@ -147,7 +163,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	providers = append(providers, provider.Others()...)
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
-		Images: images, Storage: storage, Net: nets, Store: db, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes,
+		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes,
 	})
 	if err != nil {
 		return err
@@ -157,7 +173,16 @@ func serve(ctx context.Context, o *serveOptions) error {
 	}
 	go svc.Watch(ctx, 2*time.Second)
 	srv := &http.Server{
-		Handler:           (&api.Server{Sandboxes: svc, Images: images, Log: log, Version: version}).Handler(),
+		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
+			Log: log, Version: version}).Handler(),
+		// The Unix socket is root's alone: whoever reaches it is the
+		// administrator. TCP requests need an API key (api.guard).
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if _, ok := c.(*net.UnixConn); ok {
+				return auth.WithPrincipal(ctx, auth.Admin)
+			}
+			return ctx
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -43,6 +43,11 @@ func (c *Client) send(conn net.Conn, req Request) error {
 
 // Call runs a non-exec op (ping, sync, stats).
 func (c *Client) Call(ctx context.Context, op string) (*Reply, error) {
+	return c.Do(ctx, Request{Op: op})
+}
+
+// Do runs a non-exec op with its request fields (put_file, remove_file).
+func (c *Client) Do(ctx context.Context, req Request) (*Reply, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -53,7 +58,7 @@ func (c *Client) Call(ctx context.Context, op string) (*Reply, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if err := c.send(conn, Request{Op: op}); err != nil {
+	if err := c.send(conn, req); err != nil {
 		return nil, err
 	}
 	typ, p, err := ReadFrame(conn)

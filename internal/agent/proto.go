@@ -48,6 +48,11 @@ const (
 	OpPing  = "ping"  // answers Reply{OK}; used for readiness
 	OpSync  = "sync"  // flushes file data to the host (before stop)
 	OpStats = "stats" // memory use and OOM kills seen inside
+	// OpPutFile writes Data to Path (mode Mode, parents made), atomically:
+	// a secret granted as a file.
+	OpPutFile = "put_file"
+	// OpRemoveFile removes Path (absent is fine): an ungranted file.
+	OpRemoveFile = "remove_file"
 )
 
 // Request is the first frame of every connection.
@@ -64,6 +69,11 @@ type Request struct {
 	Cols      uint16   `json:"cols,omitempty"`
 	Stdin     bool     `json:"stdin,omitempty"`      // the client will send stdin frames; otherwise stdin is empty
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: no timeout
+
+	// put_file and remove_file
+	Path string `json:"path,omitempty"`
+	Data []byte `json:"data,omitempty"`
+	Mode uint32 `json:"mode,omitempty"`
 }
 
 // Resize changes the TTY's window size.

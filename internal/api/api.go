@@ -15,9 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/secrets"
 )
 
 //go:embed openapi.json
@@ -33,68 +35,175 @@ const MaxBody = 1 << 20
 type Server struct {
 	Sandboxes *sandbox.Service
 	Images    *image.Store
+	Tokens    *auth.Tokens
+	Secrets   *secrets.Service
 	Log       *slog.Logger
 	Version   string
+}
+
+// route is one endpoint: its pattern, the scope a token needs for it, and
+// its handler (a JSON one, or a raw one for streams and upgrades).
+type route struct {
+	pattern string
+	scope   string
+	json    func(*http.Request) (any, int, error)
+	raw     http.HandlerFunc
+}
+
+// routes is every endpoint and the scope it declares. A request over TCP
+// needs an API key whose scopes cover it; the Unix socket is the
+// administrator. Some handlers ask for more (a fork of a sandbox with
+// secret grants needs secret:* too).
+func (s *Server) routes() []route {
+	j := func(p, scope string, fn func(*http.Request) (any, int, error)) route {
+		return route{pattern: p, scope: scope, json: fn}
+	}
+	r := func(p, scope string, fn http.HandlerFunc) route { return route{pattern: p, scope: scope, raw: fn} }
+	return []route{
+		r("GET /v0/openapi.json", auth.None, s.openapi),
+		j("GET /v0/version", auth.None, s.version),
+		j("GET /v0/capabilities", auth.SandboxRead, s.capabilities),
+		j("POST /v0/sandboxes", auth.SandboxWrite, s.createSandbox),
+		j("GET /v0/sandboxes", auth.SandboxRead, s.listSandboxes),
+		j("GET /v0/sandboxes/{id}", auth.SandboxRead, s.getSandbox),
+		j("DELETE /v0/sandboxes/{id}", auth.SandboxWrite, s.removeSandbox),
+		j("POST /v0/sandboxes/{id}/stop", auth.SandboxWrite, s.stopSandbox),
+		j("POST /v0/sandboxes/{id}/start", auth.SandboxWrite, s.startSandbox),
+		j("POST /v0/sandboxes/{id}/fork", auth.SandboxWrite, s.forkSandbox),
+		r("POST /v0/sandboxes/{id}/exec", auth.SandboxWrite, s.execStream),
+		r("GET /v0/sandboxes/{id}/exec", auth.SandboxWrite, s.execWebSocket),
+		j("POST /v0/sandboxes/{id}/checkpoints", auth.SandboxWrite, s.createCheckpoint),
+		j("GET /v0/sandboxes/{id}/checkpoints", auth.SandboxRead, s.sandboxCheckpoints),
+		j("GET /v0/checkpoints", auth.SandboxRead, s.listCheckpoints),
+		j("GET /v0/checkpoints/{id}", auth.SandboxRead, s.getCheckpoint),
+		j("DELETE /v0/checkpoints/{id}", auth.SandboxWrite, s.removeCheckpoint),
+		j("POST /v0/checkpoints/{id}/restore", auth.SandboxWrite, s.restoreCheckpoint),
+		j("POST /v0/snapshots", auth.SandboxWrite, s.createSnapshot),
+		j("GET /v0/snapshots", auth.SandboxRead, s.listSnapshots),
+		j("GET /v0/snapshots/{id}", auth.SandboxRead, s.getSnapshot),
+		j("DELETE /v0/snapshots/{id}", auth.SandboxWrite, s.removeSnapshot),
+		j("GET /v0/ledger/sessions", auth.SandboxRead, s.listSessions),
+		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, s.getSession),
+		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, s.sessionEvents),
+		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, s.resumeSession),
+		j("POST /v0/environments", auth.SandboxWrite, s.createEnvironment),
+		j("GET /v0/environments", auth.SandboxRead, s.listEnvironments),
+		j("GET /v0/environments/{name}", auth.SandboxRead, s.getEnvironment),
+		j("DELETE /v0/environments/{name}", auth.SandboxWrite, s.removeEnvironment),
+		j("GET /v0/system/df", auth.SandboxRead, s.diskUsage),
+		j("GET /v0/images", auth.SandboxRead, s.listImages),
+		r("POST /v0/images/pull", auth.SandboxWrite, s.pullImage),
+		j("POST /v0/images/import", auth.SandboxWrite, s.importImage),
+		j("GET /v0/images/{ref...}", auth.SandboxRead, s.getImage),
+		j("DELETE /v0/images/{ref...}", auth.SandboxWrite, s.removeImage),
+		j("POST /v0/tokens", auth.TokenWrite, s.createToken),
+		j("GET /v0/tokens", auth.TokenRead, s.listTokens),
+		j("DELETE /v0/tokens/{id}", auth.TokenWrite, s.revokeToken),
+		j("PUT /v0/secrets/{name}", auth.SecretWrite, s.putSecret),
+		j("GET /v0/secrets", auth.SecretRead, s.listSecrets),
+		j("DELETE /v0/secrets/{name}", auth.SecretWrite, s.removeSecret),
+		j("POST /v0/sandboxes/{id}/grants", auth.SecretWrite, s.grantSecret),
+		j("GET /v0/sandboxes/{id}/grants", auth.SecretRead, s.listGrants),
+		j("DELETE /v0/sandboxes/{id}/grants/{secret}", auth.SecretWrite, s.ungrantSecret),
+		j("PUT /v0/sandboxes/{id}/policy", auth.PolicyWrite, s.setPolicy),
+		j("GET /v0/sandboxes/{id}/policy", auth.PolicyRead, s.getPolicy),
+		j("DELETE /v0/sandboxes/{id}/policy", auth.PolicyWrite, s.clearPolicy),
+		r("/v0/sandboxes/{id}/ports/{port}/{path...}", auth.SandboxWrite, s.portProxy),
+	}
+}
+
+// RouteScopes lists every endpoint's pattern and the scope it declares (for
+// the docs and the scope tests).
+func RouteScopes() [][2]string {
+	var out [][2]string
+	for _, rt := range (&Server{}).routes() {
+		out = append(out, [2]string{rt.pattern, rt.scope})
+	}
+	return out
 }
 
 // Handler returns the HTTP handler for /v0.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	h := func(pattern string, fn func(*http.Request) (any, int, error)) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			v, code, err := fn(r)
-			if err != nil {
-				s.writeError(w, r, err)
-				return
+	for _, rt := range s.routes() {
+		h := rt.raw
+		if rt.json != nil {
+			fn := rt.json
+			h = func(w http.ResponseWriter, r *http.Request) {
+				v, code, err := fn(r)
+				if err != nil {
+					s.writeError(w, r, err)
+					return
+				}
+				writeJSON(w, code, v)
 			}
-			writeJSON(w, code, v)
-		})
+		}
+		mux.HandleFunc(rt.pattern, s.guard(rt.scope, h))
 	}
-	mux.HandleFunc("GET /v0/openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(openapiDoc)
-	})
-	h("GET /v0/version", func(*http.Request) (any, int, error) {
-		return map[string]string{"version": s.Version, "api": "v0"}, 200, nil
-	})
-	h("GET /v0/capabilities", s.capabilities)
-	h("POST /v0/sandboxes", s.createSandbox)
-	h("GET /v0/sandboxes", s.listSandboxes)
-	h("GET /v0/sandboxes/{id}", s.getSandbox)
-	h("DELETE /v0/sandboxes/{id}", s.removeSandbox)
-	h("POST /v0/sandboxes/{id}/stop", s.stopSandbox)
-	h("POST /v0/sandboxes/{id}/start", s.startSandbox)
-	h("POST /v0/sandboxes/{id}/fork", s.forkSandbox)
-	mux.HandleFunc("POST /v0/sandboxes/{id}/exec", s.execStream)
-	mux.HandleFunc("GET /v0/sandboxes/{id}/exec", s.execWebSocket)
-	h("POST /v0/sandboxes/{id}/checkpoints", s.createCheckpoint)
-	h("GET /v0/sandboxes/{id}/checkpoints", s.sandboxCheckpoints)
-	h("GET /v0/checkpoints", s.listCheckpoints)
-	h("GET /v0/checkpoints/{id}", s.getCheckpoint)
-	h("DELETE /v0/checkpoints/{id}", s.removeCheckpoint)
-	h("POST /v0/checkpoints/{id}/restore", s.restoreCheckpoint)
-	h("POST /v0/snapshots", s.createSnapshot)
-	h("GET /v0/snapshots", s.listSnapshots)
-	h("GET /v0/snapshots/{id}", s.getSnapshot)
-	h("DELETE /v0/snapshots/{id}", s.removeSnapshot)
-	h("GET /v0/ledger/sessions", s.listSessions)
-	h("GET /v0/ledger/sessions/{name}", s.getSession)
-	mux.HandleFunc("GET /v0/ledger/sessions/{name}/events", s.sessionEvents)
-	h("POST /v0/ledger/sessions/{name}/resume", s.resumeSession)
-	h("POST /v0/environments", s.createEnvironment)
-	h("GET /v0/environments", s.listEnvironments)
-	h("GET /v0/environments/{name}", s.getEnvironment)
-	h("DELETE /v0/environments/{name}", s.removeEnvironment)
-	h("GET /v0/system/df", s.diskUsage)
-	h("GET /v0/images", s.listImages)
-	mux.HandleFunc("POST /v0/images/pull", s.pullImage)
-	h("POST /v0/images/import", s.importImage)
-	h("GET /v0/images/{ref...}", s.getImage)
-	h("DELETE /v0/images/{ref...}", s.removeImage)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})
 	return s.logged(mux)
+}
+
+// guard finds who makes the request (the Unix socket's administrator, or
+// the holder of an API key) and lets it through only if its scopes cover
+// scope: 401 without a valid key, 403 naming the missing scope.
+func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := auth.From(r.Context())
+		if p == nil && scope != auth.None {
+			key, ok := bearer(r)
+			if !ok {
+				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "unauthenticated", "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
+				return
+			}
+			var err error
+			if p, err = s.Tokens.Authenticate(r.Context(), key); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+		}
+		if p != nil {
+			if err := p.Need(scope); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// bearer returns the request's API key: the Authorization header, or for a
+// WebSocket upgrade (which browsers cannot give headers) ?access_token=.
+func bearer(r *http.Request) (string, bool) {
+	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && v != "" {
+		return strings.TrimSpace(v), true
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if v := r.URL.Query().Get("access_token"); v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// need checks extra scopes a handler finds it needs (beyond its route's).
+func need(r *http.Request, scopes ...string) error {
+	if p := auth.From(r.Context()); p != nil {
+		return p.Need(scopes...)
+	}
+	return nil
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openapiDoc)
+}
+
+func (s *Server) version(*http.Request) (any, int, error) {
+	return map[string]string{"version": s.Version, "api": "v0"}, 200, nil
 }
 
 // logged logs each request and turns a handler panic into a 500, never a

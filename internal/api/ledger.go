@@ -156,6 +156,13 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
+	cks, err := s.Sandboxes.Store().ListCheckpoints(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := needCarried(r, cks...); err != nil {
+		return nil, 0, err
+	}
 	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name)
 	if err != nil {
 		return nil, 0, err

@@ -3,23 +3,27 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"regexp"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/useshards/shard/internal/auth"
 )
 
 // routes is every METHOD and path Handler registers, in OpenAPI's spelling
-// ({ref...} becomes {ref}). TestOpenAPIRoutesMatchSource keeps it equal to
-// api.go, so a new endpoint fails the tests until it is listed here and
-// documented in openapi.json.
+// ({ref...} becomes {ref}); a path alone is a pattern registered without a
+// method, which takes them all (the port proxy): openapi.json documents it
+// under each of proxyMethods. TestOpenAPIRoutesMatchSource keeps it equal
+// to routes() in api.go, so a new endpoint fails the tests until it is
+// listed here and documented in openapi.json.
 var routes = []string{
 	"GET /v0/openapi.json",
 	"GET /v0/version",
@@ -57,7 +61,24 @@ var routes = []string{
 	"GET /v0/environments/{name}",
 	"DELETE /v0/environments/{name}",
 	"GET /v0/system/df",
+	"POST /v0/tokens",
+	"GET /v0/tokens",
+	"DELETE /v0/tokens/{id}",
+	"PUT /v0/secrets/{name}",
+	"GET /v0/secrets",
+	"DELETE /v0/secrets/{name}",
+	"POST /v0/sandboxes/{id}/grants",
+	"GET /v0/sandboxes/{id}/grants",
+	"DELETE /v0/sandboxes/{id}/grants/{secret}",
+	"PUT /v0/sandboxes/{id}/policy",
+	"GET /v0/sandboxes/{id}/policy",
+	"DELETE /v0/sandboxes/{id}/policy",
+	"/v0/sandboxes/{id}/ports/{port}/{path}", // any method: the port proxy
 }
+
+// proxyMethods are the methods openapi.json documents a method-less route
+// under (it takes any).
+var proxyMethods = []string{"get", "head", "post", "put", "patch", "delete", "options"}
 
 var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
@@ -70,33 +91,62 @@ func loadOpenAPI(t *testing.T) map[string]any {
 	return doc
 }
 
-// sourceRoutes extracts the patterns registered in api.go's Handler: every
-// h("METHOD /path", ...) and mux.HandleFunc("METHOD /path", ...), without the
-// catch-all "/".
-func sourceRoutes(t *testing.T) []string {
-	t.Helper()
-	src, err := os.ReadFile("api.go")
-	if err != nil {
-		t.Fatal(err)
+// openAPIRoute is a route pattern in OpenAPI's spelling: "METHOD /path",
+// or "/path" for a method-less pattern; {x...} becomes {x}.
+func openAPIRoute(pattern string) string {
+	return strings.ReplaceAll(pattern, "...}", "}")
+}
+
+// splitRoute returns a route's method (lower case; "" when it has none)
+// and path.
+func splitRoute(r string) (method, path string) {
+	if m, p, ok := strings.Cut(r, " "); ok {
+		return strings.ToLower(m), p
 	}
-	re := regexp.MustCompile(`(?:\bh|\bmux\.HandleFunc|\bmux\.Handle)\(\s*"([^"]*)"`)
-	pat := regexp.MustCompile(`^([A-Z]+) (/\S*)$`)
-	var out []string
-	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-		p := m[1]
-		if p == "/" {
-			continue
+	return "", r
+}
+
+// sourceRoutes is every pattern routes() registers, in OpenAPI's spelling,
+// with the scope it declares.
+func sourceRoutes(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, rt := range (&Server{}).routes() {
+		r := openAPIRoute(rt.pattern)
+		if _, dup := out[r]; dup {
+			t.Errorf("routes() registers %s twice", r)
 		}
-		pm := pat.FindStringSubmatch(p)
-		if pm == nil {
-			t.Errorf("api.go registers %q without a method: register each method so it can be documented", p)
-			continue
-		}
-		path := strings.ReplaceAll(pm[2], "...}", "}")
-		out = append(out, pm[1]+" "+path)
+		out[r] = rt.scope
 	}
 	if len(out) == 0 {
-		t.Fatal("found no routes in api.go: has the registration changed shape?")
+		t.Fatal("routes() is empty")
+	}
+	return out
+}
+
+// operations returns the operations openapi.json documents for a route:
+// one, or for a method-less route one per method in proxyMethods.
+func operations(t *testing.T, doc map[string]any, route string) map[string]map[string]any {
+	t.Helper()
+	method, path := splitRoute(route)
+	paths, _ := doc["paths"].(map[string]any)
+	item, ok := paths[path].(map[string]any)
+	if !ok {
+		t.Errorf("%s is registered but openapi.json has no path %s", route, path)
+		return nil
+	}
+	methods := []string{method}
+	if method == "" {
+		methods = proxyMethods
+	}
+	out := map[string]map[string]any{}
+	for _, m := range methods {
+		op, ok := item[m].(map[string]any)
+		if !ok {
+			t.Errorf("%s is registered but openapi.json has no %s under %s", route, m, path)
+			continue
+		}
+		out[m] = op
 	}
 	return out
 }
@@ -113,7 +163,10 @@ func TestOpenAPIVersion(t *testing.T) {
 }
 
 func TestOpenAPIRoutesMatchSource(t *testing.T) {
-	got := sourceRoutes(t)
+	var got []string
+	for r := range sourceRoutes(t) {
+		got = append(got, r)
+	}
 	want := slices.Clone(routes)
 	sort.Strings(got)
 	sort.Strings(want)
@@ -130,16 +183,15 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 	registered := map[string]bool{}
 	for _, r := range routes {
-		registered[r] = true
-		method, path, _ := strings.Cut(r, " ")
-		item, ok := paths[path].(map[string]any)
-		if !ok {
-			t.Errorf("%s is registered but openapi.json has no path %s", r, path)
+		operations(t, doc, r)
+		method, path := splitRoute(r)
+		if method == "" {
+			for _, m := range httpMethods {
+				registered[strings.ToUpper(m)+" "+path] = true
+			}
 			continue
 		}
-		if _, ok := item[strings.ToLower(method)]; !ok {
-			t.Errorf("%s is registered but openapi.json has no %s under %s", r, strings.ToLower(method), path)
-		}
+		registered[r] = true
 	}
 	opIDs := map[string]string{}
 	for path, v := range paths {
@@ -173,6 +225,123 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			t.Errorf("openapi.json path %s has no operations", path)
 		}
 	}
+}
+
+// TestOpenAPIRequiredScopes checks that every operation's x-required-scope
+// is the scope its route declares in routes(), that the operations anyone
+// may call say so (security: []) and the others answer 401 and 403.
+func TestOpenAPIRequiredScopes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	for r, scope := range sourceRoutes(t) {
+		for m, op := range operations(t, doc, r) {
+			_, path := splitRoute(r)
+			at := strings.ToUpper(m) + " " + path
+			got, ok := op["x-required-scope"].(string)
+			if !ok {
+				t.Errorf("%s: no x-required-scope (want %q)", at, scope)
+			} else if got != scope {
+				t.Errorf("%s: x-required-scope %q, routes() declares %q", at, got, scope)
+			}
+			if scope != auth.None && !auth.Valid(scope) {
+				t.Errorf("%s: routes() declares %q, which is not a scope a token may hold", at, scope)
+			}
+			sec, hasSec := op["security"].([]any)
+			resp, _ := op["responses"].(map[string]any)
+			if scope == auth.None {
+				if !hasSec || len(sec) != 0 {
+					t.Errorf("%s needs no key: it must say security: [] (has %v)", at, op["security"])
+				}
+				continue
+			}
+			if _, ok := op["security"]; ok {
+				t.Errorf("%s overrides the global security requirement", at)
+			}
+			for _, code := range []string{"401", "403"} {
+				if _, ok := resp[code]; !ok {
+					t.Errorf("%s has no %s answer", at, code)
+				}
+			}
+			if !strings.Contains(fmt.Sprint(resp["403"]), "missing_scope") {
+				t.Errorf("%s: its 403 does not mention missing_scope", at)
+			}
+		}
+	}
+}
+
+func TestOpenAPISecurity(t *testing.T) {
+	doc := loadOpenAPI(t)
+	comps, _ := doc["components"].(map[string]any)
+	schemes, _ := comps["securitySchemes"].(map[string]any)
+	b, _ := schemes["bearerAuth"].(map[string]any)
+	if b["type"] != "http" || b["scheme"] != "bearer" {
+		t.Errorf("securitySchemes.bearerAuth = %v, want an http bearer scheme", schemes["bearerAuth"])
+	}
+	if len(schemes) != 1 {
+		t.Errorf("securitySchemes = %v, want bearerAuth alone", schemes)
+	}
+	if got, _ := json.Marshal(doc["security"]); string(got) != `[{"bearerAuth":[]}]` {
+		t.Errorf("security = %s, want [{\"bearerAuth\":[]}]", got)
+	}
+	for _, name := range []string{"TokenRequest", "Token", "TokenCreated"} {
+		schema, _ := resolvePointer(doc, "/components/schemas/"+name+"/properties/scopes/items/enum")
+		var got []string
+		for _, s := range schema.([]any) {
+			got = append(got, s.(string))
+		}
+		if !slices.Equal(got, auth.Known) {
+			t.Errorf("%s.scopes enum = %q, want auth.Known %q", name, got, auth.Known)
+		}
+	}
+}
+
+// TestOpenAPISchemasMatchTypes checks that the schemas of the wire types
+// name exactly their JSON fields.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	for name, v := range map[string]any{
+		"Sandbox": Sandbox{}, "Token": Token{}, "TokenRequest": TokenRequest{}, "TokenCreated": TokenCreated{},
+		"Secret": Secret{}, "SecretRequest": SecretRequest{}, "Grant": Grant{}, "Policy": Policy{},
+		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
+		"Checkpoint": Checkpoint{}, "Snapshot": Snapshot{}, "Environment": Environment{},
+	} {
+		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
+		if !ok {
+			t.Errorf("openapi.json has no schema %s", name)
+			continue
+		}
+		var got []string
+		for k := range props.(map[string]any) {
+			got = append(got, k)
+		}
+		want := jsonFields(reflect.TypeOf(v))
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("schema %s has the properties %q; the Go type's JSON fields are %q", name, got, want)
+		}
+	}
+}
+
+// jsonFields lists the JSON names of a struct's fields, embedded ones'
+// included.
+func jsonFields(typ reflect.Type) []string {
+	var out []string
+	for f := range typ.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // TestOpenAPIRefsResolve checks every $ref points at something that exists

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
@@ -23,6 +24,13 @@ func view(sb *store.Sandbox) Sandbox {
 	}
 	if v.Env == nil {
 		v.Env = []string{}
+	}
+	v.Grants = make([]Grant, 0, len(sb.Grants))
+	for _, g := range sb.Grants {
+		v.Grants = append(v.Grants, Grant{Secret: g.Secret, Env: g.Env, File: g.File, At: g.At})
+	}
+	if sb.Policy != nil {
+		v.Policy = &Policy{DenyAll: sb.Policy.DenyAll, Allow: sb.Policy.Allow, Deny: sb.Policy.Deny}
 	}
 	return v
 }
@@ -138,6 +146,15 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 			req.Pids != 0 || len(req.Env) > 0 || req.Provider != "" || req.FromSnapshot != "" {
 			return nil, 0, errdefs.Invalid("a sandbox from environment %s starts from its checkpoint, with its image, bounds and environment: leave out image, memory, cpu, disk, pids, env, provider and from_snapshot", req.Environment)
 		}
+		env, err := s.Sandboxes.GetEnvironment(r.Context(), req.Environment)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ck, err := s.Sandboxes.GetCheckpoint(r.Context(), env.Checkpoint); err == nil {
+			if err := needCarried(r, ck); err != nil {
+				return nil, 0, err
+			}
+		}
 		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name)
 		if err != nil {
 			return nil, 0, err
@@ -229,7 +246,23 @@ func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
-	forks, err := s.Sandboxes.Fork(r.Context(), r.PathValue("id"), sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag})
+	// A fork carries the source's grants and policy: making one needs the
+	// scopes to hold them (seed 001).
+	src, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(src.Grants) > 0 {
+		if err := need(r, auth.SecretAll); err != nil {
+			return nil, 0, err
+		}
+	}
+	if src.Policy != nil {
+		if err := need(r, auth.PolicyAll); err != nil {
+			return nil, 0, err
+		}
+	}
+	forks, err := s.Sandboxes.Fork(r.Context(), src.ID, sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -77,6 +77,13 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
+	ck, err := s.Sandboxes.GetCheckpoint(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := needCarried(r, ck); err != nil {
+		return nil, 0, err
+	}
 	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: req.Name})
 	if err != nil {
 		return nil, 0, err

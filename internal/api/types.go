@@ -30,6 +30,13 @@ type (
 	EnvironmentRequest = client.EnvironmentRequest
 	DiskUsage          = client.DiskUsage
 	DiskUsageItem      = client.DiskUsageItem
+	Token              = client.Token
+	TokenRequest       = client.TokenRequest
+	TokenCreated       = client.TokenCreated
+	Secret             = client.Secret
+	SecretRequest      = client.SecretRequest
+	Grant              = client.Grant
+	Policy             = client.Policy
 )
 
 // PullRequest is the body of POST /v0/images/pull.

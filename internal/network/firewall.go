@@ -2,20 +2,53 @@ package network
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
-// firewall owns one nftables table, named after the bridge (ip family), so
-// two servers with two bridges never touch each other's rules: NAT for the
-// sandboxes' egress, and no way from a sandbox into the host except replies
-// to connections the host opened (the server dialing an agent).
+// firewall owns two nftables tables named after the bridge, so two servers
+// with two bridges never touch each other's rules:
+//
+//   - ip <bridge>: NAT for the sandboxes' egress; no way from a sandbox into
+//     the host except replies to connections the host opened (the server
+//     dialing an agent) and DNS to the proxy on the gateway; and the
+//     sandboxes' egress policies, one chain and four sets per sandbox with a
+//     policy, reached through a verdict map keyed on the source address.
+//   - bridge <bridge>: anti-spoofing. Policies key on the source address, and
+//     a sandbox is root in its own namespace: it could take another address
+//     (a neighbour's, or a free one with no policy) and leave its policy
+//     behind. Each sandbox port may only send IPv4 and ARP from its own
+//     address; nothing else (IPv6 included) enters from it.
+//
+// Both tables are made afresh at each server start; the caller re-applies
+// the policies (SetPolicy is idempotent) and New re-registers the ports of
+// the sandboxes that kept running (their address is in the host veth's
+// alias).
 type firewall struct {
-	bridge string
-	subnet netip.Prefix
+	bridge  string
+	subnet  netip.Prefix
+	gateway netip.Addr
+	log     *slog.Logger
+
+	table  *nftables.Table // ip family
+	btable *nftables.Table // bridge family
+	egress *nftables.Set   // vmap: source address -> jump p-<addr>
+	ports  *nftables.Set   // bridge: sandbox ports (ifname)
+	pairs  *nftables.Set   // bridge: ifname . ipv4 a port may send from
+
+	mu       sync.Mutex
+	policies map[netip.Addr]*compiled                           // installed, by sandbox address
+	learned  map[netip.Addr]map[netip.Addr]map[string]time.Time // sandbox -> destination -> DNS name -> expiry
+	portIPs  map[string]netip.Addr                              // registered port -> its address
 }
 
 func ifname(n string) []byte {
@@ -24,35 +57,67 @@ func ifname(n string) []byte {
 	return b
 }
 
-func newFirewall(bridge string, subnet netip.Prefix) (*firewall, error) {
-	fw := &firewall{bridge: bridge, subnet: subnet}
+// Expression pieces shared by the rules.
+var (
+	accept = &expr.Verdict{Kind: expr.VerdictAccept}
+	drop   = &expr.Verdict{Kind: expr.VerdictDrop}
+)
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func ipAddr(reg uint32, offset uint32) *expr.Payload { // 12: saddr, 16: daddr
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
+}
+
+func inSet(s *nftables.Set) *expr.Lookup {
+	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}
+}
+
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *slog.Logger) (*firewall, error) {
+	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log,
+		policies: map[netip.Addr]*compiled{},
+		learned:  map[netip.Addr]map[netip.Addr]map[string]time.Time{},
+		portIPs:  map[string]netip.Addr{},
+	}
 	c, err := nftables.New()
 	if err != nil {
 		return nil, err
 	}
 	tableName := bridge
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	// Start from a clean table: rules are ours alone, made anew each start.
+	bt := &nftables.Table{Family: nftables.TableFamilyBridge, Name: tableName}
+	// Start from clean tables: rules are ours alone, made anew each start.
 	c.AddTable(t)
 	c.DelTable(t)
+	c.AddTable(bt)
+	c.DelTable(bt)
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("reset table %s: %w", tableName, err)
 	}
 	t = c.AddTable(t)
+	fw.table = t
 
 	netAddr := subnet.Addr().As4()
-	m := maskBytes(subnet.Bits())
 	inSubnet := []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}},
+		ipAddr(1, 12),
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: maskBytes(subnet.Bits()), Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netAddr[:]},
-	}
-	established := []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
 	iif := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
@@ -64,34 +129,98 @@ func newFirewall(bridge string, subnet netip.Prefix) (*firewall, error) {
 			&expr.Cmp{Op: op, Register: 1, Data: ifname(bridge)},
 		}
 	}
-	accept := &expr.Verdict{Kind: expr.VerdictAccept}
-	drop := &expr.Verdict{Kind: expr.VerdictDrop}
-	cat := func(parts ...[]expr.Any) []expr.Any {
-		var out []expr.Any
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
 
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: cat(inSubnet, oif(expr.CmpOpNeq), []expr.Any{&expr.Masq{}})})
 
+	// What a policy denies is rejected, not dropped: a program in the
+	// sandbox learns at once (connection refused, or administratively
+	// prohibited) instead of hanging in retries for minutes.
+	rej := c.AddChain(&nftables.Chain{Name: "reject", Table: t})
+	c.AddRule(&nftables.Rule{Table: t, Chain: rej, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+	}})
+	c.AddRule(&nftables.Rule{Table: t, Chain: rej, Exprs: []expr.Any{
+		&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}, // admin-prohibited
+	}})
+
+	fw.egress = &nftables.Set{Table: t, Name: "egress", IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	if err := c.AddSet(fw.egress, nil); err != nil {
+		return nil, err
+	}
+
 	policyAccept := nftables.ChainPolicyAccept
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	// Out of a sandbox to the world: allowed (egress policy comes later).
+	// Out of a sandbox with a policy: through its chain (p-<addr>), which
+	// ends in a verdict. Sources not in the map go on to the next rule.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
+		ipAddr(1, 12),
+		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: fw.egress.Name, SetID: fw.egress.ID},
+	})})
+	// Out of a sandbox without a policy to the world: allowed.
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{accept})})
 	// Into a sandbox from elsewhere: only replies.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), established, []expr.Any{accept})})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), ctEstablished(), []expr.Any{accept})})
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), []expr.Any{drop})})
 
 	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	// From a sandbox to the host itself: only replies to what the host opened.
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, established, []expr.Any{accept})})
+	// From a sandbox to the host itself: only replies to what the host
+	// opened, and DNS to the proxy on the gateway.
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, ctEstablished(), []expr.Any{accept})})
+	gw := gateway.As4()
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{
+			ipAddr(1, 16),
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+			accept,
+		})})
+	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{drop})})
+
+	// Anti-spoofing, at the bridge's door.
+	bt = c.AddTable(bt)
+	fw.btable = bt
+	fw.ports = &nftables.Set{Table: bt, Name: "ports", KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian}
+	fw.pairs = &nftables.Set{Table: bt, Name: "pairs", Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)}
+	if err := c.AddSet(fw.ports, nil); err != nil {
+		return nil, err
+	}
+	if err := c.AddSet(fw.pairs, nil); err != nil {
+		return nil, err
+	}
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: bt, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	// Not a registered sandbox port (another bridge's, or a sandbox made
+	// before ports were registered): not ours to judge.
+	c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: fw.ports.Name, SetID: fw.ports.ID, Invert: true},
+		accept,
+	}})
+	for _, p := range []struct {
+		etherType uint16
+		offset    uint32
+	}{{unix.ETH_P_IP, 12}, {unix.ETH_P_ARP, 14}} { // ip saddr; arp sender ip
+		c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p.etherType)},
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: p.offset, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: fw.pairs.Name, SetID: fw.pairs.ID},
+			accept,
+		}})
+	}
+	c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{drop}})
 
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("write table %s: %w", tableName, err)
@@ -105,4 +234,382 @@ func maskBytes(bits int) []byte {
 		m[i/8] |= 0x80 >> (i % 8)
 	}
 	return m[:]
+}
+
+// isSandboxAddr reports an address a sandbox may have: in the subnet, not
+// the network's, the gateway's or the broadcast address.
+func (f *firewall) isSandboxAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if !ip.Is4() || !f.subnet.Contains(ip) || ip == f.gateway || ip == f.subnet.Addr() {
+		return false
+	}
+	last := f.subnet.Addr().As4()
+	host := uint32(1)<<(32-f.subnet.Bits()) - 1
+	v := (uint32(last[0])<<24 | uint32(last[1])<<16 | uint32(last[2])<<8 | uint32(last[3])) | host
+	return ip != netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// addPort lets port send from ip only (and registers it as a sandbox port).
+func (f *firewall) addPort(port string, ip netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	a := ip.As4()
+	if old, ok := f.portIPs[port]; ok && old != ip {
+		o := old.As4()
+		if err := c.SetDeleteElements(f.pairs, []nftables.SetElement{{Key: append(ifname(port), o[:]...)}}); err != nil {
+			return err
+		}
+	}
+	if err := c.SetAddElements(f.ports, []nftables.SetElement{{Key: ifname(port)}}); err != nil {
+		return err
+	}
+	if err := c.SetAddElements(f.pairs, []nftables.SetElement{{Key: append(ifname(port), a[:]...)}}); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("register port %s: %w", port, err)
+	}
+	f.portIPs[port] = ip
+	return nil
+}
+
+// delPort forgets a port; it returns the address it had, if it was known.
+func (f *firewall) delPort(port string) (netip.Addr, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ip, ok := f.portIPs[port]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return ip, true
+	}
+	a := ip.As4()
+	c.SetDeleteElements(f.ports, []nftables.SetElement{{Key: ifname(port)}})
+	c.SetDeleteElements(f.pairs, []nftables.SetElement{{Key: append(ifname(port), a[:]...)}})
+	if err := c.Flush(); err != nil {
+		f.log.Warn("unregister sandbox port", "port", port, "err", err)
+	}
+	delete(f.portIPs, port)
+	return ip, true
+}
+
+// Names of a sandbox's policy chain and sets. nftables names may be 255
+// bytes; these are at most 17.
+func policyNames(ip netip.Addr) (chain, deny, allow, denied, resolved string) {
+	n := strings.ReplaceAll(ip.String(), ".", "-")
+	return "p-" + n, "d-" + n, "a-" + n, "x-" + n, "r-" + n
+}
+
+type policyObjs struct {
+	chain                         *nftables.Chain
+	deny, allow, denied, resolved *nftables.Set
+}
+
+func (f *firewall) objs(ip netip.Addr) policyObjs {
+	cn, d, a, x, r := policyNames(ip)
+	interval := func(name string) *nftables.Set {
+		return &nftables.Set{Table: f.table, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
+	}
+	timed := func(name string) *nftables.Set {
+		return &nftables.Set{Table: f.table, Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	}
+	return policyObjs{chain: &nftables.Chain{Name: cn, Table: f.table},
+		deny: interval(d), allow: interval(a), denied: timed(x), resolved: timed(r)}
+}
+
+// setPolicy installs, replaces or (nil or empty) removes the policy of
+// the sandbox at ip, in one netlink batch: the kernel applies all of it or
+// none, so no packet ever sees half a policy.
+func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
+	ip = ip.Unmap()
+	if !f.isSandboxAddr(ip) {
+		return fmt.Errorf("%s is not a sandbox address in %s", ip, f.subnet)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, installed := f.policies[ip]
+	o := f.objs(ip)
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	a4 := ip.As4()
+	if p.Empty() {
+		if !installed {
+			return nil
+		}
+		if err := c.SetDeleteElements(f.egress, []nftables.SetElement{{Key: a4[:]}}); err != nil {
+			return err
+		}
+		c.FlushChain(o.chain)
+		c.DelChain(o.chain)
+		for _, s := range []*nftables.Set{o.deny, o.allow, o.denied, o.resolved} {
+			c.DelSet(s)
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("remove the policy of %s: %w", ip, err)
+		}
+		delete(f.policies, ip)
+		return nil
+	}
+
+	cp := compilePolicy(p)
+	now := time.Now()
+	denied, resolved := f.learnedElems(ip, cp, now)
+	fill := map[*nftables.Set][]nftables.SetElement{
+		o.deny:     intervalElems(cp.deny.prefixes),
+		o.allow:    intervalElems(cp.allow.prefixes),
+		o.denied:   denied,
+		o.resolved: resolved,
+	}
+	order := []*nftables.Set{o.deny, o.allow, o.denied, o.resolved}
+	if installed {
+		c.FlushChain(o.chain)
+		for _, s := range order {
+			c.FlushSet(s)
+			if len(fill[s]) > 0 {
+				if err := c.SetAddElements(s, fill[s]); err != nil {
+					return err
+				}
+			}
+		}
+	} else {
+		c.AddChain(o.chain)
+		for _, s := range order {
+			if err := c.AddSet(s, fill[s]); err != nil {
+				return err
+			}
+		}
+	}
+	rej := &expr.Verdict{Kind: expr.VerdictGoto, Chain: "reject"}
+	daddrIn := func(s *nftables.Set, v *expr.Verdict) []expr.Any {
+		return []expr.Any{ipAddr(1, 16), inSet(s), v}
+	}
+	rules := [][]expr.Any{
+		cat(ctEstablished(), []expr.Any{accept}),
+		daddrIn(o.deny, rej),
+		daddrIn(o.denied, rej),
+		daddrIn(o.allow, accept),
+		daddrIn(o.resolved, accept),
+	}
+	if cp.defaultDeny {
+		rules = append(rules, []expr.Any{rej})
+	} else {
+		rules = append(rules, []expr.Any{accept})
+	}
+	for _, r := range rules {
+		c.AddRule(&nftables.Rule{Table: f.table, Chain: o.chain, Exprs: r})
+	}
+	if !installed {
+		if err := c.SetAddElements(f.egress, []nftables.SetElement{{Key: a4[:],
+			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}}}); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install the policy of %s: %w", ip, err)
+	}
+	f.policies[ip] = cp
+	return nil
+}
+
+// intervalElems turns prefixes into the elements of an interval set: the
+// ranges merged (the kernel refuses overlaps), each a start element and an
+// end element (the first address after it; none at the top of the space).
+func intervalElems(prefixes []netip.Prefix) []nftables.SetElement {
+	type rng struct{ lo, hi uint64 } // [lo, hi)
+	var rs []rng
+	for _, p := range prefixes {
+		a := p.Masked().Addr().As4()
+		lo := uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+		rs = append(rs, rng{lo, lo + 1<<(32-p.Bits())})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].lo < rs[j].lo })
+	var merged []rng
+	for _, r := range rs {
+		if n := len(merged); n > 0 && r.lo <= merged[n-1].hi {
+			merged[n-1].hi = max(merged[n-1].hi, r.hi)
+			continue
+		}
+		merged = append(merged, r)
+	}
+	key := func(v uint64) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+	var out []nftables.SetElement
+	for _, r := range merged {
+		out = append(out, nftables.SetElement{Key: key(r.lo)})
+		if r.hi < 1<<32 {
+			out = append(out, nftables.SetElement{Key: key(r.hi), IntervalEnd: true})
+		}
+	}
+	return out
+}
+
+// Bounds of what the DNS proxy remembers.
+const (
+	minLearnTTL       = 30 * time.Second
+	maxLearnTTL       = time.Hour
+	maxLearnedPerSrc  = 4096
+	maxNamesPerLearnt = 32
+)
+
+// classify says, for one destination a sandbox resolved, until when it is
+// denied by name and until when it is allowed by name (zero: not at all),
+// from the names it was resolved from that have not expired.
+func classify(cp *compiled, names map[string]time.Time, now time.Time) (deniedUntil, allowedUntil time.Time) {
+	for n, exp := range names {
+		if !exp.After(now) {
+			continue
+		}
+		one := []string{n}
+		if cp.deny.matchesName(one) && exp.After(deniedUntil) {
+			deniedUntil = exp
+		}
+		if cp.allow.matchesName(one) && exp.After(allowedUntil) {
+			allowedUntil = exp
+		}
+	}
+	return
+}
+
+func timedElem(dst netip.Addr, until, now time.Time) (nftables.SetElement, bool) {
+	d := until.Sub(now).Truncate(time.Millisecond)
+	if d < time.Second {
+		return nftables.SetElement{}, false
+	}
+	a := dst.As4()
+	return nftables.SetElement{Key: a[:], Timeout: d}, true
+}
+
+// learnedElems is the content of a sandbox's x- and r- sets under policy cp,
+// from what it resolved so far. Called with f.mu held.
+func (f *firewall) learnedElems(src netip.Addr, cp *compiled, now time.Time) (denied, resolved []nftables.SetElement) {
+	if !cp.hasDomains() {
+		return nil, nil
+	}
+	for dst, names := range f.learned[src] {
+		d, a := classify(cp, names, now)
+		if e, ok := timedElem(dst, d, now); ok {
+			denied = append(denied, e)
+		}
+		if e, ok := timedElem(dst, a, now); ok {
+			resolved = append(resolved, e)
+		}
+	}
+	return
+}
+
+// learn records that src resolved names to dst for ttl, and, when src's
+// policy names one of them, opens (r-) or closes (x-) dst for it before the
+// answer is handed to src.
+func (f *firewall) learn(src netip.Addr, answers map[netip.Addr][]string, ttls map[netip.Addr]time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	bySrc := f.learned[src]
+	if bySrc == nil {
+		bySrc = map[netip.Addr]map[string]time.Time{}
+		f.learned[src] = bySrc
+	}
+	cp := f.policies[src]
+	var denied, resolved []nftables.SetElement
+	for dst, names := range answers {
+		ttl := min(max(ttls[dst], minLearnTTL), maxLearnTTL)
+		rec := bySrc[dst]
+		if rec == nil {
+			if len(bySrc) >= maxLearnedPerSrc {
+				pruneLearned(bySrc, now)
+			}
+			if len(bySrc) >= maxLearnedPerSrc {
+				for k := range bySrc { // full of live entries: forget one
+					delete(bySrc, k)
+					break
+				}
+			}
+			rec = map[string]time.Time{}
+			bySrc[dst] = rec
+		}
+		for _, n := range names {
+			if _, ok := rec[n]; !ok && len(rec) >= maxNamesPerLearnt {
+				continue
+			}
+			if exp := now.Add(ttl); exp.After(rec[n]) {
+				rec[n] = exp
+			}
+		}
+		if cp == nil || !cp.hasDomains() {
+			continue
+		}
+		d, a := classify(cp, rec, now)
+		if e, ok := timedElem(dst, d, now); ok {
+			denied = append(denied, e)
+		}
+		if e, ok := timedElem(dst, a, now); ok {
+			resolved = append(resolved, e)
+		}
+	}
+	if len(denied)+len(resolved) == 0 {
+		return nil
+	}
+	o := f.objs(src)
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	// Adding an element that is there already renews its timeout.
+	if len(denied) > 0 {
+		if err := c.SetAddElements(o.denied, denied); err != nil {
+			return err
+		}
+	}
+	if len(resolved) > 0 {
+		if err := c.SetAddElements(o.resolved, resolved); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("learn addresses for %s: %w", src, err)
+	}
+	return nil
+}
+
+func pruneLearned(bySrc map[netip.Addr]map[string]time.Time, now time.Time) {
+	for dst, names := range bySrc {
+		for n, exp := range names {
+			if !exp.After(now) {
+				delete(names, n)
+			}
+		}
+		if len(names) == 0 {
+			delete(bySrc, dst)
+		}
+	}
+}
+
+// forget drops what a sandbox address resolved (its sandbox is gone or
+// stopped: a new process starts with no answers).
+func (f *firewall) forget(src netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.learned, src)
+}
+
+// learnedNames lists the unexpired names src resolved to dst.
+func (f *firewall) learnedNames(src, dst netip.Addr) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	var out []string
+	for n, exp := range f.learned[src][dst] {
+		if exp.After(now) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

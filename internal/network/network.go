@@ -1,6 +1,9 @@
 // Package network gives every sandbox a network namespace of its own: a veth
 // pair whose host end sits on one bridge (shard0) and whose sandbox end has
-// the sandbox's address, with NAT for egress.
+// the sandbox's address, with NAT for egress, an egress policy per sandbox
+// (Policy, SetPolicy) enforced in the host's firewall, and a DNS proxy on
+// the gateway (StartDNS) through which domain names in policies are
+// enforced.
 //
 // The namespace is made fresh for every start and every restore: runsc takes
 // the addresses and routes of eth0 into its own netstack and strips them from
@@ -38,6 +41,7 @@ type Manager struct {
 	cfg     Config
 	gateway netip.Addr
 	fw      *firewall
+	dns     dnsState
 }
 
 // New prepares the bridge, its address, IP forwarding and the NAT rules.
@@ -62,12 +66,59 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable ip forwarding: %w", err)
 	}
-	fw, err := newFirewall(cfg.Bridge, cfg.Subnet)
+	fw, err := newFirewall(cfg.Bridge, cfg.Subnet, m.gateway, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	m.fw = fw
+	m.registerRunningPorts()
 	return m, nil
+}
+
+// registerRunningPorts restores the anti-spoofing entries of the sandboxes
+// that kept running across a restart of the server: the tables are new, but
+// each port's address is in its alias (set by Create).
+func (m *Manager) registerRunningPorts() {
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		m.cfg.Log.Warn("list links", "err", err)
+		return
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.MasterIndex != br.Attrs().Index {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Alias)
+		if err != nil || !m.fw.isSandboxAddr(ip) {
+			continue
+		}
+		if err := m.fw.addPort(a.Name, ip); err != nil {
+			m.cfg.Log.Warn("register a running sandbox's port", "port", a.Name, "err", err)
+		}
+	}
+}
+
+// SetPolicy installs or replaces (nil or Empty: removes) the egress policy
+// of the sandbox at address ip, atomically (one netlink batch). The rules
+// key on the source address inside the bridge's subnet, not on a namespace,
+// so it works whether or not the sandbox runs, and holds across its stops
+// and starts. The firewall is made anew at each server start: the caller
+// applies every policy again after New; doing so twice is harmless.
+// Connections already open are not cut: a change applies to new ones.
+func (m *Manager) SetPolicy(ip netip.Addr, p *Policy) error {
+	if p != nil && !p.Empty() {
+		q := &Policy{DenyAll: p.DenyAll, Allow: append([]string(nil), p.Allow...), Deny: append([]string(nil), p.Deny...)}
+		if err := q.Validate(); err != nil {
+			return err
+		}
+		p = q
+	}
+	return m.fw.setPolicy(ip, p)
 }
 
 // Gateway is the bridge's address, the sandboxes' default route.
@@ -165,6 +216,15 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	if err := netlink.LinkSetIsolated(host, true); err != nil {
 		return fmt.Errorf("isolate %s: %w", la.Name, err)
 	}
+	// Policies key on the source address: the port may send from its own
+	// address only. The alias keeps the address with the link, for New to
+	// find after a restart of the server.
+	if err := netlink.LinkSetAlias(host, ip.String()); err != nil {
+		return fmt.Errorf("alias %s: %w", la.Name, err)
+	}
+	if err := m.fw.addPort(la.Name, ip); err != nil {
+		return err
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return err
 	}
@@ -259,6 +319,10 @@ func (m *Manager) Delete(name string) error {
 	if l, err := netlink.LinkByName(hostVeth(name)); err == nil {
 		netlink.LinkDel(l)
 	}
+	if ip, ok := m.fw.delPort(hostVeth(name)); ok {
+		// What it resolved was for the process that is gone.
+		m.fw.forget(ip)
+	}
 	path := m.Path(name)
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount %s: %w", path, err)
@@ -288,8 +352,28 @@ func (m *Manager) List() ([]string, error) {
 	return out, nil
 }
 
-// ResolvConf is the resolv.conf a sandbox gets: the host's name servers,
-// without loopback ones (unreachable from a sandbox).
+// ResolvConf is the resolv.conf a sandbox gets: the DNS proxy on the
+// gateway (StartDNS) as its only name server, since domain names in egress
+// policies are enforced from the proxy's answers; the host's search and
+// options lines are kept.
+func (m *Manager) ResolvConf() []byte {
+	out := []string{"nameserver " + m.gateway.String()}
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && (f[0] == "search" || f[0] == "options") {
+				out = append(out, line)
+			}
+		}
+	}
+	return []byte(strings.Join(out, "\n") + "\n")
+}
+
+// ResolvConf is the resolv.conf of a sandbox that bypasses the DNS proxy:
+// the host's name servers, without loopback ones (unreachable from a
+// sandbox).
+//
+// Deprecated: use Manager.ResolvConf; with this one, domain names in egress
+// policies only ever match what the sandbox had resolved through the proxy.
 func ResolvConf() []byte {
 	b, err := os.ReadFile("/etc/resolv.conf")
 	var out []string

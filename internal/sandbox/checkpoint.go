@@ -57,6 +57,7 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 		Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
 		MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes, Pids: src.Pids,
 		Env: src.Env, Token: src.Token, AgentDir: src.AgentDir,
+		Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		FreezeMS: frozen.Milliseconds(), CreatedAt: time.Now().UTC(),
 	}
 	ev := &store.EventSpec{Type: ledger.CheckpointCreated, Data: ledger.CheckpointData{
@@ -140,6 +141,7 @@ func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*
 		Name: o.Name, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
 		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Pids: ck.Pids,
 		Env: append([]string(nil), ck.Env...), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy),
 	}
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{proto}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		return "", ledger.CreatedData{

@@ -57,6 +57,15 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		k, _, _ := strings.Cut(kv, "=")
 		names = append(names, k)
 	}
+	// Granted secrets come first, so a variable the exec sets itself wins;
+	// their names and values stay out of the ledger.
+	genv, err := s.grantEnv(ctx, sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(genv) > 0 {
+		req.Env = append(genv, req.Env...)
+	}
 	return s.exec(ctx, sb, req, ledger.ExecStartedData{
 		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: names, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
 }

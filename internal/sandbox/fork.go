@@ -84,6 +84,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			// running from the source's /.shard: the fork must mount the
 			// very same files.
 			Token: src.Token, AgentDir: src.AgentDir, ParentID: src.ID,
+			// Grants and policy become the fork's own: a later ungrant or
+			// policy change on the source does not reach it.
+			Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		}
 	}
 	forks, err := s.insertRecords(ctx, protos, func(f *store.Sandbox) (string, ledger.CreatedData) {

@@ -24,6 +24,12 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, sb := range all {
 		known[sb.ID] = true
+		// The firewall table is made anew at each start: policies first.
+		if sb.Policy != nil {
+			if err := s.applyPolicy(sb); err != nil {
+				s.cfg.Log.Error("reconcile: network policy", "sandbox", sb.ID, "err", err)
+			}
+		}
 		log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 		switch sb.State {
 		case StateCreating, StateRemoving:

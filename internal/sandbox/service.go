@@ -29,6 +29,7 @@ import (
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -42,6 +43,7 @@ type Config struct {
 	Storage         *rootfs.Storage
 	Net             *network.Manager
 	Store           *store.Store
+	Secrets         *secrets.Service // nil: no secrets (grants refused)
 	Log             *slog.Logger
 	StopTimeout     time.Duration // how long processes get to end on stop
 	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
@@ -423,6 +425,12 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 	if err != nil {
 		return nil, err
 	}
+	// The egress policy keys on the address: install this sandbox's (or
+	// clear what an earlier holder of the address had) before anything
+	// can leave it.
+	if err := s.applyPolicy(sb); err != nil {
+		return nil, fmt.Errorf("network policy: %w", err)
+	}
 	s.cfg.Net.Delete(sb.ID) // a leftover of a crash would block the name
 	nsPath, err := s.cfg.Net.Create(ctx, sb.ID, ip)
 	if err != nil {
@@ -472,7 +480,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 		hostname = sb.ID
 	}
 	files := map[string][]byte{
-		"resolv.conf": network.ResolvConf(),
+		"resolv.conf": s.cfg.Net.ResolvConf(),
 		"hosts":       []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, hostname)),
 		"hostname":    []byte(hostname + "\n"),
 	}
@@ -561,6 +569,11 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
 	s.halt(ctx, sb, false)
 	var errs []error
+	if ip, err := netip.ParseAddr(sb.IP); err == nil && sb.Policy != nil {
+		if err := s.cfg.Net.SetPolicy(ip, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := s.cfg.Storage.Remove(ctx, sb.ID); err != nil {
 		errs = append(errs, err)
 	}

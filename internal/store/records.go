@@ -35,6 +35,8 @@ type Checkpoint struct {
 	Token       string    `json:"token"`     // the agent's, which lives on in the image's memory
 	AgentDir    string    `json:"agent_dir"` // the agent binary the image's memory maps
 	FreezeMS    int64     `json:"freeze_ms"`
+	Grants      []Grant   `json:"grants,omitempty"`
+	Policy      *Policy   `json:"policy,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 }
 

@@ -50,9 +50,27 @@ type Sandbox struct {
 	ParentID    string            `json:"parent_id,omitempty"`
 	Session     string            `json:"session"` // ledger session name
 	Labels      map[string]string `json:"labels,omitempty"`
+	Grants      []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
+	Policy      *Policy           `json:"policy,omitempty"` // its egress network policy
 	CreatedAt   time.Time         `json:"created_at"`
 	StartedAt   time.Time         `json:"started_at"`
 	StoppedAt   time.Time         `json:"stopped_at"`
+}
+
+// Grant makes a secret available inside a sandbox: as an environment
+// variable of every exec (Env), or as a file (File).
+type Grant struct {
+	Secret string    `json:"secret"`
+	Env    string    `json:"env,omitempty"`
+	File   string    `json:"file,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Policy is a sandbox's egress policy (see internal/network.Policy).
+type Policy struct {
+	DenyAll bool     `json:"deny_all,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
 }
 
 // Event is a ledger entry.
@@ -93,6 +111,15 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS snapshots (
 	id TEXT PRIMARY KEY,
 	name TEXT NOT NULL UNIQUE,
+	doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL UNIQUE,
+	doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS secrets (
+	name TEXT PRIMARY KEY,
 	doc TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS environments (

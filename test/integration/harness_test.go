@@ -39,6 +39,8 @@ type env struct {
 	subnet   string
 	server   *exec.Cmd
 	serveLog string
+	tcp      string // the server's TCP address (--listen): API keys needed there
+	extra    []string
 	c        *client.Client
 }
 
@@ -149,13 +151,21 @@ func setup() (*env, error) {
 // startServer starts `shard serve` (e.bin) with the test's flags plus extra.
 func (e *env) startServer(extra ...string) error {
 	e.serveLog = filepath.Join(e.dir, "serve.log")
+	if e.tcp == "" {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		e.tcp = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	logf, err := os.OpenFile(e.serveLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
 		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", "20GiB",
-		"--registry-mirror", "http://" + e.registry, "--stop-timeout", "3s", "--log-level", "debug"}
+		"--registry-mirror", "http://" + e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
+	args = append(args, e.extra...)
 	cmd := exec.Command(e.bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/auth"
+)
+
+func newTokenCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "token",
+		Aliases: []string{"tokens"},
+		Short:   "API keys for reaching the server over TCP: create, ls, revoke",
+		Long: `The server's Unix socket (root only) is the administrator: whoever can open
+it may do everything, and needs no key. Over TCP (shard serve --listen) every
+request but GET /v0/version and GET /v0/openapi.json needs an API key, sent
+as Authorization: Bearer KEY; the CLI and the client send SHARD_API_KEY, to
+the server in SHARD_REMOTE.
+
+A key has scopes, which say what it may do:
+
+` + scopeHelp() + `
+A fork of a sandbox with grants also needs secret:*, and of one with a
+network policy policy:*.
+
+The server keeps only a hash of each key: 'shard token create' shows the key
+once.`,
+		Example: `  shard token create --name ci --scope sandbox:read --scope sandbox:write
+  SHARD_REMOTE=http://10.0.0.5:7070 SHARD_API_KEY=shk_... shard list
+  shard token ls
+  shard token revoke ci`,
+	}
+
+	var name string
+	var scopes []string
+	create := &cobra.Command{
+		Use:   "create --name NAME --scope SCOPE [--scope SCOPE...]",
+		Short: "Create an API key; prints the key, once",
+		Long: `Create an API key named NAME with the given scopes (at least one; see
+shard token --help for the list). The key is printed on stdout this once:
+the server keeps only its hash, so a lost key cannot be shown again; revoke
+it and create another.`,
+		Example: `  shard token create --name ci --scope sandbox:read --scope sandbox:write
+  shard token create --name admin --scope '*'
+  export SHARD_API_KEY=$(shard token create --name agent --scope sandbox:write)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if name == "" {
+				return fmt.Errorf("token create needs --name NAME")
+			}
+			if len(scopes) == 0 {
+				return fmt.Errorf("token create needs at least one --scope, of: %s", strings.Join(auth.Known, " "))
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			tok, err := c.CreateToken(cmd.Context(), client.TokenRequest{Name: name, Scopes: scopes})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(tok)
+			}
+			fmt.Println(tok.Key)
+			fmt.Fprintln(os.Stderr, "this key is shown once: keep it; only its hash is stored")
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "name of the token (unique)")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "a scope the key has (repeatable, or comma-separated)")
+	create.Flags().BoolVar(&a.json, "json", false, "print the token and its key as JSON")
+
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List API keys: id, name, scopes (never the keys)",
+		Example: `  shard token ls`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			toks, err := c.Tokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(toks)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED")
+			for _, t := range toks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
+
+	revoke := eachArg(a, "revoke ID|NAME...", "Revoke API keys: they stop working at once", "one or more token ID or NAME",
+		func(ctx context.Context, c *client.Client, id string) (any, error) {
+			return map[string]string{"revoked": id}, c.RevokeToken(ctx, id)
+		})
+	revoke.Aliases = []string{"rm", "remove"}
+	revoke.Example = `  shard token revoke ci`
+
+	cmd.AddCommand(create, ls, revoke)
+	return cmd
+}
+
+// scopeDoc says what each scope allows, for the help.
+var scopeDoc = map[string]string{
+	auth.SandboxRead:  "list and inspect sandboxes, images, snapshots, checkpoints, environments, the ledger",
+	auth.SandboxWrite: "create, exec, stop, start, remove, fork, checkpoint, restore, resume; images; ports",
+	"sandbox:*":       "both of those",
+	auth.SecretRead:   "list secrets (names, never values) and a sandbox's grants",
+	auth.SecretWrite:  "set and remove secrets; grant and ungrant them",
+	auth.SecretAll:    "both of those",
+	auth.PolicyRead:   "show a sandbox's network policy",
+	auth.PolicyWrite:  "set and clear it",
+	auth.PolicyAll:    "both of those",
+	auth.TokenRead:    "list tokens",
+	auth.TokenWrite:   "create and revoke tokens",
+	auth.TokenAll:     "both of those",
+	auth.All:          "everything",
+}
+
+// scopeHelp is the table of scopes (auth.Known) in token's help.
+func scopeHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, s := range auth.Known {
+		fmt.Fprintf(tw, "  %s\t%s\n", s, scopeDoc[s])
+	}
+	tw.Flush()
+	return b.String()
+}

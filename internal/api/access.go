@@ -1,0 +1,212 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+
+	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Tokens, secrets and grants, network policy, and ports.
+
+func tokenView(t *store.Token) Token {
+	return Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes, CreatedAt: t.CreatedAt}
+}
+
+func (s *Server) createToken(r *http.Request) (any, int, error) {
+	var req TokenRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	// A token makes tokens only as strong as itself: token:write is not a
+	// way to a "*" key.
+	if err := need(r, req.Scopes...); err != nil {
+		return nil, 0, err
+	}
+	rec, key, err := s.Tokens.Create(r.Context(), req.Name, req.Scopes)
+	if err != nil {
+		return nil, 0, err
+	}
+	return TokenCreated{Token: tokenView(rec), Key: key}, http.StatusCreated, nil
+}
+
+func (s *Server) listTokens(r *http.Request) (any, int, error) {
+	all, err := s.Tokens.List(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Token, 0, len(all))
+	for _, t := range all {
+		out = append(out, tokenView(t))
+	}
+	return map[string]any{"tokens": out}, 200, nil
+}
+
+func (s *Server) revokeToken(r *http.Request) (any, int, error) {
+	rec, err := s.Tokens.Revoke(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"revoked": rec.ID}, 200, nil
+}
+
+func secretView(sec *store.Secret) Secret {
+	return Secret{Name: sec.Name, CreatedAt: sec.CreatedAt, UpdatedAt: sec.UpdatedAt}
+}
+
+func (s *Server) putSecret(r *http.Request) (any, int, error) {
+	var req SecretRequest
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	sec, err := s.Secrets.Set(r.Context(), r.PathValue("name"), req.Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	return secretView(sec), 200, nil
+}
+
+func (s *Server) listSecrets(r *http.Request) (any, int, error) {
+	all, err := s.Secrets.List(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Secret, 0, len(all))
+	for _, sec := range all {
+		out = append(out, secretView(sec))
+	}
+	return map[string]any{"secrets": out}, 200, nil
+}
+
+func (s *Server) removeSecret(r *http.Request) (any, int, error) {
+	name := r.PathValue("name")
+	if err := s.Secrets.Remove(r.Context(), name); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": name}, 200, nil
+}
+
+func (s *Server) grantSecret(r *http.Request) (any, int, error) {
+	var req Grant
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	if !req.At.IsZero() {
+		return nil, 0, errdefs.Invalid("at is set by the server")
+	}
+	sb, err := s.Sandboxes.Grant(r.Context(), r.PathValue("id"), sandbox.GrantRequest{Secret: req.Secret, Env: req.Env, File: req.File})
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), 200, nil
+}
+
+func (s *Server) listGrants(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return map[string]any{"grants": view(sb).Grants}, 200, nil
+}
+
+func (s *Server) ungrantSecret(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Ungrant(r.Context(), r.PathValue("id"), r.PathValue("secret"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return view(sb), 200, nil
+}
+
+func (s *Server) setPolicy(r *http.Request) (any, int, error) {
+	var req Policy
+	if err := decode(r, &req); err != nil {
+		return nil, 0, err
+	}
+	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), &store.Policy{DenyAll: req.DenyAll, Allow: req.Allow, Deny: req.Deny})
+	if err != nil {
+		return nil, 0, err
+	}
+	return policyOf(sb), 200, nil
+}
+
+func policyOf(sb *store.Sandbox) Policy {
+	if sb.Policy == nil {
+		return Policy{}
+	}
+	return Policy{DenyAll: sb.Policy.DenyAll, Allow: sb.Policy.Allow, Deny: sb.Policy.Deny}
+}
+
+func (s *Server) getPolicy(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, 0, err
+	}
+	return policyOf(sb), 200, nil
+}
+
+func (s *Server) clearPolicy(r *http.Request) (any, int, error) {
+	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	return policyOf(sb), 200, nil
+}
+
+// portProxy reaches a server listening inside a sandbox: every method, and
+// WebSocket upgrades, under /v0/sandboxes/{id}/ports/{port}/, forwarded to
+// the sandbox's address with the prefix taken off.
+func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		s.writeError(w, r, errdefs.Invalid("port %q must be a number from 1 to 65535", r.PathValue("port")))
+		return
+	}
+	sb, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		s.writeError(w, r, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: ports are reached in a running sandbox", sb.Name, sb.State))
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: sb.IP + ":" + strconv.Itoa(port)}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = "/" + r.PathValue("path")
+			pr.Out.URL.RawPath = ""
+			pr.Out.Header.Del("Authorization") // the shard key is not the app's
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			s.writeError(w, r, errdefs.Unavailable("port_unreachable", "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
+		},
+		FlushInterval: -1,
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// needCarried asks for the scopes a new sandbox's inherited state needs,
+// as a fork does (seed 001): secret:* to get grants, policy:* to get a
+// policy. Restores, resumes and creates from an environment carry them too.
+func needCarried(r *http.Request, cks ...*store.Checkpoint) error {
+	for _, ck := range cks {
+		if len(ck.Grants) > 0 {
+			if err := need(r, auth.SecretAll); err != nil {
+				return err
+			}
+		}
+		if ck.Policy != nil {
+			if err := need(r, auth.PolicyAll); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

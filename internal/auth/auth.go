@@ -1,0 +1,138 @@
+// Package auth is who may do what: API keys (scoped tokens, of which only a
+// hash is stored), the scopes every endpoint declares, and the rule that a
+// connection on the server's root-only Unix socket is the administrator.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/useshards/shard/internal/errdefs"
+)
+
+// Scopes. A scope "x:*" covers every "x:..." scope; "*" covers all.
+const (
+	SandboxRead  = "sandbox:read"  // list, inspect, ledger, checkpoints, snapshots, images
+	SandboxWrite = "sandbox:write" // create, exec, stop, start, remove, fork, checkpoint, restore, ports
+	SecretRead   = "secret:read"   // list secret names
+	SecretWrite  = "secret:write"  // set and remove secrets; grant and ungrant
+	SecretAll    = "secret:*"
+	PolicyRead   = "policy:read" // show a sandbox's network policy
+	PolicyWrite  = "policy:write"
+	PolicyAll    = "policy:*"
+	TokenRead    = "token:read"  // list tokens
+	TokenWrite   = "token:write" // create and revoke tokens
+	TokenAll     = "token:*"
+	All          = "*"
+	None         = "" // an endpoint anyone may call (version, the OpenAPI document)
+)
+
+// Known lists every scope a token may hold.
+var Known = []string{SandboxRead, SandboxWrite, "sandbox:*", SecretRead, SecretWrite, SecretAll,
+	PolicyRead, PolicyWrite, PolicyAll, TokenRead, TokenWrite, TokenAll, All}
+
+// Valid reports whether s is a scope a token may hold.
+func Valid(s string) bool { return slices.Contains(Known, s) }
+
+// Covers reports whether granted scopes allow need.
+func Covers(granted []string, need string) bool {
+	if need == None {
+		return true
+	}
+	for _, g := range granted {
+		if g == All || g == need {
+			return true
+		}
+		if area, ok := strings.CutSuffix(g, ":*"); ok && strings.HasPrefix(need, area+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// Key prefix: a key is "shk_<id>_<secret>", so a leaked one is easy to spot
+// (and to grep for) and its id finds its record without the secret.
+const keyPrefix = "shk_"
+
+// NewKey makes a token id and its key. Only Hash(key's secret) is kept.
+func NewKey() (id, key string) {
+	id = randomHex(6)
+	return id, keyPrefix + id + "_" + randomHex(24)
+}
+
+// ParseKey splits a key into its id and secret.
+func ParseKey(key string) (id, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(key, keyPrefix)
+	if !ok {
+		return "", "", false
+	}
+	id, secret, ok = strings.Cut(rest, "_")
+	return id, secret, ok && len(id) == 12 && len(secret) == 48
+}
+
+// Hash is what is stored of a key's secret.
+func Hash(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// Matches compares a secret with a stored hash in constant time.
+func Matches(hash, secret string) bool {
+	return subtle.ConstantTimeCompare([]byte(hash), []byte(Hash(secret))) == 1
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Principal is who makes a request.
+type Principal struct {
+	Admin   bool // the Unix socket: everything
+	TokenID string
+	Name    string
+	Scopes  []string
+}
+
+// Can reports whether p may do what needs scope.
+func (p *Principal) Can(scope string) bool { return p.Admin || Covers(p.Scopes, scope) }
+
+// Need returns a forbidden error naming the scope p lacks, or nil.
+func (p *Principal) Need(scopes ...string) error {
+	for _, s := range scopes {
+		if !p.Can(s) {
+			return errdefs.Wrap(errdefs.KindForbidden, "missing_scope", &MissingScope{Scope: s, Token: p.Name})
+		}
+	}
+	return nil
+}
+
+// MissingScope is the error of a request its token does not allow.
+type MissingScope struct{ Scope, Token string }
+
+func (e *MissingScope) Error() string {
+	return fmt.Sprintf("token %s lacks the scope %s: create a token that has it (shard token create --scope %s)", e.Token, e.Scope, e.Scope)
+}
+
+type ctxKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// From returns the principal ctx carries (nil if none).
+func From(ctx context.Context) *Principal {
+	p, _ := ctx.Value(ctxKey{}).(*Principal)
+	return p
+}
+
+// Admin is the Unix socket's principal.
+var Admin = &Principal{Admin: true, Name: "the local administrator"}

@@ -1,0 +1,66 @@
+package auth
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/useshards/shard/internal/errdefs"
+)
+
+func TestCovers(t *testing.T) {
+	tests := []struct {
+		granted []string
+		need    string
+		want    bool
+	}{
+		{nil, None, true},
+		{nil, SandboxRead, false},
+		{[]string{SandboxRead}, SandboxRead, true},
+		{[]string{SandboxRead}, SandboxWrite, false},
+		{[]string{"sandbox:*"}, SandboxWrite, true},
+		{[]string{SecretAll}, SecretWrite, true},
+		{[]string{SecretAll}, SecretAll, true},
+		{[]string{SecretWrite}, SecretAll, false},
+		{[]string{SecretRead, SecretWrite}, SecretAll, false}, // "secret:*" is asked for as such
+		{[]string{All}, PolicyAll, true},
+		{[]string{"policy:*"}, "policyx:read", false},
+		{[]string{PolicyAll}, PolicyRead, true},
+	}
+	for _, tt := range tests {
+		if got := Covers(tt.granted, tt.need); got != tt.want {
+			t.Errorf("Covers(%v, %q) = %v, want %v", tt.granted, tt.need, got, tt.want)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	id, key := NewKey()
+	gotID, secret, ok := ParseKey(key)
+	if !ok || gotID != id {
+		t.Fatalf("ParseKey(%q) = %q, %q, %v", key, gotID, secret, ok)
+	}
+	h := Hash(secret)
+	if !Matches(h, secret) || Matches(h, secret+"x") || Matches(h, "") {
+		t.Error("Matches does not tell the secret from others")
+	}
+	for _, bad := range []string{"", "shk_", "shk_abc_def", "xx_" + key[4:], key + "_more", key[:len(key)-1]} {
+		if _, _, ok := ParseKey(bad); ok {
+			t.Errorf("ParseKey(%q) accepted a malformed key", bad)
+		}
+	}
+}
+
+func TestPrincipal(t *testing.T) {
+	p := &Principal{Name: "ci", Scopes: []string{SandboxWrite}}
+	if err := p.Need(SandboxWrite); err != nil {
+		t.Fatal(err)
+	}
+	err := p.Need(SandboxWrite, SecretAll)
+	var ms *MissingScope
+	if !errors.As(err, &ms) || ms.Scope != SecretAll || errdefs.CodeOf(err) != "missing_scope" || errdefs.KindOf(err) != errdefs.KindForbidden {
+		t.Fatalf("Need = %v, want the missing secret:* (403 missing_scope)", err)
+	}
+	if !Admin.Can(TokenAll) || Admin.Need(All) != nil {
+		t.Fatal("the administrator can do everything")
+	}
+}

@@ -1,0 +1,76 @@
+package auth
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Tokens creates, lists, revokes and checks API keys.
+type Tokens struct {
+	Store *store.Store
+}
+
+var tokenName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// Create makes a token with scopes and returns its record and its key; the
+// key is shown once and never stored.
+func (t *Tokens) Create(ctx context.Context, name string, scopes []string) (*store.Token, string, error) {
+	if !tokenName.MatchString(name) {
+		return nil, "", errdefs.Invalid("token name %q is not valid: use letters, digits, '.', '_' and '-', at most 63", name)
+	}
+	if len(scopes) == 0 {
+		return nil, "", errdefs.Invalid("a token needs at least one scope (one of %v)", Known)
+	}
+	for _, s := range scopes {
+		if !Valid(s) {
+			return nil, "", errdefs.Invalid("unknown scope %q: use one of %v", s, Known)
+		}
+	}
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	id, key := NewKey()
+	_, secret, _ := ParseKey(key)
+	rec := &store.Token{ID: id, Name: name, Hash: Hash(secret), Scopes: scopes, CreatedAt: time.Now().UTC()}
+	if err := t.Store.AddToken(ctx, rec); err != nil {
+		return nil, "", err
+	}
+	return rec, key, nil
+}
+
+// List returns every token (without secrets: there are none to show).
+func (t *Tokens) List(ctx context.Context) ([]*store.Token, error) { return t.Store.ListTokens(ctx) }
+
+// Revoke deletes a token by id or name; its key stops working at once.
+func (t *Tokens) Revoke(ctx context.Context, idOrName string) (*store.Token, error) {
+	rec, err := t.Store.GetToken(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	return rec, t.Store.DeleteToken(ctx, rec.ID)
+}
+
+// Authenticate returns the principal of an API key, or an unauthenticated
+// error that does not say which part was wrong.
+func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, error) {
+	bad := errdefs.New(errdefs.KindUnauth, "unauthenticated", "the API key is not valid (it may have been revoked): check SHARD_API_KEY")
+	id, secret, ok := ParseKey(key)
+	if !ok {
+		return nil, bad
+	}
+	rec, err := t.Store.GetToken(ctx, id)
+	if err != nil {
+		if errdefs.Is(err, errdefs.KindNotFound) {
+			return nil, bad
+		}
+		return nil, err
+	}
+	if !Matches(rec.Hash, secret) {
+		return nil, bad
+	}
+	return &Principal{TokenID: rec.ID, Name: rec.Name, Scopes: rec.Scopes}, nil
+}

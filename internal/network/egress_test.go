@@ -1,0 +1,691 @@
+package network
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/useshards/shard/internal/testenv"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+)
+
+// Names and addresses of the policy test; nothing else on the host uses them.
+const (
+	ptBridge    = "shpolt0"
+	ptTargetVet = "shpolt-tgt"
+	ptSbA       = "polt-a"
+	ptSbB       = "polt-b"
+)
+
+var (
+	ptSubnet = netip.MustParsePrefix("10.93.0.0/24")
+	ptA      = netip.MustParseAddr("10.93.0.2")
+	ptB      = netip.MustParseAddr("10.93.0.3")
+	ptT1     = "10.94.0.2:8080" // allowed.test
+	ptT3     = "10.94.0.3:8080" // denied.test
+)
+
+// inNetns runs fn on an OS thread in the namespace at path: sockets made
+// there belong to that namespace for good.
+func inNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- err
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("back to the host namespace: %w", err) // the thread stays locked and dies
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// dialFrom connects from the namespace at ns to addr (from local, if
+// valid) and reads the target's greeting.
+func dialFrom(ns, addr string, local netip.Addr) error {
+	return inNetns(ns, func() error {
+		d := net.Dialer{Timeout: 1500 * time.Millisecond}
+		if local.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+		}
+		c, err := d.Dial("tcp4", addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "hi\n" {
+			return fmt.Errorf("greeting %q", line)
+		}
+		return nil
+	})
+}
+
+// resolveFrom asks the proxy on the gateway, from the namespace at ns,
+// for name's A records.
+func resolveFrom(ns, network, server, name string) (ips []netip.Addr, err error) {
+	err = inNetns(ns, func() error {
+		rcode, got, err := queryA(network, server, name)
+		if err == nil && rcode != dnsmessage.RCodeSuccess {
+			err = fmt.Errorf("rcode %v", rcode)
+		}
+		ips = got
+		return err
+	})
+	return ips, err
+}
+
+// queryA sends one A query for name to server over network (udp or tcp).
+func queryA(network, server, name string) (dnsmessage.RCode, []netip.Addr, error) {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 4242, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, err := b.Finish()
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := net.DialTimeout(network, server, 2*time.Second)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	var resp []byte
+	if network == "tcp" {
+		if err := writeTCPMsg(c, q); err != nil {
+			return 0, nil, err
+		}
+		if resp, err = readTCPMsg(c); err != nil {
+			return 0, nil, err
+		}
+	} else {
+		if _, err := c.Write(q); err != nil {
+			return 0, nil, err
+		}
+		buf := make([]byte, 4096)
+		n, err := c.Read(buf)
+		if err != nil {
+			return 0, nil, err
+		}
+		resp = buf[:n]
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(resp)
+	if err != nil {
+		return 0, nil, err
+	}
+	if h.ID != 4242 || !h.Response {
+		return 0, nil, fmt.Errorf("answer id %d response %v", h.ID, h.Response)
+	}
+	p.SkipAllQuestions()
+	var out []netip.Addr
+	for {
+		rh, err := p.AnswerHeader()
+		if err != nil {
+			break
+		}
+		if rh.Type != dnsmessage.TypeA {
+			p.SkipAnswer()
+			continue
+		}
+		r, err := p.AResource()
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, netip.AddrFrom4(r.A))
+	}
+	return h.RCode, out, nil
+}
+
+// serveTarget runs, in the target namespace, a TCP server on :8080 (a
+// greeting, then an echo) and a DNS server on 10.94.0.2:53 (UDP and TCP).
+func serveTarget(t *testing.T, ns string) {
+	var tl, dl net.Listener
+	var dp net.PacketConn
+	err := inNetns(ns, func() error {
+		var err error
+		if tl, err = net.Listen("tcp4", ":8080"); err != nil {
+			return err
+		}
+		if dl, err = net.Listen("tcp4", "10.94.0.2:53"); err != nil {
+			return err
+		}
+		dp, err = net.ListenPacket("udp4", "10.94.0.2:53")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("target servers: %v", err)
+	}
+	t.Cleanup(func() { tl.Close(); dl.Close(); dp.Close() })
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("hi\n"))
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	answer := func(q []byte) []byte {
+		var p dnsmessage.Parser
+		h, err := p.Start(q)
+		if err != nil {
+			return nil
+		}
+		qq, err := p.Question()
+		if err != nil {
+			return nil
+		}
+		ips := map[string]string{"allowed.test.": "10.94.0.2", "denied.test.": "10.94.0.3"}
+		ip, ok := ips[strings.ToLower(qq.Name.String())]
+		rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RCode: dnsmessage.RCodeSuccess}
+		if !ok {
+			rh.RCode = dnsmessage.RCodeNameError
+		}
+		b := dnsmessage.NewBuilder(nil, rh)
+		b.StartQuestions()
+		b.Question(qq)
+		if ok && qq.Type == dnsmessage.TypeA {
+			b.StartAnswers()
+			b.AResource(dnsmessage.ResourceHeader{Name: qq.Name, Class: dnsmessage.ClassINET, TTL: 60},
+				dnsmessage.AResource{A: netip.MustParseAddr(ip).As4()})
+		}
+		out, _ := b.Finish()
+		return out
+	}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := dp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if r := answer(buf[:n]); r != nil {
+				dp.WriteTo(r, from)
+			}
+		}
+	}()
+	go func() {
+		for {
+			c, err := dl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					q, err := readTCPMsg(c)
+					if err != nil {
+						return
+					}
+					if writeTCPMsg(c, answer(q)) != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+func delLink(name string) {
+	if l, err := netlink.LinkByName(name); err == nil {
+		netlink.LinkDel(l)
+	}
+}
+
+func delTables(name string) {
+	c, err := nftables.New()
+	if err != nil {
+		return
+	}
+	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyBridge} {
+		t := &nftables.Table{Family: fam, Name: name}
+		c.AddTable(t)
+		c.DelTable(t)
+	}
+	c.Flush()
+}
+
+// makeTarget makes a namespace standing for the outside world: eth0 with
+// 10.94.0.2 and 10.94.0.3, its peer on the host with 10.94.0.1.
+func makeTarget(t *testing.T, m *Manager, dir string) string {
+	path := filepath.Join(dir, "target")
+	if err := m.newNamedNetns(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(path, unix.MNT_DETACH); os.Remove(path) })
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	la := netlink.NewLinkAttrs()
+	la.Name = ptTargetVet
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { delLink(ptTargetVet) })
+	host, err := netlink.LinkByName(ptTargetVet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(netlink.AddrAdd(host, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 94, 0, 1), Mask: net.CIDRMask(24, 32)}}))
+	must(netlink.LinkSetUp(host))
+	h, err := netlink.NewHandleAt(ns)
+	must(err)
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	must(err)
+	must(h.LinkSetUp(lo))
+	eth, err := h.LinkByName("eth0")
+	must(err)
+	for _, last := range []byte{2, 3} {
+		must(h.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 94, 0, last), Mask: net.CIDRMask(24, 32)}}))
+	}
+	must(h.LinkSetUp(eth))
+	must(h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IPv4(10, 94, 0, 1)}))
+	return path
+}
+
+func TestEgressPolicy(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces, a bridge and nftables")
+
+	// Leftovers of an interrupted run.
+	for _, l := range []string{ptBridge, ptTargetVet, hostVeth(ptSbA), hostVeth(ptSbB)} {
+		delLink(l)
+	}
+	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	t.Cleanup(func() {
+		if len(fwd) > 0 {
+			os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
+		}
+	})
+	t.Cleanup(func() { delTables(ptBridge); delLink(ptBridge) })
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := Config{Bridge: ptBridge, Subnet: ptSubnet, NetnsDir: filepath.Join(dir, "netns"), Log: log}
+	m, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsA, err := m.Create(ctx, ptSbA, ptA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Delete(ptSbA) })
+	nsB, err := m.Create(ctx, ptSbB, ptB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Delete(ptSbB) })
+	target := makeTarget(t, m, dir)
+	serveTarget(t, target)
+	if err := m.StartDNS(ctx, []string{"10.94.0.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StartDNS(ctx, nil); err == nil {
+		t.Fatal("a second StartDNS succeeded")
+	}
+	gw := netip.AddrPortFrom(m.Gateway(), 53).String()
+
+	// reach checks a connection from ns to addr succeeds or not.
+	reach := func(who, ns, addr string, want bool) {
+		t.Helper()
+		start := time.Now()
+		err := dialFrom(ns, addr, netip.Addr{})
+		if want && err != nil {
+			t.Fatalf("%s -> %s: %v, want a connection", who, addr, err)
+		}
+		if !want && err == nil {
+			t.Fatalf("%s -> %s connected, want it blocked", who, addr)
+		}
+		if !want {
+			t.Logf("%s -> %s blocked after %v: %v", who, addr, time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+	// bUnaffected: the second sandbox, without a policy, reaches everything.
+	bUnaffected := func() {
+		t.Helper()
+		reach("B", nsB, ptT1, true)
+		reach("B", nsB, ptT3, true)
+	}
+	set := func(p *Policy) {
+		t.Helper()
+		if err := m.SetPolicy(ptA, p); err != nil {
+			t.Fatalf("SetPolicy(%+v): %v", p, err)
+		}
+	}
+	resolve := func(ns, network, name string, want string) {
+		t.Helper()
+		ips, err := resolveFrom(ns, network, gw, name)
+		if err != nil {
+			t.Fatalf("resolve %s over %s: %v", name, network, err)
+		}
+		if len(ips) != 1 || ips[0].String() != want {
+			t.Fatalf("resolve %s: %v, want %s", name, ips, want)
+		}
+	}
+
+	func() {
+		t.Log("step: no policy")
+		reach("A", nsA, ptT1, true)
+		reach("A", nsA, ptT3, true)
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: deny all")
+		set(&Policy{DenyAll: true})
+		set(&Policy{DenyAll: true}) // idempotent
+		reach("A", nsA, ptT1, false)
+		reach("A", nsA, ptT3, false)
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: allow cidr")
+		set(&Policy{Allow: []string{"10.94.0.0/24"}})
+		reach("A", nsA, ptT1, true)
+		reach("A", nsA, ptT3, true)
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: allow domain")
+		p := &Policy{Allow: []string{"Allowed.test"}}
+		set(p)
+		reach("A", nsA, ptT1, false) // not resolved yet
+		resolve(nsA, "udp", "allowed.test", "10.94.0.2")
+		reach("A", nsA, ptT1, true)
+		reach("A", nsA, ptT3, false)
+		resolve(nsA, "tcp", "denied.test", "10.94.0.3") // resolved, but not allowed
+		reach("A", nsA, ptT3, false)
+		if got := m.fw.learnedNames(ptA, netip.MustParseAddr("10.94.0.2")); !reflect.DeepEqual(got, []string{"allowed.test"}) {
+			t.Fatalf("learned names for 10.94.0.2: %q", got)
+		}
+		for _, tc := range []struct {
+			dst  string
+			want bool
+		}{{"10.94.0.2", true}, {"10.94.0.3", false}} {
+			dst := netip.MustParseAddr(tc.dst)
+			if got := p.Decide(dst, m.fw.learnedNames(ptA, dst)); got != tc.want {
+				t.Fatalf("Decide(%s) = %v, want %v as enforced", dst, got, tc.want)
+			}
+		}
+		// B resolving through the proxy changes nothing for A or B.
+		resolve(nsB, "udp", "allowed.test", "10.94.0.2")
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: deny address, live change")
+		set(&Policy{Deny: []string{"10.94.0.2"}})
+		reach("A", nsA, ptT1, false)
+		reach("A", nsA, ptT3, true)
+		bUnaffected()
+		// A connection open when the policy changes stays open; new ones
+		// follow the new policy.
+		var held net.Conn
+		if err := inNetns(nsA, func() (err error) {
+			held, err = net.DialTimeout("tcp4", ptT3, 2*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		r := bufio.NewReader(held)
+		r.ReadString('\n')
+		set(&Policy{Deny: []string{"10.94.0.3"}})
+		reach("A", nsA, ptT3, false)
+		reach("A", nsA, ptT1, true)
+		held.SetDeadline(time.Now().Add(2 * time.Second))
+		held.Write([]byte("ping\n"))
+		if line, err := r.ReadString('\n'); err != nil || line != "ping\n" {
+			t.Fatalf("the connection open before the change: %q %v", line, err)
+		}
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: deny domain")
+		// A resolved denied.test above: its address is closed at once.
+		set(&Policy{Deny: []string{"denied.test"}})
+		reach("A", nsA, ptT3, false)
+		reach("A", nsA, ptT1, true)
+		resolve(nsA, "udp", "denied.test", "10.94.0.3")
+		reach("A", nsA, ptT3, false)
+		// Deny wins over an allowed CIDR.
+		set(&Policy{Allow: []string{"10.94.0.0/24"}, Deny: []string{"denied.test"}})
+		reach("A", nsA, ptT1, true)
+		reach("A", nsA, ptT3, false)
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: remove")
+		set(nil)
+		set(&Policy{}) // empty: also removes; idempotent
+		reach("A", nsA, ptT1, true)
+		reach("A", nsA, ptT3, true)
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: ptBridge}
+		chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chains {
+			if ch.Table.Name == ptBridge && strings.HasPrefix(ch.Name, "p-") {
+				t.Fatalf("chain %s left", ch.Name)
+			}
+		}
+		sets, err := c.GetSets(tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			if s.Name != "egress" {
+				t.Fatalf("set %s left", s.Name)
+			}
+		}
+		if els, err := c.GetSetElements(m.fw.egress); err != nil || len(els) != 0 {
+			t.Fatalf("egress map: %v %v", els, err)
+		}
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: bad address")
+		for _, ip := range []string{"10.94.0.2", "10.93.0.1", "10.93.0.255"} {
+			if err := m.SetPolicy(netip.MustParseAddr(ip), &Policy{DenyAll: true}); err == nil {
+				t.Fatalf("SetPolicy(%s) succeeded", ip)
+			}
+		}
+		if err := m.SetPolicy(ptA, &Policy{Allow: []string{"exa mple"}}); err == nil || !strings.Contains(err.Error(), "is not an IP") {
+			t.Fatalf("invalid policy: %v", err)
+		}
+	}()
+	func() {
+		t.Log("step: not from a sandbox")
+		// The host itself (source: the gateway) is not a sandbox.
+		rcode, _, err := queryA("udp", gw, "allowed.test")
+		if err != nil || rcode != dnsmessage.RCodeRefused {
+			t.Fatalf("query from the host: %v %v, want REFUSED", rcode, err)
+		}
+		if rcode, _, err := queryA("tcp", gw, "allowed.test"); err != nil || rcode != dnsmessage.RCodeRefused {
+			t.Fatalf("query from the host over TCP: %v %v, want REFUSED", rcode, err)
+		}
+	}()
+	func() {
+		t.Log("step: measure")
+		var cidrs []string
+		for i := 0; i < 1000; i++ {
+			cidrs = append(cidrs, fmt.Sprintf("172.%d.%d.0/24", 16+i/256, i%256))
+		}
+		big := &Policy{Allow: append(cidrs, "allowed.test"), Deny: []string{"denied.test"}}
+		start := time.Now()
+		set(big)
+		install := time.Since(start)
+		start = time.Now()
+		set(big)
+		replace := time.Since(start)
+		start = time.Now()
+		set(&Policy{DenyAll: true})
+		small := time.Since(start)
+		start = time.Now()
+		set(nil)
+		remove := time.Since(start)
+		t.Logf("SetPolicy, 1002 entries: install %v, replace %v; 1 entry: replace %v; remove %v",
+			install.Round(time.Microsecond), replace.Round(time.Microsecond), small.Round(time.Microsecond), remove.Round(time.Microsecond))
+		set(&Policy{Allow: []string{"allowed.test"}})
+		defer set(nil)
+		const n = 200
+		var lat []time.Duration
+		err := inNetns(nsA, func() error {
+			for i := 0; i < n; i++ {
+				s := time.Now()
+				if _, _, err := queryA("udp", gw, "allowed.test"); err != nil {
+					return err
+				}
+				lat = append(lat, time.Since(s))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		t.Logf("DNS through the proxy (learning into r-), %d sequential UDP queries: median %v, p95 %v, max %v",
+			n, lat[n/2].Round(time.Microsecond), lat[n*95/100].Round(time.Microsecond), lat[n-1].Round(time.Microsecond))
+		reach("A", nsA, ptT1, true)
+	}()
+	func() {
+		t.Log("step: spoofing")
+		// A takes a free address (and B's) to leave its policy behind.
+		set(&Policy{DenyAll: true})
+		defer set(nil)
+		h, err := netlink.NewHandleAt(mustNetns(t, nsA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		eth, err := h.LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"10.93.0.50", ptB.String()} {
+			spoof := netip.MustParseAddr(s)
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: spoof.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+			if err := h.AddrAdd(eth, a); err != nil {
+				t.Fatal(err)
+			}
+			err := dialFrom(nsA, ptT1, spoof)
+			h.AddrDel(eth, a)
+			if err == nil {
+				t.Fatalf("A connected from %s", spoof)
+			}
+			t.Logf("A from %s: %v", spoof, err)
+		}
+		bUnaffected()
+	}()
+	func() {
+		t.Log("step: restart")
+		// A new Manager remakes the tables, as a server start does: the
+		// ports of running sandboxes are registered again from their
+		// aliases, and policies are applied again by the caller.
+		m2, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m2.fw.portIPs; got[hostVeth(ptSbA)] != ptA || got[hostVeth(ptSbB)] != ptB {
+			t.Fatalf("ports after restart: %v", got)
+		}
+		if err := m2.SetPolicy(ptA, &Policy{DenyAll: true}); err != nil {
+			t.Fatal(err)
+		}
+		reach("A", nsA, ptT1, false)
+		bUnaffected()
+		if err := m2.SetPolicy(ptA, nil); err != nil {
+			t.Fatal(err)
+		}
+		reach("A", nsA, ptT1, true)
+		// The old Manager's view is stale now; let the new one take over
+		// the deletes (they find the ports it registered).
+		m = m2
+		if err := m2.Delete(ptSbB); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := nftables.New()
+		els, err := c.GetSetElements(m2.fw.ports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range els {
+			if strings.TrimRight(string(e.Key), "\x00") == hostVeth(ptSbB) {
+				t.Fatal("B's port is still registered after Delete")
+			}
+		}
+	}()
+}
+
+func mustNetns(t *testing.T, path string) netns.NsHandle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}

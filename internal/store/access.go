@@ -1,0 +1,100 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+)
+
+// Token is an API key's record: its scopes and the hash of its secret
+// (never the key).
+type Token struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Hash      string    `json:"hash"`
+	Scopes    []string  `json:"scopes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AddToken records a token.
+func (s *Store) AddToken(ctx context.Context, t *Token) error {
+	doc, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens(id, name, doc) VALUES(?,?,?)`, t.ID, t.Name, string(doc))
+		if err != nil && strings.Contains(err.Error(), "tokens.name") {
+			return errdefs.Conflict("name_taken", "a token named %s already exists", t.Name)
+		}
+		return err
+	})
+}
+
+// GetToken finds a token by id or name.
+func (s *Store) GetToken(ctx context.Context, idOrName string) (*Token, error) {
+	return getDoc[Token](ctx, s.db, `SELECT doc FROM tokens WHERE id = ?1 OR name = ?1 LIMIT 1`, idOrName,
+		errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName))
+}
+
+// ListTokens returns every token, oldest first.
+func (s *Store) ListTokens(ctx context.Context) ([]*Token, error) {
+	out, err := listDocs[Token](ctx, s.db, `SELECT doc FROM tokens`)
+	slices.SortStableFunc(out, func(a, b *Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, err
+}
+
+// DeleteToken revokes a token: its key stops working at once.
+func (s *Store) DeleteToken(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE id = ?`, id)
+		return err
+	})
+}
+
+// Secret is a stored secret: its value sealed (encrypted) by the server's
+// key, never in the clear.
+type Secret struct {
+	Name      string    `json:"name"`
+	Sealed    []byte    `json:"sealed"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PutSecret creates or replaces a secret.
+func (s *Store) PutSecret(ctx context.Context, sec *Secret) error {
+	doc, err := json.Marshal(sec)
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO secrets(name, doc) VALUES(?,?) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc`, sec.Name, string(doc))
+		return err
+	})
+}
+
+// GetSecret finds a secret by name.
+func (s *Store) GetSecret(ctx context.Context, name string) (*Secret, error) {
+	return getDoc[Secret](ctx, s.db, `SELECT doc FROM secrets WHERE name = ?`, name,
+		errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name))
+}
+
+// ListSecrets returns every secret by name.
+func (s *Store) ListSecrets(ctx context.Context) ([]*Secret, error) {
+	out, err := listDocs[Secret](ctx, s.db, `SELECT doc FROM secrets`)
+	slices.SortStableFunc(out, func(a, b *Secret) int { return strings.Compare(a.Name, b.Name) })
+	return out, err
+}
+
+// DeleteSecret removes a secret.
+func (s *Store) DeleteSecret(ctx context.Context, name string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE name = ?`, name)
+		return err
+	})
+}
