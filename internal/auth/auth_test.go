@@ -1,8 +1,12 @@
 package auth
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"testing"
+
+	"github.com/useshards/shard/internal/store"
 
 	"github.com/useshards/shard/internal/errdefs"
 )
@@ -62,5 +66,25 @@ func TestPrincipal(t *testing.T) {
 	}
 	if !Admin.Can(TokenAll) || Admin.Need(All) != nil {
 		t.Fatal("the administrator can do everything")
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(b.TempDir(), "db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	tk := &Tokens{Store: st}
+	_, key, err := tk.Create(ctx, "bench", []string{SandboxRead})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tk.Authenticate(ctx, key); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
