@@ -1,0 +1,53 @@
+"""useshards: the Python client of a shard server (self-hosted sandboxes).
+
+Standard library only. The server is ``$SHARD_REMOTE`` (an http(s) URL, or
+``unix:///path/to/shard.sock``), the API key ``$SHARD_API_KEY``::
+
+    from useshards import Shard
+
+    with Shard() as shard:
+        base = shard.create("python:3.12-slim", name="base", memory_mib=512)
+        base.exec(["pip", "install", "--quiet", "requests"])
+        try_a = base.fork(name="try-a")
+        print(try_a.exec(["python", "-c", "import requests; print(requests.__version__)"]).stdout)
+        try_a.remove(force=True)
+"""
+
+from ._client import Credentials, Environment, ExecStream, Sandbox, Shard
+from ._errors import ShardError
+from ._types import (
+    Checkpoint,
+    Chunk,
+    EnvironmentInfo,
+    ExecResult,
+    ExitStatus,
+    Grant,
+    Policy,
+    ReplayedExec,
+    ResumeResult,
+    SandboxInfo,
+    Secret,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Checkpoint",
+    "Chunk",
+    "Credentials",
+    "Environment",
+    "EnvironmentInfo",
+    "ExecResult",
+    "ExecStream",
+    "ExitStatus",
+    "Grant",
+    "Policy",
+    "ReplayedExec",
+    "ResumeResult",
+    "Sandbox",
+    "SandboxInfo",
+    "Secret",
+    "Shard",
+    "ShardError",
+    "__version__",
+]

@@ -1,0 +1,801 @@
+"""Shard (the client), Sandbox, ExecStream, Credentials and Environment."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import inspect
+import json
+import os
+import ssl
+import threading
+from types import TracebackType
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
+
+from ._errors import ShardError
+from ._transport import DEFAULT_SOCKET, Response, Transport, esc
+from ._types import (
+    Checkpoint,
+    Chunk,
+    EnvironmentInfo,
+    ExecResult,
+    ExitStatus,
+    Grant,
+    ResumeResult,
+    JSONObject,
+    SandboxInfo,
+    Secret,
+    as_object,
+    objects,
+)
+
+__all__ = ["Shard", "Sandbox", "ExecStream", "Credentials", "Environment"]
+
+Argv = Union[str, Sequence[str]]
+"""A command: a list of strings (no shell), or one string run by ``sh -c``."""
+
+EnvVars = Union[Mapping[str, str], Sequence[str]]
+"""Environment variables: ``{"K": "V"}`` or ``["K=V"]``."""
+
+Size = Union[int, str]
+"""A size: a number of bytes, or a string with a unit such as ``"2GiB"``."""
+
+SetupFn = Callable[["Sandbox"], Any]
+"""An environment's setup: called once with a fresh sandbox to prepare."""
+
+
+def _argv(argv: Argv) -> List[str]:
+    if isinstance(argv, str):
+        return ["sh", "-c", argv]
+    out = list(argv)
+    if not out or not all(isinstance(a, str) for a in cast(List[Any], out)):
+        raise TypeError("argv must be a non-empty sequence of strings (or one string, run by sh -c)")
+    return out
+
+
+def _env(env: Optional[EnvVars]) -> Union[Dict[str, str], List[str], None]:
+    if env is None:
+        return None
+    if isinstance(env, Mapping):
+        return {str(k): str(v) for k, v in env.items()}
+    if isinstance(env, str):
+        raise TypeError('env must be a mapping {"K": "V"} or a list of "K=V" strings')
+    return [str(e) for e in env]
+
+
+def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _mapping(doc: Any, what: str) -> JSONObject:
+    obj = as_object(doc)
+    if obj is None:
+        raise ShardError("bad_response", f"the server's answer for {what} is not a JSON object")
+    return obj
+
+
+def _items(doc: Any, key: str) -> List[JSONObject]:
+    obj = as_object(doc)
+    if obj is None or not isinstance(obj.get(key, []), list):
+        raise ShardError("bad_response", f"the server's answer has no list {key!r}")
+    return objects(obj.get(key))
+
+
+class ExecStream(Iterator[Chunk]):
+    """A running command's output, as it arrives.
+
+    Iterate it for :class:`Chunk` objects (``stream`` is ``"stdout"`` or
+    ``"stderr"``, ``data`` the bytes), each yielded as soon as the server
+    sends it. When iteration ends, :attr:`result` says how the command
+    ended. Use it as a context manager to leave early: the connection is
+    closed, and the command keeps running in the sandbox to its end (or its
+    ``timeout``), its output dropped.
+
+    >>> with sandbox.exec_stream(["make"]) as s:
+    ...     for chunk in s:
+    ...         print(chunk.stream, chunk.text, end="")
+    ... print(s.result.exit_code)
+
+    Raises :class:`ShardError` while iterating if the server loses the
+    sandbox (``sandbox_unreachable``) or the stream breaks (``unreachable``,
+    ``stream_ended``).
+    """
+
+    pid: Optional[int]
+    """The command's pid inside the sandbox, once the server said it started."""
+
+    def __init__(self, response: Response) -> None:
+        self._resp = response
+        self._result: Optional[ExitStatus] = None
+        self._closed = False
+        self.pid = None
+
+    def __iter__(self) -> "ExecStream":
+        return self
+
+    def __next__(self) -> Chunk:
+        while not self._closed:
+            line = self._resp.readline()
+            if not line:
+                self._closed = True
+                self._resp.close()
+                raise ShardError("stream_ended", "the exec stream ended before the command did", 502)
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                ev = as_object(json.loads(line.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as e:
+                self.close()
+                raise ShardError("bad_response", f"exec stream: a line is not JSON: {e}") from None
+            if ev is None:
+                continue
+            kind = ev.get("type")
+            if kind == "stdout" or kind == "stderr":
+                data = self._data(ev)
+                if data:
+                    return Chunk(stream="stdout" if kind == "stdout" else "stderr", data=data)
+            elif kind == "started":
+                pid = ev.get("pid")
+                self.pid = pid if isinstance(pid, int) else None
+            elif kind == "exit":
+                code = ev.get("exit_code")
+                sig = ev.get("signal")
+                self._result = ExitStatus(
+                    exit_code=code if isinstance(code, int) else -1,
+                    signal=sig if isinstance(sig, int) and sig else None,
+                    timed_out=bool(ev.get("timed_out")),
+                    oom_killed=bool(ev.get("oom_killed")),
+                )
+                self._closed = True
+                self._resp.release()
+            elif kind == "error":
+                msg = self._data(ev).decode("utf-8", errors="replace") or "the connection to the sandbox was lost"
+                self.close()
+                raise ShardError("sandbox_unreachable", msg, 502)
+            # Other types are newer than this SDK: skip them.
+        raise StopIteration
+
+    def _data(self, ev: JSONObject) -> bytes:
+        d = ev.get("data")
+        if not isinstance(d, str) or not d:
+            return b""
+        try:
+            return base64.b64decode(d, validate=True)
+        except (binascii.Error, ValueError) as e:
+            self.close()
+            raise ShardError("bad_response", f"exec stream: data is not base64: {e}") from None
+
+    @property
+    def done(self) -> bool:
+        """True once the command's exit was read."""
+        return self._result is not None
+
+    @property
+    def result(self) -> ExitStatus:
+        """How the command ended (exit code, signal, timed_out, oom_killed).
+
+        Raises RuntimeError before the stream was read to its end (see
+        :meth:`wait`) or after it was closed early.
+        """
+        if self._result is None:
+            raise RuntimeError("the command's exit is not known yet: iterate the stream to its end, or call wait()")
+        return self._result
+
+    def wait(self) -> ExitStatus:
+        """Reads (and drops) the rest of the output, and returns how the command ended."""
+        for _ in self:
+            pass
+        return self.result
+
+    def close(self) -> None:
+        """Stops reading: closes the connection unless the stream ended. The
+        command itself keeps running in the sandbox."""
+        if not self._closed:
+            self._closed = True
+            self._resp.close()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+
+class Credentials:
+    """A sandbox's secrets: ``sandbox.credentials``.
+
+    A secret is stored on the server by name, encrypted, and never shown
+    again; a grant gives it to a sandbox as an environment variable of every
+    later exec (read at each exec) or as a file. Forks get copies of their
+    source's grants. Secret names are server-wide: setting ``"API_KEY"`` here
+    changes the value every sandbox granted ``"API_KEY"`` sees at its next
+    exec.
+    """
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sandbox = sandbox
+
+    def set(self, name: str, value: Union[str, bytes], *, env: Optional[str] = None, file: Optional[str] = None) -> None:
+        """Stores ``value`` as the secret ``name`` (replacing any value it
+        had), then grants it to this sandbox: as the environment variable
+        ``env`` (default: ``name``), or, with ``file``, as that file (an
+        absolute path, mode 0400; the sandbox must be running).
+
+        Needs the ``secret:write`` scope.
+        """
+        if env is not None and file is not None:
+            raise ValueError("give env or file, not both")
+        sb = self._sandbox
+        sb._shard.set_secret(name, value)
+        doc = sb._shard._t.request(
+            "POST", f"/sandboxes/{esc(sb.id)}/grants", _drop_none({"secret": name, "env": env, "file": file})
+        )
+        sb._set(SandboxInfo.from_json(_mapping(doc, "a grant")))
+
+    def delete(self, name: str) -> None:
+        """Takes the secret ``name`` away from this sandbox: later execs no
+        longer get its variable, and a granted file is removed (the sandbox
+        must then be running). The secret itself stays on the server (see
+        :meth:`Shard.remove_secret`), and so do forks' copies of the grant.
+        """
+        sb = self._sandbox
+        doc = sb._shard._t.request("DELETE", f"/sandboxes/{esc(sb.id)}/grants/{esc(name)}")
+        obj = as_object(doc)
+        if obj is not None and obj.get("id"):
+            sb._set(SandboxInfo.from_json(obj))
+
+    def list(self) -> List[Grant]:
+        """The sandbox's grants: secret names and where they go, never values."""
+        sb = self._sandbox
+        doc = sb._shard._t.request("GET", f"/sandboxes/{esc(sb.id)}/grants")
+        return [Grant.from_json(g) for g in _items(doc, "grants")]
+
+
+class Sandbox:
+    """A handle on one sandbox. Methods act on the server at once; ``info``
+    is the sandbox as last seen (:meth:`refresh` reads it again).
+
+    As a context manager it removes the sandbox (with force) on exit.
+    """
+
+    resume_result: Optional[ResumeResult]
+    """For a sandbox made by :meth:`Shard.resume`: what was replayed."""
+
+    def __init__(self, shard: "Shard", info: SandboxInfo, resume_result: Optional[ResumeResult] = None) -> None:
+        self._shard = shard
+        self._info = info
+        self._lock = threading.Lock()
+        self.resume_result = resume_result
+        self.credentials = Credentials(self)
+        """This sandbox's secrets: :class:`Credentials`."""
+
+    def _set(self, info: SandboxInfo) -> None:
+        with self._lock:
+            self._info = info
+
+    @property
+    def info(self) -> SandboxInfo:
+        """The sandbox as the server last described it."""
+        with self._lock:
+            return self._info
+
+    @property
+    def id(self) -> str:
+        """The sandbox's id: 12 hex digits."""
+        return self.info.id
+
+    @property
+    def name(self) -> str:
+        """The sandbox's name (its id when it was given none)."""
+        return self.info.name
+
+    @property
+    def session(self) -> str:
+        """The ledger session it records its events under (see :meth:`Shard.resume`)."""
+        return self.info.session
+
+    @property
+    def state(self) -> str:
+        """Its state when last seen: running, stopped, failed, ..."""
+        return self.info.state
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"Sandbox(id={i.id!r}, name={i.name!r}, state={i.state!r})"
+
+    def refresh(self) -> "Sandbox":
+        """Reads the sandbox from the server again; returns self."""
+        doc = self._shard._t.request("GET", f"/sandboxes/{esc(self.id)}")
+        self._set(SandboxInfo.from_json(_mapping(doc, "a sandbox")))
+        return self
+
+    # -- commands ------------------------------------------------------------
+
+    def exec(
+        self,
+        argv: Argv,
+        *,
+        env: Optional[EnvVars] = None,
+        workdir: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+        tty: bool = False,
+    ) -> ExecResult:
+        """Runs a command and waits for it; returns its exit status and output.
+
+        ``argv`` is a list (no shell; the program is looked up in PATH) or a
+        string, which runs as ``sh -c STRING``. ``env`` adds variables for
+        this command; ``workdir`` (absolute) and ``user`` (name, uid,
+        name:group) say where and as whom; ``timeout`` (seconds) kills it
+        with SIGKILL after that long; ``stdin`` is all of its input (then
+        EOF; at most about 1 MiB); ``tty`` runs it in a terminal (all output
+        is then stdout).
+
+        A non-zero exit is not an exception: check ``exit_code``. Errors
+        before the command starts (not running, command not found, ...)
+        raise :class:`ShardError`.
+        """
+        out: List[bytes] = []
+        err: List[bytes] = []
+        with self.exec_stream(argv, env=env, workdir=workdir, user=user, timeout=timeout, stdin=stdin, tty=tty) as s:
+            for chunk in s:
+                (out if chunk.stream == "stdout" else err).append(chunk.data)
+            st = s.result
+        return ExecResult(
+            exit_code=st.exit_code,
+            signal=st.signal,
+            timed_out=st.timed_out,
+            oom_killed=st.oom_killed,
+            stdout_bytes=b"".join(out),
+            stderr_bytes=b"".join(err),
+        )
+
+    def exec_stream(
+        self,
+        argv: Argv,
+        *,
+        env: Optional[EnvVars] = None,
+        workdir: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+        tty: bool = False,
+    ) -> ExecStream:
+        """Starts a command and returns its output as an :class:`ExecStream`
+        of chunks, yielded as they arrive; the arguments are :meth:`exec`'s.
+
+        The request is sent (and errors before the start raised) here, not
+        at the first iteration.
+        """
+        payload: Dict[str, Any] = {"argv": _argv(argv)}
+        e = _env(env)
+        if e:
+            payload["env"] = e
+        if workdir:
+            payload["workdir"] = workdir
+        if user:
+            payload["user"] = user
+        if timeout is not None:
+            if timeout <= 0:
+                raise ValueError("timeout must be positive")
+            payload["timeout"] = timeout
+        if stdin is not None:
+            raw = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+            payload["stdin"] = base64.b64encode(raw).decode("ascii")
+        if tty:
+            payload["tty"] = True
+        return ExecStream(self._shard._t.stream("POST", f"/sandboxes/{esc(self.id)}/exec", payload))
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def stop(self) -> "Sandbox":
+        """Stops the sandbox: its processes end, its files stay. Returns self."""
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/stop")
+        self._set(SandboxInfo.from_json(_mapping(doc, "a stop")))
+        return self
+
+    def start(self) -> "Sandbox":
+        """Boots the stopped sandbox again, with its files. Returns self."""
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/start")
+        self._set(SandboxInfo.from_json(_mapping(doc, "a start")))
+        return self
+
+    def remove(self, force: bool = False) -> None:
+        """Removes the sandbox and its files; ``force`` is needed for a
+        running one. Its ledger session and checkpoints stay."""
+        self._shard._t.request("DELETE", f"/sandboxes/{esc(self.id)}?force={'true' if force else 'false'}")
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.remove(force=True)
+        except ShardError as e:
+            # Gone already is fine; and a failed clean-up must not hide the
+            # exception that ended the with block.
+            if e.code == "sandbox_not_found" or exc_type is not None:
+                return
+            raise
+
+    # -- fork and checkpoints ------------------------------------------------
+
+    def fork(self, name: Optional[str] = None, tag: Optional[str] = None) -> "Sandbox":
+        """Copies this running sandbox (files, memory, processes) into a new
+        running sandbox with its own id, name and address; this one freezes
+        for a moment and carries on. ``tag`` is stored with the fork's
+        checkpoint (see :meth:`list_checkpoints`)."""
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/fork", _drop_none({"name": name, "tag": tag}))
+        return Sandbox(self._shard, SandboxInfo.from_json(_mapping(doc, "a fork")))
+
+    def fork_many(self, count: int, name: Optional[str] = None, tag: Optional[str] = None) -> List["Sandbox"]:
+        """Makes ``count`` forks from one freeze; with ``name``, they are
+        named NAME-1, NAME-2, ..."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        if count == 1:
+            return [self.fork(name=name, tag=tag)]
+        doc = self._shard._t.request(
+            "POST", f"/sandboxes/{esc(self.id)}/fork", _drop_none({"name": name, "tag": tag, "count": count})
+        )
+        return [Sandbox(self._shard, SandboxInfo.from_json(d)) for d in _items(doc, "sandboxes")]
+
+    def checkpoint(self, tag: Optional[str] = None) -> Checkpoint:
+        """Saves this running sandbox's memory, processes and files without
+        stopping it (it freezes for a moment); the ledger records it, so
+        :meth:`Shard.resume` starts from here. :meth:`Shard.restore_snapshot`
+        starts a new sandbox from it."""
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/checkpoints", _drop_none({"tag": tag}))
+        return Checkpoint.from_json(_mapping(doc, "a checkpoint"))
+
+    def list_checkpoints(self) -> List[Checkpoint]:
+        """This sandbox's checkpoints, those its forks made included."""
+        doc = self._shard._t.request("GET", f"/sandboxes/{esc(self.id)}/checkpoints")
+        return [Checkpoint.from_json(c) for c in _items(doc, "checkpoints")]
+
+
+class Environment:
+    """A named sandbox state, set up once and started from warm: made by
+    :meth:`Shard.environment`.
+
+    The first :meth:`sandbox` (or :meth:`build`) looks the environment up on
+    the server; when it is missing or its fingerprint differs (the
+    definition changed), it is built: a sandbox is created, ``setup`` is
+    called with it, the server checkpoints it as the environment, and the
+    setup sandbox is removed. Every :meth:`sandbox` then starts from that
+    checkpoint: memory, processes and files as the setup left them.
+    """
+
+    def __init__(
+        self,
+        shard: "Shard",
+        name: str,
+        *,
+        image: str,
+        memory_mib: Optional[int] = None,
+        cpu: Union[float, str, None] = None,
+        disk: Optional[Size] = None,
+        env: Optional[EnvVars] = None,
+        provider: Optional[str] = None,
+        setup: Union[SetupFn, Sequence[Sequence[str]], None] = None,
+    ) -> None:
+        self._shard = shard
+        self.name = name
+        """The environment's name."""
+        self.image = image
+        self.memory_mib = memory_mib
+        self.cpu = cpu
+        self.disk = disk
+        self.env = _env(env)
+        self.provider = provider
+        self.setup = setup
+        self._info: Optional[EnvironmentInfo] = None  # guarded by _lock
+        self._built: Optional[bool] = None  # guarded by _lock
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the definition: a SHA-256 of the image, the bounds,
+        the variables, the provider and the setup (a callable's source via
+        ``inspect.getsource``, else its qualified name; or the commands)."""
+        setup: Any
+        if self.setup is None:
+            setup = None
+        elif callable(self.setup):
+            setup = _source_of(self.setup)
+        else:
+            setup = [list(a) for a in self.setup]
+        doc = ["useshards-python/1", self.image, self.memory_mib, self.cpu, self.disk, self.env, self.provider, setup]
+        return "py-" + hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+    @property
+    def built(self) -> Optional[bool]:
+        """After :meth:`build`: True when it built the environment, False
+        when the server already had it unchanged; None before."""
+        with self._lock:
+            return self._built
+
+    def build(self) -> EnvironmentInfo:
+        """Makes sure the environment exists with this definition (building
+        it if needed, once per :class:`Environment` object) and returns it."""
+        with self._lock:
+            if self._info is not None:
+                return self._info
+            fp = self.fingerprint
+            t = self._shard._t
+            if self.setup is not None and not callable(self.setup):
+                # Commands: the server runs them, and decides itself.
+                status, doc = t.request("POST", "/environments", self._definition(fp, [list(a) for a in self.setup]), want_status=True)
+                self._info, self._built = EnvironmentInfo.from_json(_mapping(doc, "an environment")), status == 201
+                return self._info
+            try:
+                cur = EnvironmentInfo.from_json(_mapping(t.request("GET", f"/environments/{esc(self.name)}"), "an environment"))
+            except ShardError as e:
+                if e.status != 404:
+                    raise
+            else:
+                if cur.fingerprint == fp:
+                    self._info, self._built = cur, False
+                    return cur
+            if self.setup is None:
+                status, doc = t.request("POST", "/environments", self._definition(fp, None), want_status=True)
+                self._info, self._built = EnvironmentInfo.from_json(_mapping(doc, "an environment")), status == 201
+                return self._info
+            self._info = self._build_with(self.setup, fp)
+            self._built = True
+            return self._info
+
+    def _definition(self, fp: str, setup: Optional[List[List[str]]]) -> Dict[str, Any]:
+        return _drop_none(
+            {
+                "name": self.name,
+                "image": self.image,
+                "memory_mib": self.memory_mib,
+                "cpu": self.cpu,
+                "disk": self.disk,
+                "env": self.env,
+                "provider": self.provider,
+                "setup": setup,
+                "fingerprint": fp,
+            }
+        )
+
+    def _build_with(self, setup: SetupFn, fp: str) -> EnvironmentInfo:
+        sh = self._shard
+        kw: Dict[str, Any] = dict(
+            memory_mib=self.memory_mib, cpu=self.cpu, disk=self.disk, env=self.env, provider=self.provider
+        )
+        setup_name = "env-" + self.name
+        try:
+            sb = sh.create(self.image, name=setup_name if len(setup_name) <= 63 else None, **kw)
+        except ShardError as e:
+            if e.code != "name_taken":
+                raise
+            sb = sh.create(self.image, **kw)
+        try:
+            setup(sb)
+            doc = sh._t.request("POST", "/environments", {"name": self.name, "sandbox": sb.id, "fingerprint": fp})
+            return EnvironmentInfo.from_json(_mapping(doc, "an environment"))
+        finally:
+            try:
+                sb.remove(force=True)
+            except ShardError:
+                pass
+
+    def sandbox(self, name: Optional[str] = None) -> Sandbox:
+        """A new running sandbox started warm from the environment (built
+        first if needed), named ``name`` (default: its id)."""
+        self.build()
+        doc = self._shard._t.request("POST", "/sandboxes", _drop_none({"environment": self.name, "name": name}))
+        return Sandbox(self._shard, SandboxInfo.from_json(_mapping(doc, "a sandbox")))
+
+    def remove(self) -> None:
+        """Deletes the environment and its checkpoint; sandboxes started from
+        it keep running."""
+        with self._lock:
+            self._info, self._built = None, None
+        self._shard._t.request("DELETE", f"/environments/{esc(self.name)}")
+
+
+def _source_of(fn: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        mod = getattr(fn, "__module__", None) or ""
+        qual = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        return f"{mod}.{qual}"
+
+
+class Shard:
+    """A client of one shard server.
+
+    ``remote`` is the server: ``http://HOST:PORT`` or ``https://...`` (with
+    an API key), or ``unix:///path/to/shard.sock`` (the local administrator
+    socket; no key needed). Left out, it is ``$SHARD_REMOTE``, else the
+    default socket ``unix:///run/shard/shard.sock``. ``api_key`` defaults to
+    ``$SHARD_API_KEY`` and is sent as ``Authorization: Bearer KEY``.
+
+    ``timeout`` bounds each wait for the server's answer on ordinary calls,
+    in seconds (None, the default: as long as the server works, as creates
+    that pull an image or resumes that replay long commands may need);
+    exec streams have no read timeout (give :meth:`Sandbox.exec` a
+    ``timeout`` instead). ``connect_timeout`` bounds making a connection.
+
+    Thread-safe: one client may serve many threads; it keeps a few
+    keep-alive connections. Use it as a context manager, or call
+    :meth:`close`.
+
+    >>> with Shard() as shard:
+    ...     sb = shard.create("python:3.12-slim", name="base", memory_mib=512)
+    ...     print(sb.exec(["python", "-c", "print(1+1)"]).stdout)
+    """
+
+    def __init__(
+        self,
+        remote: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = 10.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        if remote is None:
+            remote = os.environ.get("SHARD_REMOTE") or ("unix://" + DEFAULT_SOCKET)
+        if api_key is None:
+            api_key = os.environ.get("SHARD_API_KEY") or None
+        self.remote = remote
+        """The server this client talks to."""
+        self._t = Transport(remote, api_key, timeout, connect_timeout=connect_timeout, ssl_context=ssl_context)
+
+    def __repr__(self) -> str:
+        return f"Shard(remote={self.remote!r})"
+
+    def close(self) -> None:
+        """Closes the client's idle connections; it cannot be used after."""
+        self._t.close()
+
+    def __enter__(self) -> "Shard":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+    # -- sandboxes -----------------------------------------------------------
+
+    def create(
+        self,
+        image: Optional[str] = None,
+        *,
+        name: Optional[str] = None,
+        memory_mib: Optional[int] = None,
+        cpu: Union[float, str, None] = None,
+        disk: Optional[Size] = None,
+        env: Optional[EnvVars] = None,
+        provider: Optional[str] = None,
+        pids: Optional[int] = None,
+        from_snapshot: Optional[str] = None,
+    ) -> Sandbox:
+        """Creates and starts a sandbox from ``image`` (pulled if not cached)
+        and returns it running.
+
+        ``name`` must be unique (default: the id). Bounds: ``memory_mib``
+        (default 512), ``cpu`` (1, 0.5 or "500m"; default 1), ``disk`` (bytes
+        or "10GiB"; default 10GiB), ``pids`` (default 4096). ``env`` adds to
+        the image's variables. ``provider``: gvisor (the usual default) or
+        runc. ``from_snapshot`` starts from a snapshot's files (then
+        ``image`` may be left out).
+        """
+        if image is None and from_snapshot is None:
+            raise ValueError("give an image (or from_snapshot)")
+        payload = _drop_none(
+            {
+                "image": image,
+                "name": name,
+                "memory_mib": memory_mib,
+                "cpu": cpu,
+                "disk": disk,
+                "pids": pids,
+                "env": _env(env),
+                "provider": provider,
+                "from_snapshot": from_snapshot,
+            }
+        )
+        doc = self._t.request("POST", "/sandboxes", payload)
+        return Sandbox(self, SandboxInfo.from_json(_mapping(doc, "a create")))
+
+    def get(self, id_or_name: str) -> Sandbox:
+        """The sandbox with this id or name (ShardError ``sandbox_not_found`` if none)."""
+        doc = self._t.request("GET", f"/sandboxes/{esc(id_or_name)}")
+        return Sandbox(self, SandboxInfo.from_json(_mapping(doc, "a sandbox")))
+
+    def list(self) -> List[Sandbox]:
+        """Every sandbox on the server."""
+        doc = self._t.request("GET", "/sandboxes")
+        return [Sandbox(self, SandboxInfo.from_json(d)) for d in _items(doc, "sandboxes")]
+
+    # -- checkpoints, resume, environments ----------------------------------
+
+    def resume(self, session: Union[str, Sandbox], name: Optional[str] = None) -> Sandbox:
+        """Recreates a sandbox from a ledger session (a name, or a
+        :class:`Sandbox` for its session), also a removed sandbox's: from the
+        session's latest checkpoint (or fresh), it replays the execs the
+        ledger recorded after it. The new sandbox has a new id; its
+        ``resume_result`` tells what was replayed."""
+        s = session.session if isinstance(session, Sandbox) else session
+        doc = self._t.request("POST", f"/ledger/sessions/{esc(s)}/resume", _drop_none({"name": name}))
+        res = ResumeResult.from_json(_mapping(doc, "a resume"))
+        return Sandbox(self, res.sandbox, resume_result=res)
+
+    def restore_snapshot(self, checkpoint: Union[str, Checkpoint], name: Optional[str] = None) -> Sandbox:
+        """Starts a new sandbox from a checkpoint (its id, or a
+        :class:`Checkpoint`): memory, processes and files as they were, and a
+        clean exec history; nothing is replayed (compare :meth:`resume`)."""
+        cid = checkpoint.id if isinstance(checkpoint, Checkpoint) else checkpoint
+        doc = self._t.request("POST", f"/checkpoints/{esc(cid)}/restore", _drop_none({"name": name}))
+        return Sandbox(self, SandboxInfo.from_json(_mapping(doc, "a restore")))
+
+    def checkpoints(self) -> List[Checkpoint]:
+        """Every checkpoint on the server (taken by hand, by forks, and the environments')."""
+        doc = self._t.request("GET", "/checkpoints")
+        return [Checkpoint.from_json(c) for c in _items(doc, "checkpoints")]
+
+    def remove_checkpoint(self, checkpoint: Union[str, Checkpoint]) -> None:
+        """Deletes a checkpoint and its files (one an environment uses is
+        refused: ``checkpoint_in_use``)."""
+        cid = checkpoint.id if isinstance(checkpoint, Checkpoint) else checkpoint
+        self._t.request("DELETE", f"/checkpoints/{esc(cid)}")
+
+    def environment(
+        self,
+        name: str,
+        *,
+        image: str,
+        memory_mib: Optional[int] = None,
+        cpu: Union[float, str, None] = None,
+        disk: Optional[Size] = None,
+        env: Optional[EnvVars] = None,
+        provider: Optional[str] = None,
+        setup: Union[SetupFn, Sequence[Sequence[str]], None] = None,
+    ) -> Environment:
+        """Defines the environment ``name`` (nothing is sent yet): sandboxes
+        from ``image`` with these bounds, prepared once by ``setup`` — a
+        callable given the setup sandbox, or a list of commands (argv lists)
+        the server runs. ``environment(...).sandbox()`` builds it when it is
+        missing or its definition changed, then starts a sandbox from it."""
+        return Environment(
+            self, name, image=image, memory_mib=memory_mib, cpu=cpu, disk=disk, env=env, provider=provider, setup=setup
+        )
+
+    # -- secrets ---------------------------------------------------------------
+
+    def set_secret(self, name: str, value: Union[str, bytes]) -> Secret:
+        """Stores ``value`` (str as UTF-8, or bytes, taken as is) under
+        ``name``, encrypted, replacing any value it had; the server never
+        returns it. :attr:`Sandbox.credentials` grants it to sandboxes."""
+        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        doc = self._t.request("PUT", f"/secrets/{esc(name)}", {"value": base64.b64encode(raw).decode("ascii")})
+        return Secret.from_json(_mapping(doc, "a secret"))
+
+    def remove_secret(self, name: str) -> None:
+        """Deletes a secret: env grants of it give nothing to later execs."""
+        self._t.request("DELETE", f"/secrets/{esc(name)}")
+
+    # -- the server ------------------------------------------------------------
+
+    def version(self) -> Dict[str, Any]:
+        """The server's version document (GET /v0/version; no key needed)."""
+        return dict(_mapping(self._t.request("GET", "/version"), "the version"))
+
+    def capabilities(self) -> List[Dict[str, Any]]:
+        """Every provider: whether it runs here (or why not), and whether it
+        can fork, snapshot and checkpoint."""
+        return [dict(p) for p in _items(self._t.request("GET", "/capabilities"), "providers")]

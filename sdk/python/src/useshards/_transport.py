@@ -1,0 +1,279 @@
+"""HTTP/1.1 to the shard server over TCP (http, https) or its Unix socket,
+with a small pool of keep-alive connections shared by every thread."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+import ssl
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import quote, urlsplit
+
+from ._errors import ShardError, unreachable
+
+__all__ = ["Transport", "Response", "DEFAULT_SOCKET", "esc"]
+
+DEFAULT_SOCKET = "/run/shard/shard.sock"
+"""Where ``shard serve`` listens by default: the administrator's way in."""
+
+USER_AGENT = "useshards-python"
+
+_Conn = http.client.HTTPConnection
+
+# Errors that mean a reused keep-alive connection had been closed by the
+# server before it read the request: safe to send again on a fresh one.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def esc(s: str) -> str:
+    """Escapes one path segment (an id, a name)."""
+    return quote(s, safe="")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTPConnection to a Unix socket; the Host header is ``shard``."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("shard", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+class Response:
+    """A 2xx answer whose body has not been read yet (a stream), holding its
+    connection until :meth:`close` or :meth:`release`."""
+
+    def __init__(self, transport: "Transport", conn: _Conn, resp: http.client.HTTPResponse) -> None:
+        self._transport = transport
+        self._conn: Optional[_Conn] = conn
+        self.raw = resp
+        self.status = resp.status
+
+    def readline(self) -> bytes:
+        """One line of the body, with its newline; b"" at the end."""
+        try:
+            return self.raw.readline()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise unreachable(self._transport.where, e) from None
+
+    def release(self) -> None:
+        """Reads what is left of the body and gives the connection back to
+        the pool (for a stream that reached its end)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            self.raw.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            return
+        self._transport._put(conn, self.raw)
+
+    def close(self) -> None:
+        """Drops the connection (for a stream left before its end)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class Transport:
+    """Sends requests to one server. Thread-safe: connections are taken from
+    and given back to a pool under a lock; each is used by one request at a
+    time.
+
+    ``remote`` is ``http://host:port``, ``https://host:port`` or
+    ``unix:///path/to.sock``. ``timeout`` bounds each wait for the server on
+    ordinary calls (None: as long as it takes); ``connect_timeout`` bounds
+    making a connection.
+    """
+
+    def __init__(
+        self,
+        remote: str,
+        api_key: Optional[str],
+        timeout: Optional[float],
+        connect_timeout: Optional[float] = 10.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        max_idle: int = 8,
+    ) -> None:
+        u = urlsplit(remote.strip())
+        scheme = u.scheme.lower()
+        self._socket_path: Optional[str] = None
+        self._host = ""
+        self._port: Optional[int] = None
+        if scheme == "unix":
+            path = (u.netloc + u.path) if u.netloc else u.path
+            if not path:
+                raise ShardError("invalid_argument", f"remote {remote!r}: a unix:// remote needs a path, like unix:///run/shard/shard.sock")
+            self._socket_path = path
+            self.where = f"unix://{path}"
+        elif scheme in ("http", "https"):
+            if not u.hostname:
+                raise ShardError("invalid_argument", f"remote {remote!r} has no host: use e.g. http://10.0.0.5:7070")
+            self._host = u.hostname
+            try:
+                self._port = u.port
+            except ValueError:
+                raise ShardError("invalid_argument", f"remote {remote!r} has a bad port") from None
+            self.where = f"{scheme}://{u.netloc}"
+        else:
+            raise ShardError(
+                "invalid_argument",
+                f"remote {remote!r} is not an http(s):// URL or a unix:// socket path",
+            )
+        self._scheme = scheme
+        self._ssl = ssl_context if ssl_context is not None else (ssl.create_default_context() if scheme == "https" else None)
+        self._api_key = api_key or None
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._max_idle = max_idle
+        self._idle: List[_Conn] = []  # guarded by _lock
+        self._lock = threading.Lock()
+        self._closed = False  # guarded by _lock
+
+    # -- connections ---------------------------------------------------------
+
+    def _new_conn(self) -> _Conn:
+        if self._socket_path is not None:
+            return _UnixHTTPConnection(self._socket_path, self.connect_timeout)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout, context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
+
+    def _get(self) -> Tuple[_Conn, bool]:
+        """A connection, and whether it was reused from the pool."""
+        with self._lock:
+            if self._closed:
+                raise ShardError("closed", "this Shard client is closed")
+            while self._idle:
+                conn = self._idle.pop()
+                if _alive(conn):
+                    return conn, True
+                conn.close()
+        return self._new_conn(), False
+
+    def _put(self, conn: _Conn, resp: http.client.HTTPResponse) -> None:
+        """Gives a connection whose answer was read to the end back to the pool."""
+        if resp.will_close or conn.sock is None:
+            conn.close()
+            return
+        with self._lock:
+            if not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Closes every idle connection; later requests fail. Streams still
+        open keep their connection until they end."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
+    # -- requests ------------------------------------------------------------
+
+    def _headers(self, has_body: bool, accept: str) -> Dict[str, str]:
+        h = {"User-Agent": USER_AGENT, "Accept": accept}
+        if has_body:
+            h["Content-Type"] = "application/json"
+        if self._api_key:
+            h["Authorization"] = "Bearer " + self._api_key
+        return h
+
+    def _send(
+        self, method: str, path: str, body: Optional[bytes], accept: str, read_timeout: Optional[float]
+    ) -> Tuple[_Conn, http.client.HTTPResponse]:
+        """Sends one request and reads the answer's head. A reused
+        connection the server had closed is replaced once, transparently."""
+        headers = self._headers(body is not None, accept)
+        url = "/v0" + path
+        for attempt in (0, 1):
+            conn, reused = self._get()
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                assert conn.sock is not None
+                conn.sock.settimeout(read_timeout)
+                conn.request(method, url, body=body, headers=headers)
+                return conn, conn.getresponse()
+            except _STALE as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise unreachable(self.where, e) from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise unreachable(self.where, e) from None
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def request(
+        self, method: str, path: str, payload: Any = None, want_status: bool = False
+    ) -> Any:
+        """Sends a JSON request and returns the decoded JSON answer (None for
+        an empty body); with ``want_status``, a (status, answer) pair. A
+        non-2xx answer raises :class:`ShardError`."""
+        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        conn, resp = self._send(method, path, body, "application/json", self.timeout)
+        try:
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise unreachable(self.where, e) from None
+        self._put(conn, resp)
+        if resp.status >= 300:
+            raise ShardError.from_response(resp.status, resp.reason, data)
+        out: Any = None
+        if data.strip():
+            try:
+                out = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise ShardError("bad_response", f"the server's answer to {method} {path} is not JSON: {e}", resp.status) from None
+        return (resp.status, out) if want_status else out
+
+    def stream(self, method: str, path: str, payload: Any) -> Response:
+        """Sends a JSON request whose answer is a stream (NDJSON); no read
+        timeout applies. A non-2xx answer raises :class:`ShardError`."""
+        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        conn, resp = self._send(method, path, body, "application/x-ndjson", None)
+        if resp.status >= 300:
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                data = b""
+            else:
+                self._put(conn, resp)
+            raise ShardError.from_response(resp.status, resp.reason, data)
+        return Response(self, conn, resp)
+
+
+def _alive(conn: _Conn) -> bool:
+    """False when an idle connection was closed by the server (readable
+    with nothing to read means EOF; anything else unasked-for is junk)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        r, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not r
+

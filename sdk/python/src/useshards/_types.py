@@ -1,0 +1,399 @@
+"""Typed views of what the API answers (the JSON names are in client/types.go).
+
+Every view keeps the answer it was read from in ``raw``, so a field a newer
+server adds is reachable before the SDK names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Literal, Mapping, Optional, cast
+
+__all__ = [
+    "Chunk",
+    "Checkpoint",
+    "EnvironmentInfo",
+    "ExecResult",
+    "ExitStatus",
+    "Grant",
+    "Policy",
+    "ReplayedExec",
+    "ResumeResult",
+    "SandboxInfo",
+    "Secret",
+]
+
+StreamName = Literal["stdout", "stderr"]
+
+JSONObject = Dict[str, Any]
+
+
+def as_object(v: Any) -> Optional[JSONObject]:
+    """v when it is a JSON object, else None."""
+    return cast(JSONObject, v) if isinstance(v, dict) else None
+
+
+def as_list(v: Any) -> List[Any]:
+    """v when it is a JSON array, else []."""
+    return cast(List[Any], v) if isinstance(v, list) else []
+
+
+def objects(v: Any) -> List[JSONObject]:
+    """The JSON objects in the array v."""
+    return [cast(JSONObject, x) for x in as_list(v) if isinstance(x, dict)]
+
+
+def _empty_strs() -> List[str]:
+    return []
+
+
+def _str(d: Mapping[str, Any], key: str) -> str:
+    v = d.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _opt_str(d: Mapping[str, Any], key: str) -> Optional[str]:
+    v = d.get(key)
+    return v if isinstance(v, str) and v else None
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    v = d.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _opt_int(d: Mapping[str, Any], key: str) -> Optional[int]:
+    v = d.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _float(d: Mapping[str, Any], key: str) -> float:
+    v = d.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _strs(d: Mapping[str, Any], key: str) -> List[str]:
+    return [s for s in as_list(d.get(key)) if isinstance(s, str)]
+
+
+def _time(d: Mapping[str, Any], key: str) -> Optional[datetime]:
+    """Parses an RFC 3339 time as Go writes it; None when absent or unreadable."""
+    v = d.get(key)
+    if not isinstance(v, str) or not v:
+        return None
+    s = v[:-1] + "+00:00" if v.endswith("Z") else v
+    # Go writes up to 9 digits of fraction; Python before 3.11 takes at most 6.
+    head, dot, rest = s.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        s = head + "." + rest[: min(digits, 6)] + rest[digits:]
+        if digits == 0:
+            s = head + rest
+    try:
+        return datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A secret given to a sandbox (its name, never its value): as the
+    environment variable ``env`` of every exec, or as the file ``file``."""
+
+    secret: str
+    env: Optional[str] = None
+    file: Optional[str] = None
+    at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Grant":
+        """Reads a grant from its JSON object."""
+        return cls(secret=_str(d, "secret"), env=_opt_str(d, "env"), file=_opt_str(d, "file"), at=_time(d, "at"))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A sandbox's egress network policy (see the server's README)."""
+
+    deny_all: bool = False
+    allow: List[str] = field(default_factory=_empty_strs)
+    deny: List[str] = field(default_factory=_empty_strs)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Policy":
+        """Reads a policy from its JSON object."""
+        return cls(deny_all=bool(d.get("deny_all")), allow=_strs(d, "allow"), deny=_strs(d, "deny"))
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox as the server last described it (GET /v0/sandboxes/{id})."""
+
+    id: str
+    name: str
+    image: str
+    image_digest: str
+    provider: str
+    state: str
+    """creating, running, freezing, stopping, stopped, starting, removing or failed."""
+    memory_bytes: int
+    memory_mib: int
+    cpu: float
+    disk_bytes: int
+    pids_limit: int
+    env: List[str]
+    session: str
+    """The ledger session the sandbox records its events under."""
+    grants: List[Grant]
+    oom_kills: int = 0
+    ip: Optional[str] = None
+    error: Optional[str] = None
+    parent_id: Optional[str] = None
+    policy: Optional[Policy] = None
+    created_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    stopped_at: Optional[datetime] = None
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        """Reads a sandbox from its JSON object."""
+        policy = as_object(d.get("policy"))
+        return cls(
+            id=_str(d, "id"),
+            name=_str(d, "name"),
+            image=_str(d, "image"),
+            image_digest=_str(d, "image_digest"),
+            provider=_str(d, "provider"),
+            state=_str(d, "state"),
+            memory_bytes=_int(d, "memory_bytes"),
+            memory_mib=_int(d, "memory_mib"),
+            cpu=_float(d, "cpu"),
+            disk_bytes=_int(d, "disk_bytes"),
+            pids_limit=_int(d, "pids_limit"),
+            env=_strs(d, "env"),
+            session=_str(d, "session"),
+            grants=[Grant.from_json(g) for g in objects(d.get("grants"))],
+            oom_kills=_int(d, "oom_kills"),
+            ip=_opt_str(d, "ip"),
+            error=_opt_str(d, "error"),
+            parent_id=_opt_str(d, "parent_id"),
+            policy=Policy.from_json(policy) if policy is not None else None,
+            created_at=_time(d, "created_at"),
+            started_at=_time(d, "started_at"),
+            stopped_at=_time(d, "stopped_at"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved instant of a running sandbox: memory, processes and files.
+
+    Made by :meth:`Sandbox.checkpoint` (kind ``checkpoint``), by every
+    :meth:`Sandbox.fork` (kind ``fork``) and by building an environment (kind
+    ``environment``). :meth:`Shard.restore_snapshot` starts a sandbox from one.
+    """
+
+    id: str
+    kind: str
+    sandbox_id: str
+    sandbox_name: str
+    session: str
+    seq: int
+    image: str
+    provider: str
+    tag: Optional[str] = None
+    image_digest: str = ""
+    memory_bytes: int = 0
+    cpu: float = 0.0
+    disk_bytes: int = 0
+    size: int = 0
+    freeze_ms: int = 0
+    created_at: Optional[datetime] = None
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Checkpoint":
+        """Reads a checkpoint from its JSON object."""
+        return cls(
+            id=_str(d, "id"),
+            kind=_str(d, "kind"),
+            sandbox_id=_str(d, "sandbox_id"),
+            sandbox_name=_str(d, "sandbox_name"),
+            session=_str(d, "session"),
+            seq=_int(d, "seq"),
+            image=_str(d, "image"),
+            provider=_str(d, "provider"),
+            tag=_opt_str(d, "tag"),
+            image_digest=_str(d, "image_digest"),
+            memory_bytes=_int(d, "memory_bytes"),
+            cpu=_float(d, "cpu"),
+            disk_bytes=_int(d, "disk_bytes"),
+            size=_int(d, "size"),
+            freeze_ms=_int(d, "freeze_ms"),
+            created_at=_time(d, "created_at"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """A named environment as the server keeps it (GET /v0/environments/{name})."""
+
+    name: str
+    image: str
+    provider: str
+    fingerprint: str
+    checkpoint: str
+    image_digest: str = ""
+    memory_bytes: int = 0
+    cpu: float = 0.0
+    disk_bytes: int = 0
+    env: List[str] = field(default_factory=_empty_strs)
+    setup: List[List[str]] = field(default_factory=lambda: [])
+    created_at: Optional[datetime] = None
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "EnvironmentInfo":
+        """Reads an environment from its JSON object."""
+        return cls(
+            name=_str(d, "name"),
+            image=_str(d, "image"),
+            provider=_str(d, "provider"),
+            fingerprint=_str(d, "fingerprint"),
+            checkpoint=_str(d, "checkpoint"),
+            image_digest=_str(d, "image_digest"),
+            memory_bytes=_int(d, "memory_bytes"),
+            cpu=_float(d, "cpu"),
+            disk_bytes=_int(d, "disk_bytes"),
+            env=_strs(d, "env"),
+            setup=[[a for a in as_list(argv) if isinstance(a, str)] for argv in as_list(d.get("setup"))],
+            created_at=_time(d, "created_at"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A stored secret's record: its name and times, never its value."""
+
+    name: str
+    created_at: Optional[datetime] = None
+    updated_at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Secret":
+        """Reads a secret's record from its JSON object."""
+        return cls(name=_str(d, "name"), created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"))
+
+
+@dataclass(frozen=True)
+class ReplayedExec:
+    """One exec that :meth:`Shard.resume` ran again.
+
+    ``recorded_exit_code`` is None when the exec never finished in the
+    resumed session (it was started again and left running); ``exit_code``
+    is None when it was left running or could not be run (``error``).
+    """
+
+    argv: List[str]
+    recorded_exit_code: Optional[int] = None
+    exit_code: Optional[int] = None
+    error: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ReplayedExec":
+        """Reads a replayed exec from its JSON object."""
+        return cls(
+            argv=_strs(d, "argv"),
+            recorded_exit_code=_opt_int(d, "recorded_exit_code"),
+            exit_code=_opt_int(d, "exit_code"),
+            error=_opt_str(d, "error"),
+        )
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """What :meth:`Shard.resume` started from and what it replayed.
+
+    ``checkpoint`` is None when the sandbox was made fresh from the session's
+    start (the session had no checkpoint left).
+    """
+
+    sandbox: SandboxInfo
+    replayed: List[ReplayedExec]
+    checkpoint: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ResumeResult":
+        """Reads a resume answer from its JSON object."""
+        return cls(
+            sandbox=SandboxInfo.from_json(as_object(d.get("sandbox")) or {}),
+            replayed=[ReplayedExec.from_json(r) for r in objects(d.get("replayed"))],
+            checkpoint=_opt_str(d, "checkpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a running command's output, as it arrived.
+
+    ``stream`` is ``"stdout"`` or ``"stderr"``; the two are never mixed
+    within a chunk (with a TTY everything is ``stdout``).
+    """
+
+    stream: StreamName
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        """``data`` decoded as UTF-8 (undecodable bytes become U+FFFD).
+
+        A multi-byte character can be split across two chunks; decode the
+        joined bytes when that matters.
+        """
+        return self.data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a command ended.
+
+    ``exit_code`` is 128+signal when a signal ended it (SIGKILL: 137).
+    ``timed_out``: the exec's ``timeout`` killed it. ``oom_killed``: it was
+    killed for exceeding the sandbox's memory.
+    """
+
+    exit_code: int
+    signal: Optional[int] = None
+    timed_out: bool = False
+    oom_killed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class ExecResult(ExitStatus):
+    """A finished command: its exit status and all of its output.
+
+    A non-zero exit is not an exception: check ``exit_code`` (or ``ok``).
+    """
+
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+
+    @property
+    def stdout(self) -> str:
+        """Standard output, decoded as UTF-8 (undecodable bytes become U+FFFD)."""
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        """Standard error, decoded as UTF-8 (undecodable bytes become U+FFFD)."""
+        return self.stderr_bytes.decode("utf-8", errors="replace")

@@ -1,0 +1,295 @@
+"""The SDK against a real shard server: the seed 001 example as written,
+streaming, fork tags, checkpoint/resume/restore, credentials, environments.
+
+Runs only with SHARD_INTEGRATION=1, and then it needs (and fails loudly
+without) SHARD_REMOTE, SHARD_API_KEY (scope "*") for an http(s) remote,
+SHARD_TEST_PYTHON_IMAGE (an image with python and pip, standing in for
+python:3.12-slim) and SHARD_TEST_PIP_INDEX (a PEP 503 index reachable from
+inside sandboxes, with requests 2.31.0 and 2.32.3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import sys
+import time
+import unittest
+from typing import Dict, List, Optional
+from urllib.parse import urlsplit
+
+import fakeserver  # noqa: F401  (puts src/ on sys.path)
+
+from useshards import Environment, Sandbox, Shard, ShardError
+
+INTEGRATION = os.environ.get("SHARD_INTEGRATION") == "1"
+
+
+def require(name: str) -> str:
+    """The variable's value; with SHARD_INTEGRATION=1 a missing one fails the run."""
+    v = os.environ.get(name, "")
+    if not v:
+        raise AssertionError(
+            f"SHARD_INTEGRATION=1 but {name} is not set: the integration tests need SHARD_REMOTE, "
+            "SHARD_API_KEY, SHARD_TEST_PYTHON_IMAGE and SHARD_TEST_PIP_INDEX"
+        )
+    return v
+
+
+def pip_env(index: str) -> Dict[str, str]:
+    """Sandbox variables that point the seed's plain `pip install` at the test index."""
+    host = urlsplit(index).hostname or ""
+    return {
+        "PIP_INDEX_URL": index,
+        "PIP_TRUSTED_HOST": host,  # a plain-http index is ignored by pip unless trusted
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
+    }
+
+
+@unittest.skipUnless(INTEGRATION, "set SHARD_INTEGRATION=1 (and SHARD_REMOTE, SHARD_API_KEY, "
+                                  "SHARD_TEST_PYTHON_IMAGE, SHARD_TEST_PIP_INDEX) to run against a real server")
+class IntegrationTest(unittest.TestCase):
+    shard: Shard
+    image: str
+    env: Dict[str, str]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        remote = require("SHARD_REMOTE")
+        if remote.startswith(("http://", "https://")):
+            require("SHARD_API_KEY")
+        cls.image = require("SHARD_TEST_PYTHON_IMAGE")
+        cls.env = pip_env(require("SHARD_TEST_PIP_INDEX"))
+        cls.shard = Shard()
+        cls.addClassCleanup(cls.shard.close)
+
+    def setUp(self) -> None:
+        self.uniq = secrets.token_hex(3)
+
+    # -- helpers -------------------------------------------------------------
+
+    def track(self, sb: Sandbox) -> Sandbox:
+        """Removes sb when the test ends."""
+        self.addCleanup(self.remove_quietly, sb.id)
+        return sb
+
+    def remove_quietly(self, id_or_name: str) -> None:
+        try:
+            self.shard.get(id_or_name).remove(force=True)
+        except ShardError as e:
+            if e.code != "sandbox_not_found":
+                raise
+
+    def remove_env_quietly(self, env: Environment) -> None:
+        try:
+            env.remove()
+        except ShardError as e:
+            if e.status != 404:
+                raise
+
+    def drop_checkpoints(self, session: str) -> None:
+        """Removes the checkpoints of a session (after its sandboxes went)."""
+        for c in self.shard.checkpoints():
+            if c.session != session or c.kind == "environment":
+                continue
+            try:
+                self.shard.remove_checkpoint(c)
+            except ShardError:
+                pass
+
+    def create(self, name: Optional[str] = None, memory_mib: int = 256) -> Sandbox:
+        sb = self.shard.create(self.image, name=name, memory_mib=memory_mib, env=self.env)
+        self.addCleanup(self.drop_checkpoints, sb.session)
+        return self.track(sb)
+
+    # -- the seed ------------------------------------------------------------
+
+    def test_seed_001_fork_two_paths(self) -> None:
+        """Seed 001's Python example, as written but for the image and env."""
+        names = ("base", "try-a", "try-b")
+        for n in names:  # leftovers of an interrupted run
+            self.remove_quietly(n)
+        for n in names:
+            self.addCleanup(self.remove_quietly, n)
+        python_image = self.image
+        pip = self.env
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            # ---- seed 001 ----
+            with Shard() as shard:
+                base = shard.create(python_image, name="base", memory_mib=512, env=pip)
+                base.exec(["pip", "install", "--quiet", "requests"])
+
+                try_a = base.fork(name="try-a")
+                try_b = base.fork(name="try-b")
+                try_a.exec(["pip", "install", "--quiet", "requests==2.31.0"])
+                try_b.exec(["pip", "install", "--quiet", "--upgrade", "requests"])
+
+                check = ["python", "-c", "import requests; print(requests.__version__)"]
+                print(try_a.exec(check).stdout)
+                print(try_b.exec(check).stdout)
+                try_a.remove(force=True)
+            # ---- end of seed 001 ----
+        self.addCleanup(self.drop_checkpoints, base.session)
+        sys.stderr.write("seed 001 printed: %r\n" % printed.getvalue())
+
+        lines = [ln for ln in printed.getvalue().splitlines() if ln]
+        if lines != ["2.31.0", "2.32.3"]:
+            diag = [(n, self.shard.get(n).exec(["sh", "-c", "pip list 2>&1; pip install requests 2>&1 | tail -5"]).stdout)
+                    for n in ("base", "try-b")]
+            self.fail(f"printed {printed.getvalue()!r}, want 2.31.0 then 2.32.3; {diag}")
+        # A fork's change never reaches base.
+        self.assertEqual(self.shard.get("base").exec(check).stdout, "2.32.3\n")
+
+        # Clean up base and the remaining fork; then nothing of them is left.
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get("try-a")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("sandbox_not_found", 404))
+        self.shard.get("try-b").remove(force=True)
+        self.shard.get("base").remove(force=True)
+        left = {s.name for s in self.shard.list()} & set(names)
+        self.assertEqual(left, set())
+
+    # -- streaming -----------------------------------------------------------
+
+    def test_exec_stream_is_live(self) -> None:
+        sb = self.create()
+        t0 = time.monotonic()
+        first: Optional[float] = None
+        out: List[bytes] = []
+        err: List[bytes] = []
+        with sb.exec_stream(["sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.3; done; echo err >&2"]) as s:
+            for chunk in s:
+                if first is None:
+                    first = time.monotonic() - t0
+                    self.assertEqual(chunk.stream, "stdout")
+                    self.assertTrue(chunk.data.startswith(b"1"), chunk)
+                (out if chunk.stream == "stdout" else err).append(chunk.data)
+        total = time.monotonic() - t0
+        self.assertEqual(b"".join(out), b"1\n2\n3\n")
+        self.assertEqual(b"".join(err), b"err\n")
+        self.assertEqual(s.result.exit_code, 0)
+        assert first is not None
+        self.assertGreaterEqual(total, 0.9)
+        self.assertLess(first, total - 0.5, f"first chunk at {first:.3f}s of {total:.3f}s")
+
+    def test_exec_results_and_errors(self) -> None:
+        sb = self.create()
+        r = sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        self.assertEqual((r.stdout, r.stderr, r.exit_code), ("out\n", "err\n", 3))
+        r = sb.exec(["cat"], stdin="héllo", env={"X": "1"}, workdir="/tmp")
+        self.assertEqual(r.stdout, "héllo")
+        r = sb.exec(["sleep", "10"], timeout=0.5)
+        self.assertTrue(r.timed_out)
+        self.assertEqual(r.exit_code, 137)
+        with self.assertRaises(ShardError) as cm:
+            sb.exec(["no-such-command-here"])
+        self.assertEqual(cm.exception.code, "command_not_found")
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get("no-such-sandbox-" + self.uniq)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("sandbox_not_found", 404))
+        self.assertEqual(sb.stop().state, "stopped")
+        with self.assertRaises(ShardError) as cm:
+            sb.exec(["true"])
+        self.assertEqual(cm.exception.code, "sandbox_not_running")
+        self.assertEqual(sb.start().state, "running")
+        self.assertEqual(sb.exec(["true"]).exit_code, 0)
+
+    def test_bad_key_is_unauthenticated(self) -> None:
+        remote = os.environ["SHARD_REMOTE"]
+        if not remote.startswith(("http://", "https://")):
+            self.skipTest("the Unix socket needs no key")
+        with Shard(remote, "shk_not_a_key") as bad:
+            with self.assertRaises(ShardError) as cm:
+                bad.list()
+        self.assertEqual((cm.exception.code, cm.exception.status), ("unauthenticated", 401))
+
+    # -- fork, checkpoint, resume, restore --------------------------------------
+
+    def test_fork_tag_shows_in_checkpoints(self) -> None:
+        sb = self.create()
+        tag = "tag-" + self.uniq
+        f = self.track(sb.fork(tag=tag))
+        self.assertNotEqual(f.id, sb.id)
+        self.assertEqual(f.info.parent_id, sb.id)
+        cks = sb.list_checkpoints()
+        self.assertIn((tag, "fork"), [(c.tag, c.kind) for c in cks])
+
+    def test_checkpoint_resume_vs_restore_snapshot(self) -> None:
+        sb = self.create(name="ck-" + self.uniq)
+        self.assertEqual(sb.exec(["sh", "-c", "echo one > /root/one"]).exit_code, 0)
+        cp = sb.checkpoint(tag="before-two")
+        self.assertEqual((cp.kind, cp.tag, cp.sandbox_id), ("checkpoint", "before-two", sb.id))
+        self.assertIn(cp.id, [c.id for c in sb.list_checkpoints()])
+        self.assertEqual(sb.exec(["sh", "-c", "echo two > /root/two"]).exit_code, 0)
+
+        resumed = self.track(self.shard.resume(sb.session, name="resumed-" + self.uniq))
+        self.addCleanup(self.drop_checkpoints, resumed.session)
+        restored = self.track(self.shard.restore_snapshot(cp.id, name="restored-" + self.uniq))
+        self.addCleanup(self.drop_checkpoints, restored.session)
+
+        assert resumed.resume_result is not None
+        self.assertEqual(resumed.resume_result.checkpoint, cp.id)
+        self.assertEqual([r.argv for r in resumed.resume_result.replayed], [["sh", "-c", "echo two > /root/two"]])
+        self.assertEqual(resumed.exec(["cat", "/root/one", "/root/two"]).stdout, "one\ntwo\n")
+        # restore_snapshot replays nothing: the later exec's file is not there.
+        self.assertEqual(restored.exec(["cat", "/root/one"]).stdout, "one\n")
+        self.assertEqual(restored.exec(["test", "-e", "/root/two"]).exit_code, 1)
+        self.assertEqual(len({sb.id, resumed.id, restored.id}), 3)
+
+    # -- credentials -----------------------------------------------------------
+
+    def test_credentials_reach_execs_and_forks(self) -> None:
+        name = "SDKPY_SECRET_" + self.uniq.upper()
+        value = "v-" + secrets.token_hex(8)
+        sb = self.create()
+        sb.credentials.set(name, value)
+        self.addCleanup(self.shard.remove_secret, name)
+        self.assertIn(name, [g.secret for g in sb.info.grants])
+        self.assertEqual(sb.exec(["printenv", name]).stdout, value + "\n")
+        f = self.track(sb.fork())
+        self.assertEqual(f.exec(["printenv", name]).stdout, value + "\n")
+        sb.credentials.set(name + "_F", "in a file", file="/run/sdkpy-secret")
+        self.addCleanup(self.shard.remove_secret, name + "_F")
+        self.assertEqual(sb.exec(["cat", "/run/sdkpy-secret"]).stdout, "in a file")
+        sb.credentials.delete(name)
+        self.assertEqual(sb.exec(["printenv", name]).exit_code, 1)
+        self.assertEqual(f.exec(["printenv", name]).stdout, value + "\n")  # the fork's own copy
+
+    # -- environments ------------------------------------------------------------
+
+    def test_environment_sets_up_once(self) -> None:
+        calls: List[str] = []
+
+        def setup(sb: Sandbox) -> None:
+            calls.append(sb.id)
+            r = sb.exec(["sh", "-c", "echo ran >> /root/setup.log"])
+            assert r.exit_code == 0, r
+
+        name = "sdkpy-env-" + self.uniq
+        env = self.shard.environment(name, image=self.image, memory_mib=256, setup=setup)
+        self.addCleanup(self.remove_env_quietly, env)
+        a = self.track(env.sandbox())
+        b = self.track(env.sandbox())
+        self.assertEqual(len(calls), 1)
+        self.assertTrue(env.built)
+        for sb in (a, b):
+            self.assertEqual(sb.exec(["cat", "/root/setup.log"]).stdout, "ran\n")
+        # Another client, the same definition: found unchanged, no setup.
+        with Shard() as other:
+            env2 = other.environment(name, image=self.image, memory_mib=256, setup=setup)
+            c = self.track(env2.sandbox())
+            self.assertFalse(env2.built)
+            self.assertEqual(c.exec(["cat", "/root/setup.log"]).stdout, "ran\n")
+        self.assertEqual(len(calls), 1)
+        # The setup sandbox is gone.
+        with self.assertRaises(ShardError):
+            self.shard.get(calls[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
