@@ -217,6 +217,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
+	svc.DropSpares() // warm spares have no record: nothing may outlive the server of them
 	// Remove the socket only if it is still ours.
 	if now, err := os.Stat(o.socket); err == nil && sockInfo != nil && os.SameFile(now, sockInfo) {
 		os.Remove(o.socket)

@@ -12,7 +12,9 @@
 package network
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,6 +141,17 @@ func (m *Manager) setupBridge() error {
 			return err
 		}
 	}
+	// A bridge without an address of its own takes the lowest MAC of its
+	// ports, so it changes whenever a sandbox with a lower MAC comes or the
+	// lowest one goes; every sandbox's neighbour entry for the gateway is
+	// then wrong, and its replies go nowhere until it asks again (seen as
+	// a 25 s stall of an exec while another sandbox was being created). A
+	// fixed, locally administered MAC per bridge name never moves.
+	if mac := bridgeMAC(m.cfg.Bridge); !bytes.Equal(br.Attrs().HardwareAddr, mac) {
+		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
+			return fmt.Errorf("set the MAC of %s: %w", m.cfg.Bridge, err)
+		}
+	}
 	want := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
 	addrs, err := netlink.AddrList(br, netlink.FAMILY_V4)
 	if err != nil {
@@ -156,6 +169,13 @@ func (m *Manager) setupBridge() error {
 		}
 	}
 	return netlink.LinkSetUp(br)
+}
+
+// bridgeMAC is the bridge's fixed MAC: locally administered, unicast, from
+// a hash of its name.
+func bridgeMAC(name string) net.HardwareAddr {
+	h := sha256.Sum256([]byte("shard bridge " + name))
+	return net.HardwareAddr{0x02, h[0], h[1], h[2], h[3], h[4]}
 }
 
 // Path is where the namespace of a sandbox instance is bind-mounted.

@@ -155,6 +155,8 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		s.dropCheckpoint(ctx, ck)
 		return nil, err
 	}
+	s.forgetSpare(name)
+	s.stageSpare(env)
 	if oldErr == nil && old.Checkpoint != ck.ID {
 		if ock, err := s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
 			s.dropCheckpoint(ctx, ock)
@@ -192,17 +194,36 @@ func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
 	if err := s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
 		return err
 	}
+	s.forgetSpare(name)
 	if ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
 		return s.dropCheckpoint(ctx, ck)
 	}
 	return nil
 }
 
-// CreateFromEnvironment starts a new sandbox warm from an environment.
+// CreateFromEnvironment starts a new sandbox warm from an environment:
+// into its warm spare when one is staged, else by a plain restore; then a
+// new spare is staged for the next create.
 func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (*store.Sandbox, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
 	e, err := s.cfg.Store.GetEnvironment(ctx, env)
 	if err != nil {
 		return nil, err
+	}
+	defer s.stageSpare(e)
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	if name != "" {
+		if _, err := s.cfg.Store.GetSandbox(ctx, name); err == nil {
+			return nil, errdefs.Conflict("name_taken", "a sandbox named %s already exists", name)
+		}
+	}
+	if sp := s.takeSpare(e.Name, ck.ID); sp != nil {
+		return s.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
 	return s.Restore(ctx, e.Checkpoint, RestoreOptions{Name: name, Environment: e.Name})
 }

@@ -113,6 +113,12 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		}
 	}
 	s.reconcileSaved(ctx)
+	// Every environment gets its warm spare again.
+	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
+		for _, e := range envs {
+			s.stageSpare(e)
+		}
+	}
 	return nil
 }
 

@@ -58,8 +58,12 @@ type Service struct {
 	order     []string
 	agentDir  string // holds the copy of the shard binary that sandboxes run
 
-	allocMu sync.Mutex // guards ip allocation
-	lastIP  netip.Addr // guarded by allocMu
+	allocMu  sync.Mutex      // guards ip allocation
+	lastIP   netip.Addr      // guarded by allocMu
+	reserved map[string]bool // addresses held by warm spares; guarded by allocMu
+
+	sparesMu sync.Mutex
+	spares   map[string]*spare // environment name → its warm spare; guarded by sparesMu
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
@@ -76,7 +80,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.FreezeTimeout == 0 {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
-	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}}
+	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{},
+		reserved: map[string]bool{}, spares: map[string]*spare{}}
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider
@@ -329,6 +334,9 @@ func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
 	usedIP := map[string]bool{}
 	for _, sb := range all {
 		usedIP[sb.IP] = true
+	}
+	for ip := range s.reserved {
+		usedIP[ip] = true
 	}
 	// Round robin from the last address handed out: an address just freed
 	// is the last to be reused, so stale neighbour entries and connections

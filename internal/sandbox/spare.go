@@ -1,0 +1,212 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+// A warm spare is a sandbox of an environment staged ahead of time: its
+// copy of the environment's files, rootfs, netns and the runtime's sandbox
+// created and waiting for the memory image. A create from the environment
+// takes it and only restores into it, which skips the slowest half of a
+// restore (`runsc create`: the gofer, the Sentry's start). One spare per
+// environment; a new one is staged after each use. A spare has an id and an
+// address (reserved) but no record: after a crash, Reconcile removes it as
+// an unknown container.
+type spare struct {
+	env  string
+	ckID string
+	rec  *store.Sandbox // ID and IP set; not in the store
+	st   *staged
+}
+
+// stageSpare makes env's spare, if it has none (in the background). While
+// it is staged, a placeholder (no st) holds its place, so that a forget or a
+// newer staging meanwhile wins over this one.
+func (s *Service) stageSpare(env *store.Environment) {
+	s.sparesMu.Lock()
+	if _, ok := s.spares[env.Name]; ok {
+		s.sparesMu.Unlock()
+		return
+	}
+	placeholder := &spare{env: env.Name, ckID: env.Checkpoint}
+	s.spares[env.Name] = placeholder
+	s.sparesMu.Unlock()
+	go func() {
+		sp, err := s.makeSpare(context.Background(), env)
+		s.sparesMu.Lock()
+		defer s.sparesMu.Unlock()
+		current := s.spares[env.Name] == placeholder
+		if err != nil {
+			s.cfg.Log.Warn("environment: warm spare", "environment", env.Name, "err", err)
+		}
+		if err != nil || !current {
+			if current {
+				delete(s.spares, env.Name)
+			}
+			if sp != nil {
+				go s.dropSpare(sp)
+			}
+			return
+		}
+		s.spares[env.Name] = sp
+	}()
+}
+
+func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare, error) {
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
+	if err != nil {
+		return nil, err
+	}
+	s.allocMu.Lock()
+	ip, err := s.allocate(ctx)
+	if err == nil {
+		s.reserved[ip.String()] = true
+	}
+	s.allocMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	rec := &store.Sandbox{
+		ID: id, Name: id, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
+		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Pids: ck.Pids,
+		Env: append([]string(nil), ck.Env...), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy), IP: ip.String(), State: StateCreating,
+	}
+	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
+	if sp.st, err = s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
+		s.dropSpare(sp)
+		return nil, err
+	}
+	return sp, nil
+}
+
+// takeSpare hands out env's spare if it is staged for checkpoint ckID.
+func (s *Service) takeSpare(env, ckID string) *spare {
+	s.sparesMu.Lock()
+	defer s.sparesMu.Unlock()
+	sp := s.spares[env]
+	if sp == nil || sp.st == nil { // none, or still being staged
+		return nil
+	}
+	delete(s.spares, env)
+	if sp.ckID != ckID {
+		go s.dropSpare(sp)
+		return nil
+	}
+	return sp
+}
+
+// forgetSpare drops env's spare (the environment was removed or rebuilt).
+func (s *Service) forgetSpare(env string) {
+	s.sparesMu.Lock()
+	sp, ok := s.spares[env]
+	delete(s.spares, env)
+	s.sparesMu.Unlock()
+	if ok && sp.st != nil {
+		s.dropSpare(sp)
+	}
+}
+
+// dropSpare takes a spare down and frees its address.
+func (s *Service) dropSpare(sp *spare) {
+	if sp.st != nil {
+		sp.st.abort()
+	}
+	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
+	os.RemoveAll(s.runDir(sp.rec.ID))
+	s.allocMu.Lock()
+	delete(s.reserved, sp.rec.IP)
+	s.allocMu.Unlock()
+}
+
+// DropSpares takes every spare down (at shutdown).
+func (s *Service) DropSpares() {
+	s.sparesMu.Lock()
+	all := s.spares
+	s.spares = map[string]*spare{}
+	s.sparesMu.Unlock()
+	for _, sp := range all {
+		if sp.st != nil {
+			s.dropSpare(sp)
+		}
+	}
+}
+
+// restoreFromSpare turns a spare into the sandbox named name: its record
+// (with the spare's id and address), then the restore into the staged
+// sandbox.
+func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Checkpoint, env, name string) (*store.Sandbox, error) {
+	rec := sp.rec
+	if name != "" {
+		rec.Name = name
+	}
+	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
+	s.allocMu.Lock()
+	var err error
+	if all, lerr := s.cfg.Store.ListSandboxes(ctx); lerr != nil {
+		err = lerr
+	} else if s.cfg.MaxSandboxes > 0 && len(all) >= s.cfg.MaxSandboxes {
+		err = errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
+	}
+	if err == nil {
+		err = s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: ledger.CreatedData{
+			Image: rec.Image, Digest: rec.ImageDigest, Provider: rec.Provider, MemoryBytes: rec.MemoryBytes,
+			CPUMillis: rec.CPUMillis, DiskBytes: rec.DiskBytes, Pids: rec.Pids,
+			Checkpoint: ck.ID, RestoredFrom: ck.ID, Environment: env}})
+	}
+	if err == nil {
+		delete(s.reserved, rec.IP) // the record holds the address now
+	}
+	s.allocMu.Unlock()
+	if err != nil {
+		s.dropSpare(sp)
+		return nil, err
+	}
+	// The hostname files were written for the spare's id.
+	if rec.Name != rec.ID {
+		s.rewriteHostFiles(rec)
+	}
+	bg := context.WithoutCancel(ctx)
+	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	if err := s.launchRestore(bg, ck, sp.st); err != nil {
+		s.destroy(bg, rec, log)
+		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
+	}
+	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	if err != nil {
+		s.destroy(bg, rec, log)
+		return nil, err
+	}
+	log.Info("restored from a warm spare", "environment", env, "checkpoint", ck.ID)
+	return out, nil
+}
+
+// rewriteHostFiles writes /etc/hosts and /etc/hostname of a staged sandbox
+// again, in place (they are bind mounts of these files).
+func (s *Service) rewriteHostFiles(sb *store.Sandbox) {
+	hostname := sb.Name
+	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
+		hostname = sb.ID
+	}
+	dir := s.runDir(sb.ID)
+	for n, b := range map[string][]byte{
+		"hosts":    []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, hostname)),
+		"hostname": []byte(hostname + "\n"),
+	} {
+		os.WriteFile(filepath.Join(dir, n), b, 0o644)
+	}
+}
