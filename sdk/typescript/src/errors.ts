@@ -1,0 +1,44 @@
+/**
+ * The one error type of the SDK.
+ *
+ * - API errors carry the server's `{code, message}` and the HTTP `status`
+ *   (`name_taken`, `sandbox_not_running`, `missing_scope`, ...).
+ * - `unreachable` (status 0): the server could not be reached at all.
+ * - `closed` (status 0): the client was closed before or during the call.
+ * - `exit_status` (status 0): a command run through `SandboxHandle.exec`
+ *   exited non-zero; `exitCode`, `stdout` and `stderr` tell how.
+ * - `sandbox_unreachable` / `stream_ended` (status 502): the exec stream
+ *   was lost before the command's exit arrived; its fate is unknown.
+ */
+export class ShardError extends Error {
+  /** Machine-readable code: the API's `code`, or one of the SDK's own. */
+  readonly code: string;
+  /** HTTP status of the answer; 0 when no answer was involved. */
+  readonly status: number;
+  /** `exit_status` only: the command's exit code. */
+  readonly exitCode?: number;
+  /** `exit_status` only: all the command wrote to stdout. */
+  readonly stdout?: string;
+  /** `exit_status` only: all the command wrote to stderr. */
+  readonly stderr?: string;
+
+  constructor(
+    code: string,
+    message: string,
+    status = 0,
+    extra?: { exitCode?: number; stdout?: string; stderr?: string; cause?: unknown },
+  ) {
+    super(message, extra?.cause !== undefined ? { cause: extra.cause } : undefined);
+    this.name = "ShardError";
+    this.code = code;
+    this.status = status;
+    if (extra?.exitCode !== undefined) this.exitCode = extra.exitCode;
+    if (extra?.stdout !== undefined) this.stdout = extra.stdout;
+    if (extra?.stderr !== undefined) this.stderr = extra.stderr;
+  }
+}
+
+/** Whether err is a ShardError with the given code (or any code when omitted). */
+export function isShardError(err: unknown, code?: string): err is ShardError {
+  return err instanceof ShardError && (code === undefined || err.code === code);
+}

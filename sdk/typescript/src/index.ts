@@ -1,0 +1,21 @@
+// useshards: the TypeScript SDK of shard, the self-hosted sandbox server.
+//
+//   import { Shard, SandboxClient, ShardError } from "useshards";
+//
+// Both clients reach the server at options.remote or $SHARD_REMOTE (default
+// http://127.0.0.1:7070) with the API key in options.apiKey or
+// $SHARD_API_KEY, sent as `Authorization: Bearer KEY`.
+
+export { Shard, Sandbox, createRequest } from "./shard.js";
+export type { ShardOptions, CreateOptions, SandboxExecOptions } from "./shard.js";
+export { SandboxClient, SandboxHandle, Environment, Credentials, environmentFingerprint } from "./client.js";
+export type { SandboxClientOptions, SandboxOptions, EnvironmentOptions, SetupFn, HandleExecOptions } from "./client.js";
+export { ExecRun, execRequest } from "./exec.js";
+export type { ExecOptions, ExecResult, WritableLike } from "./exec.js";
+export { ShardError, isShardError } from "./errors.js";
+export { ShardApi, retryFrozen } from "./api.js";
+export { Transport, DEFAULT_REMOTE, resolveConnection, errorFromBody } from "./transport.js";
+export type { ConnectionOptions, RawResponse } from "./transport.js";
+export { toMemory, toCpu, resourcesToRequest } from "./quantity.js";
+export type { Resources } from "./quantity.js";
+export type * from "./types.js";

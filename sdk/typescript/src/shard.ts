@@ -1,0 +1,203 @@
+// Shard and Sandbox: the SDK's direct form, one method per API verb
+// (seed 001: create, exec with an argv, fork, remove).
+
+import { ShardApi } from "./api.js";
+import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
+import { toCpu, toMemory } from "./quantity.js";
+import type { ConnectionOptions } from "./transport.js";
+import type { Checkpoint, CreateRequest, EnvVars, Provider, ReplayedExec, SandboxInfo } from "./types.js";
+
+/** Options of `new Shard()`; each falls back to the environment. */
+export interface ShardOptions extends ConnectionOptions {}
+
+/** What `shard.create` takes. */
+export interface CreateOptions {
+  /** The image, e.g. "python:3.12-slim". */
+  image: string;
+  /** A unique name; default: the sandbox's id. */
+  name?: string;
+  /** Memory bound in MiB (default 512). */
+  memoryMiB?: number;
+  /** Memory bound as a quantity instead: "512MiB", "1Gi", or bytes. */
+  memory?: string | number;
+  /** CPUs: 1, 0.5, "500m". Default 1. */
+  cpu?: number | string;
+  /** Writable disk: "10GiB", "10Gi", or bytes. Default 10GiB. */
+  disk?: string | number;
+  /** Most processes at once (default 4096). */
+  pids?: number;
+  /** Added to the image's environment. */
+  env?: EnvVars;
+  /** gvisor (default on most servers), runc, ... */
+  provider?: Provider | string;
+  /** Start from a snapshot's files (id or name) instead of the image's. */
+  fromSnapshot?: string;
+}
+
+/** Options of `Sandbox.exec` (the Shard form). */
+export interface SandboxExecOptions extends ExecOptions {
+  /** Also stream stdout here as it arrives. */
+  stdout?: WritableLike;
+  /** Also stream stderr here as it arrives. */
+  stderr?: WritableLike;
+}
+
+export function createRequest(o: CreateOptions): CreateRequest {
+  const req: CreateRequest = {};
+  if (o.image !== undefined) req.image = o.image;
+  if (o.name !== undefined) req.name = o.name;
+  if (o.memoryMiB !== undefined) req.memory_mib = o.memoryMiB;
+  if (o.memory !== undefined) req.memory = toMemory(o.memory);
+  if (o.cpu !== undefined) req.cpu = typeof o.cpu === "number" ? o.cpu : toCpu(o.cpu);
+  if (o.disk !== undefined) req.disk = toMemory(o.disk, "disk");
+  if (o.pids !== undefined) req.pids = o.pids;
+  if (o.env !== undefined) req.env = o.env;
+  if (o.provider !== undefined) req.provider = o.provider;
+  if (o.fromSnapshot !== undefined) req.from_snapshot = o.fromSnapshot;
+  return req;
+}
+
+/**
+ * A client of one shard server, reached at options.remote or $SHARD_REMOTE
+ * (default http://127.0.0.1:7070) with options.apiKey or $SHARD_API_KEY.
+ * Call close() when done (idempotent): it closes keep-alive connections.
+ */
+export class Shard {
+  /** The typed REST calls underneath, for what Shard does not cover. */
+  readonly api: ShardApi;
+
+  constructor(options: ShardOptions = {}) {
+    this.api = new ShardApi(options);
+  }
+
+  /** The base URL requests go to. */
+  get remote(): string {
+    return this.api.transport.base;
+  }
+
+  /** Creates and starts a sandbox. */
+  async create(options: CreateOptions): Promise<Sandbox> {
+    return new Sandbox(this, await this.api.createSandbox(createRequest(options)));
+  }
+
+  /** A sandbox by id or name (ShardError `sandbox_not_found`, status 404, if there is none). */
+  async get(idOrName: string): Promise<Sandbox> {
+    return new Sandbox(this, await this.api.getSandbox(idOrName));
+  }
+
+  /** Every sandbox on the server. */
+  async list(): Promise<Sandbox[]> {
+    return (await this.api.listSandboxes()).map((info) => new Sandbox(this, info));
+  }
+
+  /** A new sandbox from a checkpoint (restoreSnapshot): nothing is replayed. */
+  async restore(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<Sandbox> {
+    const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
+    return new Sandbox(this, await this.api.restoreCheckpoint(id, options.name ? { name: options.name } : {}));
+  }
+
+  /** Recreates a sandbox from a ledger session, replaying the execs after its latest checkpoint. */
+  async resume(session: string | Sandbox, options: { name?: string } = {}): Promise<Sandbox> {
+    const name = typeof session === "string" ? session : session.session;
+    const out = await this.api.resumeSession(name, options.name ? { name: options.name } : {});
+    const sb = new Sandbox(this, out.sandbox);
+    sb.replayed = out.replayed ?? [];
+    return sb;
+  }
+
+  /** Closes keep-alive connections. Idempotent; later calls fail with `closed`. */
+  close(): void {
+    this.api.close();
+  }
+
+  /** `using shard = new Shard()` support. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+/** One sandbox, as `Shard` hands it out. */
+export class Sandbox {
+  /** The API's view of it, as of the last call that returned it (see refresh). */
+  info: SandboxInfo;
+  /** For a sandbox made by resume: the execs that were replayed. */
+  replayed?: ReplayedExec[];
+  private readonly shard: Shard;
+
+  constructor(shard: Shard, info: SandboxInfo) {
+    this.shard = shard;
+    this.info = info;
+  }
+
+  get id(): string {
+    return this.info.id;
+  }
+
+  get name(): string {
+    return this.info.name;
+  }
+
+  /** Its ledger session (what resume takes). */
+  get session(): string {
+    return this.info.session;
+  }
+
+  get state(): string {
+    return this.info.state;
+  }
+
+  /**
+   * Runs argv (no shell: use ["sh", "-c", "..."] for one). Await it for
+   * `{ stdout, stderr, exitCode }`; a non-zero exit code does not reject.
+   * `.pipe(out[, err])` streams the output as it comes.
+   */
+  exec(argv: string[], options: SandboxExecOptions = {}): ExecRun {
+    const { stdout, stderr, ...opts } = options;
+    const run = new ExecRun(this.shard.api, this.id, argv, opts, false);
+    if (stdout || stderr) run.pipe(stdout ?? devNull, stderr ?? devNull);
+    return run;
+  }
+
+  /** Copies this running sandbox (files, memory, processes) into a new one. */
+  async fork(options: { name?: string; tag?: string } = {}): Promise<Sandbox> {
+    const req: { name?: string; tag?: string } = {};
+    if (options.name) req.name = options.name;
+    if (options.tag) req.tag = options.tag;
+    return new Sandbox(this.shard, await this.shard.api.forkSandbox(this.id, req));
+  }
+
+  /** Saves its memory, processes and files without stopping it. */
+  checkpoint(options: { tag?: string } = {}): Promise<Checkpoint> {
+    return this.shard.api.checkpoint(this.id, options.tag);
+  }
+
+  /** The checkpoints in its ledger session (its own and its forks'), oldest first. */
+  checkpoints(): Promise<Checkpoint[]> {
+    return this.shard.api.listCheckpoints(this.id);
+  }
+
+  /** Removes it; a running one needs { force: true }. */
+  async remove(options: { force?: boolean } = {}): Promise<void> {
+    await this.shard.api.removeSandbox(this.id, options.force ?? false);
+  }
+
+  /** Stops its processes; its files stay. */
+  async stop(): Promise<Sandbox> {
+    this.info = await this.shard.api.stopSandbox(this.id);
+    return this;
+  }
+
+  /** Boots it again after a stop. */
+  async start(): Promise<Sandbox> {
+    this.info = await this.shard.api.startSandbox(this.id);
+    return this;
+  }
+
+  /** Reloads info from the server. */
+  async refresh(): Promise<Sandbox> {
+    this.info = await this.shard.api.getSandbox(this.id);
+    return this;
+  }
+}
+
+const devNull: WritableLike = { write: () => true };

@@ -1,0 +1,193 @@
+// HTTP to a shard server: one keep-alive agent per client, JSON in and out,
+// {code, message} errors as ShardError, and the raw response for streams.
+
+import * as http from "node:http";
+import * as https from "node:https";
+import { ShardError } from "./errors.js";
+
+/** The address the SDK uses when neither options.remote nor SHARD_REMOTE is set. */
+export const DEFAULT_REMOTE = "http://127.0.0.1:7070";
+
+/** How to reach the server. Empty fields come from the environment. */
+export interface ConnectionOptions {
+  /**
+   * Base URL of `shard serve --listen`, e.g. "http://10.0.0.5:7070".
+   * Default: $SHARD_REMOTE, else http://127.0.0.1:7070.
+   */
+  remote?: string;
+  /** API key, sent as `Authorization: Bearer KEY`. Default: $SHARD_API_KEY. */
+  apiKey?: string;
+  /**
+   * Path of the server's Unix socket (the administrator's way in, root only),
+   * used instead of `remote` when given. Never taken from the environment.
+   */
+  socket?: string;
+}
+
+export interface RawResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: http.IncomingMessage;
+}
+
+/** Resolves options against the environment. */
+export function resolveConnection(o: ConnectionOptions = {}): { remote: string; apiKey: string; socket?: string } {
+  const env = process.env;
+  const remote = (o.remote || env.SHARD_REMOTE || DEFAULT_REMOTE).trim();
+  const apiKey = o.apiKey ?? env.SHARD_API_KEY ?? "";
+  return o.socket ? { remote, apiKey, socket: o.socket } : { remote, apiKey };
+}
+
+export class Transport {
+  /** scheme://host[:port][/prefix] without a trailing slash. */
+  readonly base: string;
+  readonly apiKey: string;
+  readonly socket?: string;
+  private readonly url: URL;
+  private readonly mod: typeof http | typeof https;
+  private readonly agent: http.Agent;
+  private closed = false;
+  private readonly inflight = new Set<http.ClientRequest>();
+
+  constructor(o: ConnectionOptions = {}) {
+    const r = resolveConnection(o);
+    this.apiKey = r.apiKey;
+    if (r.socket) {
+      this.socket = r.socket;
+      this.url = new URL("http://shard");
+      this.mod = http;
+    } else {
+      let u: URL;
+      try {
+        u = new URL(r.remote);
+      } catch {
+        throw new ShardError("invalid_argument", `SHARD_REMOTE / remote ${JSON.stringify(r.remote)} is not a URL (want e.g. http://127.0.0.1:7070)`);
+      }
+      if (u.protocol !== "http:" && u.protocol !== "https:") {
+        throw new ShardError("invalid_argument", `remote ${JSON.stringify(r.remote)}: only http:// and https:// are supported`);
+      }
+      this.url = u;
+      this.mod = u.protocol === "https:" ? https : http;
+    }
+    this.base = this.socket ? `unix:${this.socket}` : `${this.url.protocol}//${this.url.host}${this.url.pathname.replace(/\/+$/, "")}`;
+    const agentOpts: http.AgentOptions = { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, scheduling: "lifo" };
+    this.agent = this.mod === https ? new https.Agent(agentOpts) : new http.Agent(agentOpts);
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Closes the keep-alive connections and aborts requests in flight. Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const req of this.inflight) req.destroy(new ShardError("closed", "the shard client was closed"));
+    this.inflight.clear();
+    this.agent.destroy();
+  }
+
+  private where(): string {
+    return this.socket ? `the socket ${this.socket}` : this.base;
+  }
+
+  /**
+   * Sends a request; resolves with the response once its status line and
+   * headers are in, when it is 2xx. Any other answer becomes a ShardError
+   * from the body's {code, message}.
+   */
+  async request(method: string, path: string, body?: unknown): Promise<RawResponse> {
+    if (this.closed) throw new ShardError("closed", "the shard client was closed");
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const prefix = this.socket ? "" : this.url.pathname.replace(/\/+$/, "");
+    const headers: http.OutgoingHttpHeaders = { Accept: "application/json, application/x-ndjson" };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    if (payload) {
+      headers["Content-Type"] = "application/json";
+      headers["Content-Length"] = payload.length;
+    } else if (method !== "GET" && method !== "HEAD") {
+      headers["Content-Length"] = 0;
+    }
+    const opts: http.RequestOptions = {
+      method,
+      path: prefix + "/v0" + path,
+      headers,
+      agent: this.agent,
+    };
+    if (this.socket) opts.socketPath = this.socket;
+    else {
+      opts.hostname = this.url.hostname.replace(/^\[|\]$/g, "");
+      opts.port = this.url.port || (this.url.protocol === "https:" ? 443 : 80);
+      opts.protocol = this.url.protocol;
+    }
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      const req = this.mod.request(opts, (res) => {
+        this.inflight.delete(req);
+        resolve(res);
+      });
+      this.inflight.add(req);
+      req.on("error", (err: Error & { code?: string }) => {
+        this.inflight.delete(req);
+        if (err instanceof ShardError) return reject(err);
+        reject(
+          new ShardError("unreachable", `cannot reach the shard server at ${this.where()}: ${err.message || err.code || String(err)}`, 0, {
+            cause: err,
+          }),
+        );
+      });
+      req.end(payload);
+    });
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300) {
+      const text = await readAll(res).then(
+        (b) => b.toString("utf8"),
+        () => "",
+      );
+      throw errorFromBody(status, res.statusMessage ?? "", text);
+    }
+    return { status, headers: res.headers, body: res };
+  }
+
+  /** A request whose 2xx answer is JSON (or nothing). */
+  async json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return (await this.jsonWithStatus<T>(method, path, body)).value;
+  }
+
+  /** Like json, and also says the HTTP status (201 built vs 200 unchanged). */
+  async jsonWithStatus<T>(method: string, path: string, body?: unknown): Promise<{ status: number; value: T }> {
+    const { status, body: res } = await this.request(method, path, body);
+    const buf = await readAll(res).catch((err: Error) => {
+      throw new ShardError("unreachable", `reading the answer from ${this.where()}: ${err.message}`, 0, { cause: err });
+    });
+    if (buf.length === 0) return { status, value: undefined as T };
+    try {
+      return { status, value: JSON.parse(buf.toString("utf8")) as T };
+    } catch (err) {
+      throw new ShardError("bad_response", `the server's answer is not JSON: ${buf.toString("utf8").slice(0, 200)}`, status, { cause: err });
+    }
+  }
+}
+
+/** The ShardError for a non-2xx answer. */
+export function errorFromBody(status: number, statusText: string, text: string): ShardError {
+  try {
+    const e = JSON.parse(text) as { code?: unknown; message?: unknown };
+    if (e && typeof e.message === "string" && e.message !== "") {
+      return new ShardError(typeof e.code === "string" && e.code ? e.code : `http_${status}`, e.message, status);
+    }
+  } catch {
+    // not JSON: fall through
+  }
+  return new ShardError(`http_${status}`, `server answered ${status} ${statusText}: ${text.trim().slice(0, 500)}`, status);
+}
+
+export async function readAll(stream: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(typeof c === "string" ? Buffer.from(c) : (c as Buffer));
+  return Buffer.concat(chunks);
+}
+
+/** Encodes one path segment (an id, a name). */
+export function seg(s: string): string {
+  return encodeURIComponent(s);
+}

@@ -1,0 +1,193 @@
+// Wire types of the shard REST API (/v0), as the server sends them: field
+// names are the API's own (snake_case). See GET /v0/openapi.json.
+
+export type Provider = "gvisor" | "runc" | "firecracker" | "vz" | "sysbox";
+
+export type SandboxState =
+  | "creating"
+  | "running"
+  | "freezing"
+  | "stopping"
+  | "stopped"
+  | "starting"
+  | "removing"
+  | "failed";
+
+/** Environment variables: `{"K": "V"}` or `["K=V"]`. */
+export type EnvVars = Record<string, string> | string[];
+
+/** A secret given to a sandbox (its name, never its value). */
+export interface Grant {
+  secret: string;
+  env?: string;
+  file?: string;
+  at?: string;
+}
+
+/** A sandbox's egress network policy. */
+export interface Policy {
+  deny_all?: boolean;
+  allow?: string[];
+  deny?: string[];
+}
+
+/** A sandbox as the API shows it. */
+export interface SandboxInfo {
+  id: string;
+  name: string;
+  image: string;
+  image_digest: string;
+  provider: Provider | string;
+  state: SandboxState | string;
+  memory_bytes: number;
+  memory_mib: number;
+  cpu: number;
+  disk_bytes: number;
+  pids_limit: number;
+  env: string[];
+  ip?: string;
+  oom_kills: number;
+  error?: string;
+  /** The ledger session its events are recorded under (what resume takes). */
+  session: string;
+  parent_id?: string;
+  grants: Grant[];
+  policy?: Policy;
+  created_at: string;
+  started_at?: string;
+  stopped_at?: string;
+}
+
+/** The body of POST /v0/sandboxes. */
+export interface CreateRequest {
+  image?: string;
+  name?: string;
+  memory?: string | number;
+  memory_mib?: number;
+  cpu?: string | number;
+  disk?: string | number;
+  pids?: number;
+  env?: EnvVars;
+  provider?: Provider | string;
+  from_snapshot?: string;
+  environment?: string;
+}
+
+/** The body of POST /v0/sandboxes/{id}/exec. */
+export interface ExecRequest {
+  argv: string[];
+  env?: EnvVars;
+  workdir?: string;
+  user?: string;
+  /** Seconds, or a Go duration such as "30s". */
+  timeout?: number | string;
+  /** base64 of all of stdin. */
+  stdin?: string;
+}
+
+/** One line of the exec NDJSON stream. */
+export interface ExecEvent {
+  type: "started" | "stdout" | "stderr" | "exit" | "error" | string;
+  pid?: number;
+  data?: string;
+  exit_code?: number;
+  signal?: number;
+  timed_out?: boolean;
+  oom_killed?: boolean;
+}
+
+/** The body of POST /v0/sandboxes/{id}/fork. */
+export interface ForkRequest {
+  name?: string;
+  tag?: string;
+}
+
+/** A saved instant of a running sandbox: memory, processes and files. */
+export interface Checkpoint {
+  id: string;
+  kind: "checkpoint" | "fork" | "environment" | string;
+  tag?: string;
+  sandbox_id: string;
+  sandbox_name: string;
+  session: string;
+  seq: number;
+  image: string;
+  image_digest: string;
+  provider: string;
+  memory_bytes: number;
+  cpu: number;
+  disk_bytes: number;
+  size: number;
+  freeze_ms: number;
+  created_at: string;
+}
+
+/** One exec that resume ran again. */
+export interface ReplayedExec {
+  argv: string[];
+  recorded_exit_code?: number;
+  exit_code?: number;
+  error?: string;
+}
+
+/** The answer of POST /v0/ledger/sessions/{name}/resume. */
+export interface ResumeResponse {
+  sandbox: SandboxInfo;
+  checkpoint?: string;
+  replayed: ReplayedExec[];
+}
+
+/** A named, set-up-once sandbox state that creates start from warm. */
+export interface EnvironmentInfo {
+  name: string;
+  image: string;
+  image_digest: string;
+  provider: string;
+  memory_bytes: number;
+  cpu: number;
+  disk_bytes: number;
+  env?: string[];
+  setup?: string[][];
+  fingerprint: string;
+  checkpoint: string;
+  created_at: string;
+}
+
+/** The body of POST /v0/environments. */
+export interface EnvironmentRequest {
+  name: string;
+  image?: string;
+  memory?: string | number;
+  memory_mib?: number;
+  cpu?: string | number;
+  disk?: string | number;
+  env?: EnvVars;
+  provider?: string;
+  setup?: string[][];
+  sandbox?: string;
+  fingerprint?: string;
+}
+
+/** A stored secret's record (never its value). */
+export interface SecretInfo {
+  name: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A ledger session: the durable event log of one sandbox. */
+export interface Session {
+  name: string;
+  sandbox_id: string;
+  sandbox_name?: string;
+  events: number;
+  last_event?: string;
+  last_at?: string;
+  created_at: string;
+}
+
+/** The body of every error answer. */
+export interface ApiError {
+  code: string;
+  message: string;
+}

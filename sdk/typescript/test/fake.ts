@@ -1,0 +1,274 @@
+// A tiny in-memory stand-in for `shard serve`, made with node:http, for the
+// unit tests: sandboxes, fork, checkpoints, environments, secrets and grants,
+// and exec as an NDJSON stream whose events a test scripts (with delays).
+
+import * as http from "node:http";
+import type { AddressInfo } from "node:net";
+
+export interface Recorded {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  body: any;
+  at: number;
+}
+
+/** What a scripted exec can do. */
+export interface ExecWriter {
+  stdout(s: string): void;
+  stderr(s: string): void;
+  exit(code: number, extra?: Record<string, unknown>): void;
+  error(msg: string): void;
+  /** Raw line, for malformed-stream tests. */
+  raw(line: string): void;
+  /** performance.now() when each event type was last written. */
+  sentAt: Record<string, number>;
+}
+
+export type ExecScript = (argv: string[], w: ExecWriter, sandbox: any, req: any) => Promise<void> | void;
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+let seq = 0;
+const newId = () => (0x100000000000 + ++seq * 7919 + Math.floor(Math.random() * 1000)).toString(16).slice(-12);
+
+export class FakeShard {
+  readonly requests: Recorded[] = [];
+  readonly sandboxes = new Map<string, any>();
+  readonly checkpoints: any[] = [];
+  readonly environments = new Map<string, any>();
+  readonly secrets = new Map<string, string>();
+  /** Answer every request with this error instead (status, code, message). */
+  failWith?: { status: number; code?: string; message?: string; raw?: string };
+  /** Delay before answering a create or fork, in ms. */
+  createDelay = 0;
+  onExec: ExecScript = (argv, w) => {
+    w.stdout(argv.join(" ") + "\n");
+    w.exit(0);
+  };
+  private server!: http.Server;
+  url = "";
+
+  async start(): Promise<this> {
+    this.server = http.createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  count(method: string, pathPrefix: string): number {
+    return this.requests.filter((r) => r.method === method && r.path.startsWith(pathPrefix)).length;
+  }
+
+  find(id: string): any {
+    return this.sandboxes.get(id) ?? [...this.sandboxes.values()].find((s) => s.name === id);
+  }
+
+  private sandbox(fields: any): any {
+    const id = newId();
+    const sb = {
+      id,
+      name: fields.name || id,
+      image: fields.image ?? "img",
+      image_digest: "sha256:0",
+      provider: "gvisor",
+      state: "running",
+      memory_bytes: 512 << 20,
+      memory_mib: 512,
+      cpu: 1,
+      disk_bytes: 10 << 30,
+      pids_limit: 4096,
+      env: [],
+      oom_kills: 0,
+      session: fields.session ?? (fields.name || id),
+      grants: [] as any[],
+      created_at: new Date().toISOString(),
+      ...fields.extra,
+    };
+    this.sandboxes.set(id, sb);
+    return sb;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString("utf8");
+    let body: any;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = text;
+    }
+    const url = new URL(req.url ?? "/", "http://x");
+    const path = url.pathname;
+    this.requests.push({ method: req.method ?? "", path: path + url.search, headers: req.headers, body, at: performance.now() });
+    const json = (status: number, v: unknown) => {
+      const b = Buffer.from(JSON.stringify(v));
+      res.writeHead(status, { "Content-Type": "application/json", "Content-Length": b.length });
+      res.end(b);
+    };
+    const err = (status: number, code: string, message: string) => json(status, { code, message });
+    if (this.failWith) {
+      if (this.failWith.raw !== undefined) {
+        res.writeHead(this.failWith.status, { "Content-Type": "text/plain" });
+        return void res.end(this.failWith.raw);
+      }
+      return err(this.failWith.status, this.failWith.code ?? "x", this.failWith.message ?? "x");
+    }
+    const m = req.method;
+    let p: RegExpExecArray | null;
+    if (m === "GET" && path === "/v0/version") return json(200, { version: "fake" });
+    if (m === "POST" && path === "/v0/sandboxes") {
+      if (this.createDelay) await sleep(this.createDelay);
+      if (body.name && this.find(body.name)) return err(409, "name_taken", `name ${body.name} is taken`);
+      if (body.environment) {
+        const env = this.environments.get(body.environment);
+        if (!env) return err(404, "environment_not_found", `environment ${body.environment} not found`);
+        return json(201, this.sandbox({ name: body.name, image: env.image, extra: { parent_id: env.checkpoint } }));
+      }
+      return json(201, this.sandbox({ name: body.name, image: body.image }));
+    }
+    if (m === "GET" && path === "/v0/sandboxes") return json(200, { sandboxes: [...this.sandboxes.values()] });
+    if ((p = /^\/v0\/sandboxes\/([^/]+)$/.exec(path))) {
+      const sb = this.find(decodeURIComponent(p[1]!));
+      if (!sb) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
+      if (m === "GET") return json(200, sb);
+      if (m === "DELETE") {
+        if (sb.state === "running" && url.searchParams.get("force") !== "true") return err(409, "sandbox_running", "running: use force");
+        this.sandboxes.delete(sb.id);
+        return json(200, { removed: p[1] });
+      }
+    }
+    if ((p = /^\/v0\/sandboxes\/([^/]+)\/(stop|start|fork|exec|checkpoints|grants)(?:\/([^/]+))?$/.exec(path))) {
+      const sb = this.find(decodeURIComponent(p[1]!));
+      if (!sb) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
+      const verb = p[2];
+      if (verb === "stop" && m === "POST") return json(200, Object.assign(sb, { state: "stopped" }));
+      if (verb === "start" && m === "POST") return json(200, Object.assign(sb, { state: "running" }));
+      if (verb === "fork" && m === "POST") {
+        if (this.createDelay) await sleep(this.createDelay);
+        const ck = this.checkpoint(sb, "fork", body?.tag);
+        return json(201, this.sandbox({ name: body?.name, image: sb.image, session: `fork-${sb.name}-${ck.id.slice(0, 6)}`, extra: { parent_id: sb.id, grants: [...sb.grants] } }));
+      }
+      if (verb === "checkpoints" && m === "POST") return json(201, this.checkpoint(sb, "checkpoint", body?.tag));
+      if (verb === "checkpoints" && m === "GET") return json(200, { checkpoints: this.checkpoints.filter((c) => c.session === sb.session) });
+      if (verb === "grants" && m === "POST") {
+        if (!this.secrets.has(body.secret)) return err(404, "secret_not_found", `secret ${body.secret} not found`);
+        sb.grants = sb.grants.filter((g: any) => g.secret !== body.secret).concat([body]);
+        return json(200, sb);
+      }
+      if (verb === "grants" && m === "GET") return json(200, { grants: sb.grants });
+      if (verb === "grants" && m === "DELETE") {
+        sb.grants = sb.grants.filter((g: any) => g.secret !== decodeURIComponent(p![3]!));
+        return json(200, sb);
+      }
+      if (verb === "exec" && m === "POST") return this.exec(sb, body, res);
+    }
+    if ((p = /^\/v0\/checkpoints\/([^/]+)\/restore$/.exec(path)) && m === "POST") {
+      const ck = this.checkpoints.find((c) => c.id === p![1]);
+      if (!ck) return err(404, "checkpoint_not_found", "checkpoint not found");
+      return json(201, this.sandbox({ name: body?.name, image: ck.image }));
+    }
+    if ((p = /^\/v0\/ledger\/sessions\/([^/]+)\/resume$/.exec(path)) && m === "POST") {
+      return json(201, { sandbox: this.sandbox({ name: body?.name }), checkpoint: "", replayed: [{ argv: ["true"], recorded_exit_code: 0, exit_code: 0 }] });
+    }
+    if ((p = /^\/v0\/environments\/([^/]+)$/.exec(path))) {
+      const env = this.environments.get(decodeURIComponent(p[1]!));
+      if (!env) return err(404, "environment_not_found", `environment ${p[1]} not found`);
+      if (m === "GET") return json(200, env);
+      if (m === "DELETE") {
+        this.environments.delete(env.name);
+        return json(200, { removed: env.name });
+      }
+    }
+    if (m === "POST" && path === "/v0/environments") {
+      const old = this.environments.get(body.name);
+      if (old && old.fingerprint === body.fingerprint) return json(200, old);
+      const src = body.sandbox ? this.find(body.sandbox) : undefined;
+      if (body.sandbox && !src) return err(404, "sandbox_not_found", "sandbox not found");
+      const ck = src ? this.checkpoint(src, "environment") : { id: newId() };
+      const env = { name: body.name, image: src?.image ?? body.image, fingerprint: body.fingerprint ?? "server", checkpoint: ck.id, created_at: new Date().toISOString() };
+      this.environments.set(body.name, env);
+      return json(201, env);
+    }
+    if ((p = /^\/v0\/secrets\/([^/]+)$/.exec(path))) {
+      const name = decodeURIComponent(p[1]!);
+      if (m === "PUT") {
+        this.secrets.set(name, Buffer.from(body.value, "base64").toString("utf8"));
+        return json(200, { name, created_at: "", updated_at: "" });
+      }
+      if (m === "DELETE") {
+        this.secrets.delete(name);
+        return json(200, { removed: name });
+      }
+    }
+    return err(404, "not_found", `no route ${m} ${path}`);
+  }
+
+  private checkpoint(sb: any, kind: string, tag?: string): any {
+    const ck = { id: newId(), kind, tag, sandbox_id: sb.id, sandbox_name: sb.name, session: sb.session, seq: this.checkpoints.length + 1, image: sb.image };
+    if (!tag) delete (ck as any).tag;
+    this.checkpoints.push(ck);
+    return ck;
+  }
+
+  private async exec(sb: any, body: any, res: http.ServerResponse): Promise<void> {
+    if (sb.state !== "running") {
+      const b = JSON.stringify({ code: "sandbox_not_running", message: `sandbox ${sb.name} is not running` });
+      res.writeHead(409, { "Content-Type": "application/json" });
+      return void res.end(b);
+    }
+    res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+    res.flushHeaders();
+    const sentAt: Record<string, number> = {};
+    let ended = false;
+    const line = (o: object) => {
+      if (ended) return;
+      res.write(JSON.stringify(o) + "\n");
+      sentAt[(o as any).type] = performance.now();
+    };
+    const w: ExecWriter = {
+      stdout: (s) => line({ type: "stdout", data: Buffer.from(s).toString("base64") }),
+      stderr: (s) => line({ type: "stderr", data: Buffer.from(s).toString("base64") }),
+      exit: (code, extra) => line({ type: "exit", exit_code: code, ...extra }),
+      error: (msg) => line({ type: "error", data: Buffer.from(msg).toString("base64") }),
+      raw: (l) => {
+        res.write(l + "\n");
+      },
+      sentAt,
+    };
+    line({ type: "started", pid: 42 });
+    try {
+      await this.onExec(body.argv, w, sb, body);
+    } finally {
+      ended = true;
+      res.end();
+    }
+  }
+}
+
+export async function withFake<T>(fn: (f: FakeShard) => Promise<T>): Promise<T> {
+  const f = await new FakeShard().start();
+  try {
+    return await fn(f);
+  } finally {
+    await f.stop();
+  }
+}
+
+/** A Writable-like that records each chunk and when it came. */
+export class Collector {
+  readonly chunks: { at: number; text: string }[] = [];
+  write(chunk: Uint8Array): boolean {
+    this.chunks.push({ at: performance.now(), text: Buffer.from(chunk).toString("utf8") });
+    return true;
+  }
+  get text(): string {
+    return this.chunks.map((c) => c.text).join("");
+  }
+}
