@@ -20,9 +20,9 @@ import (
 
 // BenchmarkSDKExec: the exec round trip of `true` over TCP with an API key,
 // from each SDK (Go client, TypeScript, Python) beside raw HTTP (one POST,
-// the NDJSON read to its end) and the CLI, in the same run. The TypeScript
-// and Python SDKs time b.N execs in a sandbox of their own (busybox) with
-// their bench scripts and print p50/p90; the others share one here.
+// the NDJSON read to its end) and the CLI, in the same run and the same
+// sandbox. The TypeScript and Python SDKs time b.N execs with their bench
+// scripts and print p50/p90.
 func BenchmarkSDKExec(b *testing.B) {
 	e := need(b)
 	ctx := context.Background()
@@ -33,7 +33,11 @@ func BenchmarkSDKExec(b *testing.B) {
 	b.Cleanup(func() { e.c.RevokeToken(context.Background(), tc.ID) })
 	remote := "http://" + e.tcp
 	env := append(os.Environ(), "SHARD_REMOTE="+remote, "SHARD_API_KEY="+tc.Key, "SHARD_BENCH_IMAGE="+busybox)
-	sb := create(b, client.CreateRequest{Image: busybox, Memory: jsonRaw("256MiB")})
+	// One runc sandbox for every variant: its exec is short and steady
+	// (~4 ms), so what each client adds shows; gVisor's exec varies by
+	// more than that between runs.
+	sb := create(b, client.CreateRequest{Image: busybox, Memory: jsonRaw("256MiB"), Provider: "runc"})
+	env = append(env, "SHARD_BENCH_SANDBOX="+sb.ID)
 	goc, err := client.New(client.Options{Remote: remote, APIKey: tc.Key})
 	if err != nil {
 		b.Fatal(err)

@@ -32,20 +32,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="Exec round trip through the Python SDK.")
     ap.add_argument("-n", type=int, default=50, help="number of execs timed (default 50)")
     ap.add_argument("--image", default=os.environ.get("SHARD_BENCH_IMAGE") or os.environ.get("SHARD_TEST_PYTHON_IMAGE") or "busybox")
+    ap.add_argument("--sandbox", default=os.environ.get("SHARD_BENCH_SANDBOX"),
+                    help="an existing running sandbox (id or name) to use instead of a new one")
     args = ap.parse_args()
 
+    def run(sb: "object") -> List[float]:
+        for _ in range(3):  # warm the connection and the sandbox
+            sb.exec(["true"])  # type: ignore[attr-defined]
+        ms: List[float] = []
+        for _ in range(args.n):
+            t0 = time.perf_counter()
+            r = sb.exec(["true"])  # type: ignore[attr-defined]
+            ms.append((time.perf_counter() - t0) * 1000)
+            if r.exit_code != 0:
+                raise SystemExit(f"true exited {r.exit_code}: {r.stderr}")
+        return ms
+
     with Shard() as shard:
-        with shard.create(args.image, memory_mib=256) as sb:
-            for _ in range(3):  # warm the connection and the sandbox
-                sb.exec(["true"])
-            ms: List[float] = []
-            for _ in range(args.n):
-                t0 = time.perf_counter()
-                r = sb.exec(["true"])
-                ms.append((time.perf_counter() - t0) * 1000)
-                if r.exit_code != 0:
-                    print(f"true exited {r.exit_code}: {r.stderr}", file=sys.stderr)
-                    return 1
+        if args.sandbox:
+            ms = run(shard.get(args.sandbox))
+        else:
+            with shard.create(args.image, memory_mib=256) as sb:
+                ms = run(sb)
     ms.sort()
     print(f"BENCH py-sdk-exec p50 {statistics.median(ms):.2f} p90 {percentile(ms, 90):.2f}", flush=True)
     return 0
