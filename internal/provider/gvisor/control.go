@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // controlCall makes one call on a sandbox's control server directly: the
@@ -19,6 +22,12 @@ import (
 // pauses and resumes its source, and the source is frozen for all of that.
 // A direct call costs well under a millisecond.
 func (p *Provider) controlCall(ctx context.Context, id, method string) error {
+	return p.controlCallFiles(ctx, id, method, nil, nil)
+}
+
+// controlCallFiles is controlCall with an argument and files: the files go
+// with the request as SCM_RIGHTS (uRPC's FilePayload), in order.
+func (p *Provider) controlCallFiles(ctx context.Context, id, method string, arg any, files []*os.File) error {
 	sock := filepath.Join(p.opts.Root, "runsc-"+id+".sock")
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
@@ -31,8 +40,16 @@ func (p *Provider) controlCall(ctx context.Context, id, method string) error {
 	} else {
 		conn.SetDeadline(time.Now().Add(time.Minute))
 	}
-	req, _ := json.Marshal(map[string]any{"method": method, "arg": nil})
-	if _, err := conn.Write(req); err != nil {
+	req, _ := json.Marshal(map[string]any{"method": method, "arg": arg})
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := conn.(*net.UnixConn).WriteMsgUnix(req, oob, nil); err != nil {
 		return err
 	}
 	var res struct {
