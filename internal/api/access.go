@@ -181,7 +181,13 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.SetURL(target)
 			pr.Out.URL.Path = "/" + r.PathValue("path")
 			pr.Out.URL.RawPath = ""
-			pr.Out.Header.Del("Authorization") // the shard key is not the app's
+			// The shard key is not the app's: neither the header nor the
+			// ?access_token= a WebSocket client may have used.
+			pr.Out.Header.Del("Authorization")
+			if q := pr.Out.URL.Query(); q.Has("access_token") {
+				q.Del("access_token")
+				pr.Out.URL.RawQuery = q.Encode()
+			}
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

@@ -35,6 +35,20 @@ func view(sb *store.Sandbox) Sandbox {
 	return v
 }
 
+// redact hides a sandbox's grants and policy from a token that may not read
+// them (their own routes need secret:read and policy:read).
+func redact(r *http.Request, v Sandbox) Sandbox {
+	if p := auth.From(r.Context()); p != nil {
+		if !p.Can(auth.SecretRead) {
+			v.Grants = []Grant{}
+		}
+		if !p.Can(auth.PolicyRead) {
+			v.Policy = nil
+		}
+	}
+	return v
+}
+
 func sizeField(name string, raw json.RawMessage) (int64, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
@@ -183,7 +197,7 @@ func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
 	}
 	out := make([]Sandbox, 0, len(all))
 	for _, sb := range all {
-		out = append(out, view(sb))
+		out = append(out, redact(r, view(sb)))
 	}
 	return map[string]any{"sandboxes": out}, 200, nil
 }
@@ -193,7 +207,7 @@ func (s *Server) getSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), 200, nil
+	return redact(r, view(sb)), 200, nil
 }
 
 func (s *Server) removeSandbox(r *http.Request) (any, int, error) {

@@ -88,3 +88,29 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+func TestTokenNames(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tk := &Tokens{Store: st}
+	a, key, err := tk.Create(ctx, "ci", []string{SandboxRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A name that looks like an id is refused: it could shadow a token.
+	if _, _, err := tk.Create(ctx, a.ID, []string{SandboxRead}); errdefs.KindOf(err) != errdefs.KindInvalid {
+		t.Fatalf("a token named like an id: %v", err)
+	}
+	if _, err := tk.Authenticate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	// A key is found by its id only, never by a name.
+	_, secret, _ := ParseKey(key)
+	if _, err := tk.Authenticate(ctx, "shk_"+"ci0000000000"[:12]+"_"+secret); errdefs.KindOf(err) != errdefs.KindUnauth {
+		t.Fatalf("a key with a made-up id: %v", err)
+	}
+}

@@ -15,13 +15,19 @@ type Tokens struct {
 	Store *store.Store
 }
 
-var tokenName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var (
+	tokenName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	tokenID   = regexp.MustCompile(`^[0-9a-f]{12}$`)
+)
 
 // Create makes a token with scopes and returns its record and its key; the
 // key is shown once and never stored.
 func (t *Tokens) Create(ctx context.Context, name string, scopes []string) (*store.Token, string, error) {
 	if !tokenName.MatchString(name) {
 		return nil, "", errdefs.Invalid("token name %q is not valid: use letters, digits, '.', '_' and '-', at most 63", name)
+	}
+	if tokenID.MatchString(name) {
+		return nil, "", errdefs.Invalid("token name %q looks like a token id: choose a name that is not 12 hex digits", name)
 	}
 	if len(scopes) == 0 {
 		return nil, "", errdefs.Invalid("a token needs at least one scope (one of %v)", Known)
@@ -63,6 +69,9 @@ func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, erro
 		return nil, bad
 	}
 	rec, err := t.Store.GetToken(ctx, id)
+	if err == nil && rec.ID != id { // found by a name: never by a name
+		err = errdefs.NotFound("token_not_found", "no token %s", id)
+	}
 	if err != nil {
 		if errdefs.Is(err, errdefs.KindNotFound) {
 			return nil, bad

@@ -16,21 +16,27 @@ import (
 )
 
 // ExecSession is a running exec whose start and end are in the sandbox's
-// ledger. It is an agent session whose Recv notes the exit; Close, before
-// the exit was seen, keeps reading in the background until it is (the
-// command keeps running when its client leaves, and its end is still
-// recorded).
+// ledger. One goroutine (pump) reads the agent's frames, records the end
+// when it comes, and hands the frames to Recv. Close lets go of the command
+// at once: the pump then drops its output, and still records its end.
 type ExecSession struct {
 	*agent.Session
 
-	s      *Service
-	sb     *store.Sandbox
-	id     string
-	start  time.Time
-	rmu    sync.Mutex // one reader at a time: the client's, or the drain
-	once   sync.Once  // the exec_finished event
-	closed sync.Once
-	done   chan struct{} // closed once the end is recorded
+	s          *Service
+	sb         *store.Sandbox
+	id         string
+	start      time.Time
+	frames     chan frame    // from the pump; closed when it ends
+	detached   chan struct{} // closed by Close
+	detachOnce sync.Once
+	once       sync.Once     // the exec_finished event
+	done       chan struct{} // closed once the end is recorded
+}
+
+type frame struct {
+	typ byte
+	p   []byte
+	err error
 }
 
 // Exec starts a command in a running sandbox. Its exec_started event is on
@@ -75,7 +81,8 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	if err := s.cfg.Store.AddEvent(ctx, sb, &store.EventSpec{Type: ledger.ExecStarted, Data: started}); err != nil {
 		return nil, nil, err
 	}
-	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{})}
+	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{}),
+		frames: make(chan frame), detached: make(chan struct{})}
 	sess, err := s.agentFor(sb).Exec(ctx, req)
 	if err != nil {
 		var es *agent.ErrStart
@@ -91,55 +98,55 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 	}
 	e.Session = sess
+	go e.pump()
 	return e, sb, nil
 }
 
-// Recv returns the next frame, as agent.Session's does, and records the end.
-func (e *ExecSession) Recv() (byte, []byte, error) {
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	select {
-	case <-e.done:
-		return 0, nil, errors.New("the command has ended")
-	default:
+// pump reads frames until the command ends (or the connection does),
+// records the end before handing on the exit frame, and then closes the
+// connection.
+func (e *ExecSession) pump() {
+	defer close(e.frames)
+	defer e.Session.Close()
+	for {
+		typ, p, err := e.Session.Recv()
+		switch {
+		case err != nil:
+			e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
+		case typ == agent.FrameExit:
+			var ex agent.Exit
+			json.Unmarshal(p, &ex)
+			code := ex.Code
+			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
+		}
+		select {
+		case e.frames <- frame{typ, p, err}:
+		case <-e.detached: // nobody reads any more: drop it
+		}
+		if err != nil || typ == agent.FrameExit {
+			return
+		}
 	}
-	typ, p, err := e.Session.Recv()
-	switch {
-	case err != nil:
-		e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
-	case typ == agent.FrameExit:
-		var ex agent.Exit
-		json.Unmarshal(p, &ex)
-		code := ex.Code
-		e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
-	}
-	return typ, p, err
 }
 
-// Close lets go of the command. If its end was not seen yet, a background
-// reader waits for it (dropping the output) to record it, then closes.
-func (e *ExecSession) Close() error {
-	e.closed.Do(func() {
-		select {
-		case <-e.done:
-			e.Session.Close()
-		default:
-			go func() {
-				for {
-					if _, _, err := e.Recv(); err != nil {
-						break
-					}
-					select {
-					case <-e.done:
-					default:
-						continue
-					}
-					break
-				}
-				e.Session.Close()
-			}()
+// Recv returns the next frame, as agent.Session's does (its end already
+// recorded when it is the exit frame).
+func (e *ExecSession) Recv() (byte, []byte, error) {
+	select {
+	case f, ok := <-e.frames:
+		if !ok {
+			return 0, nil, io.EOF
 		}
-	})
+		return f.typ, f.p, f.err
+	case <-e.detached:
+		return 0, nil, errors.New("the exec was let go")
+	}
+}
+
+// Close lets go of the command: it keeps running, and its end is still
+// recorded when it comes.
+func (e *ExecSession) Close() error {
+	e.detachOnce.Do(func() { close(e.detached) })
 	return nil
 }
 

@@ -129,7 +129,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		staging.Wait()
 		for _, st := range stagedForks {
 			if st != nil {
-				st.abort()
+				st.abort() // idempotent: undo runs once
 			}
 		}
 	}
@@ -139,16 +139,17 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
 	}
 	log.Info("fork: source thawed", "freeze_ms", ck.FreezeMS, "forks", len(forks))
-	for _, f := range forks {
-		err := s.cfg.Store.AddEvent(bg, src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})
-		if err != nil {
-			log.Error("fork: ledger", "err", err)
-		}
+	// From here a failure also takes the fork's checkpoint away: it was
+	// made for forks that did not come to be.
+	failAfter := func(err error) ([]*store.Sandbox, error) {
+		abortStaged()
+		out, err := fail(err)
+		s.dropCheckpoint(bg, ck)
+		return out, err
 	}
 	staging.Wait()
 	if err := errors.Join(stageErrs...); err != nil {
-		abortStaged()
-		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
+		return failAfter(fmt.Errorf("fork of %s: %w", src.Name, err))
 	}
 
 	// 3. Restore every fork from the one image, concurrently.
@@ -163,15 +164,22 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
+		return failAfter(fmt.Errorf("fork of %s: %w", src.Name, err))
 	}
 	out := make([]*store.Sandbox, len(forks))
 	for i, f := range forks {
 		r, err := s.move(bg, f.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 		if err != nil {
-			return fail(err)
+			return failAfter(err)
 		}
 		out[i] = r
+	}
+	// The source's ledger tells of forks that exist.
+	for _, f := range out {
+		err := s.cfg.Store.AddEvent(bg, src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})
+		if err != nil {
+			log.Error("fork: ledger", "err", err)
+		}
 	}
 	return out, nil
 }
@@ -273,6 +281,9 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		err := cp.Pause(pctx, src.ID)
 		pcancel()
 		if err != nil {
+			// The call may have paused it and lost the answer: a paused
+			// sandbox's agent does not answer, and then it is thawed below.
+			paused = !s.answers(context.WithoutCancel(ctx), src, 2*time.Second)
 			return err
 		}
 		paused = true

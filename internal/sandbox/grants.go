@@ -19,8 +19,6 @@ type GrantRequest struct {
 	File   string
 }
 
-var envNameRe = envRe // K= prefix check reused below
-
 // Grant gives a secret to a sandbox. An env grant applies to every exec
 // from now on (the value is read at each exec, never stored in the sandbox's
 // record or the ledger); a file grant writes the file into the running
@@ -44,7 +42,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		if req.Env == "" {
 			req.Env = req.Secret
 		}
-		if !envNameRe.MatchString(req.Env + "=") {
+		if !envRe.MatchString(req.Env + "=") { // envRe checks the K= of K=V
 			return nil, errdefs.Invalid("%q is not an environment variable name: give one with --env, or grant it as a file with --file", req.Env)
 		}
 	}

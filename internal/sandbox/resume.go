@@ -81,6 +81,11 @@ func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResu
 			r.RecordedExit = pe.Finished.ExitCode
 		}
 		req := agent.Request{Argv: pe.Started.Argv, Dir: pe.Started.Cwd, User: pe.Started.User, TimeoutMS: pe.Started.TimeoutMS}
+		// Granted secrets, as any exec gets them (values are never in the
+		// ledger, names are not recorded in the exec either).
+		if genv, err := s.grantEnv(ctx, res.Sandbox); err == nil {
+			req.Env = genv
+		}
 		started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Dir, User: req.User, TimeoutMS: req.TimeoutMS, Replay: true}
 		if pe.Ended() {
 			code, err := s.runReq(ctx, res.Sandbox, req, started, io.Discard)

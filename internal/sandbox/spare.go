@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,6 +127,9 @@ func (s *Service) dropSpare(sp *spare) {
 	if sp.st != nil {
 		sp.st.abort()
 	}
+	if ip, err := netip.ParseAddr(sp.rec.IP); err == nil && sp.rec.Policy != nil {
+		s.cfg.Net.SetPolicy(ip, nil) // stage() installed it for the address
+	}
 	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
 	os.RemoveAll(s.runDir(sp.rec.ID))
 	s.allocMu.Lock()
@@ -183,8 +187,11 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	bg := context.WithoutCancel(ctx)
 	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	if err := s.launchRestore(bg, ck, sp.st); err != nil {
+		// A spare can wait for hours: if its runtime died meanwhile, a
+		// plain restore still makes the sandbox.
+		log.Warn("warm spare failed; restoring without it", "err", err)
 		s.destroy(bg, rec, log)
-		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
+		return s.Restore(ctx, ck.ID, RestoreOptions{Name: name, Environment: env})
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
