@@ -108,9 +108,17 @@ func TestTokenNames(t *testing.T) {
 	if _, err := tk.Authenticate(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	// A key is found by its id only, never by a name.
-	_, secret, _ := ParseKey(key)
-	if _, err := tk.Authenticate(ctx, "shk_"+"ci0000000000"[:12]+"_"+secret); errdefs.KindOf(err) != errdefs.KindUnauth {
-		t.Fatalf("a key with a made-up id: %v", err)
+	// A key is found by its id only, never by a name: a token named like
+	// a (non-hex) id does not make "shk_<its name>_<its secret>" a key.
+	b, keyB, err := tk.Create(ctx, "zzzzzzzzzzzz", []string{All})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, secretB, _ := ParseKey(keyB)
+	if _, err := tk.Authenticate(ctx, "shk_"+b.Name+"_"+secretB); errdefs.KindOf(err) != errdefs.KindUnauth {
+		t.Fatalf("a key naming a token by its name: %v", err)
+	}
+	if _, err := tk.Authenticate(ctx, keyB); err != nil {
+		t.Fatal(err)
 	}
 }
