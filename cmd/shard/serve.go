@@ -172,9 +172,13 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	go svc.Watch(ctx, 2*time.Second)
+	// Ledger followers stream until their client leaves: they end when the
+	// server starts shutting down, so Shutdown need not wait them out.
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
 	srv := &http.Server{
 		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
-			Log: log, Version: version}).Handler(),
+			Log: log, Version: version, Stopping: stopping.Done()}).Handler(),
 		// The Unix socket is root's alone: whoever reaches it is the
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -216,6 +220,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	srv.RegisterOnShutdown(stop)
 	srv.Shutdown(sctx)
 	svc.DropSpares() // warm spares have no record: nothing may outlive the server of them
 	// Remove the socket only if it is still ours.

@@ -39,6 +39,7 @@ type Server struct {
 	Secrets   *secrets.Service
 	Log       *slog.Logger
 	Version   string
+	Stopping  <-chan struct{} // closed when the server shuts down: long streams end
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and

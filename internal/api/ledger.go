@@ -147,6 +147,8 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-r.Context().Done():
 			return
+		case <-s.Stopping:
+			return
 		}
 	}
 }

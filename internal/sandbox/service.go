@@ -62,8 +62,10 @@ type Service struct {
 	lastIP   netip.Addr      // guarded by allocMu
 	reserved map[string]bool // addresses held by warm spares; guarded by allocMu
 
-	sparesMu sync.Mutex
-	spares   map[string]*spare // environment name → its warm spare; guarded by sparesMu
+	sparesMu     sync.Mutex
+	spares       map[string]*spare // environment name → its warm spare; guarded by sparesMu
+	sparesClosed bool              // at shutdown: stage no more; guarded by sparesMu
+	sparesWG     sync.WaitGroup    // spares being staged
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu

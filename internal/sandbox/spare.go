@@ -34,14 +34,16 @@ type spare struct {
 // newer staging meanwhile wins over this one.
 func (s *Service) stageSpare(env *store.Environment) {
 	s.sparesMu.Lock()
-	if _, ok := s.spares[env.Name]; ok {
+	if _, ok := s.spares[env.Name]; ok || s.sparesClosed {
 		s.sparesMu.Unlock()
 		return
 	}
+	s.sparesWG.Add(1)
 	placeholder := &spare{env: env.Name, ckID: env.Checkpoint}
 	s.spares[env.Name] = placeholder
 	s.sparesMu.Unlock()
 	go func() {
+		defer s.sparesWG.Done()
 		sp, err := s.makeSpare(context.Background(), env)
 		s.sparesMu.Lock()
 		defer s.sparesMu.Unlock()
@@ -54,7 +56,7 @@ func (s *Service) stageSpare(env *store.Environment) {
 				delete(s.spares, env.Name)
 			}
 			if sp != nil {
-				go s.dropSpare(sp)
+				s.dropSpare(sp) // (sparesMu held: dropSpare takes only allocMu)
 			}
 			return
 		}
@@ -137,12 +139,15 @@ func (s *Service) dropSpare(sp *spare) {
 	s.allocMu.Unlock()
 }
 
-// DropSpares takes every spare down (at shutdown).
+// DropSpares takes every spare down and stages no more (at shutdown); it
+// waits for spares being staged, which then drop themselves.
 func (s *Service) DropSpares() {
 	s.sparesMu.Lock()
+	s.sparesClosed = true
 	all := s.spares
 	s.spares = map[string]*spare{}
 	s.sparesMu.Unlock()
+	defer s.sparesWG.Wait()
 	for _, sp := range all {
 		if sp.st != nil {
 			s.dropSpare(sp)
