@@ -93,24 +93,8 @@ or name) or of one ledger session, also after its sandbox was removed.`,
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
 
-	inspect := &cobra.Command{
-		Use:     "inspect CHECKPOINT",
-		Short:   "Show a checkpoint as JSON",
-		Example: `  shard checkpoint inspect 7c1e0a9b4f2d`,
-		Args:    exactArgs(1, "a CHECKPOINT id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			ck, err := c.GetCheckpoint(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(ck)
-		},
-	}
-	inspect.Flags().BoolVar(&a.json, "json", false, "print JSON (the default here)")
+	inspect := inspectCmd(a, "inspect CHECKPOINT", "Show a checkpoint as JSON", `  shard checkpoint inspect 7c1e0a9b4f2d`, "a CHECKPOINT id",
+		func(ctx context.Context, c *client.Client, id string) (any, error) { return c.GetCheckpoint(ctx, id) })
 
 	rm := eachArg(a, "rm CHECKPOINT...", "Remove checkpoints (not one an environment uses)", "one or more CHECKPOINT id",
 		func(ctx context.Context, c *client.Client, id string) (any, error) {

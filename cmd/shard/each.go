@@ -48,3 +48,27 @@ func eachArg(a *app, use, short, what string, do func(ctx context.Context, c *cl
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
 }
+
+// inspectCmd is an `inspect X` verb: one argument, the object printed as
+// JSON (--json is accepted for symmetry; JSON is the only form).
+func inspectCmd(a *app, use, short, example, what string, get func(ctx context.Context, c *client.Client, id string) (any, error)) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Example: example,
+		Args:    exactArgs(1, what),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			v, err := get(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(v)
+		},
+	}
+	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON (the default here)")
+	return cmd
+}

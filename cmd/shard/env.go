@@ -121,24 +121,8 @@ environment of that name already has the same definition (nothing ran).`,
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
 
-	inspect := &cobra.Command{
-		Use:     "inspect NAME",
-		Short:   "Show an environment as JSON",
-		Example: `  shard env inspect py-deps`,
-		Args:    exactArgs(1, "an environment NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			e, err := c.GetEnvironment(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(e)
-		},
-	}
-	inspect.Flags().BoolVar(&a.json, "json", false, "print JSON (the default here)")
+	inspect := inspectCmd(a, "inspect NAME", "Show an environment as JSON", `  shard env inspect py-deps`, "an environment NAME",
+		func(ctx context.Context, c *client.Client, id string) (any, error) { return c.GetEnvironment(ctx, id) })
 
 	rm := eachArg(a, "rm NAME...", "Remove environments", "one or more environment NAME",
 		func(ctx context.Context, c *client.Client, name string) (any, error) {

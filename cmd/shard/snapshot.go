@@ -83,24 +83,8 @@ with sandbox_running). The sandbox itself is not changed.`,
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
 
-	inspect := &cobra.Command{
-		Use:     "inspect SNAPSHOT",
-		Short:   "Show a snapshot (id or name) as JSON",
-		Example: `  shard snapshot inspect base-v1`,
-		Args:    exactArgs(1, "a SNAPSHOT (id or name)"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.GetSnapshot(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(snap)
-		},
-	}
-	inspect.Flags().BoolVar(&a.json, "json", false, "print JSON (the default here)")
+	inspect := inspectCmd(a, "inspect SNAPSHOT", "Show a snapshot (id or name) as JSON", `  shard snapshot inspect base-v1`, "a SNAPSHOT (id or name)",
+		func(ctx context.Context, c *client.Client, id string) (any, error) { return c.GetSnapshot(ctx, id) })
 
 	rm := eachArg(a, "rm SNAPSHOT...", "Remove snapshots", "one or more SNAPSHOT (id or name)",
 		func(ctx context.Context, c *client.Client, id string) (any, error) {

@@ -188,13 +188,8 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 // holds its lifecycle lock (one fork, checkpoint, stop or remove at a time)
 // until unlock. verb names what the caller wants in the errors.
 func (s *Service) lockRunning(ctx context.Context, idOrName, verb string) (*store.Sandbox, provider.Checkpointer, func(), error) {
-	src, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	src, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	unlock := s.lock(src.ID)
-	if src, err = s.cfg.Store.GetSandbox(ctx, src.ID); err != nil {
-		unlock()
 		return nil, nil, nil, err
 	}
 	switch src.State {

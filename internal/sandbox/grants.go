@@ -46,15 +46,11 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 			return nil, errdefs.Invalid("%q is not an environment variable name: give one with --env, or grant it as a file with --file", req.Env)
 		}
 	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
-	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	old := grantOf(sb, req.Secret)
 	if req.File != "" || (old != nil && old.File != "") {
 		if sb.State != StateRunning {
@@ -92,15 +88,11 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 // Ungrant takes a secret away from a sandbox: new execs no longer get the
 // variable; a granted file is removed. Its forks keep their own grants.
 func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.Sandbox, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
-	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	g := grantOf(sb, secret)
 	if g == nil {
 		return nil, errdefs.NotFound("grant_not_found", "sandbox %s has no grant of secret %s", sb.Name, secret)

@@ -24,11 +24,10 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 			p = &store.Policy{DenyAll: np.DenyAll, Allow: np.Allow, Deny: np.Deny}
 		}
 	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {

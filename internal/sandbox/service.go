@@ -117,6 +117,22 @@ func (s *Service) Capabilities() []provider.Capabilities {
 	return out
 }
 
+// lockSandbox finds a sandbox by id or name and holds its lifecycle lock
+// until unlock; the record it returns is read under the lock, so no other
+// lifecycle step changed it since.
+func (s *Service) lockSandbox(ctx context.Context, idOrName string) (*store.Sandbox, func(), error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock := s.lock(sb.ID)
+	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return sb, unlock, nil
+}
+
 func (s *Service) lock(id string) func() {
 	s.locksMu.Lock()
 	m, ok := s.locks[id]
@@ -482,18 +498,31 @@ func (s *Service) launch(ctx context.Context, st *staged, run func(provider.Prov
 	return nil
 }
 
+// sandboxHostname is a sandbox's host name: its name, when that is a valid
+// one, else its id.
+func sandboxHostname(sb *store.Sandbox) string {
+	if len(sb.Name) > 63 || strings.ContainsAny(sb.Name, "_.") {
+		return sb.ID
+	}
+	return sb.Name
+}
+
+// hostFiles are the contents of the sandbox's /etc/hosts and /etc/hostname
+// (bind mounts of files of these names in its run directory).
+func hostFiles(sb *store.Sandbox) map[string][]byte {
+	h := sandboxHostname(sb)
+	return map[string][]byte{
+		"hosts":    []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, h)),
+		"hostname": []byte(h + "\n"),
+	}
+}
+
 // instance writes the small files a sandbox mounts and builds its spec.
 func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provider.Instance, error) {
 	dir := s.runDir(sb.ID)
-	hostname := sb.Name
-	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
-		hostname = sb.ID
-	}
-	files := map[string][]byte{
-		"resolv.conf": s.cfg.Net.ResolvConf(),
-		"hosts":       []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, hostname)),
-		"hostname":    []byte(hostname + "\n"),
-	}
+	hostname := sandboxHostname(sb)
+	files := hostFiles(sb)
+	files["resolv.conf"] = s.cfg.Net.ResolvConf()
 	for n, b := range files {
 		if err := oci.WriteFile(filepath.Join(dir, n), b); err != nil {
 			return nil, err
@@ -690,11 +719,10 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 
 // Stop ends a sandbox's processes; its files stay.
 func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
 	if sb, err = s.move(ctx, sb.ID, StateStopping, nil, nil); err != nil {
 		return nil, err
@@ -709,11 +737,10 @@ func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, er
 
 // Start boots a stopped sandbox again with its files.
 func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
 	if c := s.caps[sb.Provider]; !c.Available {
 		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
@@ -735,11 +762,10 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 
 // Remove deletes a sandbox and its files. A running one needs force.
 func (s *Service) Remove(ctx context.Context, idOrName string, force bool) error {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
 	if sb.State == StateRunning && !force {
 		return errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)

@@ -19,15 +19,11 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(sb.ID)
 	defer unlock()
-	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	switch sb.State {
 	case StateStopped, StateFailed:
 	case StateRunning, StateFreezing:

@@ -2,15 +2,14 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -208,17 +207,9 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 }
 
 // rewriteHostFiles writes /etc/hosts and /etc/hostname of a staged sandbox
-// again, in place (they are bind mounts of these files).
+// again, in place (they are bind mounts of these files), for its new name.
 func (s *Service) rewriteHostFiles(sb *store.Sandbox) {
-	hostname := sb.Name
-	if len(hostname) > 63 || strings.ContainsAny(hostname, "_.") {
-		hostname = sb.ID
-	}
-	dir := s.runDir(sb.ID)
-	for n, b := range map[string][]byte{
-		"hosts":    []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, hostname)),
-		"hostname": []byte(hostname + "\n"),
-	} {
-		os.WriteFile(filepath.Join(dir, n), b, 0o644)
+	for n, b := range hostFiles(sb) {
+		oci.WriteFile(filepath.Join(s.runDir(sb.ID), n), b)
 	}
 }

@@ -51,10 +51,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]*Token, error) {
 
 // DeleteToken revokes a token: its key stops working at once.
 func (s *Store) DeleteToken(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE id = ?`, id)
-		return err
-	})
+	return s.deleteRow(ctx, "tokens", "id", id)
 }
 
 // Secret is a stored secret: its value sealed (encrypted) by the server's
@@ -93,8 +90,5 @@ func (s *Store) ListSecrets(ctx context.Context) ([]*Secret, error) {
 
 // DeleteSecret removes a secret.
 func (s *Store) DeleteSecret(ctx context.Context, name string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE name = ?`, name)
-		return err
-	})
+	return s.deleteRow(ctx, "secrets", "name", name)
 }

@@ -118,10 +118,7 @@ func (s *Store) ListCheckpoints(ctx context.Context, session string) ([]*Checkpo
 
 // DeleteCheckpoint removes a checkpoint's record.
 func (s *Store) DeleteCheckpoint(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE id = ?`, id)
-		return err
-	})
+	return s.deleteRow(ctx, "checkpoints", "id", id)
 }
 
 // AddSnapshot records a snapshot and appends ev to sb's session.
@@ -156,10 +153,7 @@ func (s *Store) ListSnapshots(ctx context.Context) ([]*Snapshot, error) {
 
 // DeleteSnapshot removes a snapshot's record.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
-		return err
-	})
+	return s.deleteRow(ctx, "snapshots", "id", id)
 }
 
 // PutEnvironment creates or replaces an environment.
@@ -189,10 +183,7 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]*Environment, error) {
 
 // DeleteEnvironment removes an environment's record.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM environments WHERE name = ?`, name)
-		return err
-	})
+	return s.deleteRow(ctx, "environments", "name", name)
 }
 
 const sessionSummary = `SELECT s.name, s.sandbox_id, s.created_at,
@@ -240,6 +231,15 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 		ss.LastAt, _ = time.Parse(time.RFC3339Nano, at)
 	}
 	return &ss, nil
+}
+
+// deleteRow deletes the rows of table whose key column equals v (table and
+// column are this package's constants, never input).
+func (s *Store) deleteRow(ctx context.Context, table, column string, v any) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?`, v)
+		return err
+	})
 }
 
 // getDoc reads one JSON document; notFound is returned when there is none.

@@ -255,25 +255,9 @@ func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, erro
 
 // ListSandboxes returns every sandbox, oldest first.
 func (s *Store) ListSandboxes(ctx context.Context) ([]*Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT doc FROM sandboxes`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Sandbox
-	for rows.Next() {
-		var doc string
-		if err := rows.Scan(&doc); err != nil {
-			return nil, err
-		}
-		sb := new(Sandbox)
-		if err := json.Unmarshal([]byte(doc), sb); err != nil {
-			return nil, err
-		}
-		out = append(out, sb)
-	}
+	out, err := listDocs[Sandbox](ctx, s.db, `SELECT doc FROM sandboxes`)
 	sortByCreated(out)
-	return out, rows.Err()
+	return out, err
 }
 
 // Events returns a session's events after seq, at most limit.

@@ -59,6 +59,23 @@ func resetGap(b *testing.B, id string) {
 	time.Sleep(50 * time.Millisecond)
 }
 
+// holder makes a sandbox whose process holds mib MiB resident and keeps
+// its clock's longest gap (holderScript), and waits until it runs.
+func holder(b *testing.B, mib int) *client.Sandbox {
+	e := need(b)
+	sb := create(b, client.CreateRequest{Image: python, Memory: []byte(fmt.Sprintf(`"%dMiB"`, 2*mib+512))})
+	execOK(b, sb.ID, "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+holderScript+"\nEOF\npython3 /tmp/holder.py "+strconv.Itoa(mib)+" >/dev/null 2>&1 &")
+	for i := 0; ; i++ {
+		if r, err := e.c.Exec(context.Background(), sb.ID, client.ExecRequest{Argv: []string{"test", "-e", "/tmp/gap"}}); err == nil && r.ExitCode == 0 {
+			return sb
+		}
+		if i > 600 {
+			b.Fatal("the holder did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func tokenOf(b *testing.B, id string) string {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(need(b).dataDir, "shard.db")+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -89,18 +106,7 @@ func BenchmarkFork(b *testing.B) {
 func benchFork(b *testing.B, mib int) {
 	e := need(b)
 	ctx := context.Background()
-	mem := []byte(fmt.Sprintf(`"%dMiB"`, 2*mib+512))
-	src := create(b, client.CreateRequest{Image: python, Memory: mem})
-	execOK(b, src.ID, "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+holderScript+"\nEOF\npython3 /tmp/holder.py "+strconv.Itoa(mib)+" >/dev/null 2>&1 &")
-	for i := 0; ; i++ {
-		if r, err := e.c.Exec(ctx, src.ID, client.ExecRequest{Argv: []string{"test", "-e", "/tmp/gap"}}); err == nil && r.ExitCode == 0 {
-			break
-		}
-		if i > 600 {
-			b.Fatal("the holder did not start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	src := holder(b, mib)
 	bundle, cleanup := rawBundle(b, src)
 	b.Cleanup(cleanup)
 	token := tokenOf(b, src.ID)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -136,17 +135,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 func benchCheckpoint(b *testing.B, mib int) {
 	e := need(b)
 	ctx := context.Background()
-	src := create(b, client.CreateRequest{Image: python, Memory: []byte(fmt.Sprintf(`"%dMiB"`, 2*mib+512))})
-	execOK(b, src.ID, "sh", "-c", "cat > /tmp/holder.py <<'EOF'\n"+holderScript+"\nEOF\npython3 /tmp/holder.py "+strconv.Itoa(mib)+" >/dev/null 2>&1 &")
-	for i := 0; ; i++ {
-		if r, err := e.c.Exec(ctx, src.ID, client.ExecRequest{Argv: []string{"test", "-e", "/tmp/gap"}}); err == nil && r.ExitCode == 0 {
-			break
-		}
-		if i > 600 {
-			b.Fatal("the holder did not start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	src := holder(b, mib)
 	s := samples{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

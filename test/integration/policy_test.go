@@ -46,27 +46,37 @@ func inNetns(name string, fn func() error) error {
 	return <-errc
 }
 
-func setupTarget(t *testing.T) {
+// testHost makes a network namespace of the test's own, name, reached from
+// the host over a veth (host side: veth with hostIP/24; inside: eth0 with
+// nsIPs/24), removed when the test ends. Sandboxes reach it through their
+// NAT; it is the only kind of outside host the tests talk to.
+func testHost(t *testing.T, name, veth, hostIP string, nsIPs ...string) {
 	t.Helper()
 	run := func(args ...string) {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v %s", args, err, out)
 		}
 	}
-	exec.Command("ip", "link", "del", "vshtgt").Run()
-	exec.Command("ip", "netns", "del", targetNS).Run()
-	run("ip", "netns", "add", targetNS)
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", "vshtgt").Run()
-		exec.Command("ip", "netns", "del", targetNS).Run()
-	})
-	run("ip", "link", "add", "vshtgt", "type", "veth", "peer", "name", "eth0", "netns", targetNS)
-	run("ip", "addr", "add", targetHost+"/24", "dev", "vshtgt")
-	run("ip", "link", "set", "vshtgt", "up")
-	run("ip", "-n", targetNS, "addr", "add", allowedIP+"/24", "dev", "eth0")
-	run("ip", "-n", targetNS, "addr", "add", deniedIP+"/24", "dev", "eth0")
-	run("ip", "-n", targetNS, "link", "set", "eth0", "up")
-	run("ip", "-n", targetNS, "link", "set", "lo", "up")
+	remove := func() {
+		exec.Command("ip", "link", "del", veth).Run()
+		exec.Command("ip", "netns", "del", name).Run()
+	}
+	remove() // a killed run's
+	run("ip", "netns", "add", name)
+	t.Cleanup(remove)
+	run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+	run("ip", "addr", "add", hostIP+"/24", "dev", veth)
+	run("ip", "link", "set", veth, "up")
+	for _, ip := range nsIPs {
+		run("ip", "-n", name, "addr", "add", ip+"/24", "dev", "eth0")
+	}
+	run("ip", "-n", name, "link", "set", "eth0", "up")
+	run("ip", "-n", name, "link", "set", "lo", "up")
+}
+
+func setupTarget(t *testing.T) {
+	t.Helper()
+	testHost(t, targetNS, "vshtgt", targetHost, allowedIP, deniedIP)
 	var ln net.Listener
 	var pc net.PacketConn
 	err := inNetns(targetNS, func() error {

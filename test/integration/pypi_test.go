@@ -11,7 +11,6 @@ import (
 	"html"
 	"net"
 	"net/http"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -113,24 +112,7 @@ const (
 // simple/ URL, reachable from inside sandboxes.
 func startPackageIndex(t *testing.T) string {
 	t.Helper()
-	run := func(args ...string) {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v %s", args, err, out)
-		}
-	}
-	exec.Command("ip", "link", "del", "vshpypi").Run()
-	exec.Command("ip", "netns", "del", pypiNS).Run()
-	run("ip", "netns", "add", pypiNS)
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", "vshpypi").Run()
-		exec.Command("ip", "netns", "del", pypiNS).Run()
-	})
-	run("ip", "link", "add", "vshpypi", "type", "veth", "peer", "name", "eth0", "netns", pypiNS)
-	run("ip", "addr", "add", pypiHost+"/24", "dev", "vshpypi")
-	run("ip", "link", "set", "vshpypi", "up")
-	run("ip", "-n", pypiNS, "addr", "add", pypiIP+"/24", "dev", "eth0")
-	run("ip", "-n", pypiNS, "link", "set", "eth0", "up")
-	run("ip", "-n", pypiNS, "link", "set", "lo", "up")
+	testHost(t, pypiNS, "vshpypi", pypiHost, pypiIP)
 	var ln net.Listener
 	if err := inNetns(pypiNS, func() (err error) {
 		ln, err = net.Listen("tcp", pypiIP+":8080")
