@@ -113,6 +113,23 @@ func (s *Server) shutdown() {
 	syscall.Sync()
 }
 
+// closeWait is how long the agent waits, after its last frame, for the
+// client to close the connection first.
+const closeWait = 5 * time.Second
+
+// awaitClose waits (up to closeWait) for the client to close, reading and
+// dropping anything it still sends.
+//
+// Why: a TCP connection's side that closes first keeps it in TIME_WAIT for a
+// minute. Inside a sandbox that endpoint lives in gVisor's netstack and is
+// part of every checkpoint: with one connection per exec, hundreds of them
+// piled up and tripled the time the source stays frozen for a fork. When the
+// host closes first, TIME_WAIT stays on the host.
+func awaitClose(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(closeWait))
+	io.Copy(io.Discard, c)
+}
+
 func (s *Server) handle(c net.Conn) {
 	defer c.Close()
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -127,6 +144,10 @@ func (s *Server) handle(c net.Conn) {
 	var req Request
 	if err := json.Unmarshal(p, &req); err != nil {
 		return
+	}
+	if req.Op != OpExec {
+		// exec waits for the client itself: its reader owns the connection.
+		defer awaitClose(c)
 	}
 	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(s.token)) != 1 {
 		s.reply(c, Reply{Error: "bad token"})
@@ -146,6 +167,7 @@ func (s *Server) handle(c net.Conn) {
 		s.reply(c, r)
 	case OpExec:
 		s.exec(c, &req)
+		return
 	case OpPutFile:
 		if err := putFile(req.Path, req.Data, os.FileMode(req.Mode)); err != nil {
 			s.reply(c, Reply{Error: err.Error()})
@@ -201,13 +223,17 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	p, err := s.start(req)
 	if err != nil {
 		out.sendJSON(FrameError, err)
+		awaitClose(c)
 		return
 	}
 	out.sendJSON(FrameStarted, Started{PID: p.pid})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).
+	// clientGone closes when the client has closed its end (see awaitClose).
+	clientGone := make(chan struct{})
 	go func() {
+		defer close(clientGone)
 		for {
 			typ, b, err := ReadFrame(c)
 			if err != nil {
@@ -300,6 +326,10 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	if !dead {
 		out.sendJSON(FrameExit, ex)
 	}
+	// Let the client close first (see awaitClose); a client that has not
+	// closed by then is cut off by the deadline.
+	c.SetReadDeadline(time.Now().Add(closeWait))
+	<-clientGone
 }
 
 // proc is a started command.

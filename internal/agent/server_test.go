@@ -127,6 +127,9 @@ func collect(t *testing.T, s *Session, start time.Time) result {
 				t.Fatalf("exit frame %q: %v", p, err)
 			}
 			r.stdout, r.stderr = out.String(), errb.String()
+			// The exit frame is the last: once the client closes its
+			// side (it closes first, see awaitClose), the agent closes.
+			s.conn.(*net.TCPConn).CloseWrite()
 			_, _, r.afterErr = s.Recv()
 			return r
 		default:
@@ -715,5 +718,42 @@ func TestExecTTYCloseStdinAfterPartialLine(t *testing.T) {
 	}
 	if r.exit.Code != 0 || !strings.Contains(r.stdout, "abc") {
 		t.Errorf("Exec(TTY cat) with %q then CloseStdin = %q, exit %+v; want abc echoed and exit 0", "abc", r.stdout, r.exit)
+	}
+}
+
+// The agent never closes a connection first after answering (its TIME_WAIT
+// would be saved in every checkpoint): it waits for the client, and then
+// closes at once.
+func TestAgentLetsClientCloseFirst(t *testing.T) {
+	c := testAgent(t)
+	for _, req := range []Request{{Op: OpPing}, {Op: OpExec, Argv: []string{"true"}}} {
+		conn, err := net.DialTimeout("tcp", c.Addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.send(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		// Read to the last frame: the reply, or the exit frame of an exec.
+		for {
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			typ, _, err := ReadFrame(conn)
+			if err != nil {
+				t.Fatalf("%s: ReadFrame = %v before the last frame", req.Op, err)
+			}
+			if typ == FrameReply || typ == FrameExit {
+				break
+			}
+		}
+		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if typ, p, err := ReadFrame(conn); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: after the last frame ReadFrame = %q %q %v; want the agent to wait for our close (deadline exceeded)", req.Op, typ, p, err)
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, _, err := ReadFrame(conn); err != io.EOF {
+			t.Errorf("%s: after our close ReadFrame = %v, want io.EOF at once", req.Op, err)
+		}
+		conn.Close()
 	}
 }

@@ -118,6 +118,9 @@ func (e *ExecSession) pump() {
 			json.Unmarshal(p, &ex)
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
+			// Close first, before the frame is handed on: the agent
+			// waits for this (see agent.awaitClose).
+			e.Session.Close()
 		}
 		select {
 		case e.frames <- frame{typ, p, err}:
