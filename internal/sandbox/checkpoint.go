@@ -39,8 +39,8 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 // thaws it, and records the checkpoint together with its
 // sandbox.checkpoint_created event. On failure nothing of the checkpoint is
 // left and src runs on. The caller holds src's lock. filesSaved, if set, is
-// called as soon as the checkpoint's files are saved, while the memory image
-// is still being written (a fork stages its sandboxes then).
+// called as soon as src is thawed, while the checkpoint is being recorded (a
+// fork stages its sandboxes then).
 func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, filesSaved func()) (*store.Checkpoint, error) {
 	dir := s.checkpointDir(ckID)
 	drop := func() {

@@ -170,8 +170,10 @@ func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
 	}
 	arg := map[string]any{
 		"metadata": map[string]string{"compression": "none"},
-		// Zero pages need not be written (nor read back by every restore).
-		"app_mf_exclude_committed_zero_pages": true,
+		// Not scanning known-committed pages for zeroes: the scan runs on
+		// one thread while the source is frozen (about 30 ms per 46 MB
+		// allocated here), and restores load pages in the background.
+		"app_mf_exclude_committed_zero_pages": false,
 		"have_pages_file":                     true,
 		"Resume":                              true,
 	}
