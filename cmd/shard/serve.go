@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +33,7 @@ import (
 
 type serveOptions struct {
 	socket, listen, dataDir, runDir string
+	imageRAM                        string
 	mirrors, insecure               []string
 	defaultProvider                 string
 	subnet, bridge                  string
@@ -81,6 +84,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
+	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
 	return cmd
@@ -152,12 +156,17 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err := nets.StartDNS(ctx, o.dnsUpstream); err != nil {
 		return fmt.Errorf("dns proxy: %w", err)
 	}
+	// Checkpoint images staged in RAM: the directory goes when empty.
+	ramDir := imageRAMDir(o.imageRAM, o.dataDir)
+	if ramDir != "" {
+		defer os.Remove(ramDir)
+	}
 	secretSvc, err := secrets.Open(db, filepath.Join(o.dataDir, "secret.key"))
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
 	providers := []provider.Provider{
-		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), Log: log}),
+		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, Log: log}),
 		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
 	}
 	providers = append(providers, provider.Others()...)
@@ -228,4 +237,22 @@ func serve(ctx context.Context, o *serveOptions) error {
 		os.Remove(o.socket)
 	}
 	return nil
+}
+
+// imageRAMDir resolves --image-ram-dir: "none" is "", "auto" a directory of
+// its own on /dev/shm (one per data directory, so servers side by side do
+// not meet), anything else as given.
+func imageRAMDir(flag, dataDir string) string {
+	switch flag {
+	case "none", "":
+		return ""
+	case "auto":
+		if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+			return ""
+		}
+		abs, _ := filepath.Abs(dataDir)
+		sum := sha256.Sum256([]byte(abs))
+		return filepath.Join("/dev/shm", "shard-"+hex.EncodeToString(sum[:4]))
+	}
+	return flag
 }

@@ -9,6 +9,8 @@ package provider
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -80,6 +82,34 @@ type Checkpointer interface {
 	Prepare(ctx context.Context, inst *Instance) error
 	// Restore starts inst, prepared, from the image in dir.
 	Restore(ctx context.Context, inst *Instance, dir string) error
+}
+
+// ImageStager is a Checkpointer that gets a checkpoint's image ready in dir
+// before the sandbox is paused, so the pause holds less.
+type ImageStager interface {
+	StageImage(ctx context.Context, id, dir string) error
+}
+
+// ImagePersister is a Checkpointer whose images may reach the disk after
+// Checkpoint returns (held in RAM meanwhile, linked from dir). Persisted
+// returns once dir's image is all on disk, finishing a copy that a restart
+// interrupted.
+type ImagePersister interface {
+	Persisted(ctx context.Context, dir string) error
+}
+
+// RemoveImage removes a checkpoint image directory, and what its symbolic
+// links point to (an ImagePersister's pages still in RAM).
+func RemoveImage(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink != 0 {
+			if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+				os.Remove(target)
+			}
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 // Unavailable is a provider that cannot run on this host. It is listed by

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -44,13 +43,29 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, filesSaved func()) (*store.Checkpoint, error) {
 	dir := s.checkpointDir(ckID)
 	drop := func() {
-		os.RemoveAll(dir)
+		provider.RemoveImage(dir)
 		s.cfg.Storage.RemoveSaved(checkpointKey(ckID))
+	}
+	if st, ok := cp.(provider.ImageStager); ok {
+		if err := st.StageImage(ctx, src.ID, dir); err != nil {
+			// Not fatal: the image is written to disk as it comes.
+			s.cfg.Log.Warn("checkpoint: staging the image in RAM", "sandbox", src.ID, "err", err)
+			provider.RemoveImage(dir)
+		}
 	}
 	frozen, err := s.freeze(ctx, src, cp, ckID, dir, filesSaved)
 	if err != nil {
 		drop()
 		return nil, err
+	}
+	// A checkpoint asked for, or an environment's, is on disk when it is
+	// acknowledged. A fork's may reach the disk after the fork is answered:
+	// the fork restores from RAM meanwhile.
+	if ip, ok := cp.(provider.ImagePersister); ok && kind != "fork" {
+		if err := ip.Persisted(ctx, dir); err != nil {
+			drop()
+			return nil, fmt.Errorf("checkpoint of %s: %w", src.Name, err)
+		}
 	}
 	ck := &store.Checkpoint{
 		ID: ckID, Kind: kind, Tag: tag, SandboxID: src.ID, SandboxName: src.Name, Session: src.Session,
@@ -214,7 +229,7 @@ func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) erro
 	if err := s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
 		return err
 	}
-	return errors.Join(os.RemoveAll(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
+	return errors.Join(provider.RemoveImage(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
 }
 
 // checkpointSize is the bytes a checkpoint takes: its memory image and its

@@ -175,6 +175,15 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		}
 		out[i] = r
 	}
+	// The forks are running: now the image may go to disk (from RAM, if
+	// that is where the provider put it; not earlier, beside the restores).
+	if ip, ok := cp.(provider.ImagePersister); ok {
+		go func() {
+			if err := ip.Persisted(bg, s.checkpointDir(ckID)); err != nil {
+				log.Error("fork: checkpoint image to disk", "checkpoint", ckID, "err", err)
+			}
+		}()
+	}
 	// The source's ledger tells of forks that exist.
 	for _, f := range out {
 		err := s.cfg.Store.AddEvent(bg, src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})

@@ -152,8 +152,19 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 		for _, e := range ents {
 			if !owned[checkpointKey(e.Name())] {
 				s.cfg.Log.Info("reconcile: removing a checkpoint image no record owns", "checkpoint", e.Name())
-				os.RemoveAll(s.checkpointDir(e.Name()))
+				provider.RemoveImage(s.checkpointDir(e.Name()))
 			}
+		}
+	}
+	// Images a restart caught while they were still in RAM: finish the copy
+	// to disk (a host restart lost them: restores of those fail clearly).
+	for _, ck := range cks {
+		if ip, ok := s.providers[ck.Provider].(provider.ImagePersister); ok {
+			go func() {
+				if err := ip.Persisted(context.WithoutCancel(ctx), s.checkpointDir(ck.ID)); err != nil {
+					s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
+				}
+			}()
 		}
 	}
 }

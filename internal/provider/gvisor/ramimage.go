@@ -1,0 +1,257 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Memory images in RAM first.
+//
+// The Sentry writes a checkpoint's pages while the source is frozen, and
+// whatever it writes into is charged to the sandbox's memory cgroup: page
+// cache of a file on disk (a big sandbox then crawls through reclaim and
+// writeback: 1 GiB resident took 2-4.5 s), or tmpfs pages, which cannot be
+// reclaimed at all and could push the sandbox over its bound. Writing with
+// O_DIRECT avoids the charge but makes the freeze wait for the disk.
+//
+// So the pages go to a file on tmpfs (ImageRAM) whose pages shard allocated
+// itself before the pause (fallocate: charged to shard, not the sandbox; the
+// Sentry's writes land in pages that already exist). The freeze is then a
+// memory copy. After the thaw the file is copied to the checkpoint's
+// directory on disk in the background and the RAM copy freed; until then
+// dir/pages.img is a symbolic link to it, so a restore (a fork's, at once)
+// reads the pages from RAM.
+
+// ramImageMax is the largest sandbox (memory cgroup usage) whose image is
+// staged in RAM. Above it the pages go straight to disk: measured here at
+// 1 GiB resident, the freeze was 0.53 s from RAM against 0.60-0.64 s direct,
+// but the fork was usable after 3.1 s against 1.8 s (the restore itself
+// slower, for a reason not found yet), and the RAM copy is that big.
+const ramImageMax = 512 << 20
+
+// ramImages tracks copies to disk in flight, by checkpoint dir.
+type ramImages struct {
+	mu       sync.Mutex
+	inFlight map[string]*copyToDisk
+}
+
+type copyToDisk struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+const pagesFile = "pages.img"
+
+func (p *Provider) ramFile(dir string) string {
+	return filepath.Join(p.opts.ImageRAM, filepath.Base(dir)+".pages")
+}
+
+// StageImage gets dir ready for a checkpoint of sandbox id before it is
+// paused: a file in RAM for its pages, with room for what the sandbox holds
+// now allocated by shard. Without ImageRAM, or for a sandbox over
+// ramImageMax, it does nothing (pages are written to disk with O_DIRECT).
+func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
+	if p.opts.ImageRAM == "" {
+		return nil
+	}
+	n := p.memoryUsage(id)
+	if n <= 0 || n > ramImageMax {
+		return nil
+	}
+	if err := os.MkdirAll(p.opts.ImageRAM, 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ram := p.ramFile(dir)
+	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// KEEP_SIZE: the file stays empty, the pages are there.
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, n); err != nil {
+		os.Remove(ram)
+		return fmt.Errorf("room in RAM for the image of %s: %w", id, err)
+	}
+	if err := os.Symlink(ram, filepath.Join(dir, pagesFile)); err != nil {
+		os.Remove(ram)
+		return err
+	}
+	return nil
+}
+
+// memoryUsage is what sandbox id's memory cgroup holds (the Sentry's memory
+// file, which holds every page an image can have, is charged there), or 0.
+func (p *Provider) memoryUsage(id string) int64 {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/shard", id, "memory.usage_in_bytes"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// openPages opens dir's pages file for the Sentry to write: the staged RAM
+// file if there is one, else a new file on disk with O_DIRECT.
+func openPages(dir string) (f *os.File, ram bool, err error) {
+	path := filepath.Join(dir, pagesFile)
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		return f, true, err
+	}
+	// --direct, as runsc would, for the reason in the comment above.
+	f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|unix.O_DIRECT, 0o644)
+	return f, false, err
+}
+
+// saved is called once the Sentry has written the pages into a RAM file:
+// it frees the room it did not use. The copy to disk waits for Persisted:
+// a fork's restores read the RAM copy first, undisturbed by a disk busy
+// with the copy.
+func (p *Provider) saved(f *os.File) {
+	if st, err := f.Stat(); err == nil {
+		// Pages allocated past the end are not the file's: give them back.
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Blocks*512 > st.Size() {
+			unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, st.Size(), sys.Blocks*512)
+		}
+	}
+}
+
+// Persisted returns once the image in dir is all on disk: it copies the
+// pages still in RAM (one copy at a time per dir; a second caller waits
+// for the first), also those a restart of shard left in RAM.
+func (p *Provider) Persisted(ctx context.Context, dir string) error {
+	p.ram.mu.Lock()
+	if p.ram.inFlight == nil {
+		p.ram.inFlight = map[string]*copyToDisk{}
+	}
+	c, ok := p.ram.inFlight[dir]
+	if !ok {
+		c = &copyToDisk{done: make(chan struct{})}
+		p.ram.inFlight[dir] = c
+		go func() {
+			c.err = persist(dir)
+			p.ram.mu.Lock()
+			delete(p.ram.inFlight, dir)
+			p.ram.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	p.ram.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// persist copies dir's pages from RAM to disk (if they are still in RAM),
+// puts the copy in the link's place and frees the RAM. A RAM file that is
+// gone (the host restarted before the copy) is an error: the image is lost.
+func persist(dir string) error {
+	link := filepath.Join(dir, pagesFile)
+	ram, err := os.Readlink(link)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && (errors.Is(pe.Err, unix.EINVAL) || errors.Is(pe.Err, os.ErrNotExist)) {
+			return nil // a plain file (on disk already), or no image any more
+		}
+		return err
+	}
+	src, err := os.Open(ram)
+	if err != nil {
+		return fmt.Errorf("the memory image of %s was in RAM and is gone: %w", filepath.Base(dir), err)
+	}
+	defer src.Close()
+	tmp := link + ".tmp"
+	err = copyDirect(tmp, src)
+	if err == nil {
+		err = os.Rename(tmp, link)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			os.Remove(ram)
+			return nil // the checkpoint was removed meanwhile: nothing to keep
+		}
+		return err
+	}
+	return os.Remove(ram)
+}
+
+// copyDirect writes src to a new file at path with O_DIRECT, then syncs it.
+// Not through the page cache: a gigabyte of dirty pages there, flushed by
+// one fsync, made every other sync on the disk (a new sandbox's, a restore's)
+// wait behind it for seconds.
+func copyDirect(path string, src *os.File) error {
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|unix.O_DIRECT, 0o644)
+	if err != nil {
+		return err
+	}
+	buf, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		dst.Close()
+		return err
+	}
+	defer unix.Munmap(buf) // page aligned, as O_DIRECT wants
+	var off int64
+	for {
+		n, rerr := io.ReadFull(src, buf)
+		if n > 0 {
+			w := buf[:n]
+			if n%4096 != 0 {
+				// A tail that is not whole blocks (pages files are): write
+				// it through the page cache.
+				if err := dst.Close(); err != nil {
+					return err
+				}
+				if dst, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+					return err
+				}
+			}
+			if _, err := dst.WriteAt(w, off); err != nil {
+				dst.Close()
+				return err
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			dst.Close()
+			return rerr
+		}
+	}
+	err = dst.Sync()
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
