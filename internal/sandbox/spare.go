@@ -162,6 +162,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	if name != "" {
 		rec.Name = name
 	}
+	sp.st.t0 = time.Now() // boot phases from here: the spare was staged long ago
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
 	s.allocMu.Lock()
 	var err error
@@ -188,6 +189,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	if rec.Name != rec.ID {
 		s.rewriteHostFiles(rec)
 	}
+	sp.st.phase(s, "recorded")
 	bg := context.WithoutCancel(ctx)
 	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	if err := s.launchRestore(bg, ck, sp.st); err != nil {
@@ -202,6 +204,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 		s.destroy(bg, rec, log)
 		return nil, err
 	}
+	sp.st.phase(s, "running")
 	log.Info("restored from a warm spare", "environment", env, "checkpoint", ck.ID)
 	return out, nil
 }
