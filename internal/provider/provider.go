@@ -8,6 +8,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -97,6 +98,10 @@ type ImageStager interface {
 type ImagePersister interface {
 	Persisted(ctx context.Context, dir string) error
 }
+
+// ErrImageLost is what Persisted returns for an image whose pages were still
+// in RAM when the host went down: the checkpoint cannot be restored.
+var ErrImageLost = errors.New("the checkpoint's memory image was in RAM when the host restarted, and is lost")
 
 // RemoveImage removes a checkpoint image directory, and what its symbolic
 // links point to (an ImagePersister's pages still in RAM).

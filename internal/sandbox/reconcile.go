@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
@@ -161,7 +162,14 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 	for _, ck := range cks {
 		if ip, ok := s.providers[ck.Provider].(provider.ImagePersister); ok {
 			go func() {
-				if err := ip.Persisted(context.WithoutCancel(ctx), s.checkpointDir(ck.ID)); err != nil {
+				bg := context.WithoutCancel(ctx)
+				err := ip.Persisted(bg, s.checkpointDir(ck.ID))
+				if errors.Is(err, provider.ErrImageLost) {
+					// Only a fork's image can be in RAM unacknowledged:
+					// the checkpoint goes, the forks made from it stay.
+					s.cfg.Log.Error("reconcile: removing a checkpoint whose image was lost", "checkpoint", ck.ID, "err", err)
+					s.dropCheckpoint(bg, ck)
+				} else if err != nil {
 					s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
 				}
 			}()

@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -206,5 +210,110 @@ func TestSandboxDies(t *testing.T) {
 				t.Fatalf("files after a failure and start: %q", got)
 			}
 		})
+	}
+}
+
+// TestForkImageInRAMAcrossRestart: a fork's checkpoint image is staged in
+// RAM and reaches the disk after the fork is answered. A kill -9 in between
+// leaves it in RAM: the restarted server finishes the copy, and the
+// checkpoint restores. An image the host lost with its RAM (a reboot) takes
+// its checkpoint record with it; the fork made from it runs on.
+func TestForkImageInRAMAcrossRestart(t *testing.T) {
+	e := need(t)
+	src := create(t, client.CreateRequest{Image: busybox, Name: "ram-src"})
+	execOK(t, src.ID, "sh", "-c", "echo before > /root/f")
+	var cks []string
+	var forks []*client.Sandbox
+	for range 2 {
+		f, err := e.c.Fork(ctxT(t), src.ID, client.ForkRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forks = append(forks, f)
+		list, err := e.c.Checkpoints(ctxT(t), src.ID)
+		if err != nil || len(list) != len(cks)+1 {
+			t.Fatalf("checkpoints of the source after fork %d: %v, %v", len(cks)+1, list, err)
+		}
+		for _, ck := range list {
+			if !slices.Contains(cks, ck.ID) {
+				cks = append(cks, ck.ID)
+			}
+		}
+	}
+	e.killServer()
+
+	// The state a kill -9 before the copy leaves: pages.img links to the
+	// RAM file. (The copy may have been quick enough already: put it back.)
+	abs, _ := filepath.Abs(e.dataDir)
+	sum := sha256.Sum256([]byte(abs))
+	ramDir := filepath.Join("/dev/shm", "shard-"+hex.EncodeToString(sum[:4]))
+	if err := os.MkdirAll(ramDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range cks {
+		pages := filepath.Join(e.dataDir, "checkpoints", id, "pages.img")
+		st, err := os.Lstat(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		ram := filepath.Join(ramDir, id+".pages")
+		if out, err := exec.Command("mv", pages, ram).CombinedOutput(); err != nil {
+			t.Fatalf("mv: %v %s", err, out)
+		}
+		if err := os.Symlink(ram, pages); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, lost := cks[0], cks[1]
+	lostTarget, _ := os.Readlink(filepath.Join(e.dataDir, "checkpoints", lost, "pages.img"))
+	if err := os.Remove(lostTarget); err != nil { // the host's RAM is gone
+		t.Fatal(err)
+	}
+
+	if err := e.startServer(); err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(e.dataDir, "checkpoints", kept, "pages.img")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := os.Lstat(pages)
+		if err == nil && st.Mode().IsRegular() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pages.img of checkpoint %s is still not on disk after the restart (%v, %v)", kept, st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(ramDir, kept+".pages")); !os.IsNotExist(err) {
+		t.Errorf("the RAM copy of %s is still there after the copy to disk (%v)", kept, err)
+	}
+	sb, err := e.c.Restore(ctxT(t), kept, client.RestoreRequest{})
+	if err != nil {
+		t.Fatalf("restore of the checkpoint copied after the restart: %v", err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), sb.ID, true) })
+	if got := execOK(t, sb.ID, "cat", "/root/f"); got != "before\n" {
+		t.Errorf("file in the restored sandbox: %q", got)
+	}
+
+	for {
+		_, err := e.c.GetCheckpoint(ctxT(t), lost)
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint %s, whose image was lost, is still there: %v", lost, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, f := range forks {
+		if got := execOK(t, f.ID, "cat", "/root/f"); got != "before\n" {
+			t.Errorf("fork %s after the restart: %q", f.Name, got)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/useshards/shard/internal/provider"
 	"golang.org/x/sys/unix"
 )
 
@@ -173,7 +174,7 @@ func persist(dir string) error {
 	}
 	src, err := os.Open(ram)
 	if err != nil {
-		return fmt.Errorf("the memory image of %s was in RAM and is gone: %w", filepath.Base(dir), err)
+		return fmt.Errorf("checkpoint %s: %w (%v)", filepath.Base(dir), provider.ErrImageLost, err)
 	}
 	defer src.Close()
 	tmp := link + ".tmp"

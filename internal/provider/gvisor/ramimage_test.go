@@ -3,6 +3,7 @@ package gvisor
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,8 +72,8 @@ func TestPersisted(t *testing.T) {
 func TestPersistedLostRAM(t *testing.T) {
 	dir, ram, _ := ramImage(t, 4096)
 	os.Remove(ram) // a host restart emptied tmpfs
-	if err := (&Provider{}).Persisted(t.Context(), dir); err == nil {
-		t.Fatal("Persisted of an image whose RAM copy is gone = nil, want an error")
+	if err := (&Provider{}).Persisted(t.Context(), dir); !errors.Is(err, provider.ErrImageLost) {
+		t.Fatalf("Persisted of an image whose RAM copy is gone = %v, want ErrImageLost", err)
 	}
 }
 
