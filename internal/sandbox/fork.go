@@ -313,7 +313,9 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	defer func() {
 		s.cfg.Log.Debug("fork: freeze phases", "source", src.ID, "paused", tPause, "checkpoint", tCheckpoint, "files", tFiles, "thawed", time.Since(start))
 	}()
-	if fctx.Err() != nil {
+	// The deadline, not only fctx.Err(): a call cut by its connection's
+	// deadline can return a moment before the context's timer fires.
+	if dl, _ := fctx.Deadline(); fctx.Err() != nil || (err != nil && !time.Now().Before(dl)) {
 		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
 	}
 	// Thaw whatever happened after the pause (a fresh context: the freeze's
