@@ -96,12 +96,16 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 // memoryUsage is what sandbox id's memory cgroup holds (the Sentry's memory
 // file, which holds every page an image can have, is charged there), or 0.
 func (p *Provider) memoryUsage(id string) int64 {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/shard", id, "memory.usage_in_bytes"))
-	if err != nil {
-		return 0
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup/memory/shard", id, "memory.usage_in_bytes"), // cgroup v1
+		filepath.Join("/sys/fs/cgroup/shard", id, "memory.current"),              // cgroup v2
+	} {
+		if b, err := os.ReadFile(f); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return n
+		}
 	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n
+	return 0
 }
 
 // openPages opens dir's pages file for the Sentry to write: the staged RAM
