@@ -98,7 +98,7 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 func (p *Provider) memoryUsage(id string) int64 {
 	for _, f := range []string{
 		filepath.Join("/sys/fs/cgroup/memory/shard", id, "memory.usage_in_bytes"), // cgroup v1
-		filepath.Join("/sys/fs/cgroup/shard", id, "memory.current"),              // cgroup v2
+		filepath.Join("/sys/fs/cgroup/shard", id, "memory.current"),               // cgroup v2
 	} {
 		if b, err := os.ReadFile(f); err == nil {
 			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
