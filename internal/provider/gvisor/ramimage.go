@@ -93,19 +93,53 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	return nil
 }
 
-// memoryUsage is what sandbox id's memory cgroup holds (the Sentry's memory
-// file, which holds every page an image can have, is charged there), or 0.
+// memoryUsage is an upper bound of the pages an image of sandbox id can
+// hold, or 0 if it cannot be read: the shared memory its memory cgroup
+// holds (the Sentry's memory file is a memfd, so every page an image can
+// have is counted there), else all the cgroup holds.
 func (p *Provider) memoryUsage(id string) int64 {
-	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup/memory/shard", id, "memory.usage_in_bytes"), // cgroup v1
-		filepath.Join("/sys/fs/cgroup/shard", id, "memory.current"),               // cgroup v2
+	for _, dir := range []string{
+		filepath.Join("/sys/fs/cgroup/memory/shard", id), // cgroup v1
+		filepath.Join("/sys/fs/cgroup/shard", id),        // cgroup v2
 	} {
-		if b, err := os.ReadFile(f); err == nil {
-			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if n, ok := shmemOf(filepath.Join(dir, "memory.stat")); ok {
 			return n
+		}
+		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
+			if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				return n
+			}
 		}
 	}
 	return 0
+}
+
+// shmemOf reads the shared memory a cgroup's memory.stat counts
+// (total_shmem in v1, which includes child cgroups; shmem in v2).
+func shmemOf(statFile string) (int64, bool) {
+	b, err := os.ReadFile(statFile)
+	if err != nil {
+		return 0, false
+	}
+	var shmem int64
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "total_shmem":
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		case "shmem":
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				shmem, found = n, true
+			}
+		}
+	}
+	return shmem, found
 }
 
 // openPages opens dir's pages file for the Sentry to write: the staged RAM

@@ -92,3 +92,22 @@ func TestRemoveImageFreesRAM(t *testing.T) {
 		t.Errorf("Persisted of a removed checkpoint = %v, want nil", err)
 	}
 }
+
+func TestShmemOf(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name, stat string
+		want       int64
+		ok         bool
+	}{
+		{"v1: the hierarchical total wins", "cache 100\nshmem 4096\nrss 5\ntotal_shmem 8192\n", 8192, true},
+		{"v2", "anon 10\nfile 20\nshmem 12288\n", 12288, true},
+		{"none", "anon 10\n", 0, false},
+	} {
+		f := filepath.Join(dir, "memory.stat")
+		os.WriteFile(f, []byte(tt.stat), 0o600)
+		if got, ok := shmemOf(f); got != tt.want || ok != tt.ok {
+			t.Errorf("%s: shmemOf = %d, %v; want %d, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
