@@ -167,7 +167,6 @@ func (s *Server) handle(c net.Conn) {
 		s.reply(c, r)
 	case OpExec:
 		s.exec(c, &req)
-		return
 	case OpPutFile:
 		if err := putFile(req.Path, req.Data, os.FileMode(req.Mode)); err != nil {
 			s.reply(c, Reply{Error: err.Error()})

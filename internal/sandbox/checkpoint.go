@@ -37,10 +37,10 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 // capture freezes src, saves its files and memory as checkpoint ckID,
 // thaws it, and records the checkpoint together with its
 // sandbox.checkpoint_created event. On failure nothing of the checkpoint is
-// left and src runs on. The caller holds src's lock. filesSaved, if set, is
+// left and src runs on. The caller holds src's lock. thawed, if set, is
 // called as soon as src is thawed, while the checkpoint is being recorded (a
 // fork stages its sandboxes then).
-func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, filesSaved func()) (*store.Checkpoint, error) {
+func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, thawed func()) (*store.Checkpoint, error) {
 	dir := s.checkpointDir(ckID)
 	drop := func() {
 		provider.RemoveImage(dir)
@@ -53,7 +53,7 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 			provider.RemoveImage(dir)
 		}
 	}
-	frozen, err := s.freeze(ctx, src, cp, ckID, dir, filesSaved)
+	frozen, err := s.freeze(ctx, src, cp, ckID, dir, thawed)
 	if err != nil {
 		drop()
 		return nil, err

@@ -117,7 +117,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	stageErrs := make([]error, len(forks))
 	var staging sync.WaitGroup
 	ckProto := &store.Checkpoint{ID: ckID, Provider: src.Provider}
-	filesSaved := func() {
+	thawed := func() {
 		for i, f := range forks {
 			staging.Add(1)
 			go func() {
@@ -134,7 +134,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			}
 		}
 	}
-	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag, filesSaved)
+	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag, thawed)
 	if err != nil {
 		abortStaged()
 		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
@@ -264,9 +264,9 @@ func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err er
 
 // freeze pauses the source, writes its memory image to ckDir, saves a copy
 // of its files under the checkpoint's key, and thaws it, all within the
-// freeze timeout; then it calls filesSaved. It returns how long the source was frozen.
+// freeze timeout; then it calls thawed. It returns how long the source was frozen.
 // The source is thawed whatever happens.
-func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string, filesSaved func()) (time.Duration, error) {
+func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string, thawed func()) (time.Duration, error) {
 	if _, err := s.move(ctx, src.ID, StateFreezing, nil, nil); err != nil {
 		return 0, err
 	}
@@ -334,9 +334,9 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	if rerr != nil {
 		return frozen, fmt.Errorf("thaw %s: %w", src.Name, rerr)
 	}
-	// Only now: whatever filesSaved starts must not hold up the thaw.
-	if filesSaved != nil {
-		filesSaved()
+	// Only now: whatever thawed starts must not hold up the thaw.
+	if thawed != nil {
+		thawed()
 	}
 	return frozen, nil
 }

@@ -158,7 +158,7 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 		}
 	}
 	// Images a restart caught while they were still in RAM: finish the copy
-	// to disk (a host restart lost them: restores of those fail clearly).
+	// to disk (a host restart lost them: those checkpoints go).
 	for _, ck := range cks {
 		if ip, ok := s.providers[ck.Provider].(provider.ImagePersister); ok {
 			go func() {

@@ -27,8 +27,7 @@ type spare struct {
 	env  string
 	ckID string
 	rec  *store.Sandbox // ID and IP set; not in the store
-	st   *staged
-	cp   provider.Checkpointer // set once restored and paused
+	st   *staged        // restored and paused
 }
 
 // stageSpare makes env's spare, if it has none (in the background). While
@@ -99,19 +98,15 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	// Restore it now and hold it paused: a create then only resumes it.
 	// Paused right after the restore, its processes are where the
 	// checkpoint left them, as they would be after a restore at create.
-	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
-	if !ok {
-		return sp, nil
-	}
+	// (stageRestore took only a provider that checkpoints.)
 	if err := s.launchRestore(ctx, ck, sp.st); err != nil {
 		s.dropSpare(sp)
 		return nil, err
 	}
-	if err := cp.Pause(ctx, rec.ID); err != nil {
+	if err := sp.st.p.(provider.Checkpointer).Pause(ctx, rec.ID); err != nil {
 		s.dropSpare(sp)
 		return nil, err
 	}
-	sp.cp = cp
 	return sp, nil
 }
 
@@ -174,8 +169,7 @@ func (s *Service) DropSpares() {
 }
 
 // restoreFromSpare turns a spare into the sandbox named name: its record
-// (with the spare's id and address), then the restore into the staged
-// sandbox.
+// (with the spare's id and address), then resumes it.
 func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Checkpoint, env, name string) (*store.Sandbox, error) {
 	rec := sp.rec
 	if name != "" {
@@ -211,19 +205,14 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	sp.st.phase(s, "recorded")
 	bg := context.WithoutCancel(ctx)
 	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
-	if sp.cp != nil {
-		err = sp.cp.Resume(bg, rec.ID)
-		sp.st.phase(s, "resumed")
-	} else {
-		err = s.launchRestore(bg, ck, sp.st)
-	}
-	if err != nil {
+	if err := sp.st.p.(provider.Checkpointer).Resume(bg, rec.ID); err != nil {
 		// A spare can wait for hours: if its runtime died meanwhile, a
 		// plain restore still makes the sandbox.
 		log.Warn("warm spare failed; restoring without it", "err", err)
 		s.destroy(bg, rec, log)
 		return s.Restore(ctx, ck.ID, RestoreOptions{Name: name, Environment: env})
 	}
+	sp.st.phase(s, "resumed")
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		s.destroy(bg, rec, log)

@@ -33,7 +33,7 @@ import (
 // dir/pages.img is a symbolic link to it, so a restore (a fork's, at once)
 // reads the pages from RAM.
 
-// ramImageMax is the largest sandbox (memory cgroup usage) whose image is
+// ramImageMax is the largest sandbox (its memoryUsage) whose image is
 // staged in RAM. Above it the pages go straight to disk: measured here at
 // 1 GiB resident, the freeze was 0.53 s from RAM against 0.60-0.64 s direct,
 // but the fork was usable after 3.1 s against 1.8 s (the restore itself
@@ -211,8 +211,11 @@ func persist(dir string) error {
 		return err
 	}
 	src, err := os.Open(ram)
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("checkpoint %s: %w (%v)", filepath.Base(dir), provider.ErrImageLost, err)
+	}
+	if err != nil {
+		return err
 	}
 	defer src.Close()
 	tmp := link + ".tmp"
