@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -141,10 +142,17 @@ func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*
 	if err := validName(o.Name); err != nil {
 		return nil, err
 	}
+	release := s.useCheckpoint(ckID)
+	defer release()
 	ck, err := s.cfg.Store.GetCheckpoint(ctx, ckID)
 	if err != nil {
 		return nil, err
 	}
+	return s.restore(ctx, ck, o)
+}
+
+// restore is Restore of ck, whose use the caller holds.
+func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOptions) (*store.Sandbox, error) {
 	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
 	}
@@ -224,12 +232,58 @@ func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
 
 // dropCheckpoint deletes the record first, then the files, so a crash in
 // between leaves orphan files (Reconcile removes them), never a record
-// whose files are gone.
+// whose files are gone. It waits for the restores reading the checkpoint
+// (see useCheckpoint); the caller must hold no use of it.
 func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	done := s.holdCheckpoint(ck.ID, true)
+	defer done()
 	if err := s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
 		return err
 	}
 	return errors.Join(provider.RemoveImage(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
+}
+
+// A ckUse keeps a checkpoint's files while restores read them. A restore
+// looks the record up and reads the files and the memory image for a few
+// hundred milliseconds after; an environment's rebuild, or an rm, that
+// dropped the checkpoint meanwhile made it fail with a missing file.
+type ckUse struct {
+	mu   sync.RWMutex // read: restores of the checkpoint; write: its drop
+	refs int          // holders and waiters; guarded by Service.locksMu
+}
+
+// useCheckpoint holds checkpoint id against dropCheckpoint until release is
+// called: look the record up after this, so it is either gone already or
+// stays until release.
+func (s *Service) useCheckpoint(id string) (release func()) {
+	return s.holdCheckpoint(id, false)
+}
+
+func (s *Service) holdCheckpoint(id string, drop bool) func() {
+	s.locksMu.Lock()
+	u := s.ckUses[id]
+	if u == nil {
+		u = &ckUse{}
+		s.ckUses[id] = u
+	}
+	u.refs++
+	s.locksMu.Unlock()
+	lock, unlock := u.mu.RLock, u.mu.RUnlock
+	if drop {
+		lock, unlock = u.mu.Lock, u.mu.Unlock
+	}
+	lock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			unlock()
+			s.locksMu.Lock()
+			if u.refs--; u.refs == 0 {
+				delete(s.ckUses, id)
+			}
+			s.locksMu.Unlock()
+		})
+	}
 }
 
 // checkpointSize is the bytes a checkpoint takes: its memory image and its

@@ -208,15 +208,33 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	e, err := s.cfg.Store.GetEnvironment(ctx, env)
-	if err != nil {
-		return nil, err
+	// A rebuild stores the environment's new checkpoint, then drops the
+	// old one: a create that finds the checkpoint it read gone looks again.
+	for try := 0; ; try++ {
+		e, err := s.cfg.Store.GetEnvironment(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		release := s.useCheckpoint(e.Checkpoint)
+		ck, err := s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
+		if errdefs.Is(err, errdefs.KindNotFound) && try < 3 {
+			release()
+			continue
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
+		sb, err := s.fromEnvironment(ctx, e, ck, name)
+		release()
+		s.stageSpare(e)
+		return sb, err
 	}
-	defer s.stageSpare(e)
-	ck, err := s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
-	if err != nil {
-		return nil, err
-	}
+}
+
+// fromEnvironment is CreateFromEnvironment from e's checkpoint ck, whose
+// use the caller holds.
+func (s *Service) fromEnvironment(ctx context.Context, e *store.Environment, ck *store.Checkpoint, name string) (*store.Sandbox, error) {
 	if name != "" {
 		if _, err := s.cfg.Store.GetSandbox(ctx, name); err == nil {
 			return nil, errdefs.Conflict("name_taken", "a sandbox named %s already exists", name)
@@ -225,5 +243,5 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 	if sp := s.takeSpare(e.Name, ck.ID); sp != nil {
 		return s.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
-	return s.Restore(ctx, e.Checkpoint, RestoreOptions{Name: name, Environment: e.Name})
+	return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})
 }

@@ -134,6 +134,14 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			}
 		}
 	}
+	// The checkpoint is in use from its making until the forks are running
+	// and its image is on disk: an rm of it meanwhile waits.
+	release, handedOff := s.useCheckpoint(ckID), false
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
 	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag, thawed)
 	if err != nil {
 		abortStaged()
@@ -145,6 +153,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	failAfter := func(err error) ([]*store.Sandbox, error) {
 		abortStaged()
 		out, err := fail(err)
+		release()
 		s.dropCheckpoint(bg, ck)
 		return out, err
 	}
@@ -178,7 +187,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	// The forks are running: now the image may go to disk (from RAM, if
 	// that is where the provider put it; not earlier, beside the restores).
 	if ip, ok := cp.(provider.ImagePersister); ok {
+		handedOff = true // to the copy (a second RLock could wait behind a drop)
 		go func() {
+			defer release()
 			if err := ip.Persisted(bg, s.checkpointDir(ckID)); err != nil {
 				log.Error("fork: checkpoint image to disk", "checkpoint", ckID, "err", err)
 			}

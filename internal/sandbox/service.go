@@ -69,6 +69,7 @@ type Service struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
+	ckUses  map[string]*ckUse      // checkpoints being read or dropped; guarded by locksMu
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
@@ -82,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.FreezeTimeout == 0 {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
-	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{},
+	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}, ckUses: map[string]*ckUse{},
 		reserved: map[string]bool{}, spares: map[string]*spare{}}
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)

@@ -66,6 +66,8 @@ func (s *Service) stageSpare(env *store.Environment) {
 }
 
 func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare, error) {
+	release := s.useCheckpoint(env.Checkpoint)
+	defer release()
 	ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint)
 	if err != nil {
 		return nil, err
@@ -169,7 +171,8 @@ func (s *Service) DropSpares() {
 }
 
 // restoreFromSpare turns a spare into the sandbox named name: its record
-// (with the spare's id and address), then resumes it.
+// (with the spare's id and address), then resumes it. The caller holds the
+// use of ck.
 func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Checkpoint, env, name string) (*store.Sandbox, error) {
 	rec := sp.rec
 	if name != "" {
@@ -210,7 +213,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 		// plain restore still makes the sandbox.
 		log.Warn("warm spare failed; restoring without it", "err", err)
 		s.destroy(bg, rec, log)
-		return s.Restore(ctx, ck.ID, RestoreOptions{Name: name, Environment: env})
+		return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
 	}
 	sp.st.phase(s, "resumed")
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -484,4 +485,74 @@ func TestEnvironment(t *testing.T) {
 	}
 	// Sandboxes from a removed environment run on.
 	checkCounting(t, "after env rm", sbs[0].ID)
+}
+
+// TestEnvironmentRebuildUnderLoad: creates from an environment go on while
+// it is rebuilt, and none fails. The rebuild drops the old checkpoint, which
+// a create that looked it up a moment before is still restoring from: the
+// drop waits for it, and a create that finds the checkpoint gone takes the
+// environment's new one.
+func TestEnvironmentRebuildUnderLoad(t *testing.T) {
+	e := need(t)
+	req := client.EnvironmentRequest{Name: "env-load", Image: busybox, Memory: jsonRaw("64MiB"),
+		Setup: [][]string{{"sh", "-c", "echo v1 > /root/version"}}}
+	if _, _, err := e.c.BuildEnvironment(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.RemoveEnvironment(context.Background(), "env-load") })
+
+	rebuilt := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		versions = map[string]int{}
+		failures []string
+	)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			after := 0 // creates once the rebuild is done: a few, then stop
+			for i := 0; i < 40 && after < 2; i++ {
+				select {
+				case <-rebuilt:
+					after++
+				default:
+				}
+				sb, err := e.c.Create(ctxT(t), client.CreateRequest{Environment: "env-load", Name: fmt.Sprintf("load-%d-%d", w, i)})
+				if err != nil {
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+					continue
+				}
+				res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"cat", "/root/version"}})
+				mu.Lock()
+				if err != nil || res.ExitCode != 0 {
+					failures = append(failures, fmt.Sprintf("exec in %s: %v %+v", sb.Name, err, res))
+				} else {
+					versions[strings.TrimSpace(string(res.Stdout))]++
+				}
+				mu.Unlock()
+				if err := e.c.Remove(ctxT(t), sb.ID, true); err != nil {
+					t.Errorf("rm %s: %v", sb.Name, err)
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // creates under way
+	req.Setup = [][]string{{"sh", "-c", "echo v2 > /root/version"}}
+	_, built, err := e.c.BuildEnvironment(ctxT(t), req)
+	close(rebuilt)
+	wg.Wait()
+	if err != nil || !built {
+		t.Fatalf("rebuild: built=%v %v", built, err)
+	}
+	if len(failures) > 0 {
+		t.Errorf("%d creates failed during the rebuild:\n%s", len(failures), strings.Join(failures, "\n"))
+	}
+	if versions["v2"] == 0 {
+		t.Errorf("no create after the rebuild saw its files: %v", versions)
+	}
+	t.Logf("creates by version: %v", versions)
 }
