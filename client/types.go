@@ -227,6 +227,16 @@ type ResumeResponse struct {
 	Sandbox    Sandbox        `json:"sandbox"`
 	Checkpoint string         `json:"checkpoint,omitempty"` // empty: replayed from the session's start
 	Replayed   []ReplayedExec `json:"replayed"`
+	// Reapplied lists the grant and policy changes the session recorded
+	// after that checkpoint, made again in their place among the execs.
+	Reapplied []ReappliedChange `json:"reapplied,omitempty"`
+}
+
+// ReappliedChange is one grant or policy change that resume made again.
+type ReappliedChange struct {
+	Event  string `json:"event"`            // sandbox.secret_granted, sandbox.secret_ungranted, sandbox.policy_set or sandbox.policy_cleared
+	Secret string `json:"secret,omitempty"` // for the grant events
+	Error  string `json:"error,omitempty"`  // why it could not be made (the secret was removed since, say)
 }
 
 // ReplayedExec is one exec that resume ran again.

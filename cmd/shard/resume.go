@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
@@ -27,12 +28,17 @@ run again, in order:
   - stdin is empty, and per-exec environment values are not replayed (the
     ledger keeps only their names): the sandbox's own environment applies.
 
+Secret grants and network policy changes recorded after that point are made
+again too, in their place among the execs, so a replayed exec gets the
+grants it had (needs the secret and policy scopes, as a fork does).
+
 The new sandbox has a new id and its own session (named by --name, or its
 id). Its id is printed on stdout; each replayed exec is reported on stderr:
 
   replayed: pip install requests (exit 0)
   replayed: python3 server.py (left running)
   replayed: make test (was exit 1, now exit 0)
+  reapplied: secret_granted OPENAI_KEY
 
 'shard restore CHECKPOINT' is the same start without the replay.`,
 		Example: `  shard resume base
@@ -53,6 +59,9 @@ id). Its id is printed on stdout; each replayed exec is reported on stderr:
 			for _, r := range res.Replayed {
 				fmt.Fprintln(os.Stderr, formatReplayed(r))
 			}
+			for _, r := range res.Reapplied {
+				fmt.Fprintln(os.Stderr, formatReapplied(r))
+			}
 			fmt.Println(res.Sandbox.ID)
 			return nil
 		},
@@ -60,6 +69,19 @@ id). Its id is printed on stdout; each replayed exec is reported on stderr:
 	cmd.Flags().StringVar(&req.Name, "name", "", "name of the new sandbox (unique); default: its id")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print the answer (sandbox, checkpoint, replayed execs) as JSON")
 	return cmd
+}
+
+// formatReapplied is the line resume prints for one grant or policy change
+// made again.
+func formatReapplied(r client.ReappliedChange) string {
+	what := strings.TrimPrefix(r.Event, "sandbox.")
+	if r.Secret != "" {
+		what += " " + r.Secret
+	}
+	if r.Error != "" {
+		return fmt.Sprintf("reapplied: %s (failed: %s)", what, r.Error)
+	}
+	return "reapplied: " + what
 }
 
 // formatReplayed is the line resume prints for one replayed exec.

@@ -27,3 +27,18 @@ func TestFormatReplayed(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatReapplied(t *testing.T) {
+	for _, tc := range []struct {
+		r    client.ReappliedChange
+		want string
+	}{
+		{client.ReappliedChange{Event: "sandbox.secret_granted", Secret: "KEY"}, "reapplied: secret_granted KEY"},
+		{client.ReappliedChange{Event: "sandbox.policy_set"}, "reapplied: policy_set"},
+		{client.ReappliedChange{Event: "sandbox.secret_granted", Secret: "GONE", Error: "secret GONE not found"}, "reapplied: secret_granted GONE (failed: secret GONE not found)"},
+	} {
+		if got := formatReapplied(tc.r); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}

@@ -203,16 +203,22 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 // policy. Restores, resumes and creates from an environment carry them too.
 func needCarried(r *http.Request, cks ...*store.Checkpoint) error {
 	for _, ck := range cks {
-		if len(ck.Grants) > 0 {
-			if err := need(r, auth.SecretAll); err != nil {
-				return err
-			}
+		if err := needFor(r, len(ck.Grants) > 0, ck.Policy != nil); err != nil {
+			return err
 		}
-		if ck.Policy != nil {
-			if err := need(r, auth.PolicyAll); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// needFor asks for secret:* if grants, and policy:* if policy, are carried.
+func needFor(r *http.Request, grants, policy bool) error {
+	if grants {
+		if err := need(r, auth.SecretAll); err != nil {
+			return err
 		}
+	}
+	if policy {
+		return need(r, auth.PolicyAll)
 	}
 	return nil
 }

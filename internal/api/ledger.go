@@ -165,6 +165,14 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	if err := needCarried(r, cks...); err != nil {
 		return nil, 0, err
 	}
+	// Grants and policies set after the checkpoint are made again too.
+	grants, policy, err := s.Sandboxes.SessionCarries(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := needFor(r, grants, policy); err != nil {
+		return nil, 0, err
+	}
 	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name)
 	if err != nil {
 		return nil, 0, err
@@ -172,6 +180,9 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	out := ResumeResponse{Sandbox: view(res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
 	for _, x := range res.Replayed {
 		out.Replayed = append(out.Replayed, ReplayedExec{Argv: x.Argv, RecordedExit: x.RecordedExit, ExitCode: x.ExitCode, Error: x.Error})
+	}
+	for _, x := range res.Reapplied {
+		out.Reapplied = append(out.Reapplied, ReappliedChange{Event: x.Event, Secret: x.Secret, Error: x.Error})
 	}
 	return out, http.StatusCreated, nil
 }

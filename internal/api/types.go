@@ -25,6 +25,7 @@ type (
 	EventPage          = client.EventPage
 	ResumeRequest      = client.ResumeRequest
 	ResumeResponse     = client.ResumeResponse
+	ReappliedChange    = client.ReappliedChange
 	ReplayedExec       = client.ReplayedExec
 	Environment        = client.Environment
 	EnvironmentRequest = client.EnvironmentRequest

@@ -22,7 +22,19 @@ const (
 	Stopped           = "sandbox.stopped"
 	Started           = "sandbox.started"
 	Removed           = "sandbox.removed"
+	SecretGranted     = "sandbox.secret_granted"
+	SecretUngranted   = "sandbox.secret_ungranted"
+	PolicySet         = "sandbox.policy_set" // data: the store.Policy
+	PolicyCleared     = "sandbox.policy_cleared"
 )
+
+// GrantData is what sandbox.secret_granted and sandbox.secret_ungranted
+// record: the secret's name and where it goes, never its value.
+type GrantData struct {
+	Secret string `json:"secret"`
+	Env    string `json:"env"`
+	File   string `json:"file"`
+}
 
 // CreatedData is what sandbox.created records: enough to make the sandbox
 // again (resume with no checkpoint starts from here).
@@ -78,11 +90,23 @@ type CheckpointData struct {
 }
 
 // Plan is how to bring a session back: start from Checkpoint (or, when it
-// is empty, make a fresh sandbox as Created says), then run Execs again.
+// is empty, make a fresh sandbox as Created says), then run Execs again and
+// make Changes again, the two merged in the order of their Seq.
 type Plan struct {
 	Created    CreatedData
 	Checkpoint string
 	Execs      []PlannedExec
+	Changes    []PlannedChange
+}
+
+// PlannedChange is a change of grants or policy to make again: the
+// checkpoint holds the grants and policy of its instant, the ledger what
+// changed after.
+type PlannedChange struct {
+	Seq    int64
+	Type   string        // SecretGranted, SecretUngranted, PolicySet or PolicyCleared
+	Grant  GrantData     // for the grant types
+	Policy *store.Policy // for PolicySet
 }
 
 // PlannedExec is one exec to replay. Finished is nil for one that never
@@ -153,16 +177,46 @@ func PlanResume(events []store.Event, exists func(id string) bool) (Plan, error)
 		}
 	}
 	for _, e := range events {
-		if e.Type != ExecStarted || e.Seq <= baseSeq {
+		if e.Seq <= baseSeq {
 			continue
 		}
-		var d ExecStartedData
-		if err := decode(e, &d); err != nil {
-			return p, err
+		switch e.Type {
+		case ExecStarted:
+			var d ExecStartedData
+			if err := decode(e, &d); err != nil {
+				return p, err
+			}
+			p.Execs = append(p.Execs, PlannedExec{Seq: e.Seq, Started: d, Finished: finished[d.Exec]})
+		case SecretGranted, SecretUngranted, PolicyCleared:
+			c := PlannedChange{Seq: e.Seq, Type: e.Type}
+			if err := decode(e, &c.Grant); err != nil {
+				return p, err
+			}
+			p.Changes = append(p.Changes, c)
+		case PolicySet:
+			c := PlannedChange{Seq: e.Seq, Type: e.Type, Policy: &store.Policy{}}
+			if err := decode(e, c.Policy); err != nil {
+				return p, err
+			}
+			p.Changes = append(p.Changes, c)
 		}
-		p.Execs = append(p.Execs, PlannedExec{Seq: e.Seq, Started: d, Finished: finished[d.Exec]})
 	}
 	return p, nil
+}
+
+// Carries reports whether a session's events give a sandbox resumed from
+// it secret grants or a network policy of the session's own (beside what
+// its checkpoints hold): who resumes it needs the scopes for those.
+func Carries(events []store.Event) (grants, policy bool) {
+	for _, e := range events {
+		switch e.Type {
+		case SecretGranted:
+			grants = true
+		case PolicySet:
+			policy = true
+		}
+	}
+	return grants, policy
 }
 
 func decode(e store.Event, v any) error {

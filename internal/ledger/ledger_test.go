@@ -472,3 +472,58 @@ func TestDataJSONNames(t *testing.T) {
 		}
 	}
 }
+
+// Grant and policy changes after the plan's checkpoint are planned, in
+// order, with their data; those before it are in the checkpoint already.
+func TestPlanResumeChanges(t *testing.T) {
+	pol := &store.Policy{Deny: []string{"192.0.2.0/24"}}
+	events := []store.Event{
+		ev(t, 1, Created, created("")),
+		ev(t, 2, SecretGranted, GrantData{Secret: "early", Env: "EARLY"}),
+		ev(t, 3, CheckpointCreated, checkpoint("ck1")),
+		ev(t, 4, SecretGranted, GrantData{Secret: "key", Env: "KEY"}),
+		ev(t, 5, ExecStarted, started("x1", "true")),
+		ev(t, 6, PolicySet, pol),
+		ev(t, 7, SecretUngranted, map[string]string{"secret": "key"}),
+		ev(t, 8, PolicyCleared, nil),
+		ev(t, 9, SecretGranted, GrantData{Secret: "cert", File: "/etc/cert"}),
+	}
+	p, err := PlanResume(events, existing("ck1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PlannedChange{
+		{Seq: 4, Type: SecretGranted, Grant: GrantData{Secret: "key", Env: "KEY"}},
+		{Seq: 6, Type: PolicySet, Policy: pol},
+		{Seq: 7, Type: SecretUngranted, Grant: GrantData{Secret: "key"}},
+		{Seq: 8, Type: PolicyCleared},
+		{Seq: 9, Type: SecretGranted, Grant: GrantData{Secret: "cert", File: "/etc/cert"}},
+	}
+	if p.Checkpoint != "ck1" || len(p.Execs) != 1 || !reflect.DeepEqual(p.Changes, want) {
+		t.Fatalf("plan: checkpoint %s, %d execs, changes %+v", p.Checkpoint, len(p.Execs), p.Changes)
+	}
+	if _, err := PlanResume(append(events, ev(t, 10, PolicySet, `{"deny":`)), existing("ck1")); err == nil {
+		t.Error("a malformed policy_set was accepted")
+	}
+}
+
+func TestCarries(t *testing.T) {
+	for _, tc := range []struct {
+		types          []string
+		grants, policy bool
+	}{
+		{nil, false, false},
+		{[]string{Created, ExecStarted}, false, false},
+		{[]string{SecretGranted, SecretUngranted}, true, false},
+		{[]string{PolicySet, PolicyCleared}, false, true},
+		{[]string{SecretUngranted, PolicyCleared}, false, false},
+	} {
+		var events []store.Event
+		for i, typ := range tc.types {
+			events = append(events, ev(t, int64(i+1), typ, nil))
+		}
+		if g, p := Carries(events); g != tc.grants || p != tc.policy {
+			t.Errorf("%v: grants %v policy %v, want %v %v", tc.types, g, p, tc.grants, tc.policy)
+		}
+	}
+}

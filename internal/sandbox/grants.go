@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -81,7 +82,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == req.Secret })
 		r.Grants = append(r.Grants, g)
-		return &store.EventSpec{Type: "sandbox.secret_granted", Data: map[string]string{"secret": g.Secret, "env": g.Env, "file": g.File}}, nil
+		return &store.EventSpec{Type: ledger.SecretGranted, Data: ledger.GrantData{Secret: g.Secret, Env: g.Env, File: g.File}}, nil
 	})
 }
 
@@ -107,7 +108,7 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 	}
 	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == secret })
-		return &store.EventSpec{Type: "sandbox.secret_ungranted", Data: map[string]string{"secret": secret}}, nil
+		return &store.EventSpec{Type: ledger.SecretUngranted, Data: map[string]string{"secret": secret}}, nil
 	})
 }
 

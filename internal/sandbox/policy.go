@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/store"
 )
@@ -36,9 +37,9 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 	if err := s.cfg.Net.SetPolicy(ip, np); err != nil {
 		return nil, errdefs.Wrap(errdefs.KindInternal, "policy_failed", err)
 	}
-	ev := &store.EventSpec{Type: "sandbox.policy_set", Data: p}
+	ev := &store.EventSpec{Type: ledger.PolicySet, Data: p}
 	if p == nil {
-		ev = &store.EventSpec{Type: "sandbox.policy_cleared"}
+		ev = &store.EventSpec{Type: ledger.PolicyCleared}
 	}
 	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Policy = p

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
@@ -19,11 +20,19 @@ type Replayed struct {
 	Error        string
 }
 
+// Reapplied is one grant or policy change a resume made again.
+type Reapplied struct {
+	Event  string // ledger.SecretGranted, ...
+	Secret string // for the grant events
+	Error  string
+}
+
 // ResumeResult is what a resume made and did.
 type ResumeResult struct {
 	Sandbox    *store.Sandbox
 	Checkpoint string // empty: made fresh from the session's sandbox.created
 	Replayed   []Replayed
+	Reapplied  []Reapplied
 }
 
 // Resume recreates a sandbox from a ledger session: from its latest
@@ -31,8 +40,12 @@ type ResumeResult struct {
 // made), then it replays the execs the ledger recorded after that point, in
 // order. An exec that ended is run again and waited for, whatever its code;
 // one that never ended is started and left running; stdin and per-exec env
-// values are not in the ledger, so a replayed exec gets neither. The new
-// sandbox has a new id and its own session, where the replay is recorded.
+// values are not in the ledger, so a replayed exec gets neither. Grants and
+// policy changes recorded after that point are made again too, in their
+// place among the execs (a replayed exec gets the grants of its moment); one
+// that fails (its secret was removed since) is reported, and replay goes on.
+// The new sandbox has a new id and its own session, where the replay is
+// recorded.
 func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResult, error) {
 	if err := validName(name); err != nil {
 		return nil, err
@@ -40,17 +53,9 @@ func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResu
 	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
-	var events []store.Event
-	for after := int64(0); ; {
-		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, page...)
-		if len(page) < 1000 {
-			break
-		}
-		after = page[len(page)-1].Seq
+	events, err := s.sessionEvents(ctx, session)
+	if err != nil {
+		return nil, err
 	}
 	plan, err := ledger.PlanResume(events, func(id string) bool {
 		_, err := s.cfg.Store.GetCheckpoint(ctx, id)
@@ -75,7 +80,15 @@ func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResu
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", session, err)
 	}
+	changes := plan.Changes
+	reapply := func(before int64) {
+		for len(changes) > 0 && changes[0].Seq < before {
+			res.Reapplied = append(res.Reapplied, s.reapply(ctx, res, changes[0]))
+			changes = changes[1:]
+		}
+	}
 	for _, pe := range plan.Execs {
+		reapply(pe.Seq)
 		r := Replayed{Argv: pe.Started.Argv}
 		if pe.Ended() && pe.Finished.ExitCode != nil {
 			r.RecordedExit = pe.Finished.ExitCode
@@ -104,6 +117,58 @@ func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResu
 		}
 		res.Replayed = append(res.Replayed, r)
 	}
-	s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed))
+	reapply(math.MaxInt64)
+	s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed), "reapplied", len(res.Reapplied))
 	return res, nil
+}
+
+// reapply makes one grant or policy change again on res.Sandbox, and keeps
+// its record (with the grants a later exec gets) current.
+func (s *Service) reapply(ctx context.Context, res *ResumeResult, c ledger.PlannedChange) Reapplied {
+	r := Reapplied{Event: c.Type, Secret: c.Grant.Secret}
+	var sb *store.Sandbox
+	var err error
+	switch c.Type {
+	case ledger.SecretGranted:
+		sb, err = s.Grant(ctx, res.Sandbox.ID, GrantRequest{Secret: c.Grant.Secret, Env: c.Grant.Env, File: c.Grant.File})
+	case ledger.SecretUngranted:
+		sb, err = s.Ungrant(ctx, res.Sandbox.ID, c.Grant.Secret)
+	case ledger.PolicySet:
+		sb, err = s.SetPolicy(ctx, res.Sandbox.ID, c.Policy)
+	case ledger.PolicyCleared:
+		sb, err = s.SetPolicy(ctx, res.Sandbox.ID, nil)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	} else if sb != nil {
+		res.Sandbox = sb
+	}
+	return r
+}
+
+// sessionEvents reads all of a session's events, in order.
+func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Event, error) {
+	var events []store.Event
+	for after := int64(0); ; {
+		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, page...)
+		if len(page) < 1000 {
+			return events, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// SessionCarries reports whether a sandbox resumed from session gets secret
+// grants or a network policy from the session's events (see ledger.Carries).
+func (s *Service) SessionCarries(ctx context.Context, session string) (grants, policy bool, err error) {
+	events, err := s.sessionEvents(ctx, session)
+	if err != nil {
+		return false, false, err
+	}
+	grants, policy = ledger.Carries(events)
+	return grants, policy, nil
 }

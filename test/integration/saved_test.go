@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/auth"
 )
 
 // wantCode fails unless err is an API error with code (and, if given, a
@@ -555,4 +556,83 @@ func TestEnvironmentRebuildUnderLoad(t *testing.T) {
 		t.Errorf("no create after the rebuild saw its files: %v", versions)
 	}
 	t.Logf("creates by version: %v", versions)
+}
+
+// TestResumeReappliesGrantsAndPolicy: grants and policy changes recorded
+// after the checkpoint are made again by resume, each in its place among
+// the execs, so a replayed exec sees the grant it had; a grant whose secret
+// is gone is reported, and the rest goes on.
+func TestResumeReappliesGrantsAndPolicy(t *testing.T) {
+	e := need(t)
+	for _, s := range []string{"rr-one", "rr-gone"} {
+		if _, err := e.c.SetSecret(ctxT(t), s, []byte("value-of-"+s)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.c.RemoveSecret(context.Background(), s) })
+	}
+	sb := create(t, client.CreateRequest{Image: busybox, Name: "rr-src"})
+	if _, err := e.c.Checkpoint(ctxT(t), sb.ID, client.CheckpointRequest{Tag: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	// After the checkpoint: grant, an exec that uses it, a policy, an
+	// ungrant, an exec that no longer has it; and a grant of a secret that
+	// is removed before the resume.
+	if _, err := e.c.Grant(ctxT(t), sb.ID, client.Grant{Secret: "rr-one", Env: "ONE"}); err != nil {
+		t.Fatal(err)
+	}
+	execOK(t, sb.ID, "sh", "-c", `echo "[$ONE]" > /root/with`)
+	if _, err := e.c.SetPolicy(ctxT(t), sb.ID, client.Policy{Deny: []string{"192.0.2.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Ungrant(ctxT(t), sb.ID, "rr-one"); err != nil {
+		t.Fatal(err)
+	}
+	execOK(t, sb.ID, "sh", "-c", `echo "[$ONE]" > /root/without`)
+	if _, err := e.c.Grant(ctxT(t), sb.ID, client.Grant{Secret: "rr-gone", Env: "GONE"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Ungrant(ctxT(t), sb.ID, "rr-gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Grant(ctxT(t), sb.ID, client.Grant{Secret: "rr-gone", Env: "GONE"}); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Ungrant(ctxT(t), sb.ID, "rr-gone") // so the secret can go
+	if err := e.c.RemoveSecret(ctxT(t), "rr-gone"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The session's grants and policy are carried: a key needs their scopes.
+	write := token(t, "rr-write", auth.SandboxWrite)
+	if status, ce := tcpCall(t, "POST", "/v0/ledger/sessions/rr-src/resume", write, []byte("{}")); status != 403 || !strings.Contains(ce.Message, "secret:*") {
+		t.Fatalf("resume of a session with grants, without secret:*: %d %+v", status, ce)
+	}
+	out, err := e.c.Resume(ctxT(t), sb.Session, client.ResumeRequest{Name: "rr-resumed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), out.Sandbox.ID, true) })
+	var got []string
+	for _, r := range out.Reapplied {
+		s := strings.TrimPrefix(r.Event, "sandbox.") + " " + r.Secret
+		if r.Error != "" {
+			s += " (failed)"
+		}
+		got = append(got, strings.TrimSpace(s))
+	}
+	want := []string{"secret_granted rr-one", "policy_set", "secret_ungranted rr-one",
+		"secret_granted rr-gone (failed)", "secret_ungranted rr-gone (failed)",
+		"secret_granted rr-gone (failed)", "secret_ungranted rr-gone (failed)"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("reapplied %q, want %q (%+v)", got, want, out.Reapplied)
+	}
+	if !strings.Contains(out.Reapplied[3].Error, "rr-gone") {
+		t.Errorf("the failed grant's error does not name the secret: %q", out.Reapplied[3].Error)
+	}
+	if got := execOK(t, out.Sandbox.ID, "cat", "/root/with", "/root/without"); got != "[value-of-rr-one]\n[]\n" {
+		t.Fatalf("replayed execs wrote %q: each should have had the grants of its moment", got)
+	}
+	if len(out.Sandbox.Grants) != 0 || out.Sandbox.Policy == nil || !slices.Equal(out.Sandbox.Policy.Deny, []string{"192.0.2.0/24"}) {
+		t.Fatalf("resumed sandbox: grants %+v policy %+v, want none and the source's policy", out.Sandbox.Grants, out.Sandbox.Policy)
+	}
 }

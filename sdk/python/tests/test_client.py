@@ -397,7 +397,9 @@ class CallsTest(Base):
         self.fake.route("POST", "/ledger/sessions/base/resume", status=201,
                         body={"sandbox": sandbox_json(id="222222222222", name="again"), "checkpoint": "c0ffee000000",
                               "replayed": [{"argv": ["touch", "/f"], "recorded_exit_code": 0, "exit_code": 0},
-                                           {"argv": ["server"]}]})
+                                           {"argv": ["server"]}],
+                              "reapplied": [{"event": "sandbox.secret_granted", "secret": "KEY"},
+                                            {"event": "sandbox.policy_set"}]})
         self.fake.route("POST", "/checkpoints/c0ffee000000/restore", status=201, body=sandbox_json(id="333333333333", name="r"))
 
         sb = self.sandbox()
@@ -421,6 +423,8 @@ class CallsTest(Base):
         assert r.resume_result is not None
         self.assertEqual(r.resume_result.checkpoint, "c0ffee000000")
         self.assertEqual([x.exit_code for x in r.resume_result.replayed], [0, None])
+        self.assertEqual([(x.event, x.secret, x.error) for x in r.resume_result.reapplied],
+                         [("sandbox.secret_granted", "KEY", None), ("sandbox.policy_set", None, None)])
         self.assertEqual(self.shard.resume("base").id, "222222222222")
 
         rs = self.shard.restore_snapshot(cks[0], name="r")

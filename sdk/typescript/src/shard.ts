@@ -5,7 +5,7 @@ import { ShardApi } from "./api.js";
 import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, EnvVars, Provider, ReplayedExec, SandboxInfo } from "./types.js";
+import type { Checkpoint, CreateRequest, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo } from "./types.js";
 
 /** Options of `new Shard()`; each falls back to the environment. */
 export interface ShardOptions extends ConnectionOptions {}
@@ -102,6 +102,7 @@ export class Shard {
     const out = await this.api.resumeSession(name, options.name ? { name: options.name } : {});
     const sb = new Sandbox(this, out.sandbox);
     sb.replayed = out.replayed ?? [];
+    sb.reapplied = out.reapplied ?? [];
     return sb;
   }
 
@@ -122,6 +123,8 @@ export class Sandbox {
   info: SandboxInfo;
   /** For a sandbox made by resume: the execs that were replayed. */
   replayed?: ReplayedExec[];
+  /** For a sandbox made by resume: the grant and policy changes made again. */
+  reapplied?: ReappliedChange[];
   private readonly shard: Shard;
 
   constructor(shard: Shard, info: SandboxInfo) {

@@ -130,11 +130,21 @@ export interface ReplayedExec {
   error?: string;
 }
 
+/** One grant or policy change that resume made again. */
+export interface ReappliedChange {
+  event: "sandbox.secret_granted" | "sandbox.secret_ungranted" | "sandbox.policy_set" | "sandbox.policy_cleared";
+  secret?: string;
+  /** Why it could not be made again (its secret was removed since, say). */
+  error?: string;
+}
+
 /** The answer of POST /v0/ledger/sessions/{name}/resume. */
 export interface ResumeResponse {
   sandbox: SandboxInfo;
   checkpoint?: string;
   replayed: ReplayedExec[];
+  /** Grant and policy changes made again, in ledger order; absent when none. */
+  reapplied?: ReappliedChange[];
 }
 
 /** A named, set-up-once sandbox state that creates start from warm. */

@@ -175,7 +175,7 @@ export class FakeShard {
       return json(201, this.sandbox({ name: body?.name, image: ck.image }));
     }
     if ((p = /^\/v0\/ledger\/sessions\/([^/]+)\/resume$/.exec(path)) && m === "POST") {
-      return json(201, { sandbox: this.sandbox({ name: body?.name }), checkpoint: "", replayed: [{ argv: ["true"], recorded_exit_code: 0, exit_code: 0 }] });
+      return json(201, { sandbox: this.sandbox({ name: body?.name }), checkpoint: "", replayed: [{ argv: ["true"], recorded_exit_code: 0, exit_code: 0 }], reapplied: [{ event: "sandbox.secret_granted", secret: "KEY" }] });
     }
     if ((p = /^\/v0\/environments\/([^/]+)$/.exec(path))) {
       const env = this.environments.get(decodeURIComponent(p[1]!));

@@ -19,6 +19,7 @@ __all__ = [
     "Grant",
     "Policy",
     "ReplayedExec",
+    "ReappliedChange",
     "ResumeResult",
     "SandboxInfo",
     "Secret",
@@ -316,6 +317,25 @@ class ReplayedExec:
 
 
 @dataclass(frozen=True)
+class ReappliedChange:
+    """One grant or policy change that :meth:`Shard.resume` made again.
+
+    ``event`` is ``sandbox.secret_granted``, ``sandbox.secret_ungranted``,
+    ``sandbox.policy_set`` or ``sandbox.policy_cleared``; ``error`` says why
+    it could not be made (its secret was removed since, say).
+    """
+
+    event: str
+    secret: Optional[str] = None
+    error: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ReappliedChange":
+        """Reads a reapplied change from its JSON object."""
+        return cls(event=_opt_str(d, "event") or "", secret=_opt_str(d, "secret"), error=_opt_str(d, "error"))
+
+
+@dataclass(frozen=True)
 class ResumeResult:
     """What :meth:`Shard.resume` started from and what it replayed.
 
@@ -326,6 +346,7 @@ class ResumeResult:
     sandbox: SandboxInfo
     replayed: List[ReplayedExec]
     checkpoint: Optional[str] = None
+    reapplied: List[ReappliedChange] = field(default_factory=lambda: [])
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ResumeResult":
@@ -334,6 +355,7 @@ class ResumeResult:
             sandbox=SandboxInfo.from_json(as_object(d.get("sandbox")) or {}),
             replayed=[ReplayedExec.from_json(r) for r in objects(d.get("replayed"))],
             checkpoint=_opt_str(d, "checkpoint"),
+            reapplied=[ReappliedChange.from_json(r) for r in objects(d.get("reapplied"))],
         )
 
 
