@@ -158,22 +158,12 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, 0, err
 	}
-	cks, err := s.Sandboxes.Store().ListCheckpoints(r.Context(), r.PathValue("name"))
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := needCarried(r, cks...); err != nil {
-		return nil, 0, err
-	}
-	// Grants and policies set after the checkpoint are made again too.
-	grants, policy, err := s.Sandboxes.SessionCarries(r.Context(), r.PathValue("name"))
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := needFor(r, grants, policy); err != nil {
-		return nil, 0, err
-	}
-	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name)
+	// The new sandbox carries the grants and policy of the session's
+	// checkpoints and of its later events: their scopes are needed, as for
+	// a fork.
+	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name, func(grants, policy bool) error {
+		return needFor(r, grants, policy)
+	})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -187,15 +187,17 @@ func PlanResume(events []store.Event, exists func(id string) bool) (Plan, error)
 				return p, err
 			}
 			p.Execs = append(p.Execs, PlannedExec{Seq: e.Seq, Started: d, Finished: finished[d.Exec]})
-		case SecretGranted, SecretUngranted, PolicyCleared:
+		case SecretGranted, SecretUngranted, PolicySet, PolicyCleared:
 			c := PlannedChange{Seq: e.Seq, Type: e.Type}
-			if err := decode(e, &c.Grant); err != nil {
-				return p, err
+			var err error
+			switch e.Type {
+			case SecretGranted, SecretUngranted:
+				err = decode(e, &c.Grant)
+			case PolicySet:
+				c.Policy = &store.Policy{}
+				err = decode(e, c.Policy)
 			}
-			p.Changes = append(p.Changes, c)
-		case PolicySet:
-			c := PlannedChange{Seq: e.Seq, Type: e.Type, Policy: &store.Policy{}}
-			if err := decode(e, c.Policy); err != nil {
+			if err != nil {
 				return p, err
 			}
 			p.Changes = append(p.Changes, c)

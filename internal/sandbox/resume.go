@@ -46,16 +46,42 @@ type ResumeResult struct {
 // that fails (its secret was removed since) is reported, and replay goes on.
 // The new sandbox has a new id and its own session, where the replay is
 // recorded.
-func (s *Service) Resume(ctx context.Context, session, name string) (*ResumeResult, error) {
+//
+// allow, if not nil, is asked first whether the new sandbox may carry
+// secret grants and a network policy, as the session's checkpoints or its
+// later events may give it (the API checks the caller's scopes there).
+func (s *Service) Resume(ctx context.Context, session, name string, allow func(grants, policy bool) error) (*ResumeResult, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
 	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
-	events, err := s.sessionEvents(ctx, session)
-	if err != nil {
-		return nil, err
+	var events []store.Event
+	for after := int64(0); ; {
+		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, page...)
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	if allow != nil {
+		cks, err := s.cfg.Store.ListCheckpoints(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		grants, policy := ledger.Carries(events)
+		for _, ck := range cks {
+			grants = grants || len(ck.Grants) > 0
+			policy = policy || ck.Policy != nil
+		}
+		if err := allow(grants, policy); err != nil {
+			return nil, err
+		}
 	}
 	plan, err := ledger.PlanResume(events, func(id string) bool {
 		_, err := s.cfg.Store.GetCheckpoint(ctx, id)
@@ -144,31 +170,4 @@ func (s *Service) reapply(ctx context.Context, res *ResumeResult, c ledger.Plann
 		res.Sandbox = sb
 	}
 	return r
-}
-
-// sessionEvents reads all of a session's events, in order.
-func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Event, error) {
-	var events []store.Event
-	for after := int64(0); ; {
-		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, page...)
-		if len(page) < 1000 {
-			return events, nil
-		}
-		after = page[len(page)-1].Seq
-	}
-}
-
-// SessionCarries reports whether a sandbox resumed from session gets secret
-// grants or a network policy from the session's events (see ledger.Carries).
-func (s *Service) SessionCarries(ctx context.Context, session string) (grants, policy bool, err error) {
-	events, err := s.sessionEvents(ctx, session)
-	if err != nil {
-		return false, false, err
-	}
-	grants, policy = ledger.Carries(events)
-	return grants, policy, nil
 }

@@ -10,7 +10,7 @@ import { ShardError } from "./errors.js";
 import { ExecRun, type ExecOptions } from "./exec.js";
 import { resourcesToRequest, type Resources } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, SandboxInfo } from "./types.js";
+import type { Checkpoint, CreateRequest, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo } from "./types.js";
 
 /** Options of `new SandboxClient()`. */
 export interface SandboxClientOptions extends ConnectionOptions {
@@ -158,8 +158,8 @@ export class SandboxClient {
   }
 
   /** @internal */
-  adopt(info: SandboxInfo, release: () => void, replayed?: ReplayedExec[], reapplied?: ReappliedChange[]): SandboxHandle {
-    const h = new SandboxHandle(this, info, release, replayed, reapplied);
+  adopt(info: SandboxInfo, release: () => void, resumed?: ResumeResponse): SandboxHandle {
+    const h = new SandboxHandle(this, info, release, resumed);
     this.live.add(h);
     return h;
   }
@@ -189,7 +189,7 @@ export class SandboxClient {
     const name = typeof session === "string" ? session : session.session;
     return this.withSlot(async (release) => {
       const out = await this.api.resumeSession(name, options.name ? { name: options.name } : {});
-      return this.adopt(out.sandbox, release, out.replayed ?? [], out.reapplied ?? []);
+      return this.adopt(out.sandbox, release, out);
     });
   }
 
@@ -292,12 +292,15 @@ export class SandboxHandle {
   private closing?: Promise<void>;
 
   /** @internal Made by SandboxClient. */
-  constructor(client: SandboxClient, info: SandboxInfo, release: () => void, replayed?: ReplayedExec[], reapplied?: ReappliedChange[]) {
+  /** resumed: the answer of the resume that made it, if one did. */
+  constructor(client: SandboxClient, info: SandboxInfo, release: () => void, resumed?: ResumeResponse) {
     this.client = client;
     this.info = info;
     this.release = release;
-    if (replayed) this.replayed = replayed;
-    if (reapplied) this.reapplied = reapplied;
+    if (resumed) {
+      this.replayed = resumed.replayed ?? [];
+      this.reapplied = resumed.reapplied ?? [];
+    }
     this.credentials = new Credentials(this);
   }
 
