@@ -73,6 +73,13 @@ func need(t testing.TB) *env {
 	return E
 }
 
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,8 +137,9 @@ func setup() (*env, error) {
 	e.runDir = filepath.Join(dir, "run")
 	// A bridge and subnet of their own, so a shard serve on this machine
 	// (the default shard0, 10.88/16) is not disturbed.
-	e.bridge = "shardit0"
-	e.subnet = "10.89.0.0/16"
+	// SHARD_IT_BRIDGE and SHARD_IT_SUBNET let two runs share a machine.
+	e.bridge = envOr("SHARD_IT_BRIDGE", "shardit0")
+	e.subnet = envOr("SHARD_IT_SUBNET", "10.89.0.0/16")
 	// A run that was killed leaves its veths on the test bridge, holding
 	// addresses this run will hand out again: clear them first.
 	if out, err := exec.Command("ip", "-o", "link", "show", "master", e.bridge).Output(); err == nil {
