@@ -1,32 +1,90 @@
 // Package units parses the sizes and cpu amounts users type: "512MiB",
 // "512Mi", "1G", "2GiB", "1.5", "500m".
+//
+// Parsing is exact: a number is read as a decimal (never through a float),
+// a value that is not a whole number of bytes, or of millicpus, is refused
+// rather than rounded, and a value too large for an int64 is refused rather
+// than wrapped.
 package units
 
 import (
 	"fmt"
 	"math"
-	"strconv"
+	"math/big"
+	"regexp"
 	"strings"
 )
 
 var sizeSuffix = []struct {
 	s string
-	m float64
+	m int64
 }{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"ki", 1 << 10}, {"mi", 1 << 20}, {"gi", 1 << 30}, {"ti", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, // docker's reading
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40}, {"pib", 1 << 50},
+	{"ki", 1 << 10}, {"mi", 1 << 20}, {"gi", 1 << 30}, {"ti", 1 << 40}, {"pi", 1 << 50},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"pb", 1e15},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"p", 1 << 50}, // docker's reading
 	{"b", 1},
 }
 
-// ParseSize reads a byte size. A bare number is bytes.
+// MaxSize is the largest size ParseSize returns (an int64's largest value).
+const MaxSize = math.MaxInt64
+
+// MaxCPUMillis is the largest cpu amount ParseCPU returns: a million cpus,
+// far above any host, low enough that no arithmetic on it overflows (a cpu
+// quota is millis × 100 µs).
+const MaxCPUMillis = 1_000_000_000
+
+// maxNumber bounds the text of a number: longer is no size anyone means,
+// and the exact arithmetic stays small.
+const maxNumber = 64
+
+// decimalRe is a plain decimal: digits with an optional fraction and an
+// optional exponent of at most two digits. No sign, no hex, no "Inf".
+var decimalRe = regexp.MustCompile(`^(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,2})?$`)
+
+// decimal reads s exactly, as a fraction.
+func decimal(s string) (*big.Rat, bool) {
+	if len(s) > maxNumber || !decimalRe.MatchString(s) {
+		return nil, false
+	}
+	r, ok := new(big.Rat).SetString(s)
+	return r, ok
+}
+
+// outcome says why scaled gave no value.
+type outcome int
+
+const (
+	parsed   outcome = iota
+	notNum           // not a plain decimal
+	notWhole         // not a whole number once scaled
+	tooLarge         // above an int64
+)
+
+// scaled returns s × mult when that is a whole number that fits an int64.
+func scaled(s string, mult int64) (int64, outcome) {
+	r, ok := decimal(s)
+	if !ok {
+		return 0, notNum
+	}
+	r.Mul(r, new(big.Rat).SetInt64(mult))
+	if !r.IsInt() {
+		return 0, notWhole
+	}
+	if n := r.Num(); n.IsInt64() {
+		return n.Int64(), parsed
+	}
+	return 0, tooLarge
+}
+
+// ParseSize reads a byte size. A bare number is bytes. It refuses a size
+// that is not a whole number of bytes ("0.3MiB") and one above MaxSize.
 func ParseSize(s string) (int64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	if t == "" {
-		return 0, fmt.Errorf("empty size")
+		return 0, fmt.Errorf("empty size: use a number with a unit, like 512MiB or 2GiB")
 	}
-	mult := 1.0
+	mult := int64(1)
 	for _, suf := range sizeSuffix {
 		if strings.HasSuffix(t, suf.s) {
 			mult = suf.m
@@ -34,31 +92,54 @@ func ParseSize(s string) (int64, error) {
 			break
 		}
 	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f*mult > math.MaxInt64/2 {
+	v, how := scaled(t, mult)
+	switch how {
+	case notNum:
 		return 0, fmt.Errorf("%q is not a size: use a number with a unit, like 512MiB or 2GiB", s)
+	case notWhole:
+		return 0, fmt.Errorf("%q is not a whole number of bytes: use a smaller unit, like 300MiB for 0.3GiB", s)
+	case tooLarge:
+		return 0, fmt.Errorf("%q is too large a size: at most %d bytes (8EiB)", s, int64(MaxSize))
 	}
-	return int64(f * mult), nil
+	return v, nil
 }
 
-// ParseCPU reads a cpu amount in millicpus: "1" is 1000, "0.5" and "500m" 500.
+// ParseCPU reads a cpu amount in millicpus: "1" is 1000, "0.5" and "500m"
+// 500. It refuses zero, an amount finer than a millicpu ("0.0001") and one
+// above MaxCPUMillis.
 func ParseCPU(s string) (int64, error) {
 	t := strings.TrimSpace(s)
-	if strings.HasSuffix(t, "m") {
-		n, err := strconv.ParseInt(strings.TrimSuffix(t, "m"), 10, 64)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("%q is not a cpu amount: use e.g. 1, 0.5 or 500m", s)
-		}
-		return n, nil
+	mult := int64(1000)
+	if m, ok := strings.CutSuffix(t, "m"); ok {
+		t, mult = m, 1
 	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f <= 0 || f > 1024 || math.IsNaN(f) {
+	v, how := scaled(t, mult)
+	switch {
+	case how == notNum:
 		return 0, fmt.Errorf("%q is not a cpu amount: use e.g. 1, 0.5 or 500m", s)
+	case how == notWhole:
+		return 0, fmt.Errorf("%q is finer than a cpu is divided: use whole thousandths of a cpu, e.g. 0.001 or 1m", s)
+	case how == tooLarge || v > MaxCPUMillis:
+		return 0, fmt.Errorf("%q is too large a cpu amount: at most %d cpus", s, MaxCPUMillis/1000)
+	case v <= 0:
+		return 0, fmt.Errorf("%q is not a cpu amount: it must be above zero, e.g. 1, 0.5 or 500m", s)
 	}
-	return int64(math.Round(f * 1000)), nil
+	return v, nil
 }
 
-// FormatSize prints bytes the way ParseSize reads them back.
+// FormatCPU prints millicpus the way ParseCPU reads them back: "1", "0.5",
+// "0.001".
+func FormatCPU(millis int64) string {
+	if millis < 0 {
+		return fmt.Sprintf("%dm", millis)
+	}
+	s := strings.TrimRight(fmt.Sprintf("%d.%03d", millis/1000, millis%1000), "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// FormatSize prints bytes the way ParseSize reads them back: exactly when
+// the size is a whole number of GiB or MiB (or below a KiB), else rounded to
+// one decimal.
 func FormatSize(n int64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
