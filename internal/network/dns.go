@@ -22,11 +22,34 @@ import (
 // "example.org" are the ones the proxy answered it for example.org. Each
 // answer is put in the sandbox's sets (allowed: r-, denied: x-) before the
 // sandbox gets it, so its first connection already finds the rule.
+//
+// It is also a way out: a query for <data>.attacker.example reaches
+// attacker.example's name servers through the upstream resolver. So a
+// sandbox whose policy limits names (deny-all, an allow list, or a denied
+// domain) has only the names its policy allows forwarded (judgeQuery);
+// the rest are answered REFUSED by the proxy itself and go nowhere.
 const (
 	dnsUpstreamTimeout = 5 * time.Second  // for one query, all upstreams together
 	dnsMaxInFlight     = 256              // queries being forwarded at once
 	dnsMaxTCPConns     = 64               // open TCP connections from sandboxes
 	dnsTCPIdle         = 10 * time.Second // a TCP connection with no query is closed
+
+	// One sandbox's share, so that one flooding the proxy slows only
+	// itself: queries a second (sustained, and in a burst), queries in
+	// flight, open TCP connections. Over them, a UDP query is dropped (the
+	// client retries) and a TCP connection closed.
+	dnsRatePerSrc     = 100
+	dnsBurstPerSrc    = 200
+	dnsInFlightPerSrc = 32
+	dnsTCPPerSrc      = 8
+)
+
+// EDE (RFC 8914) put in a refusal's OPT record when the query had one:
+// 18, "Prohibited", says why to a client like dig.
+const (
+	ednsOptionEDE  = 15
+	edeProhibited  = 18
+	edeRefusalText = "denied by the sandbox's egress policy"
 )
 
 type dnsState struct {
@@ -39,6 +62,7 @@ type dnsProxy struct {
 	upstreams []string // host:port
 	inflight  chan struct{}
 	tcpConns  chan struct{}
+	lim       dnsLimiter
 }
 
 // StartDNS starts the DNS proxy on the gateway (port 53, UDP and TCP), the
@@ -46,9 +70,13 @@ type dnsProxy struct {
 // to upstreams ("IP" or "IP:port"; empty: the host's /etc/resolv.conf name
 // servers, loopback ones included since the proxy runs on the host) and
 // hands the answer back unchanged, after opening or closing the answered
-// addresses for that sandbox as its policy's domain names say. Queries
-// from addresses that are not sandboxes are refused. It returns once
-// listening, and stops when ctx ends.
+// addresses for that sandbox as its policy's domain names say. A sandbox is
+// known by its source address, which the bridge's anti-spoofing rules keep
+// honest (see firewall). Under a policy that limits names, a query the
+// policy does not allow is answered REFUSED and never forwarded (see
+// judgeQuery). Queries from addresses that are not sandboxes are refused.
+// Each sandbox has a share of the proxy (dnsRatePerSrc and the like). It
+// returns once listening, and stops when ctx ends.
 func (m *Manager) StartDNS(ctx context.Context, upstreams []string) error {
 	ups, err := dnsUpstreams(upstreams)
 	if err != nil {
@@ -71,7 +99,7 @@ func (m *Manager) StartDNS(ctx context.Context, upstreams []string) error {
 		return fmt.Errorf("DNS proxy: %w", err)
 	}
 	m.dns.running = true
-	d := &dnsProxy{m: m, upstreams: ups, inflight: make(chan struct{}, dnsMaxInFlight), tcpConns: make(chan struct{}, dnsMaxTCPConns)}
+	d := newDNSProxy(m, ups)
 	go func() {
 		<-ctx.Done()
 		pc.Close()
@@ -84,6 +112,11 @@ func (m *Manager) StartDNS(ctx context.Context, upstreams []string) error {
 	go d.serveTCP(ln)
 	m.cfg.Log.Info("DNS proxy listening", "addr", addr, "upstreams", ups)
 	return nil
+}
+
+func newDNSProxy(m *Manager, ups []string) *dnsProxy {
+	return &dnsProxy{m: m, upstreams: ups, inflight: make(chan struct{}, dnsMaxInFlight),
+		tcpConns: make(chan struct{}, dnsMaxTCPConns), lim: dnsLimiter{srcs: map[netip.Addr]*dnsSrc{}}}
 }
 
 func dnsUpstreams(in []string) ([]string, error) {
@@ -127,15 +160,27 @@ func (d *dnsProxy) serveUDP(pc *net.UDPConn) {
 			}
 			continue
 		}
-		q := append([]byte(nil), buf[:n]...)
+		src := from.Addr().Unmap()
+		if !d.m.fw.isSandboxAddr(src) {
+			// Answered at once (REFUSED), with no goroutine, no share.
+			if resp := d.handle(src, buf[:n], false); resp != nil {
+				pc.WriteToUDPAddrPort(resp, from)
+			}
+			continue
+		}
+		if !d.lim.admit(src, time.Now()) {
+			continue // over its share: the client retries
+		}
 		select {
 		case d.inflight <- struct{}{}:
 		default:
+			d.lim.done(src)
 			continue // too busy: the client retries
 		}
+		q := append([]byte(nil), buf[:n]...)
 		go func() {
-			defer func() { <-d.inflight }()
-			if resp := d.handle(from.Addr().Unmap(), q, false); resp != nil {
+			defer func() { <-d.inflight; d.lim.done(src) }()
+			if resp := d.handle(src, q, false); resp != nil {
 				pc.WriteToUDPAddrPort(resp, from)
 			}
 		}()
@@ -152,25 +197,43 @@ func (d *dnsProxy) serveTCP(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		from, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		src := from.Addr().Unmap()
+		sandbox := d.m.fw.isSandboxAddr(src)
+		if sandbox && !d.lim.openTCP(src) {
+			c.Close() // over its share of connections
+			continue
+		}
 		select {
 		case d.tcpConns <- struct{}{}:
 		default:
+			if sandbox {
+				d.lim.closeTCP(src)
+			}
 			c.Close()
 			continue
 		}
 		go func() {
 			defer func() { <-d.tcpConns }()
 			defer c.Close()
-			from, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+			if sandbox {
+				defer d.lim.closeTCP(src)
+			}
 			for {
 				c.SetDeadline(time.Now().Add(dnsTCPIdle))
 				q, err := readTCPMsg(c)
 				if err != nil {
 					return
 				}
+				if sandbox && !d.lim.admit(src, time.Now()) {
+					return // over its share: the client comes back later
+				}
 				d.inflight <- struct{}{}
-				resp := d.handle(from.Addr().Unmap(), q, true)
+				resp := d.handle(src, q, true)
 				<-d.inflight
+				if sandbox {
+					d.lim.done(src)
+				}
 				if resp == nil {
 					return
 				}
@@ -211,7 +274,14 @@ func (d *dnsProxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 	if !d.m.fw.isSandboxAddr(src) {
 		return dnsReply(q, dnsmessage.RCodeRefused)
 	}
-	resp, err := d.exchange(q, tcp)
+	fwd, rcode := judgeQuery(d.m.fw.policyOf(src), q)
+	if fwd == nil {
+		// Not a word of it goes upstream. The name is not logged: it may
+		// be the very data that was meant to leave.
+		d.m.cfg.Log.Debug("DNS proxy: query not forwarded", "sandbox", src, "rcode", rcode)
+		return dnsRefusal(q, rcode)
+	}
+	resp, err := d.exchange(fwd, tcp)
 	if err != nil {
 		d.m.cfg.Log.Debug("DNS proxy: upstream", "err", err)
 		return dnsReply(q, dnsmessage.RCodeServerFailure)
@@ -225,6 +295,92 @@ func (d *dnsProxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 		}
 	}
 	return resp
+}
+
+// policyOf is the compiled policy installed for a sandbox address (nil:
+// none). A compiled policy is never changed once installed (a change
+// installs a new one), so it is safe to use after the lock is let go.
+func (f *firewall) policyOf(src netip.Addr) *compiled {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.policies[src]
+}
+
+// judgeQuery decides what the proxy does with query q from a sandbox whose
+// installed policy is cp (nil: none): forward fwd upstream, or (fwd nil)
+// answer rcode itself.
+//
+// A policy that does not limit names (none, or one with only addresses and
+// no default deny) has every query forwarded as it came. Under one that
+// does, only a standard query (opcode QUERY) with exactly one question, of
+// class IN, for a name the policy allows (Policy.AllowsName) is forwarded,
+// and what is forwarded is rebuilt from what was judged: that question,
+// the header's ID and its RD, AD and CD bits, and, if the query had an OPT
+// record, one with its UDP size (clamped to 512-4096) and DO bit but no
+// options. No other byte of the sandbox's reaches the upstream, so there is
+// nothing an upstream could read differently from the proxy. Everything
+// else is answered REFUSED (FORMERR if the query does not parse): several
+// questions, none, another class (CHAOS, HESIOD, ANY), another opcode
+// (NOTIFY, UPDATE), and every name the policy does not allow.
+func judgeQuery(cp *compiled, q []byte) (fwd []byte, rcode dnsmessage.RCode) {
+	if cp == nil || !cp.limitsNames() {
+		return q, dnsmessage.RCodeSuccess
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil {
+		return nil, dnsmessage.RCodeFormatError
+	}
+	if h.Response {
+		return nil, dnsmessage.RCodeFormatError
+	}
+	if h.OpCode != 0 {
+		return nil, dnsmessage.RCodeRefused
+	}
+	qs, err := p.AllQuestions()
+	if err != nil {
+		return nil, dnsmessage.RCodeFormatError
+	}
+	if len(qs) != 1 || qs[0].Class != dnsmessage.ClassINET {
+		return nil, dnsmessage.RCodeRefused
+	}
+	if !cp.allowsName(normaliseName(qs[0].Name.String())) {
+		return nil, dnsmessage.RCodeRefused
+	}
+	var opt *dnsmessage.ResourceHeader
+	if p.SkipAllAnswers() == nil && p.SkipAllAuthorities() == nil {
+		for {
+			rh, err := p.AdditionalHeader()
+			if err != nil {
+				break
+			}
+			if rh.Type == dnsmessage.TypeOPT {
+				opt = &rh
+				break
+			}
+			if p.SkipAdditional() != nil {
+				break
+			}
+		}
+	}
+	b := dnsmessage.NewBuilder(make([]byte, 0, 512), dnsmessage.Header{ID: h.ID,
+		RecursionDesired: h.RecursionDesired, AuthenticData: h.AuthenticData, CheckingDisabled: h.CheckingDisabled})
+	if b.StartQuestions() != nil || b.Question(qs[0]) != nil {
+		return nil, dnsmessage.RCodeFormatError
+	}
+	if opt != nil {
+		var o dnsmessage.ResourceHeader
+		size := min(max(int(opt.Class), 512), 4096) // an OPT record's class is the UDP size
+		if o.SetEDNS0(size, dnsmessage.RCodeSuccess, opt.DNSSECAllowed()) != nil ||
+			b.StartAdditionals() != nil || b.OPTResource(o, dnsmessage.OPTResource{}) != nil {
+			return nil, dnsmessage.RCodeFormatError
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return nil, dnsmessage.RCodeFormatError
+	}
+	return out, dnsmessage.RCodeSuccess
 }
 
 // exchange forwards q to the upstreams in turn, within dnsUpstreamTimeout
@@ -296,24 +452,138 @@ func answers(q, resp []byte) bool {
 }
 
 // dnsReply is an empty answer to q with rcode (nil if q does not parse).
-func dnsReply(q []byte, rcode dnsmessage.RCode) []byte {
+func dnsReply(q []byte, rcode dnsmessage.RCode) []byte { return localReply(q, rcode, false) }
+
+// dnsRefusal is the proxy's own answer to a query it does not forward: a
+// REFUSED one says why in an EDE option (Prohibited) when the query had an
+// OPT record.
+func dnsRefusal(q []byte, rcode dnsmessage.RCode) []byte {
+	return localReply(q, rcode, rcode == dnsmessage.RCodeRefused)
+}
+
+func localReply(q []byte, rcode dnsmessage.RCode, ede bool) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil {
 		return nil
 	}
-	qs, _ := p.AllQuestions()
+	qs, qerr := p.AllQuestions()
+	hasOPT := false
+	if qerr == nil && ede && p.SkipAllAnswers() == nil && p.SkipAllAuthorities() == nil {
+		for {
+			rh, err := p.AdditionalHeader()
+			if err != nil {
+				break
+			}
+			if rh.Type == dnsmessage.TypeOPT {
+				hasOPT = true
+				break
+			}
+			if p.SkipAdditional() != nil {
+				break
+			}
+		}
+	}
+	if len(qs) > 1 {
+		qs = qs[:1] // a refusal need not echo a question list the sandbox made up
+	}
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, OpCode: h.OpCode,
 		RecursionDesired: h.RecursionDesired, RecursionAvailable: true, RCode: rcode})
 	b.StartQuestions()
 	for _, qq := range qs {
 		b.Question(qq)
 	}
+	if hasOPT {
+		var o dnsmessage.ResourceHeader
+		if o.SetEDNS0(1232, dnsmessage.RCodeSuccess, false) == nil && b.StartAdditionals() == nil {
+			data := binary.BigEndian.AppendUint16(nil, edeProhibited)
+			data = append(data, edeRefusalText...)
+			b.OPTResource(o, dnsmessage.OPTResource{Options: []dnsmessage.Option{{Code: ednsOptionEDE, Data: data}}})
+		}
+	}
 	out, err := b.Finish()
 	if err != nil {
 		return nil
 	}
 	return out
+}
+
+// dnsLimiter keeps each sandbox address's share of the proxy: a token
+// bucket of queries, the queries it has in flight, its TCP connections.
+type dnsLimiter struct {
+	mu    sync.Mutex
+	srcs  map[netip.Addr]*dnsSrc
+	swept time.Time
+}
+
+type dnsSrc struct {
+	tokens   float64
+	last     time.Time
+	inflight int
+	tcp      int
+}
+
+// admit takes one query of src's share; done gives its in-flight place
+// back.
+func (l *dnsLimiter) admit(src netip.Addr, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(src, now)
+	s.tokens = min(s.tokens+now.Sub(s.last).Seconds()*dnsRatePerSrc, dnsBurstPerSrc)
+	s.last = now
+	if s.tokens < 1 || s.inflight >= dnsInFlightPerSrc {
+		return false
+	}
+	s.tokens--
+	s.inflight++
+	return true
+}
+
+func (l *dnsLimiter) done(src netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.srcs[src]; s != nil && s.inflight > 0 {
+		s.inflight--
+	}
+}
+
+func (l *dnsLimiter) openTCP(src netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.get(src, time.Now())
+	if s.tcp >= dnsTCPPerSrc {
+		return false
+	}
+	s.tcp++
+	return true
+}
+
+func (l *dnsLimiter) closeTCP(src netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.srcs[src]; s != nil && s.tcp > 0 {
+		s.tcp--
+	}
+}
+
+// get returns src's entry, made with a full bucket; once a minute the
+// entries of sandboxes that are idle (full bucket, nothing open) go.
+// Called with l.mu held.
+func (l *dnsLimiter) get(src netip.Addr, now time.Time) *dnsSrc {
+	if now.Sub(l.swept) > time.Minute {
+		l.swept = now
+		for a, s := range l.srcs {
+			if s.inflight == 0 && s.tcp == 0 && s.tokens+now.Sub(s.last).Seconds()*dnsRatePerSrc >= dnsBurstPerSrc {
+				delete(l.srcs, a)
+			}
+		}
+	}
+	s := l.srcs[src]
+	if s == nil {
+		s = &dnsSrc{tokens: dnsBurstPerSrc, last: now}
+		l.srcs[src] = s
+	}
+	return s
 }
 
 // parseAnswer reads the A records of a successful response that answer its

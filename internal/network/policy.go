@@ -101,6 +101,20 @@ func (p *Policy) Decide(ip netip.Addr, names []string) bool {
 	return !c.defaultDeny
 }
 
+// AllowsName says whether the policy lets a sandbox resolve name through
+// the DNS proxy, with the same domain semantics as Decide: a denied name
+// never is; an allowed one is; any other only when the policy does not
+// deny by default (no DenyAll, no Allow entry). A nil or empty policy
+// allows every name. Addresses and CIDRs play no part: a policy that
+// allows only 10.0.0.0/8 resolves nothing. The DNS proxy forwards only
+// what this allows (see StartDNS).
+func (p *Policy) AllowsName(name string) bool {
+	if p.Empty() {
+		return true
+	}
+	return compilePolicy(p).allowsName(normaliseName(name))
+}
+
 // entry is one parsed policy entry: a prefix (an address is a /32) or a
 // domain pattern.
 type entry struct {
@@ -232,6 +246,23 @@ type compiled struct {
 }
 
 func (c *compiled) hasDomains() bool { return len(c.allow.domains)+len(c.deny.domains) > 0 }
+
+// allowsName is Policy.AllowsName for a normalised name.
+func (c *compiled) allowsName(name string) bool {
+	one := []string{name}
+	if c.deny.matchesName(one) {
+		return false
+	}
+	if c.allow.matchesName(one) {
+		return true
+	}
+	return !c.defaultDeny
+}
+
+// limitsNames reports whether some name is not allowed: the policy denies
+// by default or denies a domain. A policy that does not limit names has its
+// sandbox's queries forwarded as they are.
+func (c *compiled) limitsNames() bool { return c.defaultDeny || len(c.deny.domains) > 0 }
 
 func compilePolicy(p *Policy) *compiled {
 	c := &compiled{defaultDeny: p.DenyAll || len(p.Allow) > 0}
