@@ -29,11 +29,14 @@ var (
 // which in the message). It is a host name's worth of characters, never
 // "." or "..", and never 12 hex digits, which is what ids look like.
 func Name(what, s string) error {
+	if what != "" {
+		what += " "
+	}
 	if !nameRe.MatchString(s) {
-		return errdefs.Invalid("%s name %s is not valid: %s", what, strconv.QuoteToASCII(s), NameRule)
+		return errdefs.Invalid("%sname %s is not valid: %s", what, strconv.QuoteToASCII(short(s)), NameRule)
 	}
 	if idRe.MatchString(s) {
-		return errdefs.Invalid("%s name %q looks like an id: choose a name that is not 12 hex digits", what, s)
+		return errdefs.Invalid("%sname %q looks like an id: choose a name that is not 12 hex digits", what, s)
 	}
 	return nil
 }

@@ -138,10 +138,14 @@ func FormatCPU(millis int64) string {
 }
 
 // FormatSize prints bytes the way ParseSize reads them back: exactly when
-// the size is a whole number of GiB or MiB (or below a KiB), else rounded to
-// one decimal.
+// the size is a whole number of PiB, TiB, GiB or MiB (or below a KiB), else
+// rounded to one decimal.
 func FormatSize(n int64) string {
 	switch {
+	case n >= 1<<50 && n%(1<<50) == 0:
+		return fmt.Sprintf("%dPiB", n>>50)
+	case n >= 1<<40 && n%(1<<40) == 0:
+		return fmt.Sprintf("%dTiB", n>>40)
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return fmt.Sprintf("%dGiB", n>>30)
 	case n >= 1<<20 && n%(1<<20) == 0:
