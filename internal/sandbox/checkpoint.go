@@ -10,6 +10,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 )
@@ -25,8 +26,12 @@ func (s *Service) checkpointDir(id string) string {
 
 // Checkpoint saves a running sandbox's memory, processes and files without
 // stopping it (the fork machinery, minus the new sandbox) and writes
-// sandbox.checkpoint_created to its ledger session.
+// sandbox.checkpoint_created to its ledger session. A tag follows
+// names.Tag's rule.
 func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.Checkpoint, error) {
+	if err := names.Tag(tag); err != nil {
+		return nil, err
+	}
 	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "checkpoint")
 	if err != nil {
 		return nil, err

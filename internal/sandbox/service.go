@@ -25,6 +25,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
@@ -175,61 +176,27 @@ const (
 	MinDisk       = 16 << 20
 )
 
-var (
-	nameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	idRe   = regexp.MustCompile(`^[0-9a-f]{12}$`)
-	envRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
-)
+// envRe matches the KEY= of a KEY=VALUE.
+var envRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
-// validName checks a sandbox name ("" is fine: the id becomes the name).
+// validName checks a sandbox name ("" is fine: the id becomes the name);
+// snapshots and environments follow the same rule (names.Name).
 func validName(name string) error {
 	if name == "" {
 		return nil
 	}
-	if !nameRe.MatchString(name) {
-		return errdefs.Invalid("name %q is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63", name)
-	}
-	if idRe.MatchString(name) {
-		return errdefs.Invalid("name %q looks like a sandbox id: choose a name that is not 12 hex digits", name)
-	}
-	return nil
+	return names.Name("", name)
 }
 
+// validate fills in the bounds a create leaves out and refuses what this
+// host cannot honour (CheckCreate), then checks the image and provider.
 func (s *Service) validate(req *CreateRequest) error {
-	if err := validName(req.Name); err != nil {
+	withDefaults(req)
+	if err := checkCreate(req, s.Limits()); err != nil {
 		return err
 	}
 	if strings.TrimSpace(req.Image) == "" {
 		return errdefs.Invalid("an image is required")
-	}
-	if req.MemoryBytes == 0 {
-		req.MemoryBytes = DefaultMemory
-	}
-	if req.MemoryBytes < MinMemory {
-		return errdefs.Invalid("memory %d bytes is too small: at least 32MiB", req.MemoryBytes)
-	}
-	if req.CPUMillis == 0 {
-		req.CPUMillis = DefaultCPU
-	}
-	if req.CPUMillis < 10 {
-		return errdefs.Invalid("cpu must be at least 10m (0.01 cpu)")
-	}
-	if req.DiskBytes == 0 {
-		req.DiskBytes = DefaultDisk
-	}
-	if req.DiskBytes < MinDisk {
-		return errdefs.Invalid("disk %d bytes is too small: at least 16MiB", req.DiskBytes)
-	}
-	if req.Pids == 0 {
-		req.Pids = DefaultPids
-	}
-	if req.Pids < 8 {
-		return errdefs.Invalid("pids must be at least 8")
-	}
-	for _, kv := range req.Env {
-		if !envRe.MatchString(kv) {
-			return errdefs.Invalid("env %q is not KEY=VALUE", kv)
-		}
 	}
 	if req.Provider == "" {
 		req.Provider = s.cfg.DefaultProvider
