@@ -294,7 +294,20 @@ type DiskUsage struct {
 	Snapshots    DiskUsageItem `json:"snapshots"`
 	Checkpoints  DiskUsageItem `json:"checkpoints"`
 	Environments DiskUsageItem `json:"environments"` // their checkpoints (not counted again under checkpoints)
+	Server       DiskUsageItem `json:"server"`       // the database, agent binaries, filesystem templates, logs
 	TotalBytes   int64         `json:"total_bytes"`
+	// Store is the sandbox store: its size, what is promised (every
+	// sandbox's whole disk bound, and the blocks of saved copies), and what
+	// a new sandbox, fork, snapshot or checkpoint may still ask for.
+	Store StoreSpace `json:"store"`
+}
+
+// StoreSpace is the sandbox store's capacity and promises, in bytes.
+type StoreSpace struct {
+	CapacityBytes int64 `json:"capacity_bytes"`
+	PromisedBytes int64 `json:"promised_bytes"`
+	ReservedBytes int64 `json:"reserved_bytes"` // the filesystem's own use and a margin
+	FreeBytes     int64 `json:"free_bytes"`
 }
 
 // DiskUsageItem is a count and the bytes they use.

@@ -14,7 +14,14 @@ func newDfCmd(a *app) *cobra.Command {
 		Use:   "df",
 		Short: "Show the disk space images, sandboxes, snapshots, checkpoints and environments use",
 		Long: `Show how much of the server's disk each kind of thing uses. An environment's
-checkpoint counts under environments, not again under checkpoints.`,
+checkpoint counts under environments, not again under checkpoints; "server"
+is the database, the agent binaries, the empty filesystem templates and logs.
+
+The last line is the sandbox store (--storage-size of shard serve): every
+sandbox's whole --disk is reserved in it, so one sandbox filling its disk
+never takes space a neighbour was promised. A create, fork, snapshot or
+checkpoint that does not fit in what is free is refused (507
+insufficient_storage).`,
 		Example: `  shard df
   shard df --json`,
 		Args: cobra.NoArgs,
@@ -35,7 +42,13 @@ checkpoint counts under environments, not again under checkpoints.`,
 			for _, r := range dfRows(du) {
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", r[0], r[1], r[2])
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			st := du.Store
+			fmt.Printf("\nsandbox store: %s free of %s (%s promised to sandboxes' disks and saved copies)\n",
+				humanSize(st.FreeBytes), humanSize(st.CapacityBytes), humanSize(st.PromisedBytes))
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
@@ -50,7 +63,7 @@ func dfRows(du *client.DiskUsage) [][3]string {
 		item client.DiskUsageItem
 	}{
 		{"images", du.Images}, {"sandboxes", du.Sandboxes}, {"snapshots", du.Snapshots},
-		{"checkpoints", du.Checkpoints}, {"environments", du.Environments},
+		{"checkpoints", du.Checkpoints}, {"environments", du.Environments}, {"server", du.Server},
 	} {
 		rows = append(rows, [3]string{it.name, fmt.Sprint(it.item.Count), humanSize(it.item.Bytes)})
 	}

@@ -14,7 +14,8 @@ func TestDfRows(t *testing.T) {
 		Snapshots:    client.DiskUsageItem{},
 		Checkpoints:  client.DiskUsageItem{Count: 1, Bytes: 300 << 20},
 		Environments: client.DiskUsageItem{Count: 1, Bytes: 1 << 30},
-		TotalBytes:   128974848 + 3<<20 + 300<<20 + 1<<30,
+		Server:       client.DiskUsageItem{Count: 4, Bytes: 50 << 20},
+		TotalBytes:   128974848 + 3<<20 + 300<<20 + 1<<30 + 50<<20,
 	}
 	want := [][3]string{
 		{"images", "2", "123MiB"},
@@ -22,7 +23,8 @@ func TestDfRows(t *testing.T) {
 		{"snapshots", "0", "0B"},
 		{"checkpoints", "1", "300MiB"},
 		{"environments", "1", "1GiB"},
-		{"total", "-", "1.4GiB"},
+		{"server", "4", "50MiB"},
+		{"total", "-", "1.5GiB"},
 	}
 	if got := dfRows(du); !slices.Equal(got, want) {
 		t.Errorf("dfRows:\n got %q\nwant %q", got, want)

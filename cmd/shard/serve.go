@@ -18,6 +18,7 @@ import (
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/api"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
@@ -76,7 +77,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.defaultProvider, "default-provider", "gvisor", "provider for sandboxes that do not name one")
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
-	f.StringVar(&o.storageSize, "storage-size", "64GiB", "size of the sparse XFS image holding the sandboxes' files (made once)")
+	f.StringVar(&o.storageSize, "storage-size", "auto", "size of the XFS image holding the sandboxes' files, allocated on the host when it is made (auto: 3/4 of the data directory's free space, at most 64GiB); every sandbox's --disk is reserved from it")
 	f.StringVar(&o.runsc, "runsc", "", "path of runsc (default: on PATH)")
 	f.StringVar(&o.runc, "runc", "", "path of runc (default: on PATH)")
 	f.StringVar(&o.platform, "platform", "systrap", "gVisor platform: systrap or ptrace")
@@ -109,14 +110,21 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
 		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
 	}
-	storageSize, err := units.ParseSize(o.storageSize)
-	if err != nil {
-		return fmt.Errorf("--storage-size: %w", err)
+	var storageSize int64 // 0: auto
+	if o.storageSize != "auto" {
+		if storageSize, err = units.ParseSize(o.storageSize); err != nil {
+			return fmt.Errorf("--storage-size: %w", err)
+		}
 	}
-	for _, d := range []string{o.dataDir, o.runDir, filepath.Dir(o.socket)} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+	// Only root may enter the data and run directories: below them are
+	// trees that sandboxes and images write (see internal/hostdir).
+	for _, d := range []string{o.dataDir, o.runDir} {
+		if err := hostdir.Private(d); err != nil {
 			return err
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(o.socket), 0o711); err != nil {
+		return err
 	}
 	// One server per data directory: a second one would fight over
 	// namespaces, mounts and the database.

@@ -274,6 +274,8 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusUnprocessableEntity
 	case errdefs.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case errdefs.KindNoSpace:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }
@@ -285,8 +287,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(kind)
 	if status >= 500 {
 		s.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		if kind == errdefs.KindInternal {
+		switch kind {
+		case errdefs.KindInternal:
 			msg = "internal error: " + msg
+		case errdefs.KindNoSpace:
+			if _, ok := errdefs.As(err); !ok {
+				// A bare ENOSPC from deep down names host paths: the
+				// user learns what happened, the log keeps the rest.
+				msg = "the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"
+			}
 		}
 	}
 	writeJSON(w, status, Error{Code: code, Message: msg})

@@ -31,6 +31,7 @@ type (
 	EnvironmentRequest = client.EnvironmentRequest
 	DiskUsage          = client.DiskUsage
 	DiskUsageItem      = client.DiskUsageItem
+	StoreSpace         = client.StoreSpace
 	Token              = client.Token
 	TokenRequest       = client.TokenRequest
 	TokenCreated       = client.TokenCreated

@@ -8,6 +8,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Kind is an error class. Each kind has an HTTP status in internal/api.
@@ -23,6 +24,7 @@ const (
 	KindUnauth      Kind = "unauthenticated"  // 401
 	KindTooLarge    Kind = "too_large"        // 413
 	KindFailed      Kind = "failed"           // 422: the request was fine, what it ran failed
+	KindNoSpace     Kind = "no_space"         // 507: the server's disk cannot hold it
 	KindInternal    Kind = "internal"         // 500: our fault, never the user's
 )
 
@@ -92,18 +94,27 @@ func As(err error) (*Error, bool) {
 	return nil, false
 }
 
-// KindOf reports err's class; unclassified errors are internal.
+// KindOf reports err's class; unclassified errors are internal, but for a
+// full disk (ENOSPC anywhere in the chain), which is the server's state and
+// not its fault.
 func KindOf(err error) Kind {
 	if e, ok := As(err); ok {
 		return e.Kind
 	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return KindNoSpace
+	}
 	return KindInternal
 }
 
-// CodeOf reports err's code; unclassified errors are "internal".
+// CodeOf reports err's code; unclassified errors are "internal" (or
+// "insufficient_storage" for ENOSPC).
 func CodeOf(err error) string {
 	if e, ok := As(err); ok {
 		return e.Code
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return "insufficient_storage"
 	}
 	return string(KindInternal)
 }

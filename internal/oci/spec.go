@@ -31,6 +31,9 @@ type Options struct {
 	ResolvConf  string   // host file bind-mounted at /etc/resolv.conf
 	Hosts       string   // host file bind-mounted at /etc/hosts
 	HostnameF   string   // host file bind-mounted at /etc/hostname
+	// Devices are the image's device nodes (image.Image.Devices), which
+	// the runtime makes inside the sandbox: see sandboxDevices.
+	Devices []specs.LinuxDevice
 }
 
 // defaultCaps is Docker's default capability set: what a process running as
@@ -40,6 +43,10 @@ var defaultCaps = []string{
 	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
+
+// HostFileMountOptions are the bind options of /etc/hosts, /etc/hostname
+// and /etc/resolv.conf.
+var HostFileMountOptions = []string{"rbind", "ro", "nosuid", "nodev", "noexec"}
 
 // Build returns the spec.
 func Build(o Options) *specs.Spec {
@@ -74,6 +81,7 @@ func Build(o Options) *specs.Spec {
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: o.CgroupsPath,
+			Devices:     sandboxDevices(o.Devices),
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: o.Netns},
@@ -89,7 +97,7 @@ func Build(o Options) *specs.Spec {
 		{"/etc/resolv.conf", o.ResolvConf}, {"/etc/hosts", o.Hosts}, {"/etc/hostname", o.HostnameF},
 	} {
 		if m.src != "" {
-			s.Mounts = append(s.Mounts, specs.Mount{Destination: m.dst, Type: "bind", Source: m.src, Options: []string{"rbind", "rw"}})
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: m.dst, Type: "bind", Source: m.src, Options: HostFileMountOptions})
 		}
 	}
 	r := s.Linux.Resources
@@ -109,5 +117,7 @@ func Build(o Options) *specs.Spec {
 	return s
 }
 
-// WriteFile writes a small file for a bind mount (resolv.conf and friends).
+// WriteFile writes a small file for a bind mount (resolv.conf and friends)
+// in place: a running sandbox's bind mount holds this very inode, so a
+// warm spare's rename reaches it.
 func WriteFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }

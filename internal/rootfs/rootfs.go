@@ -26,14 +26,27 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
 )
 
 // Options configure the storage.
 type Options struct {
 	Dir  string // e.g. /var/lib/shard/storage (the XFS mount point)
-	Size int64  // size of the sparse image when one must be made
+	Size int64  // size of the image when one must be made (0: AutoSize)
 	Log  *slog.Logger
+}
+
+// AutoSize is the size of a store made without one: three quarters of what
+// is free where it goes, at most 64GiB, at least 1GiB.
+func AutoSize(dir string) int64 {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return 64 << 30
+	}
+	n := int64(st.Bavail) * int64(st.Bsize) / 4 * 3
+	return min(max(n&^(1<<20-1), 1<<30), 64<<30)
 }
 
 // Storage holds the sandboxes' upper directories.
@@ -42,6 +55,11 @@ type Storage struct {
 	log *slog.Logger
 
 	tmplMu sync.Mutex // serialises making templates
+
+	image string // the store's image file on the host ("" if the store is not ours)
+
+	admitMu sync.Mutex       // held from an admission until its file exists
+	pending map[string]int64 // store path → bytes reserved for it ahead (Reserve); guarded by admitMu
 }
 
 // Open mounts (making if needed) the XFS filesystem at opts.Dir.
@@ -49,12 +67,12 @@ func Open(ctx context.Context, opts Options) (*Storage, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	if opts.Size <= 0 {
-		opts.Size = 64 << 30
-	}
-	s := &Storage{dir: opts.Dir, log: opts.Log}
-	if err := os.MkdirAll(opts.Dir, 0o711); err != nil {
+	s := &Storage{dir: opts.Dir, log: opts.Log, pending: map[string]int64{}}
+	if err := hostdir.Private(opts.Dir); err != nil {
 		return nil, err
+	}
+	if opts.Size <= 0 {
+		opts.Size = AutoSize(filepath.Dir(opts.Dir))
 	}
 	if mounted, err := isMountPoint(opts.Dir); err != nil {
 		return nil, err
@@ -64,27 +82,54 @@ func Open(ctx context.Context, opts Options) (*Storage, error) {
 			if err := makeImage(ctx, img, opts.Size); err != nil {
 				return nil, err
 			}
+			s.image = img
+		} else if err == nil {
+			s.backImage(img)
 		}
-		if out, err := exec.CommandContext(ctx, "mount", "-o", "loop,noatime", img, opts.Dir).CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(ctx, "mount", "-o", storeMountOptions, img, opts.Dir).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("mount %s: %v: %s", img, err, bytes.TrimSpace(out))
 		}
 	}
-	for _, d := range []string{"sandboxes", "templates", "mnt"} {
-		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o711); err != nil {
+	// The mount point's own mode is the root of the XFS filesystem's.
+	if err := hostdir.Private(opts.Dir); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"sandboxes", "templates", "mnt", "saved"} {
+		if err := hostdir.Private(filepath.Join(opts.Dir, d)); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
+// Mount options. The store holds only filesystem images; a sandbox's own
+// filesystem holds whatever the sandbox wrote, so neither honours setuid
+// bits or device nodes on the host. Inside a sandbox they still work: the
+// kernel checks the overlay's mount, not its upper's.
+const (
+	storeMountOptions   = "loop,noatime,nosuid,nodev,noexec"
+	sandboxMountOptions = "loop,noatime,nosuid,nodev"
+)
+
+// makeImage makes the store's image, size bytes, all of them allocated on
+// the host: a sparse image would promise sandboxes space the host may give
+// to something else, and then their writes, already acknowledged, would be
+// lost.
 func makeImage(ctx context.Context, img string, size int64) error {
 	f, err := os.OpenFile(img+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(size); err != nil {
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
 		f.Close()
-		return err
+		os.Remove(img + ".tmp")
+		if errors.Is(err, unix.ENOSPC) {
+			var st unix.Statfs_t
+			unix.Statfs(filepath.Dir(img), &st)
+			return fmt.Errorf("the sandbox store of %s does not fit in %s, which has %s free: give a smaller --storage-size",
+				units.FormatSize(size), filepath.Dir(img), units.FormatSize(int64(st.Bavail)*int64(st.Bsize)))
+		}
+		return fmt.Errorf("allocate the sandbox store: %w", err)
 	}
 	f.Close()
 	if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-q", "-m", "reflink=1", img+".tmp").CombinedOutput(); err != nil {
@@ -95,6 +140,25 @@ func makeImage(ctx context.Context, img string, size int64) error {
 		return fmt.Errorf("mkfs.xfs: %v: %s", err, bytes.TrimSpace(out))
 	}
 	return os.Rename(img+".tmp", img)
+}
+
+// backImage allocates the holes of a store image made sparse (by an older
+// server), so the host cannot give its space away; where the host has no
+// room, Space counts only what the host can still back.
+func (s *Storage) backImage(img string) {
+	s.image = img
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, st.Size()); err != nil {
+		s.log.Warn("the sandbox store's image is sparse and the host cannot allocate it: admissions count only what the host can back", "image", img, "err", err)
+	}
 }
 
 func isMountPoint(dir string) (bool, error) {
@@ -121,16 +185,19 @@ func (s *Storage) img(id string) string   { return filepath.Join(s.dir, "sandbox
 func (s *Storage) mnt(id string) string   { return filepath.Join(s.dir, "mnt", id) }
 func (s *Storage) upper(id string) string { return filepath.Join(s.mnt(id), "upper") }
 
-// Create makes a sandbox's own filesystem, limit bytes big (its disk bound).
+// Create makes a sandbox's own filesystem, limit bytes big (its disk bound),
+// if the store can promise that much.
 func (s *Storage) Create(ctx context.Context, id string, limit int64) error {
-	tmpl, err := s.template(ctx, limit)
-	if err != nil {
-		return err
-	}
-	if err := cloneFile(tmpl, s.img(id)); err != nil {
-		return fmt.Errorf("files of %s: %w", id, err)
-	}
-	return nil
+	return s.admitted(s.img(id), limit, "a sandbox with a "+units.FormatSize(limit)+" disk", func() error {
+		tmpl, err := s.template(ctx, limit)
+		if err != nil {
+			return err
+		}
+		if err := cloneFile(tmpl, s.img(id)); err != nil {
+			return fmt.Errorf("files of %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // template returns an empty ext4 image of size bytes, made once per size.
@@ -186,26 +253,109 @@ func cloneFile(src, dst string) error {
 }
 
 // Clone copies the files of sandbox src into a new sandbox dst (a reflink
-// of its filesystem image), the way Save does.
-func (s *Storage) Clone(src, dst string) error { return s.copyOut(src, s.img(dst)) }
+// of its filesystem image), the way Save does. dst gets src's bound.
+func (s *Storage) Clone(src, dst string) error {
+	return s.admitted(s.img(dst), s.Bound(src), "a copy of a sandbox's disk", func() error {
+		return s.copyOut(src, s.img(dst))
+	})
+}
 
 // Save keeps a copy of sandbox src's files under key (a snapshot's or a
-// checkpoint's), the same way Clone does.
+// checkpoint's), the same way Clone does. The copy never changes: it
+// counts the blocks it refers to.
 func (s *Storage) Save(src, key string) error {
-	if err := os.MkdirAll(filepath.Join(s.dir, "saved"), 0o700); err != nil {
-		return err
-	}
-	return s.copyOut(src, s.saved(key))
+	return s.admitted(s.saved(key), s.FileUsage(src), "a copy of a sandbox's files", func() error {
+		return s.copyOut(src, s.saved(key))
+	})
 }
 
 // CreateFrom makes sandbox id's files a copy (reflink: copy-on-write, no
-// bytes copied) of the files saved under key.
+// bytes copied) of the files saved under key; it gets their bound.
 func (s *Storage) CreateFrom(key, id string) error {
-	if err := cloneFile(s.saved(key), s.img(id)); err != nil {
-		return fmt.Errorf("files of %s from %s: %w", id, key, err)
-	}
-	return nil
+	return s.admitted(s.img(id), fileSize(s.saved(key)), "a sandbox's disk", func() error {
+		if err := cloneFile(s.saved(key), s.img(id)); err != nil {
+			return fmt.Errorf("files of %s from %s: %w", id, key, err)
+		}
+		return nil
+	})
 }
+
+// Bound is the disk bound of sandbox id's files (the size of its image).
+func (s *Storage) Bound(id string) int64 { return fileSize(s.img(id)) }
+
+func fileSize(path string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Size
+}
+
+// admitted runs make, which creates the store file path, once need bytes
+// are promised to it: ahead by Reserve, or now. The promise stays pending
+// until make is done (then the file holds it, or nothing does), and make
+// runs without the lock: a first template's mkfs does not hold up a freeze.
+func (s *Storage) admitted(path string, need int64, what string, make func() error) error {
+	s.admitMu.Lock()
+	if _, ok := s.pending[path]; !ok {
+		if err := s.admit(need, what); err != nil {
+			s.admitMu.Unlock()
+			return err
+		}
+		s.pending[path] = need
+	}
+	s.admitMu.Unlock()
+	err := make()
+	s.admitMu.Lock()
+	delete(s.pending, path)
+	s.admitMu.Unlock()
+	return err
+}
+
+// Reservation holds bytes of the store for files that are made later, while
+// it would cost too much to find out then that they do not fit (in a
+// fork's freeze).
+type Reservation struct {
+	s     *Storage
+	paths []string
+}
+
+// Reserve promises need[path] bytes to each store file that SavedPath or
+// ImagePath names, for what, until the file is made or Release.
+func (s *Storage) Reserve(need map[string]int64, what string) (*Reservation, error) {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	var total int64
+	for _, n := range need {
+		total += n
+	}
+	if err := s.admit(total, what); err != nil {
+		return nil, err
+	}
+	r := &Reservation{s: s}
+	for p, n := range need {
+		s.pending[p] = n
+		r.paths = append(r.paths, p)
+	}
+	return r, nil
+}
+
+// Release gives back what was not used. Safe to call more than once.
+func (r *Reservation) Release() {
+	if r == nil {
+		return
+	}
+	r.s.admitMu.Lock()
+	defer r.s.admitMu.Unlock()
+	for _, p := range r.paths {
+		delete(r.s.pending, p)
+	}
+	r.paths = nil
+}
+
+// ImagePath and SavedPath name the files Reserve takes.
+func (s *Storage) ImagePath(id string) string  { return s.img(id) }
+func (s *Storage) SavedPath(key string) string { return s.saved(key) }
 
 // RemoveSaved deletes the files saved under key. Sandboxes made from them
 // keep theirs: reflinked blocks are freed when nothing refers to them.
@@ -282,10 +432,10 @@ func (s *Storage) attach(ctx context.Context, id string) error {
 	if mounted, err := isMountPoint(m); err != nil {
 		return err
 	} else if !mounted {
-		if err := os.MkdirAll(m, 0o711); err != nil {
+		if err := os.MkdirAll(m, 0o700); err != nil {
 			return err
 		}
-		out, err := exec.CommandContext(ctx, "mount", "-o", "loop,noatime", s.img(id), m).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "mount", "-o", sandboxMountOptions, s.img(id), m).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("mount the files of %s: %v: %s", id, err, bytes.TrimSpace(out))
 		}

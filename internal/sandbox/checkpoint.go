@@ -37,7 +37,16 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 		return nil, err
 	}
 	defer unlock()
-	return s.capture(context.WithoutCancel(ctx), src, cp, newID(), "checkpoint", tag, nil)
+	ckID := newID()
+	if err := s.checkHostSpace(src.MemoryBytes, "a checkpoint of "+src.Name); err != nil {
+		return nil, err
+	}
+	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Release()
+	return s.capture(context.WithoutCancel(ctx), src, cp, ckID, "checkpoint", tag, nil)
 }
 
 // capture freezes src, saves its files and memory as checkpoint ckID,

@@ -70,6 +70,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	log := s.cfg.Log.With("source", src.ID, "name", src.Name)
 	bg := context.WithoutCancel(ctx)
+	if err := s.checkHostSpace(src.MemoryBytes, "the memory image of a fork of "+src.Name); err != nil {
+		return nil, err
+	}
 
 	// 1. Records for the forks (state creating): names are taken now, so a
 	// taken name fails before the source is touched.
@@ -98,6 +101,16 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err != nil {
 		return nil, err
 	}
+	forkIDs := make([]string, len(forks))
+	for i, f := range forks {
+		forkIDs[i] = f.ID
+	}
+	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), forkIDs, fmt.Sprintf("%d fork(s) of %s", len(forks), src.Name))
+	if err != nil {
+		s.undoRecords(bg, forks, err)
+		return nil, err
+	}
+	defer res.Release()
 	fail := func(err error) ([]*store.Sandbox, error) {
 		var wg sync.WaitGroup
 		for _, f := range forks {

@@ -23,6 +23,7 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/envlist"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
@@ -94,8 +95,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.order = append(s.order, p.Name())
 		cfg.Log.Info("provider", "name", c.Name, "available", c.Available, "reason", c.Reason, "fork", c.Fork)
 	}
-	for _, d := range []string{"run"} {
-		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o711); err != nil {
+	for _, d := range []string{"run", "checkpoints", "agent"} {
+		if err := hostdir.Private(filepath.Join(cfg.DataDir, d)); err != nil {
 			return nil, err
 		}
 	}
@@ -243,6 +244,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 		req.DiskBytes = snap.DiskBytes
 	}
 	if err := s.validate(&req); err != nil {
+		return nil, err
+	}
+	// Checked again when the files are made; here so that a create that
+	// cannot fit leaves no record and pulls no image.
+	if err := s.cfg.Storage.Fits(req.DiskBytes, "a sandbox with a "+units.FormatSize(req.DiskBytes)+" disk"); err != nil {
 		return nil, err
 	}
 	var img *image.Image
@@ -406,7 +412,7 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 		}
 	}()
 	dir := s.runDir(sb.ID)
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := hostdir.Private(dir); err != nil {
 		return nil, err
 	}
 	rootfsDir := filepath.Join(dir, "rootfs")

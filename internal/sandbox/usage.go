@@ -3,8 +3,11 @@ package sandbox
 import (
 	"context"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/useshards/shard/internal/rootfs"
 )
 
 // Usage is a count and the bytes they hold on disk.
@@ -15,9 +18,12 @@ type Usage struct {
 
 // DiskUsage is what each kind of thing holds on disk (`shard df`). Blocks
 // that reflinked copies share are counted in each copy, so the figures are
-// an upper bound of what removing one would free.
+// an upper bound of what removing one would free. Server is everything else
+// the server keeps (its database, the agent binaries, the empty filesystem
+// templates, runtime logs); Store is the sandbox store's promises.
 type DiskUsage struct {
-	Images, Sandboxes, Snapshots, Checkpoints, Environments Usage
+	Images, Sandboxes, Snapshots, Checkpoints, Environments, Server Usage
+	Store rootfs.Space
 }
 
 // DiskUsage measures the image cache, every sandbox's files, snapshots,
@@ -66,6 +72,24 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 			u.Checkpoints.Count++
 			u.Checkpoints.Bytes += n
 		}
+	}
+	n, b := s.cfg.Storage.TemplateUsage()
+	u.Server.Count += n
+	u.Server.Bytes += b
+	for _, d := range []string{"agent", "run"} {
+		u.Server.Count++
+		u.Server.Bytes += treeBlocks(filepath.Join(s.cfg.DataDir, d))
+	}
+	if ents, err := os.ReadDir(s.cfg.DataDir); err == nil {
+		for _, e := range ents {
+			if e.Type().IsRegular() { // the database and its journal, the key, the lock
+				u.Server.Count++
+				u.Server.Bytes += treeBlocks(filepath.Join(s.cfg.DataDir, e.Name()))
+			}
+		}
+	}
+	if u.Store, err = s.cfg.Storage.Space(); err != nil {
+		return nil, err
 	}
 	return &u, nil
 }

@@ -53,7 +53,7 @@ func lastLines(s string, n int) string {
 
 // WriteBundle writes inst.Spec as config.json in the bundle.
 func WriteBundle(inst *provider.Instance, spec *specs.Spec) error {
-	if err := os.MkdirAll(inst.Bundle, 0o711); err != nil {
+	if err := os.MkdirAll(inst.Bundle, 0o700); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(spec, "", " ")

@@ -1,0 +1,167 @@
+package rootfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// newStore opens a store of size bytes in a temporary directory.
+func newStore(t *testing.T, size int64) *Storage {
+	t.Helper()
+	testenv.RequireRoot(t, "loop-mounts an XFS store")
+	for _, tool := range []string{"mkfs.xfs", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.Strict() {
+				t.Fatalf("%s is not installed: run scripts/install-deps.sh", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	dir := t.TempDir()
+	s, err := Open(context.Background(), Options{Dir: filepath.Join(dir, "storage"), Size: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ids, _ := s.List()
+		for _, id := range ids {
+			s.Remove(context.Background(), id)
+		}
+		Unmount(s.dir)
+	})
+	return s
+}
+
+func wantNoSpace(t *testing.T, err error, what string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: admitted, want insufficient_storage", what)
+	}
+	if errdefs.KindOf(err) != errdefs.KindNoSpace || errdefs.CodeOf(err) != "insufficient_storage" {
+		t.Fatalf("%s: %v (kind %s), want insufficient_storage", what, err, errdefs.KindOf(err))
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	s := newStore(t, 1<<30)
+	ctx := context.Background()
+	if err := s.Create(ctx, "a", 400<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, "b", 300<<20); err != nil {
+		t.Fatal(err)
+	}
+	// 700 MiB promised of 1 GiB, less metadata and margin: 300 more do not fit.
+	wantNoSpace(t, s.Create(ctx, "c", 300<<20), "a third sandbox")
+	wantNoSpace(t, s.Create(ctx, "huge", 100<<40), "a 100TiB sandbox")
+	if _, err := os.Stat(filepath.Join(s.dir, "templates", "109951162777600.img")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused create made a template: %v", err)
+	}
+	wantNoSpace(t, s.Clone("a", "a2"), "a copy of a's disk")
+	// A reservation holds its bytes against others until its file exists.
+	r, err := s.Reserve(map[string]int64{s.ImagePath("r"): 100 << 20}, "a fork")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, _ := s.Space()
+	if err := s.Create(ctx, "d", sp.Free+1); err == nil {
+		t.Error("a create spent bytes a reservation holds")
+	}
+	r.Release()
+	if err := s.Create(ctx, "d", sp.Free+1); err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if err := s.Remove(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, "c", 300<<20); err != nil {
+		t.Fatalf("after a's removal, 300MiB fit again: %v", err)
+	}
+}
+
+// TestFullNeighbourKeepsSyncedData is the data-loss case: one sandbox fills
+// its disk; the other's synced write survives an unmount and mount (a stop
+// and start), and the filler gets ENOSPC from its own filesystem.
+func TestFullNeighbourKeepsSyncedData(t *testing.T) {
+	s := newStore(t, 1<<30)
+	ctx := context.Background()
+	// Bounds that, summed, would overfill the store if it thin-provisioned.
+	if err := s.Create(ctx, "filler", 200<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, "quiet", 200<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, "third", 400<<20); err != nil {
+		t.Fatal(err)
+	}
+	wantNoSpace(t, s.Create(ctx, "over", 300<<20), "a sandbox over the store's size")
+	for _, id := range []string{"filler", "quiet"} {
+		if err := s.attach(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := bytes.Repeat([]byte("acknowledged "), 1<<20) // 13 MiB
+	quiet := filepath.Join(s.upper("quiet"), "keep")
+	writeSync := func(path string, b []byte) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	// The filler writes until its own filesystem says it is full.
+	f, err := os.Create(filepath.Join(s.upper("filler"), "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i*7 + 1) // not zeroes
+	}
+	var werr error
+	for i := 0; i < 1024 && werr == nil; i++ {
+		_, werr = f.Write(chunk)
+		if i == 50 {
+			if err := writeSync(quiet, data); err != nil {
+				t.Fatalf("the neighbour's write: %v", err)
+			}
+		}
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	f.Close()
+	if !errors.Is(werr, unix.ENOSPC) {
+		t.Fatalf("the filler's write past its disk: %v, want ENOSPC", werr)
+	}
+	for _, id := range []string{"filler", "quiet"} {
+		if err := s.Detach(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.attach(ctx, "quiet"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(quiet)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the neighbour's synced file after a remount: %d bytes, %v; want its %d bytes", len(got), err, len(data))
+	}
+}
