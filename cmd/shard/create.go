@@ -99,7 +99,7 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 	f.StringVar(&name, "name", "", "name of the sandbox (unique); default: its id")
 	f.StringVar(&memory, "memory", "", "memory bound, e.g. 512MiB (default 512MiB)")
 	f.StringVar(&cpu, "cpu", "", "cpu bound in cpus, e.g. 1, 0.5 or 500m (default 1)")
-	f.StringVar(&disk, "disk", "", "disk bound for the sandbox's own files, e.g. 2GiB (default 10GiB)")
+	f.StringVar(&disk, "disk", "", "disk bound for the sandbox's own files, e.g. 4GiB (default 2GiB; reserved in full on the server)")
 	f.Int64Var(&pids, "pids", 0, "most processes at once (default 4096)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&provider, "provider", "", "isolation provider: gvisor (default), runc; see shard capabilities")

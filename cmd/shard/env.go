@@ -87,7 +87,7 @@ environment of that name already has the same definition (nothing ran).`,
 	f := create.Flags()
 	f.StringVar(&memory, "memory", "", "memory bound, e.g. 1GiB (default 512MiB)")
 	f.StringVar(&cpu, "cpu", "", "cpu bound in cpus, e.g. 1, 0.5 or 500m (default 1)")
-	f.StringVar(&disk, "disk", "", "disk bound, e.g. 2GiB (default 10GiB)")
+	f.StringVar(&disk, "disk", "", "disk bound, e.g. 4GiB (default 2GiB; reserved in full on the server)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&provider, "provider", "", "isolation provider; it must be able to checkpoint (shard capabilities)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar while pulling")

@@ -171,7 +171,7 @@ type CreateRequest struct {
 const (
 	DefaultMemory = 512 << 20
 	DefaultCPU    = 1000
-	DefaultDisk   = 10 << 30
+	DefaultDisk   = 2 << 30
 	DefaultPids   = 4096
 	MinMemory     = 32 << 20
 	MinDisk       = 16 << 20
