@@ -35,9 +35,11 @@ type imageRecord struct {
 }
 
 type layerRecord struct {
-	Dir     string `json:"dir"`     // name under <Dir>/l
-	Size    int64  `json:"size"`    // bytes of file content
-	TarSize int64  `json:"tarSize"` // bytes of the uncompressed tar (for synthesized manifests)
+	Dir     string   `json:"dir"`               // name under <Dir>/l
+	Size    int64    `json:"size"`              // bytes of file content
+	TarSize int64    `json:"tarSize"`           // bytes of the uncompressed tar (for synthesized manifests)
+	Format  int      `json:"format,omitempty"`  // layerFormat of the unpacker that made Dir (0: the first)
+	Devices []Device `json:"devices,omitempty"` // device nodes of the layer, not created in Dir
 }
 
 func loadIndex(path string) (*index, error) {
@@ -70,7 +72,7 @@ func (s *Store) saveLocked() error {
 		return err
 	}
 	if err := writeFileAtomic(s.path(indexFile), b); err != nil {
-		return fmt.Errorf("save image index: %w", err)
+		return s.storeErr("save its index", err)
 	}
 	return nil
 }
@@ -92,7 +94,7 @@ func writeFileAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp, 0o644)
+		err = os.Chmod(tmp, 0o600) // only root reads the store
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
@@ -114,7 +116,10 @@ func (s *Store) writeBlob(digest string, data []byte) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	return writeFileAtomic(p, data)
+	if err := writeFileAtomic(p, data); err != nil {
+		return s.storeErr("store a blob", err)
+	}
+	return nil
 }
 
 func (s *Store) blobPath(digest string) string {

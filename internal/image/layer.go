@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -69,15 +70,17 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, rep *reporter) 
 func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int64, error) {
 	tmp, err := os.MkdirTemp(s.path("tmp"), "layer-")
 	if err != nil {
-		return 0, err
+		return 0, s.storeErr("make a directory to unpack a layer into", err)
 	}
 	defer func() {
 		if tmp != "" {
 			_ = os.RemoveAll(tmp)
 		}
 	}()
+	// The layer's root, unless the layer sets it. Only root may reach it:
+	// l/ (and tmp/) are 0700.
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return 0, err
+		return 0, s.storeErr("make a directory to unpack a layer into", err)
 	}
 	rc, err := ls.open()
 	if err != nil {
@@ -93,7 +96,7 @@ func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int6
 	h := sha256.New()
 	tarSize := &byteCounter{}
 	tr := io.TeeReader(plain, io.MultiWriter(h, tarSize))
-	size, err := unpackLayer(tr, tmp, func(msg string, args ...any) {
+	content, err := unpackLayer(tr, tmp, func(msg string, args ...any) {
 		s.log.Warn(msg, append(args, "layer", ls.diffID)...)
 	})
 	if err == nil { // the tar's trailing padding is part of the diffID
@@ -108,6 +111,18 @@ func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int6
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != ls.diffID {
 		return blob.n, fmt.Errorf("layer %s: content does not match the image config (diffID %s, got %s)", ls.id, ls.diffID, got)
 	}
+	for _, d := range content.devices {
+		switch {
+		case !d.valid():
+			s.log.Warn("layer holds a device node with impossible numbers: sandboxes do not get it", "layer", ls.diffID, "path", d.Path, "major", d.Major, "minor", d.Minor)
+		case !strings.HasPrefix(d.Path, "/dev/"):
+			// oci.Build makes devices under /dev only: elsewhere the node
+			// would land on a host filesystem (the sandbox's upper dir).
+			s.log.Warn("layer holds a device node outside /dev: sandboxes do not get it", "layer", ls.diffID, "path", d.Path)
+		default:
+			s.log.Debug("layer holds a device node: recorded, for the runtime to make inside sandboxes", "layer", ls.diffID, "path", d.Path)
+		}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,10 +135,10 @@ func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int6
 	}
 	// Renamed under s.mu so GC never sees an unrecorded dir in l/.
 	if err := os.Rename(tmp, dst); err != nil {
-		return blob.n, err
+		return blob.n, s.storeErr("move an unpacked layer into place", err)
 	}
 	tmp = ""
-	s.idx.Layers[ls.diffID] = &layerRecord{Dir: dir, Size: size, TarSize: tarSize.n}
+	s.idx.Layers[ls.diffID] = &layerRecord{Dir: dir, Size: content.size, TarSize: tarSize.n, Format: layerFormat, Devices: content.devices}
 	return blob.n, s.saveLocked()
 }
 

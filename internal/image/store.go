@@ -8,10 +8,17 @@
 //	blobs/sha256/<hex>  manifests, indexes and configs, by digest
 //	l/<16 hex>          one unpacked layer, named by its diffID; short on purpose:
 //	                    overlayfs mount options must fit in one page
-//	tmp/                layers being unpacked, and dirs being deleted
+//	tmp/                layers being unpacked, uploads and archives being
+//	                    imported, dirs being deleted; emptied by Open
 //
 // Compressed layers are never kept: they are streamed from the registry
 // straight into the unpacker, and their digests are checked on the way.
+//
+// Only root may enter Dir and the dirs above (0700, also made so by Open
+// in a cache an older version made looser): the layer trees keep their
+// images' setuid binaries and file capabilities, which sandboxes need
+// (/bin/su), and no host user may run those. Device nodes are not created
+// at all: see Device.
 //
 // One process owns a Dir at a time; within it, a Store is safe for
 // concurrent use.
@@ -28,6 +35,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/useshards/shard/internal/errdefs"
 )
@@ -59,6 +67,9 @@ type Image struct {
 	Layers  []string  `json:"layers"`  // absolute unpacked layer dirs, bottom first
 	Config  Config    `json:"config"`  // how to run it
 	Created time.Time `json:"created"` // when it was pulled or imported here
+	// Devices are the image's device nodes, which are not in Layers: the
+	// runtime makes them inside the sandbox (oci.Options.Devices).
+	Devices []specs.LinuxDevice `json:"devices,omitempty"`
 }
 
 // Store is the image cache. Create it with Open.
@@ -107,11 +118,13 @@ func Open(opts Options) (*Store, error) {
 		}
 		s.mirrors = append(s.mirrors, m)
 	}
-	for _, d := range []string{dir, s.path("l"), s.path("blobs", "sha256"), s.path("tmp")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	for _, d := range []string{dir, s.path("l"), s.path("blobs"), s.path("blobs", "sha256"), s.path("tmp")} {
+		if err := privateDir(d); err != nil {
 			return nil, err
 		}
 	}
+	// Uploads spooled, layers half unpacked, dirs half deleted when the
+	// last server stopped.
 	if err := clearDir(s.path("tmp")); err != nil {
 		return nil, err
 	}
@@ -120,12 +133,57 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.mu.Lock()
 	trash, err := s.gcLocked(false)
+	if err == nil {
+		var more []string
+		more, err = s.upgradeLayersLocked()
+		trash = append(trash, more...)
+	}
 	s.mu.Unlock()
 	removeAll(trash)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// privateDir makes dir, or leaves an existing one, mode 0700.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// upgradeLayersLocked converts layer dirs unpacked by an older version:
+// their device nodes are recorded and removed (scrubLayerDir). A layer that
+// cannot be converted is dropped, to be unpacked again by the next pull.
+// It returns dirs to delete.
+func (s *Store) upgradeLayersLocked() ([]string, error) {
+	var trash []string
+	changed := false
+	for diffID, lr := range s.idx.Layers {
+		if lr.Format >= layerFormat {
+			continue
+		}
+		changed = true
+		devs, err := scrubLayerDir(s.path("l", lr.Dir))
+		if err != nil {
+			s.log.Warn("cannot convert a layer unpacked by an older version: dropping it", "layer", diffID, "err", err)
+			delete(s.idx.Layers, diffID)
+			if t := s.trashLocked(s.path("l", lr.Dir)); t != "" {
+				trash = append(trash, t)
+			}
+			continue
+		}
+		if len(devs) > 0 {
+			s.log.Info("device nodes moved out of a layer dir into the index", "layer", diffID, "devices", len(devs))
+		}
+		lr.Format, lr.Devices = layerFormat, devs
+	}
+	if !changed {
+		return trash, nil
+	}
+	return trash, s.saveLocked()
 }
 
 // Dir is the cache's root directory (`shard df` measures it).
@@ -304,6 +362,7 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 		Created: rr.Created,
 	}
 	seen := map[string]bool{}
+	var recs []*layerRecord
 	for i, diffID := range im.Layers {
 		lr := s.idx.Layers[diffID]
 		if lr == nil {
@@ -321,9 +380,24 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 		// and overlayfs may refuse one dir twice: keep the topmost only.
 		if !containsAfter(im.Layers, i, diffID) {
 			img.Layers = append(img.Layers, s.path("l", lr.Dir))
+			recs = append(recs, lr)
 		}
 	}
+	img.Devices = imageDevices(recs, img.Layers)
 	return img, nil
+}
+
+// Devices returns the device nodes of a cached image (Image.Devices), for
+// the sandbox's runtime to make; nil if it has none or is not cached.
+func (s *Store) Devices(ref string) []specs.LinuxDevice {
+	if s == nil {
+		return nil
+	}
+	img, err := s.Get(context.Background(), ref)
+	if err != nil {
+		return nil
+	}
+	return img.Devices
 }
 
 func containsAfter(list []string, i int, v string) bool {

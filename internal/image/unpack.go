@@ -25,25 +25,44 @@ const (
 // errUnsafePath marks a tar entry that would land outside the layer.
 var errUnsafePath = errors.New("path escapes the layer directory")
 
+// layerContent is what unpackLayer made of a layer.
+type layerContent struct {
+	size    int64    // bytes of file content written
+	devices []Device // device nodes recorded instead of created, by path
+}
+
+// maxLayerDevices bounds the device nodes one layer may record (a real
+// /dev holds a few dozen); more are not recorded, only hidden.
+const maxLayerDevices = 1024
+
 // unpackLayer extracts the uncompressed layer tar r into dir, an existing
-// empty directory, and returns the bytes of file content written.
+// empty directory.
 //
 // The result is an overlayfs lower layer, so OCI whiteouts are converted
 // to what overlayfs understands: ".wh.NAME" becomes a 0/0 character device
 // NAME, and ".wh..wh..opq" sets trusted.overlay.opaque=y on its directory.
+//
+// Device nodes are never created on the host: a layer dir is a host
+// directory, and a device node in it would be a door to that device for
+// whoever reaches it. A character or block device entry is recorded
+// instead (returned in devices, for the runtime to create inside the
+// sandbox, see Image.Devices) and its path holds a whiteout, so that it
+// still hides what lower layers have there. A 0/0 character device is an
+// overlayfs whiteout already and is kept as one. FIFOs are created: making
+// one needs no privilege and opening one reaches no device.
 //
 // A layer is untrusted input. Entry names with ".." that climb out are
 // rejected, absolute names are taken relative to dir (as docker does), and
 // every path is resolved with openat2(RESOLVE_IN_ROOT) from dir, so a
 // symlink in the layer — even an absolute one — cannot lead a later entry
 // outside it. The final component is never followed.
-func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (int64, error) {
+func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (layerContent, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+		return layerContent{}, fmt.Errorf("open the directory to unpack into: %w", err) // no host path: users see this
 	}
 	defer unix.Close(root)
-	x := &extractor{root: root, rootPath: dir, warn: warn}
+	x := &extractor{root: root, rootPath: dir, warn: warn, devices: map[string]Device{}}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -51,17 +70,22 @@ func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (i
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read layer: %w", err)
+			return layerContent{}, fmt.Errorf("read layer: %w", err)
 		}
 		if err := x.entry(hdr, tr); err != nil {
-			return 0, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+			return layerContent{}, fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 	}
 	// Directory times go last: creating entries in a dir changes its mtime.
 	for _, d := range x.dirs {
 		x.dirTimes(d.rel, d.hdr)
 	}
-	return x.size, nil
+	out := layerContent{size: x.size}
+	for _, d := range x.devices {
+		out.devices = append(out.devices, d)
+	}
+	sortDevices(out.devices)
+	return out, nil
 }
 
 type extractor struct {
@@ -70,6 +94,8 @@ type extractor struct {
 	warn     func(msg string, args ...any)
 	size     int64
 	dirs     []dirEntry
+	devices  map[string]Device // by rel path
+	tooMany  bool              // maxLayerDevices was reached (warned once)
 }
 
 type dirEntry struct {
@@ -117,14 +143,17 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	defer unix.Close(pfd)
 	if strings.HasPrefix(base, whiteoutPrefix) {
-		return x.whiteout(pfd, base)
+		return x.whiteout(pfd, dir, base)
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
+		delete(x.devices, rel) // a device here is replaced; what is under a dir stays
 		return x.mkdir(pfd, rel, base, hdr)
 	case tar.TypeReg, tar.TypeGNUSparse: // the reader expands sparse files
+		x.forget(rel)
 		return x.file(pfd, base, hdr, r)
 	case tar.TypeSymlink:
+		x.forget(rel)
 		if err := removeAt(pfd, base); err != nil {
 			return err
 		}
@@ -134,7 +163,14 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		return x.metaAt(pfd, base, hdr, false)
 	case tar.TypeLink:
 		return x.link(pfd, rel, base, hdr)
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeChar, tar.TypeBlock:
+		x.forget(rel)
+		if hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
+			return x.mknod(pfd, base, hdr) // an overlayfs whiteout, as a layer may carry one
+		}
+		return x.device(pfd, rel, base, deviceOf(rel, hdr))
+	case tar.TypeFifo:
+		x.forget(rel)
 		return x.mknod(pfd, base, hdr)
 	case tar.TypeXGlobalHeader:
 		return nil
@@ -145,7 +181,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 }
 
 // whiteout records a deletion in the overlayfs format.
-func (x *extractor) whiteout(pfd int, base string) error {
+func (x *extractor) whiteout(pfd int, dir, base string) error {
 	if base == opaqueWhiteout {
 		return unix.Fsetxattr(pfd, opaqueXattr, []byte("y"), 0)
 	}
@@ -156,10 +192,46 @@ func (x *extractor) whiteout(pfd int, base string) error {
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("malformed whiteout %q", base)
 	}
+	x.forget(path.Join(dir, name))
 	if err := removeAt(pfd, name); err != nil {
 		return err
 	}
 	return unix.Mknodat(pfd, name, unix.S_IFCHR, 0)
+}
+
+// device records a device node instead of creating it, and leaves a
+// whiteout at its path: the layer still replaces what is below it there.
+func (x *extractor) device(pfd int, rel, base string, d Device) error {
+	if err := removeAt(pfd, base); err != nil {
+		return err
+	}
+	if err := unix.Mknodat(pfd, base, unix.S_IFCHR, 0); err != nil {
+		return err
+	}
+	if len(x.devices) >= maxLayerDevices {
+		if !x.tooMany {
+			x.tooMany = true
+			x.warn("layer holds too many device nodes: the rest are left out", "max", maxLayerDevices, "path", d.Path)
+		}
+		return nil
+	}
+	x.devices[rel] = d
+	return nil
+}
+
+// forget drops the devices recorded at rel and below it: an entry there
+// replaces them.
+func (x *extractor) forget(rel string) {
+	if len(x.devices) == 0 {
+		return
+	}
+	delete(x.devices, rel)
+	prefix := rel + "/"
+	for p := range x.devices {
+		if strings.HasPrefix(p, prefix) {
+			delete(x.devices, p)
+		}
+	}
 }
 
 func (x *extractor) mkdir(pfd int, rel, base string, hdr *tar.Header) error {
@@ -220,6 +292,11 @@ func (x *extractor) link(pfd int, rel, base string, hdr *tar.Header) error {
 	if target == "." {
 		return fmt.Errorf("hard link to the layer root")
 	}
+	x.forget(rel)
+	if d, ok := x.devices[target]; ok { // a second name of a device node
+		d.Path = "/" + rel
+		return x.device(pfd, rel, base, d)
+	}
 	tdir, tbase := splitRel(target)
 	tfd, err := x.openDir(tdir, false)
 	if err != nil {
@@ -232,19 +309,17 @@ func (x *extractor) link(pfd int, rel, base string, hdr *tar.Header) error {
 	return unix.Linkat(tfd, tbase, pfd, base, 0)
 }
 
+// mknod makes a FIFO, or a 0/0 character device (a whiteout): nothing
+// that reaches a device.
 func (x *extractor) mknod(pfd int, base string, hdr *tar.Header) error {
 	mode := uint32(unix.S_IFIFO)
-	switch hdr.Typeflag {
-	case tar.TypeChar:
+	if hdr.Typeflag == tar.TypeChar {
 		mode = unix.S_IFCHR
-	case tar.TypeBlock:
-		mode = unix.S_IFBLK
 	}
 	if err := removeAt(pfd, base); err != nil {
 		return err
 	}
-	dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
-	if err := unix.Mknodat(pfd, base, mode|perm(hdr), int(dev)); err != nil {
+	if err := unix.Mknodat(pfd, base, mode|perm(hdr), 0); err != nil {
 		return err
 	}
 	return x.metaAt(pfd, base, hdr, true)
@@ -364,7 +439,7 @@ func removeAt(dirfd int, name string) error {
 	case err == nil, errors.Is(err, unix.ENOENT):
 		return nil
 	case errors.Is(err, unix.EISDIR):
-		return os.RemoveAll(procPath(dirfd, name))
+		return pathErr(os.RemoveAll(procPath(dirfd, name))) // the /proc path means nothing to a user
 	}
 	return err
 }
