@@ -33,6 +33,7 @@ import (
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
 )
 
 // Config wires the service.
@@ -526,6 +527,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 		AgentDir: agentDir, Netns: nsPath, CgroupsPath: cgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
+		Devices: s.cfg.Images.Devices(sb.ImageDigest),
 	})
 	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
 }
