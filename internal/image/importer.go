@@ -37,12 +37,82 @@ type importEntry struct {
 	keys []string
 }
 
+// archive is an archive being imported.
+type archive struct {
+	file string // where it is
+	what string // how messages name it: the path the caller gave, or "the upload"
+	base string // what an image it does not name is called in messages
+	tmp  string // where readArchive unpacked an OCI layout tarball
+}
+
 // Import loads the images in path: an OCI image layout directory, a
 // tarball of one, or a docker-archive tarball (`docker save`); tarballs
 // may be gzipped. ref, if given, becomes the image's only reference; it
 // is required when the archive names no image and refused when it holds
-// several.
+// several. Messages name the archive by path.
 func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, error) {
+	a := &archive{file: path, what: path, base: filepath.Base(path)}
+	imgs, err := s.importArchive(ctx, a, ref)
+	return imgs, s.public(err, a.names())
+}
+
+// ImportStream imports an archive read from r (an upload), as Import does
+// a file. It is spooled under the store's tmp/, which only root can reach,
+// and removed when done (or, after a crash, by the next Open). Messages
+// call it "the upload" and never name a host path.
+func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*Image, error) {
+	f, err := os.CreateTemp(s.path("tmp"), "upload-")
+	if err != nil {
+		return nil, s.storeErr("keep the upload", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	a := &archive{file: f.Name(), what: "the upload", base: "upload"}
+	src := &errReader{r: ctxReader{ctx, r}}
+	_, err = io.Copy(f, src)
+	if err == nil {
+		err = f.Close()
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("import: %w", ctx.Err())
+	case src.err != nil:
+		return nil, errdefs.Invalid("cannot import the upload: reading it failed: %v", s.public(src.err, a.names()))
+	default:
+		return nil, s.storeErr("keep the upload", err)
+	}
+	imgs, err := s.importArchive(ctx, a, ref)
+	return imgs, s.public(err, a.names())
+}
+
+// names maps the host paths of an import to what messages say instead:
+// paths inside an unpacked layout read as the archive's own.
+func (a *archive) names() map[string]string {
+	m := map[string]string{a.file: a.what}
+	if a.tmp != "" {
+		m[a.tmp+"/"] = ""
+		m[a.tmp] = a.what
+	}
+	return m
+}
+
+// errReader remembers the error of the reader it wraps, so that a copy
+// can tell a failed read from a failed write.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*Image, error) {
 	var named name.Reference
 	if strings.TrimSpace(ref) != "" {
 		r, err := s.parseRef(ref)
@@ -51,30 +121,30 @@ func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, 
 		}
 		named = r
 	}
-	entries, cleanup, err := s.readArchive(path)
+	entries, cleanup, err := s.readArchive(a)
 	defer cleanup()
 	if err != nil {
-		return nil, importErr(ctx, path, err)
+		return nil, importErr(ctx, a.what, err)
 	}
 	switch {
 	case len(entries) == 0:
-		return nil, errdefs.Invalid("cannot import %s: it holds no linux/%s image", path, runtime.GOARCH)
+		return nil, errdefs.Invalid("cannot import %s: it holds no linux/%s image", a.what, runtime.GOARCH)
 	case named != nil && len(entries) > 1:
-		return nil, errdefs.Invalid("cannot import %s: it holds %d images, and a name can only be given to a single image", path, len(entries))
+		return nil, errdefs.Invalid("cannot import %s: it holds %d images, and a name can only be given to a single image", a.what, len(entries))
 	case named != nil:
 		entries[0].keys = []string{canonical(named)}
 		entries[0].src.what = familiar(named)
 	}
 	for _, e := range entries {
 		if len(e.keys) == 0 {
-			return nil, errdefs.Invalid("cannot import %s: the archive does not name its image; give a name, e.g. \"myimage:latest\"", path)
+			return nil, errdefs.Invalid("cannot import %s: the archive does not name its image; give a name, e.g. \"myimage:latest\"", a.what)
 		}
 	}
 	var out []*Image
 	for _, e := range entries {
 		in, err := s.install(ctx, e.src, nil)
 		if err != nil {
-			return nil, importErr(ctx, path, err)
+			return nil, importErr(ctx, a.what, err)
 		}
 		imgs, err := s.commit(e.keys, in)
 		s.unpin(in.pins...)
@@ -87,42 +157,43 @@ func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, 
 	return out, nil
 }
 
-// readArchive finds the images in path. cleanup removes the temp copy of
-// an OCI layout tarball once the images are installed.
-func (s *Store) readArchive(path string) (entries []importEntry, cleanup func(), err error) {
+// readArchive finds the images in an archive. cleanup removes the temp
+// copy of an OCI layout tarball once the images are installed.
+func (s *Store) readArchive(a *archive) (entries []importEntry, cleanup func(), err error) {
 	cleanup = func() {}
-	fi, err := os.Stat(path)
+	fi, err := os.Stat(a.file)
 	if err != nil {
-		return nil, cleanup, errdefs.Invalid("cannot import %s: %v", path, pathErr(err))
+		return nil, cleanup, errdefs.Invalid("cannot import %s: %v", a.what, pathErr(err))
 	}
 	if fi.IsDir() {
-		if _, err := os.Stat(filepath.Join(path, "oci-layout")); err != nil {
-			return nil, cleanup, errdefs.Invalid("cannot import %s: a directory must be an OCI image layout (it has no oci-layout file)", path)
+		if _, err := os.Stat(filepath.Join(a.file, "oci-layout")); err != nil {
+			return nil, cleanup, errdefs.Invalid("cannot import %s: a directory must be an OCI image layout (it has no oci-layout file)", a.what)
 		}
-		entries, err = s.layoutEntries(path)
+		entries, err = s.layoutEntries(a.file)
 		return entries, cleanup, err
 	}
-	kind, gz, err := sniffArchive(path)
+	kind, gz, err := sniffArchive(a.file)
 	if err != nil {
-		return nil, cleanup, errdefs.Invalid("cannot import %s: not a readable tar archive: %v", path, err)
+		return nil, cleanup, errdefs.Invalid("cannot import %s: not a readable tar archive: %v", a.what, pathErr(err))
 	}
 	switch kind {
 	case "oci":
 		tmp, err := os.MkdirTemp(s.path("tmp"), "import-")
 		if err != nil {
-			return nil, cleanup, err
+			return nil, cleanup, s.storeErr("unpack the archive", err)
 		}
+		a.tmp = tmp
 		cleanup = func() { _ = os.RemoveAll(tmp) }
-		if err := s.extractArchive(path, gz, tmp); err != nil {
+		if err := s.extractArchive(a.file, gz, tmp); err != nil {
 			return nil, cleanup, err
 		}
 		entries, err = s.layoutEntries(tmp)
 		return entries, cleanup, err
 	case "docker":
-		entries, err = s.dockerEntries(path, gz)
+		entries, err = s.dockerEntries(a.file, a.base, gz)
 		return entries, cleanup, err
 	}
-	return nil, cleanup, errdefs.Invalid("cannot import %s: it is neither an OCI image layout nor a docker archive (docker save)", path)
+	return nil, cleanup, errdefs.Invalid("cannot import %s: it is neither an OCI image layout nor a docker archive (docker save)", a.what)
 }
 
 // layoutEntries lists the images of an OCI layout, picking this machine's
@@ -193,7 +264,7 @@ func (s *Store) annotatedName(ann map[string]string) (string, bool) {
 
 // dockerEntries lists the images of a docker archive. Its layers are plain
 // tars, read with Uncompressed so that nothing is recompressed.
-func (s *Store) dockerEntries(file string, gz bool) ([]importEntry, error) {
+func (s *Store) dockerEntries(file, base string, gz bool) ([]importEntry, error) {
 	opener := func() (io.ReadCloser, error) { return openArchive(file, gz) }
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
@@ -205,17 +276,17 @@ func (s *Store) dockerEntries(file string, gz bool) ([]importEntry, error) {
 		if len(d.RepoTags) > 0 {
 			t, err := name.NewTag(d.RepoTags[0])
 			if err != nil {
-				return nil, errdefs.Invalid("cannot import %s: it names an image %q, which is not a valid reference", file, d.RepoTags[0])
+				return nil, errdefs.Invalid("it names an image %q, which is not a valid reference", d.RepoTags[0])
 			}
 			tag = &t
 		} else if len(m) > 1 {
-			return nil, errdefs.Invalid("cannot import %s: image %d of %d has no name; name every image in a multi-image archive", file, i+1, len(m))
+			return nil, errdefs.Invalid("image %d of %d has no name; name every image in a multi-image archive", i+1, len(m))
 		}
 		img, err := tarball.Image(opener, tag)
 		if err != nil {
 			return nil, err
 		}
-		e := importEntry{src: &source{what: filepath.Base(file)}}
+		e := importEntry{src: &source{what: base}}
 		for _, t := range d.RepoTags {
 			r, err := s.parseRef(t)
 			if err != nil {
@@ -290,8 +361,10 @@ func (s *Store) extractArchive(file string, gz bool, dir string) error {
 		return err
 	}
 	defer rc.Close()
-	_, err = unpackLayer(rc, dir, func(msg string, args ...any) { s.log.Warn(msg, append(args, "archive", file)...) })
-	return err
+	if _, err = unpackLayer(rc, dir, func(msg string, args ...any) { s.log.Warn(msg, append(args, "archive", file)...) }); err != nil {
+		return fmt.Errorf("unpack the archive: %w", err)
+	}
+	return nil
 }
 
 func openArchive(file string, gz bool) (io.ReadCloser, error) {
@@ -323,15 +396,19 @@ func (c closers) Close() error {
 	return errors.Join(errs...)
 }
 
-// importErr blames the archive for what goes wrong reading it.
-func importErr(ctx context.Context, path string, err error) error {
-	if _, ok := errdefs.As(err); ok {
+// importErr blames the archive for what goes wrong reading it; what the
+// store's own disk work fails at (storeErr) stays internal.
+func importErr(ctx context.Context, what string, err error) error {
+	if e, ok := errdefs.As(err); ok {
+		if e.Kind == errdefs.KindInvalid && !strings.HasPrefix(e.Msg, "cannot import ") {
+			return &errdefs.Error{Kind: e.Kind, Code: e.Code, Msg: fmt.Sprintf("cannot import %s: %s", what, e.Msg), Err: err}
+		}
 		return err
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("import %s: %w", path, ctx.Err())
+		return fmt.Errorf("import %s: %w", what, ctx.Err())
 	}
-	return &errdefs.Error{Kind: errdefs.KindInvalid, Code: "invalid_argument", Msg: fmt.Sprintf("cannot import %s: %v", path, err), Err: err}
+	return &errdefs.Error{Kind: errdefs.KindInvalid, Code: "invalid_argument", Msg: fmt.Sprintf("cannot import %s: %v", what, err), Err: err}
 }
 
 // pathErr drops the path an *fs.PathError repeats.

@@ -26,6 +26,11 @@ import (
 // and installs it. It always asks the registry what the reference points
 // to now; layers already unpacked are reused, not downloaded again.
 func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
+	img, err := s.pull(ctx, ref, progress)
+	return img, s.public(err, nil)
+}
+
+func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
 	if strings.HasPrefix(strings.TrimSpace(ref), "sha256:") {
 		return nil, errdefs.Invalid("cannot pull %q: an image ID is not a reference; give a name such as python:3.12", ref)
 	}
