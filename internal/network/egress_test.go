@@ -422,6 +422,19 @@ func TestEgressPolicy(t *testing.T) {
 			t.Fatalf("resolve %s: %v, want %s", name, ips, want)
 		}
 	}
+	// refused: the proxy answers a name the policy does not allow REFUSED
+	// itself (it never reaches the upstream).
+	refused := func(ns, network, name string) {
+		t.Helper()
+		var rcode dnsmessage.RCode
+		err := inNetns(ns, func() (err error) {
+			rcode, _, err = queryA(network, gw, name)
+			return err
+		})
+		if err != nil || rcode != dnsmessage.RCodeRefused {
+			t.Fatalf("resolve %s over %s: %v %v, want REFUSED", name, network, rcode, err)
+		}
+	}
 
 	func() {
 		t.Log("step: no policy")
@@ -452,7 +465,8 @@ func TestEgressPolicy(t *testing.T) {
 		resolve(nsA, "udp", "allowed.test", "10.94.0.2")
 		reach("A", nsA, ptT1, true)
 		reach("A", nsA, ptT3, false)
-		resolve(nsA, "tcp", "denied.test", "10.94.0.3") // resolved, but not allowed
+		refused(nsA, "tcp", "denied.test") // not allowed: not even resolved
+		refused(nsA, "udp", "denied.test")
 		reach("A", nsA, ptT3, false)
 		if got := m.fw.learnedNames(ptA, netip.MustParseAddr("10.94.0.2")); !reflect.DeepEqual(got, []string{"allowed.test"}) {
 			t.Fatalf("learned names for 10.94.0.2: %q", got)
@@ -475,6 +489,7 @@ func TestEgressPolicy(t *testing.T) {
 		set(&Policy{Deny: []string{"10.94.0.2"}})
 		reach("A", nsA, ptT1, false)
 		reach("A", nsA, ptT3, true)
+		resolve(nsA, "tcp", "denied.test", "10.94.0.3") // names are not limited: resolved
 		bUnaffected()
 		// A connection open when the policy changes stays open; new ones
 		// follow the new policy.
@@ -504,7 +519,8 @@ func TestEgressPolicy(t *testing.T) {
 		set(&Policy{Deny: []string{"denied.test"}})
 		reach("A", nsA, ptT3, false)
 		reach("A", nsA, ptT1, true)
-		resolve(nsA, "udp", "denied.test", "10.94.0.3")
+		refused(nsA, "udp", "denied.test")
+		resolve(nsA, "udp", "allowed.test", "10.94.0.2")
 		reach("A", nsA, ptT3, false)
 		// Deny wins over an allowed CIDR.
 		set(&Policy{Allow: []string{"10.94.0.0/24"}, Deny: []string{"denied.test"}})
