@@ -46,7 +46,7 @@ func (c *Client) Call(ctx context.Context, op string) (*Reply, error) {
 	return c.Do(ctx, Request{Op: op})
 }
 
-// Do runs a non-exec op with its request fields (put_file, remove_file).
+// Do runs a non-exec op with its request fields (grant_file, ungrant_file).
 func (c *Client) Do(ctx context.Context, req Request) (*Reply, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {

@@ -48,11 +48,20 @@ const (
 	OpPing  = "ping"  // answers Reply{OK}; used for readiness
 	OpSync  = "sync"  // flushes file data to the host (before stop)
 	OpStats = "stats" // memory use and OOM kills seen inside
-	// OpPutFile writes Data to Path (mode Mode, parents made), atomically:
-	// a secret granted as a file.
-	OpPutFile = "put_file"
-	// OpRemoveFile removes Path (absent is fine): an ungranted file.
-	OpRemoveFile = "remove_file"
+	// OpGrantFile writes Data to Path (mode Mode), atomically: a secret
+	// granted as a file. It follows no symlink on the way and replaces
+	// nothing, unless Replace (the grant wrote Path before) and what is
+	// there still looks like what it wrote. Missing parent directories are
+	// made and listed in Reply.Made. Refusals carry Reply.Code
+	// (CodePathExists, CodePathUnsafe). (It replaces put_file, which
+	// replaced whatever was at the path: an agent that only knows that op
+	// answers "unknown op".)
+	OpGrantFile = "grant_file"
+	// OpUngrantFile removes Path if it is still what the grant wrote (a
+	// regular file of mode Mode, reached by no symlink), then the
+	// directories Dirs the grant made, those that are empty; absent is
+	// fine. What it leaves is said in Reply.Left.
+	OpUngrantFile = "ungrant_file"
 )
 
 // Request is the first frame of every connection.
@@ -70,10 +79,12 @@ type Request struct {
 	Stdin     bool     `json:"stdin,omitempty"`      // the client will send stdin frames; otherwise stdin is empty
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: no timeout
 
-	// put_file and remove_file
-	Path string `json:"path,omitempty"`
-	Data []byte `json:"data,omitempty"`
-	Mode uint32 `json:"mode,omitempty"`
+	// grant_file and ungrant_file
+	Path    string   `json:"path,omitempty"`
+	Data    []byte   `json:"data,omitempty"`
+	Mode    uint32   `json:"mode,omitempty"`
+	Replace bool     `json:"replace,omitempty"` // grant_file: the grant owns Path
+	Dirs    []string `json:"dirs,omitempty"`    // ungrant_file: directories the grant made
 }
 
 // Resize changes the TTY's window size.
@@ -114,6 +125,10 @@ type Reply struct {
 	MemoryUsed  int64  `json:"memory_used,omitempty"`
 	MemoryLimit int64  `json:"memory_limit,omitempty"`
 	OOMKills    int64  `json:"oom_kills,omitempty"`
+
+	Code string   `json:"code,omitempty"` // a refusal's code (CodePathExists, ...)
+	Made []string `json:"made,omitempty"` // grant_file: directories made, outermost first
+	Left string   `json:"left,omitempty"` // ungrant_file: what was not removed, and why
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use: callers

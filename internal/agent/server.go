@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,22 +166,20 @@ func (s *Server) handle(c net.Conn) {
 		s.reply(c, r)
 	case OpExec:
 		s.exec(c, &req)
-	case OpPutFile:
-		if err := putFile(req.Path, req.Data, os.FileMode(req.Mode)); err != nil {
-			s.reply(c, Reply{Error: err.Error()})
+	case OpGrantFile:
+		made, err := putGrantFile(req.Path, req.Data, os.FileMode(req.Mode), req.Replace)
+		if err != nil {
+			s.reply(c, errReply(err))
 			return
 		}
-		s.reply(c, Reply{OK: true})
-	case OpRemoveFile:
-		if !filepath.IsAbs(req.Path) {
-			s.reply(c, Reply{Error: "path must be absolute"})
+		s.reply(c, Reply{OK: true, Made: made})
+	case OpUngrantFile:
+		left, err := removeGrantFile(req.Path, os.FileMode(req.Mode), req.Dirs)
+		if err != nil {
+			s.reply(c, errReply(err))
 			return
 		}
-		if err := os.Remove(req.Path); err != nil && !os.IsNotExist(err) {
-			s.reply(c, Reply{Error: err.Error()})
-			return
-		}
-		s.reply(c, Reply{OK: true})
+		s.reply(c, Reply{OK: true, Left: left})
 	default:
 		s.reply(c, Reply{Error: "unknown op " + req.Op})
 	}
@@ -506,37 +503,4 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	}
 	p.pid = pid
 	return p, nil
-}
-
-// putFile writes data to path atomically (a temporary file renamed over it),
-// making the parent directories.
-func putFile(path string, data []byte, mode os.FileMode) error {
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("path %q must be absolute", path)
-	}
-	if mode == 0 {
-		mode = 0o400
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".shard-tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }

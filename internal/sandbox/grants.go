@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
@@ -25,6 +26,14 @@ type GrantRequest struct {
 // record or the ledger); a file grant writes the file into the running
 // sandbox (mode 0400, root's). Granting the same secret again replaces the
 // grant.
+//
+// A file grant never replaces what it did not write: a path that exists in
+// the sandbox is refused (409 path_exists) unless this very grant (same
+// secret, same path) wrote it and it is still that file, and so is a path
+// another grant of the sandbox has. The agent in the sandbox resolves the
+// path, following no symlink (409 path_unsafe for one on the way); the host
+// never looks into the sandbox's files. Forks, restores and resumes copy
+// the grants with the files, so the same holds there.
 func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) (*store.Sandbox, error) {
 	if s.cfg.Secrets == nil {
 		return nil, errdefs.Unsupported("this server keeps no secrets")
@@ -58,26 +67,39 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 			return nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: a file grant is written into (and removed from) a running sandbox: start it first", sb.Name, sb.State)
 		}
 	}
-	if old != nil && old.File != "" && old.File != req.File {
-		if err := s.removeFile(ctx, sb, old.File); err != nil {
-			return nil, err
-		}
-	}
+	g := store.Grant{Secret: req.Secret, Env: req.Env, File: req.File, At: time.Now().UTC()}
 	if req.File != "" {
+		g.Env = ""
+		for _, o := range sb.Grants {
+			if o.File == req.File && o.Secret != req.Secret {
+				return nil, errdefs.Conflict("path_exists", "%s in sandbox %s is the file of its grant of secret %s: ungrant that first, or grant to another path", req.File, sb.Name, o.Secret)
+			}
+		}
+		owns := old != nil && old.File == req.File
+		if owns {
+			g.Dirs = old.Dirs
+		}
 		value, err := s.cfg.Secrets.Value(ctx, req.Secret)
 		if err != nil {
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpPutFile, Path: req.File, Data: value, Mode: 0o400})
+		r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
 		cancel()
 		if err != nil {
-			return nil, errdefs.Unavailable("grant_failed", "write %s in sandbox %s: %v", req.File, sb.Name, err)
+			return nil, fileOpError(sb, "write", req.File, r, err)
+		}
+		if !owns {
+			g.Dirs = r.Made
 		}
 	}
-	g := store.Grant{Secret: req.Secret, Env: req.Env, File: req.File, At: time.Now().UTC()}
-	if req.File != "" {
-		g.Env = ""
+	if old != nil && old.File != "" && old.File != req.File {
+		if err := s.removeFile(ctx, sb, old); err != nil {
+			if req.File != "" { // as it was: the new file goes again
+				s.removeFile(ctx, sb, &g)
+			}
+			return nil, err
+		}
 	}
 	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == req.Secret })
@@ -102,7 +124,7 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 		if sb.State != StateRunning {
 			return nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: a file grant is removed from a running sandbox: start it first", sb.Name, sb.State)
 		}
-		if err := s.removeFile(ctx, sb, g.File); err != nil {
+		if err := s.removeFile(ctx, sb, g); err != nil {
 			return nil, err
 		}
 	}
@@ -112,13 +134,42 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 	})
 }
 
-func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, path string) error {
+// grantFileMode is a granted file's mode.
+const grantFileMode = 0o400
+
+// removeFile removes the file of grant g from the sandbox, if it is still
+// the file the grant wrote (the agent checks, following no symlink), and
+// the directories the grant made that are empty. What the sandbox put in
+// its place is left there, and logged.
+func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Grant) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpRemoveFile, Path: path}); err != nil {
-		return errdefs.Unavailable("grant_failed", "remove %s in sandbox %s: %v", path, sb.Name, err)
+	r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
+	if err != nil {
+		return fileOpError(sb, "remove", g.File, r, err)
+	}
+	if r.Left != "" {
+		s.cfg.Log.Warn("ungrant: a granted file was not removed", "sandbox", sb.ID, "secret", g.Secret, "why", r.Left)
 	}
 	return nil
+}
+
+// fileOpError maps a failed grant file op (r: the agent's reply, if it
+// answered) to an API error.
+func fileOpError(sb *store.Sandbox, verb, path string, r *agent.Reply, err error) error {
+	if r != nil {
+		switch r.Code {
+		case agent.CodePathExists:
+			return errdefs.Conflict("path_exists", "%s in sandbox %s: a file grant does not replace what it did not write: grant to another path, or remove it in the sandbox first", r.Error, sb.Name)
+		case agent.CodePathUnsafe:
+			return errdefs.Conflict("path_unsafe", "%s in sandbox %s", r.Error, sb.Name)
+		}
+		if strings.HasPrefix(r.Error, "unknown op ") {
+			return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
+		}
+		return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
+	}
+	return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
 }
 
 func grantOf(sb *store.Sandbox, secret string) *store.Grant {

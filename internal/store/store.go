@@ -64,6 +64,9 @@ type Grant struct {
 	Env    string    `json:"env,omitempty"`
 	File   string    `json:"file,omitempty"`
 	At     time.Time `json:"at"`
+	// Dirs are the directories writing File made in the sandbox (outermost
+	// first): the ungrant removes those that are empty.
+	Dirs []string `json:"dirs,omitempty"`
 }
 
 // Policy is a sandbox's egress policy (see internal/network.Policy).

@@ -1,0 +1,329 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/secrets"
+	"github.com/useshards/shard/internal/store"
+)
+
+// fakeSandboxFS stands for a sandbox's files behind an agent: it answers the
+// grant file ops as the real agent does (see internal/agent's tests for
+// the real thing on real files) and records what it was asked.
+type fakeSandboxFS struct {
+	mu          sync.Mutex
+	files       map[string]fakeFile
+	dirs        map[string]bool
+	reqs        []agent.Request
+	failUngrant bool
+	oldAgent    bool // knows no grant_file: an agent older than it
+}
+
+type fakeFile struct {
+	data    string
+	granted bool // looks like a grant's file: regular, root's, 0400
+}
+
+func (f *fakeSandboxFS) do(req agent.Request) agent.Reply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, agent.Request{Op: req.Op, Path: req.Path, Replace: req.Replace, Dirs: req.Dirs, Mode: req.Mode})
+	if f.oldAgent && (req.Op == agent.OpGrantFile || req.Op == agent.OpUngrantFile) {
+		return agent.Reply{Error: "unknown op " + req.Op}
+	}
+	switch req.Op {
+	case agent.OpGrantFile:
+		if e, ok := f.files[req.Path]; ok && (!req.Replace || !e.granted) {
+			return agent.Reply{Error: req.Path + " exists", Code: agent.CodePathExists}
+		}
+		var made []string
+		for d := filepath.Dir(req.Path); !f.dirs[d]; d = filepath.Dir(d) {
+			made = append([]string{d}, made...)
+		}
+		for _, d := range made {
+			f.dirs[d] = true
+		}
+		f.files[req.Path] = fakeFile{data: string(req.Data), granted: true}
+		return agent.Reply{OK: true, Made: made}
+	case agent.OpUngrantFile:
+		if f.failUngrant {
+			return agent.Reply{Error: "input/output error"}
+		}
+		r := agent.Reply{OK: true}
+		if e, ok := f.files[req.Path]; ok {
+			if e.granted {
+				delete(f.files, req.Path)
+			} else {
+				r.Left = req.Path + " is no longer the file the grant wrote"
+			}
+		}
+		for i := len(req.Dirs) - 1; i >= 0; i-- {
+			empty := true
+			for p := range f.files {
+				if strings.HasPrefix(p, req.Dirs[i]+"/") {
+					empty = false
+				}
+			}
+			if empty {
+				delete(f.dirs, req.Dirs[i])
+			}
+		}
+		return r
+	}
+	return agent.Reply{Error: "unknown op " + req.Op}
+}
+
+// serve answers agent connections on ln with fs.
+func (f *fakeSandboxFS) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, p, err := agent.ReadFrame(c)
+			if err != nil {
+				return
+			}
+			var req agent.Request
+			if json.Unmarshal(p, &req) != nil {
+				return
+			}
+			b, _ := json.Marshal(f.do(req))
+			agent.WriteFrame(c, agent.FrameReply, b)
+			io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// with runs fn with f locked (the agent's goroutines share it).
+func (f *fakeSandboxFS) with(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+func (f *fakeSandboxFS) file(path string) (e fakeFile, ok bool) {
+	f.with(func() { e, ok = f.files[path] })
+	return
+}
+
+func (f *fakeSandboxFS) takeReqs() []agent.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.reqs
+	f.reqs = nil
+	return r
+}
+
+// grantTestService is a Service with a store, secrets and two running sandboxes
+// ("src", and "fork" with a copy of src's grants made by the test) whose
+// agent is fs.
+func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dir, "shard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	sec, err := secrets.Open(st, filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"one", "two", "three"} {
+		if _, err := sec.Set(ctx, n, []byte("value-of-"+n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The agent's port on a loopback address of the test's own.
+	var ln net.Listener
+	var ip netip.Addr
+	for i := 2; i < 250 && ln == nil; i++ {
+		ip = netip.AddrFrom4([4]byte{127, 93, byte(time.Now().UnixNano() % 200), byte(i)})
+		ln, _ = net.Listen("tcp", netip.AddrPortFrom(ip, agent.Port).String())
+	}
+	if ln == nil {
+		t.Skip("no loopback address with the agent's port free")
+	}
+	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true}}
+	go fs.serve(ln)
+	t.Cleanup(func() { ln.Close() })
+	for _, n := range []string{"src", "fork"} {
+		if err := st.CreateSandbox(ctx, &store.Sandbox{ID: n + "-id", Name: n, State: StateRunning, IP: ip.String(), Token: "t"},
+			&store.EventSpec{Type: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Service{cfg: Config{Store: st, Secrets: sec, Log: slog.New(slog.DiscardHandler)}, locks: map[string]*sync.Mutex{}}
+	return s, fs
+}
+
+func wantAPICode(t *testing.T, what string, err error, kind errdefs.Kind, code string) {
+	t.Helper()
+	if errdefs.KindOf(err) != kind || errdefs.CodeOf(err) != code {
+		t.Fatalf("%s: %v (%s %s), want %s %s", what, err, errdefs.KindOf(err), errdefs.CodeOf(err), kind, code)
+	}
+}
+
+// TestGrantFileOwnership: a file grant replaces nothing it did not write,
+// and asks the agent to replace or remove only the path it owns, with the
+// directories it made; a fork's copy of the grant owns the fork's copy of
+// the file.
+func TestGrantFileOwnership(t *testing.T) {
+	s, fs := grantTestService(t)
+	ctx := context.Background()
+
+	_, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/etc/passwd"})
+	wantAPICode(t, "a grant over /etc/passwd", err, errdefs.KindConflict, "path_exists")
+	if !strings.Contains(err.Error(), "/etc/passwd") {
+		t.Fatalf("message %q does not name the path", err)
+	}
+	if e, _ := fs.file("/etc/passwd"); e.data != "root:x:0:0" {
+		t.Fatal("/etc/passwd replaced")
+	}
+	if sb, _ := s.cfg.Store.GetSandbox(ctx, "src"); len(sb.Grants) != 0 {
+		t.Fatalf("a refused grant was recorded: %+v", sb.Grants)
+	}
+
+	sb, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/run", "/run/app"}; len(sb.Grants) != 1 || !reflect.DeepEqual(sb.Grants[0].Dirs, want) {
+		t.Fatalf("grants %+v, want the directories it made: %q", sb.Grants, want)
+	}
+	if r := fs.takeReqs(); len(r) != 2 || r[1].Op != agent.OpGrantFile || r[1].Replace || r[1].Mode != 0o400 {
+		t.Fatalf("agent asked %+v", r)
+	}
+
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/run/app/key"})
+	wantAPICode(t, "another secret to the same path", err, errdefs.KindConflict, "path_exists")
+	if r := fs.takeReqs(); len(r) != 0 {
+		t.Fatalf("the agent was asked %+v", r)
+	}
+
+	// The grant that wrote it may write it again (a new value).
+	if sb, err = s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := fs.takeReqs(); len(r) != 1 || !r[0].Replace {
+		t.Fatalf("a grant's own path again: agent asked %+v", r)
+	}
+	if !reflect.DeepEqual(sb.Grants[0].Dirs, []string{"/run", "/run/app"}) {
+		t.Fatalf("the directories it made were forgotten: %+v", sb.Grants)
+	}
+
+	// A fork: the record's copy of the grant owns the fork's copy of the file.
+	if _, err := s.cfg.Store.UpdateSandbox(ctx, "fork-id", func(r *store.Sandbox) (*store.EventSpec, error) {
+		r.Grants = copyGrants(sb.Grants)
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Grant(ctx, "fork", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := fs.takeReqs(); len(r) != 1 || !r[0].Replace {
+		t.Fatalf("the fork's own path again: agent asked %+v", r)
+	}
+	if _, err := s.Ungrant(ctx, "fork", "one"); err != nil {
+		t.Fatal(err)
+	}
+	if r := fs.takeReqs(); len(r) != 1 || r[0].Op != agent.OpUngrantFile || r[0].Path != "/run/app/key" || !reflect.DeepEqual(r[0].Dirs, []string{"/run", "/run/app"}) {
+		t.Fatalf("ungrant on the fork: agent asked %+v", r)
+	}
+	fs.with(func() {
+		if _, ok := fs.files["/run/app/key"]; ok || fs.dirs["/run"] {
+			t.Errorf("after ungrant: files %v dirs %v", fs.files, fs.dirs)
+		}
+	})
+
+	// The sandbox swaps the file for something else: the ungrant goes
+	// through (the grant is gone) but leaves what is there.
+	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+		t.Fatal(err)
+	}
+	fs.with(func() { fs.files["/run/app/key"] = fakeFile{data: "a symlink to /etc/shadow"} })
+	// Nor does writing it again replace it.
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
+	wantAPICode(t, "a grant's own path, swapped", err, errdefs.KindConflict, "path_exists")
+	if sb, err = s.Ungrant(ctx, "src", "one"); err != nil || len(sb.Grants) != 0 {
+		t.Fatalf("ungrant: %+v %v", sb, err)
+	}
+	if e, _ := fs.file("/run/app/key"); e.data != "a symlink to /etc/shadow" {
+		t.Fatal("the ungrant removed what the sandbox put in the file's place")
+	}
+	fs.takeReqs()
+
+	// A grant moved to another path: the new file is written first, then
+	// the old one removed; if that fails, the new one goes again and the
+	// grant stays as it was.
+	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/one"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/two"}); err != nil {
+		t.Fatal(err)
+	}
+	r := fs.takeReqs()
+	if len(r) != 3 || r[1].Op != agent.OpGrantFile || r[1].Path != "/a/two" || r[2].Op != agent.OpUngrantFile || r[2].Path != "/a/one" {
+		t.Fatalf("a moved grant: agent asked %+v", r)
+	}
+	fs.with(func() { fs.failUngrant = true })
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/three"})
+	wantAPICode(t, "a move whose old file cannot be removed", err, errdefs.KindUnavailable, "grant_failed")
+	if g := grantOf(mustGet(t, s, "src"), "three"); g == nil || g.File != "/a/two" {
+		t.Fatalf("the grant after a failed move: %+v", g)
+	}
+	fs.with(func() { fs.failUngrant = false })
+
+	// An agent that knows only the old ops refuses: it would replace.
+	fs.with(func() { fs.oldAgent = true })
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
+	wantAPICode(t, "an old agent", err, errdefs.KindUnsupported, "unsupported")
+}
+
+func mustGet(t *testing.T, s *Service, name string) *store.Sandbox {
+	t.Helper()
+	sb, err := s.cfg.Store.GetSandbox(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func TestFileOpError(t *testing.T) {
+	sb := &store.Sandbox{Name: "py"}
+	for _, tc := range []struct {
+		r    *agent.Reply
+		kind errdefs.Kind
+		code string
+	}{
+		{&agent.Reply{Error: "/etc/passwd exists", Code: agent.CodePathExists}, errdefs.KindConflict, "path_exists"},
+		{&agent.Reply{Error: "/etc/app is a symlink", Code: agent.CodePathUnsafe}, errdefs.KindConflict, "path_unsafe"},
+		{&agent.Reply{Error: "unknown op grant_file"}, errdefs.KindUnsupported, "unsupported"},
+		{&agent.Reply{Error: "read-only file system"}, errdefs.KindUnavailable, "grant_failed"},
+		{nil, errdefs.KindUnavailable, "grant_failed"},
+	} {
+		err := fileOpError(sb, "write", "/etc/passwd", tc.r, fmt.Errorf("agent: x"))
+		if errdefs.KindOf(err) != tc.kind || errdefs.CodeOf(err) != tc.code || !strings.Contains(err.Error(), "py") {
+			t.Errorf("%+v: %v (%s %s), want %s %s", tc.r, err, errdefs.KindOf(err), errdefs.CodeOf(err), tc.kind, tc.code)
+		}
+	}
+}
