@@ -2,9 +2,7 @@ package api
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -96,18 +94,10 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	enc.Encode(PullEvent{Type: "done", Image: &v})
 }
 
-// importImage takes an OCI layout tarball or a docker-archive as the body.
+// importImage takes an OCI layout tarball or a docker-archive as the body
+// (the store spools it under its own dir).
 func (s *Server) importImage(r *http.Request) (any, int, error) {
-	f, err := os.CreateTemp("", "shard-import-*.tar")
-	if err != nil {
-		return nil, 0, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if _, err := io.Copy(f, r.Body); err != nil {
-		return nil, 0, errdefs.Invalid("read the archive: %v", err)
-	}
-	imgs, err := s.Images.Import(r.Context(), f.Name(), r.URL.Query().Get("name"))
+	imgs, err := s.Images.ImportStream(r.Context(), r.Body, r.URL.Query().Get("name"))
 	if err != nil {
 		return nil, 0, err
 	}
