@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -197,5 +198,18 @@ func TestPullErrorsHideTheStore(t *testing.T) {
 				t.Errorf("err = %q names the host path %s", err, p)
 			}
 		})
+	}
+}
+
+// TestPullBadLayerIsNotUnreachable: a layer the unpacker refuses (here a
+// file under a file, ENOTDIR) is not a registry that cannot be reached.
+func TestPullBadLayerIsNotUnreachable(t *testing.T) {
+	requireRoot(t)
+	host := testRegistry(t)
+	push(t, host+"/e/bad:1", imageOf(t, runtime.GOARCH, layerOf(t, file("a", "x"), file("a/b", "y"))))
+	s := openStore(t, t.TempDir())
+	_, err := s.Pull(context.Background(), host+"/e/bad:1", nil)
+	if err == nil || errdefs.KindOf(err) == errdefs.KindUnavailable || !strings.Contains(err.Error(), `entry "a/b": not a directory`) {
+		t.Errorf("err = %v (%s), want the entry's error, not unavailable", err, errdefs.KindOf(err))
 	}
 }

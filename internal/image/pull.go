@@ -290,7 +290,14 @@ func isNetworkError(err error) bool {
 		cve *tls.CertificateVerificationError
 		rhe tls.RecordHeaderError
 	)
-	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de) || errors.As(err, &ne) ||
+	// A bare errno is a net.Error too (it has Timeout and Temporary): one
+	// from unpacking on the local disk is not the registry's.
+	if errors.As(err, &ne) {
+		if _, errno := ne.(syscall.Errno); !errno {
+			return true
+		}
+	}
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de) ||
 		errors.As(err, &cve) || errors.As(err, &rhe) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
