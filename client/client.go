@@ -223,6 +223,7 @@ type ExecResult struct {
 	Signal   int
 	TimedOut bool
 	OOM      bool
+	Error    string // why the server ended the command, if it did (see ExecEvent.Error)
 }
 
 // Exec runs a command and collects its output.
@@ -265,7 +266,7 @@ func (c *Client) ExecStream(ctx context.Context, idOrName string, req ExecReques
 				w.Write(b)
 			}
 		case "exit":
-			r := &ExecResult{Signal: ev.Signal, TimedOut: ev.TimedOut, OOM: ev.OOM}
+			r := &ExecResult{Signal: ev.Signal, TimedOut: ev.TimedOut, OOM: ev.OOM, Error: ev.Error}
 			if ev.ExitCode != nil {
 				r.ExitCode = *ev.ExitCode
 			}

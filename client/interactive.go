@@ -108,14 +108,15 @@ func (s *ExecSession) Run(ctx context.Context, stdin io.Reader, stdout, stderr i
 			}
 		case FrameExit:
 			var ex struct {
-				Code     int  `json:"exit_code"`
-				Signal   int  `json:"signal"`
-				TimedOut bool `json:"timed_out"`
-				OOM      bool `json:"oom_killed"`
+				Code     int    `json:"exit_code"`
+				Signal   int    `json:"signal"`
+				TimedOut bool   `json:"timed_out"`
+				OOM      bool   `json:"oom_killed"`
+				Error    string `json:"error"`
 			}
 			json.Unmarshal(msg[1:], &ex)
 			s.ws.Close(websocket.StatusNormalClosure, "")
-			return &ExecResult{ExitCode: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM}, nil
+			return &ExecResult{ExitCode: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error}, nil
 		}
 	}
 }

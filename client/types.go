@@ -78,6 +78,10 @@ type ExecEvent struct {
 	Signal   int    `json:"signal,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	OOM      bool   `json:"oom_killed,omitempty"`
+	// Error, on an exit, says why the server ended the command: its
+	// sandbox was stopped, removed or died, or did not end it at its
+	// timeout.
+	Error string `json:"error,omitempty"`
 }
 
 // Image is a cached image.

@@ -96,8 +96,13 @@ kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 			if err != nil {
 				return err
 			}
+			if res.Error != "" {
+				fmt.Fprintln(os.Stderr, "shard: "+res.Error)
+			}
 			if res.TimedOut {
-				fmt.Fprintf(os.Stderr, "shard: the command ran past --timeout %s and was killed\n", timeout)
+				if res.Error == "" {
+					fmt.Fprintf(os.Stderr, "shard: the command ran past --timeout %s and was killed\n", timeout)
+				}
 				return &exitError{code: 124}
 			}
 			if res.OOM {

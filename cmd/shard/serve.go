@@ -188,7 +188,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err := svc.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	go svc.Watch(ctx, 2*time.Second)
+	go svc.Watch(ctx)
 	// Ledger followers stream until their client leaves: they end when the
 	// server starts shutting down, so Shutdown need not wait them out.
 	stopping, stop := context.WithCancel(context.Background())

@@ -70,6 +70,12 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		return err
 	}
 	defer ln.Close()
+	if os.Getpid() == 1 {
+		s.log.Info("listening", "addr", addr)
+		if err := detachStdio(); err != nil {
+			return err
+		}
+	}
 	go s.reaper.run()
 	if s.guard != nil {
 		go s.guard.run(ctx)

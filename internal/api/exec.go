@@ -108,7 +108,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 			var ex agent.Exit
 			json.Unmarshal(p, &ex)
 			code := ex.Code
-			enc.Encode(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
+			enc.Encode(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
 			rc.Flush()
 			return
 		}

@@ -93,6 +93,9 @@ func Build(o Options) *specs.Spec {
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	// The small host files are read-only inside: a writable bind of a host
+	// file lets a sandbox plant a setuid-root binary on the host (chmod
+	// 4755 /etc/hostname) and write past its disk bound.
 	for _, m := range []struct{ dst, src string }{
 		{"/etc/resolv.conf", o.ResolvConf}, {"/etc/hosts", o.Hosts}, {"/etc/hostname", o.HostnameF},
 	} {

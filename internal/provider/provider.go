@@ -85,6 +85,13 @@ type Checkpointer interface {
 	Restore(ctx context.Context, inst *Instance, dir string) error
 }
 
+// PauseTracker is a Checkpointer that remembers its pauses across a restart
+// of the server. sure is false when a pause was asked for but its answer
+// never came: it may have paused, or not.
+type PauseTracker interface {
+	Paused(id string) (paused, sure bool)
+}
+
 // ImageStager is a Checkpointer that gets a checkpoint's image ready in dir
 // before the sandbox is paused, so the pause holds less.
 type ImageStager interface {

@@ -31,7 +31,23 @@ type ExecSession struct {
 	detachOnce sync.Once
 	once       sync.Once     // the exec_finished event
 	done       chan struct{} // closed once the end is recorded
+
+	abortOnce sync.Once
+	abortEx   *agent.Exit        // set (before aborted closes) by abort
+	aborted   chan struct{}      // closed by abort
+	cancel    context.CancelFunc // ends the dial to the agent
+	connMu    sync.Mutex         // orders abort's close with the session's start
+	conn      *agent.Session     // the agent's session once it started; guarded by connMu
 }
+
+// execGrace is how long past its timeout the host waits for a sandbox to
+// end a command before it ends the stream itself.
+const execGrace = 5 * time.Second
+
+// execDialTimeout bounds the connection to the agent: a sandbox gone from
+// under its address never answers, and TCP would retry for minutes. A
+// sandbox starved of CPU answers within seconds, so this is generous.
+const execDialTimeout = 60 * time.Second
 
 type frame struct {
 	typ byte
@@ -82,9 +98,32 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		return nil, nil, err
 	}
 	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{}),
-		frames: make(chan frame), detached: make(chan struct{})}
-	sess, err := s.agentFor(sb).Exec(ctx, req)
+		frames: make(chan frame), detached: make(chan struct{}), aborted: make(chan struct{})}
+	dctx, cancel := context.WithTimeout(ctx, execDialTimeout)
+	e.cancel = cancel
+	// Known before the dial, so a stop or remove meanwhile ends it too;
+	// one that began before this was known is seen in the record.
+	s.execs.add(sb.ID, e)
+	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || cur.State != StateRunning {
+		e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+	}
+	sess, err := s.agentFor(sb).Exec(dctx, req)
+	cancel()
+	if err == nil {
+		e.connMu.Lock()
+		e.conn = sess
+		e.connMu.Unlock()
+		if e.isAborted() {
+			sess.Close()
+			err = errors.New(e.abortEx.Error)
+		}
+	}
 	if err != nil {
+		s.execs.remove(sb.ID, e)
+		if e.isAborted() {
+			e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
+			return nil, nil, errdefs.Conflict("sandbox_not_running", "%s", e.abortEx.Error)
+		}
 		var es *agent.ErrStart
 		if errors.As(err, &es) {
 			e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
@@ -98,8 +137,43 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 	}
 	e.Session = sess
+	if req.TimeoutMS > 0 {
+		// The agent ends a command at its timeout; a sandbox that cannot
+		// (paused, wedged, gone) must not hold the stream for ever.
+		t := time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond+execGrace, func() {
+			e.abort(agent.Exit{Code: 137, Signal: 9, TimedOut: true,
+				Error: "the command ran past its timeout and sandbox " + sb.Name + " did not end it"})
+		})
+		go func() { <-e.done; t.Stop() }()
+	}
 	go e.pump()
 	return e, sb, nil
+}
+
+// abort ends the session from the host, whatever the agent does: its
+// stream ends with ex (which says why) and the ledger records it.
+func (e *ExecSession) abort(ex agent.Exit) {
+	e.abortOnce.Do(func() {
+		e.abortEx = &ex
+		close(e.aborted)
+		if e.cancel != nil {
+			e.cancel()
+		}
+		e.connMu.Lock()
+		if e.conn != nil {
+			e.conn.Close() // the pump's Recv returns, and it reports ex
+		}
+		e.connMu.Unlock()
+	})
+}
+
+func (e *ExecSession) isAborted() bool {
+	select {
+	case <-e.aborted:
+		return true
+	default:
+		return false
+	}
 }
 
 // pump reads frames until the command ends (or the connection does),
@@ -108,8 +182,22 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 func (e *ExecSession) pump() {
 	defer close(e.frames)
 	defer e.Session.Close()
+	defer e.s.execs.remove(e.sb.ID, e)
 	for {
 		typ, p, err := e.Session.Recv()
+		if err != nil && e.isAborted() {
+			// Ended by the host: an exit that says why, not a lost stream.
+			ex := *e.abortEx
+			p, _ = json.Marshal(ex)
+			typ, err = agent.FrameExit, nil
+			code := ex.Code
+			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, Error: ex.Error})
+			select {
+			case e.frames <- frame{typ, p, nil}:
+			case <-e.detached:
+			}
+			return
+		}
 		switch {
 		case err != nil:
 			e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
@@ -172,6 +260,50 @@ func (e *ExecSession) finish(d ledger.ExecFinishedData) {
 		}
 		close(e.done)
 	})
+}
+
+// execSet is the running execs of every sandbox, so that a stop, a removal
+// or a death ends their streams at once: the agent's connection would
+// otherwise hang until TCP gives up, minutes later.
+type execSet struct {
+	mu sync.Mutex
+	m  map[string]map[*ExecSession]struct{} // sandbox id → its execs; guarded by mu
+}
+
+func (x *execSet) add(id string, e *ExecSession) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil {
+		x.m = map[string]map[*ExecSession]struct{}{}
+	}
+	if x.m[id] == nil {
+		x.m[id] = map[*ExecSession]struct{}{}
+	}
+	x.m[id][e] = struct{}{}
+}
+
+func (x *execSet) remove(id string, e *ExecSession) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.m[id], e)
+	if len(x.m[id]) == 0 {
+		delete(x.m, id)
+	}
+}
+
+// endExecs ends every exec still running in sandbox id: its processes were
+// killed (by a stop, a removal, or the sandbox's end), and why is said in
+// each stream's exit.
+func (s *Service) endExecs(id, why string) {
+	s.execs.mu.Lock()
+	var all []*ExecSession
+	for e := range s.execs.m[id] {
+		all = append(all, e)
+	}
+	s.execs.mu.Unlock()
+	for _, e := range all {
+		e.abort(agent.Exit{Code: 137, Signal: 9, Error: why})
+	}
 }
 
 // run runs argv in sb as an exec of its own (in the ledger like any), writes

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -38,15 +39,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			s.destroy(ctx, sb, log)
 		case StateFreezing:
 			// The server died mid-fork: thaw the source; the forks (still
-			// creating) are finished off above or below. Whether it is
-			// paused is told by its agent: a paused sandbox does not answer
-			// (and resuming one that is not paused would crash gVisor).
-			if cp, ok := s.providers[sb.Provider].(provider.Checkpointer); ok {
-				if st, _ := s.providers[sb.Provider].Status(ctx, sb.ID); st != provider.StatusAbsent && !s.answers(ctx, sb, 3*time.Second) {
-					cp.Resume(ctx, sb.ID)
-				}
-			}
-			if s.alive(ctx, sb) {
+			// creating) are finished off above or below.
+			s.thawInterrupted(ctx, sb, log)
+			if alive, _ := s.alive(ctx, sb); alive {
 				log.Info("reconcile: thawed a source frozen by an interrupted fork")
 				s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 					r.State = StateRunning
@@ -56,8 +51,16 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 			fallthrough
 		case StateRunning, StateStarting, StateStopping:
-			if sb.State == StateRunning && s.alive(ctx, sb) {
-				continue
+			if sb.State == StateRunning {
+				alive, err := s.alive(ctx, sb)
+				if err != nil {
+					// Not knowing is no reason to kill: the watcher looks again.
+					log.Warn("reconcile: cannot tell whether the sandbox runs; left as it is", "err", err)
+					continue
+				}
+				if alive {
+					continue
+				}
 			}
 			log.Warn("reconcile: sandbox is not running any more; marking it stopped", "was", sb.State)
 			ooms := s.halt(ctx, sb, false)
@@ -177,6 +180,34 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 	}
 }
 
+// thawInterrupted resumes a sandbox that a fork or checkpoint paused before
+// the server died. Whether it is paused is what the provider wrote down; a
+// pause whose answer never came is settled by the agent, which a paused
+// sandbox cannot run (resuming one that is not paused would crash gVisor,
+// so a slow agent gets a long while).
+func (s *Service) thawInterrupted(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+	p := s.providers[sb.Provider]
+	cp, ok := p.(provider.Checkpointer)
+	if !ok {
+		return
+	}
+	if st, _ := p.Status(ctx, sb.ID); st == provider.StatusAbsent || st == provider.StatusStopped {
+		return
+	}
+	paused, sure := false, false
+	if pt, ok := p.(provider.PauseTracker); ok {
+		paused, sure = pt.Paused(sb.ID)
+	}
+	if !sure {
+		paused = !s.answers(ctx, sb, 20*time.Second)
+	}
+	if paused {
+		if err := cp.Resume(ctx, sb.ID); err != nil {
+			log.Error("reconcile: thaw a sandbox an interrupted fork froze", "err", err)
+		}
+	}
+}
+
 // answers reports whether the sandbox's agent answers a ping within d.
 func (s *Service) answers(ctx context.Context, sb *store.Sandbox, d time.Duration) bool {
 	cctx, cancel := context.WithTimeout(ctx, d)
@@ -185,16 +216,17 @@ func (s *Service) answers(ctx context.Context, sb *store.Sandbox, d time.Duratio
 	return err == nil
 }
 
-func (s *Service) alive(ctx context.Context, sb *store.Sandbox) bool {
+// alive reports whether the runtime still runs the sandbox: its word alone
+// decides, never a timeout on the agent, so a sandbox that is merely slow
+// (starved of CPU, or swapping) is never taken for dead and killed.
+func (s *Service) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
 	p, ok := s.providers[sb.Provider]
 	if !ok || !s.caps[sb.Provider].Available {
-		return false
+		return false, nil
 	}
 	st, err := p.Status(ctx, sb.ID)
-	if err != nil || st != provider.StatusRunning {
-		return false
+	if err != nil {
+		return false, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	return s.agentFor(sb).WaitReady(cctx) == nil
+	return st == provider.StatusRunning || st == provider.StatusPaused, nil
 }

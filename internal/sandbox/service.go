@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -70,6 +71,9 @@ type Service struct {
 	sparesClosed bool              // at shutdown: stage no more; guarded by sparesMu
 	sparesWG     sync.WaitGroup    // spares being staged
 
+	execs execSet  // running execs, ended when their sandbox stops
+	watch *watcher // notices sandboxes that end on their own
+
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
 	ckUses  map[string]*ckUse      // checkpoints being read or dropped; guarded by locksMu
@@ -87,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}, ckUses: map[string]*ckUse{},
-		reserved: map[string]bool{}, spares: map[string]*spare{}}
+		reserved: map[string]bool{}, spares: map[string]*spare{}, watch: newWatcher()}
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider
@@ -466,8 +470,7 @@ func (s *Service) launch(ctx context.Context, st *staged, run func(provider.Prov
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.agentFor(st.sb).WaitReady(actx); err != nil {
-		logTail, _ := os.ReadFile(st.inst.LogOut)
-		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(string(logTail), 400))
+		return fmt.Errorf("sandbox did not come up: %w (agent log: %s)", err, tail(readTail(st.inst.LogOut, 4096), 400))
 	}
 	st.phase(s, "agent")
 	return nil
@@ -536,6 +539,21 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 // may have n processes.
 func GvisorPidsBackstop(n int64) int64 { return 2*n + 512 }
 
+// readTail reads at most the last n bytes of a file (a runtime's log, which
+// a sandbox may have written to).
+func readTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(st.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return string(b)
+}
+
 func tail(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
@@ -583,6 +601,7 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 // destroy removes every piece of a sandbox and its record.
 func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
 	s.halt(ctx, sb, false)
+	s.endExecs(sb.ID, "sandbox "+sb.Name+" was removed while the command ran")
 	var errs []error
 	if ip, err := netip.ParseAddr(sb.IP); err == nil && sb.Policy != nil {
 		if err := s.cfg.Net.SetPolicy(ip, nil); err != nil {
@@ -681,7 +700,7 @@ func cgroupsPath(id string) string { return "/shard/" + id }
 
 // move changes a sandbox's state if the table allows it.
 func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, also func(*store.Sandbox)) (*store.Sandbox, error) {
-	return s.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) (*store.EventSpec, error) {
+	out, err := s.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) (*store.EventSpec, error) {
 		if !canMove(r.State, to) {
 			return nil, transitionErr(r.Name, r.State, to)
 		}
@@ -691,6 +710,10 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 		}
 		return ev, nil
 	})
+	if err == nil && to == StateRunning {
+		s.watchSandbox(id)
+	}
+	return out, err
 }
 
 // Stop ends a sandbox's processes; its files stay.
@@ -704,6 +727,7 @@ func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, er
 		return nil, err
 	}
 	ooms := s.halt(context.WithoutCancel(ctx), sb, true)
+	s.endExecs(sb.ID, "sandbox "+sb.Name+" was stopped while the command ran")
 	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: "sandbox.stopped"}, func(r *store.Sandbox) {
 		r.StoppedAt = time.Now().UTC()
 		r.OOMKills += ooms

@@ -23,6 +23,7 @@ type Usage struct {
 // templates, runtime logs); Store is the sandbox store's promises.
 type DiskUsage struct {
 	Images, Sandboxes, Snapshots, Checkpoints, Environments, Server Usage
+
 	Store rootfs.Space
 }
 

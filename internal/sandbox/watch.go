@@ -11,83 +11,157 @@ import (
 
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
+	"golang.org/x/sys/unix"
 )
 
 // watcher notices sandboxes that end without being asked to: the host's OOM
-// killer taking a gVisor Sentry, a crash, a kill from outside. It checks the
-// runtime's host process of every running sandbox (a stat of /proc/PID, so
-// an idle sandbox costs next to nothing) and marks a dead one failed, with
-// the reason, and cleans up its mounts and network; its files stay, and
-// `shard start` boots it again.
+// killer taking a gVisor Sentry, a crash, a kill from outside. It holds a
+// pidfd of the runtime's host process of every running sandbox in one epoll
+// set, and one goroutine waits on it: an idle server does no work at all,
+// however many sandboxes it holds, and a death is seen at once (then the
+// sandbox is marked failed with the reason, its execs end, and its mounts
+// and network go; its files stay, and `shard start` boots it again).
 type watcher struct {
-	mu   sync.Mutex
-	pids map[string]int // sandbox id -> host pid; guarded by mu
+	epfd int
+
+	mu    sync.Mutex
+	byFD  map[int32]watched  // pidfd → what it watches; guarded by mu
+	byID  map[string]watched // sandbox id → its pidfd; guarded by mu
+	ready chan struct{}      // closed once epfd is made
 }
 
-// Watch runs until ctx ends, checking every interval.
-func (s *Service) Watch(ctx context.Context, interval time.Duration) {
-	w := &watcher{pids: map[string]int{}}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.watchOnce(ctx, w)
-	}
+type watched struct {
+	id  string
+	pid int
+	fd  int
 }
 
-func (s *Service) watchOnce(ctx context.Context, w *watcher) {
-	all, err := s.cfg.Store.ListSandboxes(ctx)
+// Watch runs the watcher until ctx ends.
+func (s *Service) Watch(ctx context.Context) {
+	w := s.watch
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
+		s.cfg.Log.Error("watcher: epoll", "err", err)
 		return
 	}
-	seen := map[string]bool{}
-	for _, sb := range all {
-		if sb.State != StateRunning {
+	w.epfd = epfd
+	close(w.ready)
+	// Every sandbox that runs now; later ones are added as they start.
+	if all, err := s.cfg.Store.ListSandboxes(ctx); err == nil {
+		for _, sb := range all {
+			if sb.State == StateRunning {
+				s.watchSandbox(sb.ID)
+			}
+		}
+	}
+	// epoll_wait blocks a thread: cut it when ctx ends by closing epfd.
+	stop := context.AfterFunc(ctx, func() { unix.Close(epfd) })
+	defer stop()
+	evs := make([]unix.EpollEvent, 64)
+	for {
+		n, err := unix.EpollWait(epfd, evs, -1)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		seen[sb.ID] = true
-		pider, ok := s.providers[sb.Provider].(provider.PIDer)
-		if !ok {
-			continue
+		if err != nil {
+			return // closed at shutdown
 		}
-		w.mu.Lock()
-		pid, known := w.pids[sb.ID]
-		w.mu.Unlock()
-		if !known {
-			// First look at this one: it may have died before we knew
-			// its pid.
-			if st, err := s.providers[sb.Provider].Status(ctx, sb.ID); err == nil && (st == provider.StatusStopped || st == provider.StatusAbsent) {
-				s.markDead(ctx, sb)
+		for _, ev := range evs[:n] {
+			w.mu.Lock()
+			wd, ok := w.byFD[ev.Fd]
+			if ok {
+				delete(w.byFD, ev.Fd)
+				if w.byID[wd.id].fd == wd.fd {
+					delete(w.byID, wd.id)
+				}
+			}
+			w.mu.Unlock()
+			if !ok {
 				continue
 			}
-			p, err := pider.InitPID(ctx, sb.ID)
-			if err != nil {
-				continue // look again next round
-			}
-			w.mu.Lock()
-			w.pids[sb.ID] = p
-			w.mu.Unlock()
-			pid = p
+			unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, wd.fd, nil)
+			unix.Close(wd.fd)
+			go s.markDead(context.WithoutCancel(ctx), wd.id, wd.pid)
 		}
-		if processAlive(pid) {
-			continue
-		}
-		s.markDead(ctx, sb)
-		w.mu.Lock()
-		delete(w.pids, sb.ID)
-		w.mu.Unlock()
 	}
-	w.mu.Lock()
-	for id := range w.pids {
-		if !seen[id] {
-			delete(w.pids, id) // stopped, removed or restarted: look again
+}
+
+func newWatcher() *watcher {
+	return &watcher{byFD: map[int32]watched{}, byID: map[string]watched{}, ready: make(chan struct{})}
+}
+
+// watchSandbox starts watching sandbox id's runtime process, in the
+// background (finding the pid asks the runtime: a process per look, which a
+// create or fork must not wait for).
+func (s *Service) watchSandbox(id string) {
+	go func() {
+		<-s.watch.ready
+		s.watch.mu.Lock()
+		_, known := s.watch.byID[id] // a thawed source: its process is the same
+		s.watch.mu.Unlock()
+		if known {
+			return
 		}
+		sb, err := s.cfg.Store.GetSandbox(context.Background(), id)
+		if err != nil || sb.State != StateRunning {
+			return
+		}
+		pider, ok := s.providers[sb.Provider].(provider.PIDer)
+		if !ok {
+			return
+		}
+		var pid int
+		for try := 0; try < 5; try++ {
+			if pid, err = pider.InitPID(context.Background(), id); err == nil {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+		}
+		if err != nil {
+			// The runtime does not know it: it may have ended already.
+			s.markDead(context.Background(), id, 0)
+			return
+		}
+		s.watchPID(id, pid)
+	}()
+}
+
+// watchPID adds pid, sandbox id's runtime process, to the epoll set.
+func (s *Service) watchPID(id string, pid int) {
+	w := s.watch
+	w.mu.Lock()
+	if old, ok := w.byID[id]; ok {
+		if old.pid == pid {
+			w.mu.Unlock()
+			return
+		}
+		delete(w.byFD, int32(old.fd))
+		unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, old.fd, nil)
+		unix.Close(old.fd)
 	}
 	w.mu.Unlock()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			s.markDead(context.Background(), id, pid) // gone already
+		} else {
+			s.cfg.Log.Warn("watcher: pidfd", "sandbox", id, "pid", pid, "err", err)
+		}
+		return
+	}
+	unix.CloseOnExec(fd)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wd := watched{id: id, pid: pid, fd: fd}
+	w.byFD[int32(fd)] = wd
+	w.byID[id] = wd
+	// A pidfd polls readable once its process has ended.
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		delete(w.byFD, int32(fd))
+		delete(w.byID, id)
+		unix.Close(fd)
+		s.cfg.Log.Warn("watcher: epoll add", "sandbox", id, "err", err)
+	}
 }
 
 // processAlive: the pid exists and is not a zombie.
@@ -103,22 +177,31 @@ func processAlive(pid int) bool {
 	return true
 }
 
-func (s *Service) markDead(ctx context.Context, sb *store.Sandbox) {
-	unlock := s.lock(sb.ID)
+// markDead records that sandbox id ended on its own, if it is still meant
+// to run and its runtime agrees it does not (pid is the process that
+// ended; 0 when unknown).
+func (s *Service) markDead(ctx context.Context, id string, pid int) {
+	unlock := s.lock(id)
 	defer unlock()
-	cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID)
+	cur, err := s.cfg.Store.GetSandbox(ctx, id)
 	if err != nil || cur.State != StateRunning {
 		return // a stop, remove or fork got there first
 	}
-	if st, err := s.providers[cur.Provider].Status(ctx, cur.ID); err == nil && st == provider.StatusRunning {
-		return // the runtime says it runs (a restart under another pid)
+	if st, err := s.providers[cur.Provider].Status(ctx, cur.ID); err != nil || st == provider.StatusRunning || st == provider.StatusPaused {
+		// It runs (started again under another pid): watch that one. Or
+		// the runtime cannot say: never kill what may run.
+		if err == nil {
+			s.watchSandbox(cur.ID)
+		}
+		return
 	}
 	ooms := s.halt(ctx, cur, false)
 	reason := "the sandbox ended on its own (its runtime process is gone)"
 	if ooms > 0 {
 		reason = "the sandbox ran out of memory and the host killed it"
 	}
-	s.cfg.Log.Warn("sandbox died", "sandbox", cur.ID, "name", cur.Name, "reason", reason)
+	s.endExecs(cur.ID, "sandbox "+cur.Name+" ended while the command ran: "+reason)
+	s.cfg.Log.Warn("sandbox died", "sandbox", cur.ID, "name", cur.Name, "pid", pid, "reason", reason)
 	s.cfg.Store.UpdateSandbox(ctx, cur.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.State, r.StoppedAt, r.Error = StateFailed, time.Now().UTC(), reason
 		r.OOMKills += ooms

@@ -112,12 +112,22 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 // falling back to another pause then would pause twice, and one resume
 // would leave the sandbox frozen. So a lost answer is an error, and the
 // caller finds out with Paused.
+//
+// Each pause is written down on disk (see Paused), since gVisor cannot be
+// asked whether it is paused, and resuming a sandbox that is not panics its
+// kernel: a server restarted mid-fork must know which to thaw.
 func (p *Provider) Pause(ctx context.Context, id string) error {
+	if err := p.mark(id, markPausing); err != nil {
+		return err
+	}
 	err := p.controlCall(ctx, id, "containerManager.Pause")
 	var de *dialError
 	if errors.As(err, &de) {
 		p.opts.logger().Debug("control socket unreachable, using runsc pause", "sandbox", id, "err", err)
 		_, err = p.cli.Run(ctx, "pause", id)
+	}
+	if err == nil {
+		err = p.mark(id, markPaused)
 	}
 	return err
 }
@@ -130,7 +140,57 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 		p.opts.logger().Debug("control socket unreachable, using runsc resume", "sandbox", id, "err", err)
 		_, err = p.cli.Run(ctx, "resume", id)
 	}
+	if err == nil {
+		p.mark(id, "")
+	}
 	return err
+}
+
+const (
+	markPausing = "pausing" // a pause was asked for: it may or may not have happened
+	markPaused  = "paused"  // the Sentry said it paused
+)
+
+func (p *Provider) markPath(id string) string { return filepath.Join(p.opts.Root+"-paused", id) }
+
+// mark records what is known of id's pause ("" for none).
+func (p *Provider) mark(id, what string) error {
+	path := p.markPath(id)
+	if what == "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".tmp", []byte(what), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// Paused reports whether id is paused, as recorded by Pause and Resume:
+// sure is false when a pause was asked for and its answer never came (the
+// server died, or the call failed), so it may or may not have happened.
+func (p *Provider) Paused(id string) (paused, sure bool) {
+	b, err := os.ReadFile(p.markPath(id))
+	switch {
+	case err != nil:
+		return false, true
+	case string(b) == markPaused:
+		return true, true
+	}
+	return false, false
+}
+
+// Delete removes the container and what is recorded of its pauses.
+func (p *Provider) Delete(ctx context.Context, id string) error {
+	if err := p.Runtime.Delete(ctx, id); err != nil {
+		return err
+	}
+	return p.mark(id, "")
 }
 
 func (o Options) logger() *slog.Logger {
@@ -217,4 +277,7 @@ func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir str
 	return nil
 }
 
-var _ provider.Checkpointer = (*Provider)(nil)
+var (
+	_ provider.Checkpointer = (*Provider)(nil)
+	_ provider.PauseTracker = (*Provider)(nil)
+)

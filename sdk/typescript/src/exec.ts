@@ -33,6 +33,8 @@ export interface ExecResult {
   timedOut?: boolean;
   /** Whether it was killed for exceeding the sandbox's memory. */
   oomKilled?: boolean;
+  /** Why the server ended it, when it did: its sandbox was stopped, removed or died while it ran. */
+  error?: string;
 }
 
 /** Anything output can be written to: process.stdout, a stream.Writable, ... */
@@ -147,6 +149,7 @@ export class ExecRun implements PromiseLike<ExecResult> {
           if (ev.signal) r.signal = ev.signal;
           if (ev.timed_out) r.timedOut = true;
           if (ev.oom_killed) r.oomKilled = true;
+          if (ev.error) r.error = ev.error;
           result = r;
           break;
         }

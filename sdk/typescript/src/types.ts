@@ -94,6 +94,8 @@ export interface ExecEvent {
   signal?: number;
   timed_out?: boolean;
   oom_killed?: boolean;
+  /** On an exit: why the server ended the command (its sandbox stopped, was removed or died). */
+  error?: string;
 }
 
 /** The body of POST /v0/sandboxes/{id}/fork. */

@@ -147,6 +147,7 @@ class ExecStream(Iterator[Chunk]):
                     signal=sig if isinstance(sig, int) and sig else None,
                     timed_out=bool(ev.get("timed_out")),
                     oom_killed=bool(ev.get("oom_killed")),
+                    error=str(ev.get("error") or ""),
                 )
                 self._closed = True
                 self._resp.release()
@@ -351,6 +352,7 @@ class Sandbox:
             signal=st.signal,
             timed_out=st.timed_out,
             oom_killed=st.oom_killed,
+            error=st.error,
             stdout_bytes=b"".join(out),
             stderr_bytes=b"".join(err),
         )

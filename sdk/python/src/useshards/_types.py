@@ -386,13 +386,16 @@ class ExitStatus:
 
     ``exit_code`` is 128+signal when a signal ended it (SIGKILL: 137).
     ``timed_out``: the exec's ``timeout`` killed it. ``oom_killed``: it was
-    killed for exceeding the sandbox's memory.
+    killed for exceeding the sandbox's memory. ``error``: why the server
+    ended the command itself, when it did (its sandbox was stopped, removed
+    or died while it ran).
     """
 
     exit_code: int
     signal: Optional[int] = None
     timed_out: bool = False
     oom_killed: bool = False
+    error: str = ""
 
     @property
     def ok(self) -> bool:

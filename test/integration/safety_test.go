@@ -1,0 +1,304 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+)
+
+// asNobody runs argv on the host as uid/gid 65534, the unprivileged host
+// user of the threat model, and returns its output and error.
+func asNobody(argv ...string) (string, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestHostFilesReadOnly: /etc/hostname, /etc/hosts and /etc/resolv.conf are
+// host files bound into the sandbox; a sandbox can neither plant a setuid
+// binary in them nor write past its disk bound through them.
+func TestHostFilesReadOnly(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: json.RawMessage(`"64MiB"`)})
+			for _, f := range []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"} {
+				res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c",
+					"cp /bin/busybox " + f + " 2>&1; chmod 4755 " + f + " 2>&1; dd if=/dev/zero of=" + f + " bs=1M count=100 2>&1; ls -l " + f}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				host := filepath.Join(e.dataDir, "run", sb.ID, filepath.Base(f))
+				st, err := os.Stat(host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || st.Size() > 4096 {
+					t.Errorf("%s: the host file is now %v, %d bytes (sandbox said %q)", f, st.Mode(), st.Size(), res.Stdout)
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxTreesPrivate: what a sandbox or an image writes is out of reach
+// of an unprivileged host user: a setuid-root file planted in a sandbox's
+// rootfs cannot be run, and no path under the data directory can be opened.
+func TestSandboxTreesPrivate(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			execOK(t, sb.ID, "sh", "-c", "cp /bin/busybox /suid && chmod 4755 /suid && mkdir -p /root/d && cp /bin/busybox /root/d/suid2 && chmod 4755 /root/d/suid2")
+			planted := []string{
+				filepath.Join(e.dataDir, "run", sb.ID, "rootfs", "suid"),
+				filepath.Join(e.dataDir, "run", sb.ID, "hostname"),
+				filepath.Join(e.dataDir, "storage", "mnt", sb.ID, "upper", "suid"),
+				filepath.Join(e.dataDir, "storage", "mnt", sb.ID, "upper", "root", "d", "suid2"),
+			}
+			for _, p := range planted {
+				if _, err := os.Stat(p); err != nil {
+					t.Fatalf("root does not see %s: %v (the test's paths are stale)", p, err)
+				}
+				if out, err := asNobody(p, "id"); err == nil {
+					t.Errorf("an unprivileged host user ran %s: %s", p, out)
+				}
+				if out, err := asNobody("stat", p); err == nil {
+					t.Errorf("an unprivileged host user reached %s: %s", p, out)
+				}
+			}
+			// The sandbox's own filesystem honours no setuid bit or device
+			// node on the host, whatever the directories above allow.
+			mi, _ := os.ReadFile("/proc/self/mountinfo")
+			mnt := filepath.Join(e.dataDir, "storage", "mnt", sb.ID)
+			found := false
+			for _, l := range strings.Split(string(mi), "\n") {
+				f := strings.Fields(l)
+				if len(f) > 5 && f[4] == mnt {
+					found = true
+					if !strings.Contains(f[5], "nosuid") || !strings.Contains(f[5], "nodev") {
+						t.Errorf("%s is mounted %s: want nosuid,nodev", mnt, f[5])
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s is not mounted", mnt)
+			}
+			// A setuid binary still works inside the sandbox (images need su).
+			if prov == "runc" {
+				if got := execOK(t, sb.ID, "sh", "-c", "ls -l /suid | cut -c1-10"); got != "-rwsr-xr-x\n" {
+					t.Errorf("inside the sandbox /suid is %q", got)
+				}
+			}
+		})
+	}
+	for _, d := range []string{e.dataDir, filepath.Join(e.dataDir, "images"), filepath.Join(e.dataDir, "run"),
+		filepath.Join(e.dataDir, "storage"), filepath.Join(e.dataDir, "checkpoints")} {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: want no access for group and others", d, st.Mode().Perm())
+		}
+	}
+}
+
+// TestDiskAdmission: a disk the store cannot promise is refused at once
+// with 507 insufficient_storage naming the sizes, and leaves nothing (no
+// record, no template, no ledger session).
+func TestDiskAdmission(t *testing.T) {
+	e := need(t)
+	before, err := e.c.DiskUsage(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Store.CapacityBytes <= 0 || before.Store.FreeBytes > before.Store.CapacityBytes {
+		t.Fatalf("df store: %+v", before.Store)
+	}
+	start := time.Now()
+	_, err = e.c.Create(ctxT(t), client.CreateRequest{Image: busybox, Name: "too-big", Disk: json.RawMessage(`"100TiB"`)})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 507 || ce.Code != "insufficient_storage" || !strings.Contains(ce.Message, "100TiB") {
+		t.Fatalf("create with a 100TiB disk: %v, want 507 insufficient_storage naming 100TiB", err)
+	}
+	t.Logf("refused in %v: %s", time.Since(start), ce.Message)
+	if _, err := e.c.Get(ctxT(t), "too-big"); err == nil {
+		t.Error("a refused create left a sandbox")
+	}
+	tmpl, _ := filepath.Glob(filepath.Join(e.dataDir, "storage", "templates", "*"))
+	for _, p := range tmpl {
+		if strings.HasPrefix(filepath.Base(p), "109951162777600") {
+			t.Errorf("a refused create left a template: %s", p)
+		}
+	}
+	// A disk that fits now but not beside a fork's copy: the fork is
+	// refused before the source freezes, and the source runs on.
+	free := before.Store.FreeBytes
+	big := free/2 + 64<<20
+	src := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "half-store", Disk: json.RawMessage(strconv.FormatInt(big, 10))})
+	_, err = e.c.Fork(ctxT(t), src.ID, client.ForkRequest{})
+	if !errors.As(err, &ce) || ce.Status != 507 || ce.Code != "insufficient_storage" {
+		t.Fatalf("fork of a sandbox whose disk does not fit twice: %v, want 507 insufficient_storage", err)
+	}
+	execOK(t, src.ID, "true")
+}
+
+
+// TestReconcileKeepsSlowSandbox: a sandbox starved of CPU answers its agent
+// late; a kill -9 and restart of the server must keep it running, with its
+// processes, since the runtime says it runs.
+func TestReconcileKeepsSlowSandbox(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "slow", CPU: json.RawMessage(`"50m"`)})
+	execOK(t, sb.ID, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) >/dev/null 2>&1 & done")
+	e.killServer()
+	if err := e.startServer(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.c.Get(ctxT(t), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "running" {
+		t.Fatalf("after a restart the slow sandbox is %s (%s), want running", got.State, got.Error)
+	}
+	out, err := exec.Command("runsc", "--root", filepath.Join(e.runDir, "runsc"), "state", sb.ID).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"running"`) {
+		t.Fatalf("runsc state after the restart: %s %v", out, err)
+	}
+}
+
+// TestExecEndsWithItsSandbox: an exec whose sandbox is removed, or dies,
+// ends at once with an exit that says why, and the ledger records its end.
+func TestExecEndsWithItsSandbox(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		for _, how := range []string{"removed", "died"} {
+			t.Run(prov+"/"+how, func(t *testing.T) {
+				sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+				type result struct {
+					res *client.ExecResult
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					r, err := e.c.Exec(context.Background(), sb.ID, client.ExecRequest{Argv: []string{"sleep", "1000"}})
+					done <- result{r, err}
+				}()
+				waitFor(t, 10*time.Second, func() bool {
+					res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"pidof", "sleep"}})
+					return err == nil && res.ExitCode == 0
+				})
+				switch how {
+				case "removed":
+					if err := e.c.Remove(ctxT(t), sb.ID, true); err != nil {
+						t.Fatal(err)
+					}
+				case "died":
+					killRuntime(t, e, prov, sb.ID)
+				}
+				var r result
+				select {
+				case r = <-done:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the exec of a %s sandbox still runs 30s later", how)
+				}
+				if r.err != nil {
+					t.Fatalf("exec: %v, want an exit that says why", r.err)
+				}
+				if r.res.ExitCode != 137 || !strings.Contains(r.res.Error, how[:4]) {
+					t.Fatalf("exit %d %q, want 137 and why (%s)", r.res.ExitCode, r.res.Error, how)
+				}
+				waitFor(t, 10*time.Second, func() bool {
+					evs, err := e.c.Events(ctxT(t), sb.Session, 0, 1000)
+					if err != nil {
+						return false
+					}
+					for _, ev := range evs.Events {
+						if ev.Type == "sandbox.exec_finished" && strings.Contains(string(ev.Data), how[:4]) {
+							return true
+						}
+					}
+					return false
+				})
+			})
+		}
+	}
+}
+
+// TestExecTimeoutOfAStuckSandbox: a sandbox that cannot end a command at its
+// timeout (here paused under the server's feet) does not hold the stream.
+func TestExecTimeoutOfAStuckSandbox(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor"})
+	root := filepath.Join(e.runDir, "runsc")
+	done := make(chan error, 1)
+	var res *client.ExecResult
+	go func() {
+		var err error
+		res, err = e.c.Exec(context.Background(), sb.ID, client.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: json.RawMessage(`"1s"`)})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if out, err := exec.Command("runsc", "--root", root, "pause", sb.ID).CombinedOutput(); err != nil {
+		t.Fatalf("runsc pause: %v %s", err, out)
+	}
+	defer exec.Command("runsc", "--root", root, "resume", sb.ID).Run()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exec: %v", err)
+		}
+		if !res.TimedOut || res.Error == "" {
+			t.Fatalf("exec of a stuck sandbox: %+v, want timed out with a reason", res)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the exec with a 1s timeout in a paused sandbox still runs a minute later")
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after %v", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// killRuntime kills a sandbox's runtime from outside the server, as the
+// host's OOM killer or an operator would.
+func killRuntime(t *testing.T, e *env, prov, id string) {
+	t.Helper()
+	root := filepath.Join(e.runDir, prov)
+	out, err := exec.Command(prov, "--root", root, "state", id).Output()
+	if err != nil {
+		t.Fatalf("%s state: %v", prov, err)
+	}
+	var pid int
+	for _, f := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(f), `"pid": `); ok {
+			pid, _ = strconv.Atoi(strings.TrimSuffix(v, ","))
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("no pid in %s state: %s", prov, out)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
