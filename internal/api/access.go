@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -19,8 +20,8 @@ func tokenView(t *store.Token) Token {
 }
 
 func (s *Server) createToken(r *http.Request) (any, int, error) {
-	var req TokenRequest
-	if err := decode(r, &req); err != nil {
+	req, err := parseToken(r)
+	if err != nil {
 		return nil, 0, err
 	}
 	// A token makes tokens only as strong as itself: token:write is not a
@@ -60,11 +61,11 @@ func secretView(sec *store.Secret) Secret {
 }
 
 func (s *Server) putSecret(r *http.Request) (any, int, error) {
-	var req SecretRequest
-	if err := decode(r, &req); err != nil {
+	name, value, err := parseSecret(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	sec, err := s.Secrets.Set(r.Context(), r.PathValue("name"), req.Value)
+	sec, err := s.Secrets.Set(r.Context(), name, value)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -92,14 +93,11 @@ func (s *Server) removeSecret(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) grantSecret(r *http.Request) (any, int, error) {
-	var req Grant
-	if err := decode(r, &req); err != nil {
+	req, err := parseGrant(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	if !req.At.IsZero() {
-		return nil, 0, errdefs.Invalid("at is set by the server")
-	}
-	sb, err := s.Sandboxes.Grant(r.Context(), r.PathValue("id"), sandbox.GrantRequest{Secret: req.Secret, Env: req.Env, File: req.File})
+	sb, err := s.Sandboxes.Grant(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -123,11 +121,11 @@ func (s *Server) ungrantSecret(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) setPolicy(r *http.Request) (any, int, error) {
-	var req Policy
-	if err := decode(r, &req); err != nil {
+	p, err := parsePolicy(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), &store.Policy{DenyAll: req.DenyAll, Allow: req.Allow, Deny: req.Deny})
+	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), p)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -161,9 +159,9 @@ func (s *Server) clearPolicy(r *http.Request) (any, int, error) {
 // WebSocket upgrades, under /v0/sandboxes/{id}/ports/{port}/, forwarded to
 // the sandbox's address with the prefix taken off.
 func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		s.writeError(w, r, errdefs.Invalid("port %q must be a number from 1 to 65535", r.PathValue("port")))
+	port, err := names.Port(r.PathValue("port"))
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	sb, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))

@@ -6,61 +6,41 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/coder/websocket"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/names"
 )
 
+// agentRequest checks an exec request (both forms) and makes the agent's.
 func agentRequest(req *ExecRequest) (agent.Request, error) {
 	ar := agent.Request{Argv: req.Argv, Dir: req.Workdir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+	if err := checkArgv("command", req.Argv); err != nil {
+		return ar, err
+	}
 	env, err := envField(req.Env)
 	if err != nil {
 		return ar, err
 	}
 	ar.Env = env
-	if len(req.Timeout) > 0 && string(req.Timeout) != "null" {
-		var secs float64
-		if json.Unmarshal(req.Timeout, &secs) == nil {
-			if secs <= 0 {
-				return ar, errdefs.Invalid("timeout must be positive")
-			}
-			ar.TimeoutMS = int64(secs * 1000)
-		} else {
-			var s string
-			json.Unmarshal(req.Timeout, &s)
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return ar, errdefs.Invalid("timeout %s is not a duration: use e.g. 30s or a number of seconds", req.Timeout)
-			}
-			ar.TimeoutMS = d.Milliseconds()
-		}
+	if ar.TimeoutMS, err = execTimeout(req.Timeout); err != nil {
+		return ar, err
 	}
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
 		return ar, errdefs.Invalid("workdir %q must be an absolute path", req.Workdir)
 	}
-	return ar, nil
+	if err := names.NoNUL("workdir", req.Workdir); err != nil {
+		return ar, err
+	}
+	return ar, names.NoNUL("user", req.User)
 }
 
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
-	if err := decode(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ar, err := agentRequest(&req)
+	ar, stdin, err := parseExec(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
-	}
-	var stdin []byte
-	if req.Stdin != nil {
-		if stdin, err = base64.StdEncoding.DecodeString(*req.Stdin); err != nil {
-			s.writeError(w, r, errdefs.Invalid("stdin must be base64: %v", err))
-			return
-		}
-		ar.Stdin = true
 	}
 	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), ar)
 	if err != nil {

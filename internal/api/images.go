@@ -97,7 +97,11 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 // importImage takes an OCI layout tarball or a docker-archive as the body
 // (the store spools it under its own dir).
 func (s *Server) importImage(r *http.Request) (any, int, error) {
-	imgs, err := s.Images.ImportStream(r.Context(), r.Body, r.URL.Query().Get("name"))
+	name, err := importName(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	imgs, err := s.Images.ImportStream(r.Context(), r.Body, name)
 	if err != nil {
 		return nil, 0, err
 	}

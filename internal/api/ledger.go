@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -72,25 +73,30 @@ func intQuery(r *http.Request, key string, def, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
+// eventsQuery reads ?after=, ?limit= and ?follow= of a session's events.
+func eventsQuery(r *http.Request) (after, limit int64, follow bool, err error) {
+	if after, err = intQuery(r, "after", 0, 0, math.MaxInt64); err != nil {
+		return
+	}
+	if limit, err = intQuery(r, "limit", 1000, 1, 10000); err != nil {
+		return
+	}
+	follow, err = boolQuery(r, "follow")
+	return
+}
+
 // sessionEvents pages through a session's events, or with ?follow=true
 // streams them as NDJSON as they are appended, until the session's sandbox
 // is removed or the client leaves.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	st := s.Sandboxes.Store()
-	after, err := intQuery(r, "after", 0, 0, 1<<62)
-	if err == nil {
-		_, err = st.GetSession(r.Context(), name)
-	}
-	var limit int64
-	if err == nil {
-		limit, err = intQuery(r, "limit", 1000, 1, 10000)
-	}
-	follow := false
-	if err == nil {
-		follow, err = boolQuery(r, "follow")
-	}
+	after, limit, follow, err := eventsQuery(r)
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	st := s.Sandboxes.Store()
+	if _, err := st.GetSession(r.Context(), name); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -154,14 +160,14 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resumeSession(r *http.Request) (any, int, error) {
-	var req ResumeRequest
-	if err := decode(r, &req); err != nil {
+	name, err := parseNewName(r)
+	if err != nil {
 		return nil, 0, err
 	}
 	// The new sandbox carries the grants and policy of the session's
 	// checkpoints and of its later events: their scopes are needed, as for
 	// a fork.
-	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), req.Name, func(grants, policy bool) error {
+	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), name, func(grants, policy bool) error {
 		return needFor(r, grants, policy)
 	})
 	if err != nil {

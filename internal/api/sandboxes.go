@@ -9,6 +9,7 @@ import (
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
@@ -49,22 +50,22 @@ func redact(r *http.Request, v Sandbox) Sandbox {
 	return v
 }
 
+// sizeField reads a size: a string with a unit ("512MiB") or a number of
+// bytes, exactly (units.ParseSize); 0 is left out.
 func sizeField(name string, raw json.RawMessage) (int64, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}
-	var n int64
-	if err := json.Unmarshal(raw, &n); err == nil {
-		if n <= 0 {
+	var text string
+	if isJSONNumber(raw) {
+		text = strings.TrimSpace(string(raw))
+		if strings.HasPrefix(text, "-") {
 			return 0, errdefs.Invalid("%s must be positive", name)
 		}
-		return n, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	} else if err := json.Unmarshal(raw, &text); err != nil {
 		return 0, errdefs.Invalid("%s must be a size like \"512MiB\" or a number of bytes", name)
 	}
-	v, err := units.ParseSize(s)
+	v, err := units.ParseSize(text)
 	if err != nil {
 		return 0, errdefs.Invalid("%s: %v", name, err)
 	}
@@ -74,35 +75,38 @@ func sizeField(name string, raw json.RawMessage) (int64, error) {
 	return v, nil
 }
 
+// cpuField reads a cpu amount: a number of cpus (1, 0.5) or a string
+// ("500m", "0.5"), exactly, in whole millicpus (units.ParseCPU).
 func cpuField(raw json.RawMessage) (int64, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}
-	var f float64
-	if err := json.Unmarshal(raw, &f); err == nil {
-		v, err := units.ParseCPU(strconv.FormatFloat(f, 'f', -1, 64))
-		if err != nil {
-			return 0, errdefs.Invalid("cpu: %v", err)
-		}
-		return v, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	var text string
+	if isJSONNumber(raw) {
+		text = strings.TrimSpace(string(raw))
+	} else if err := json.Unmarshal(raw, &text); err != nil {
 		return 0, errdefs.Invalid("cpu must be a number of cpus (1, 0.5) or a string like \"500m\"")
 	}
-	v, err := units.ParseCPU(s)
+	v, err := units.ParseCPU(text)
 	if err != nil {
 		return 0, errdefs.Invalid("cpu: %v", err)
 	}
 	return v, nil
 }
 
+// envField reads variables: ["K=V"] or {"K": "V"}, each checked
+// (names.EnvVar): a map's key is a name, never K=V itself.
 func envField(raw json.RawMessage) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err == nil {
+		for _, kv := range list {
+			if err := names.EnvVar(kv); err != nil {
+				return nil, err
+			}
+		}
 		return list, nil
 	}
 	var m map[string]string
@@ -111,10 +115,16 @@ func envField(raw json.RawMessage) ([]string, error) {
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
+		if err := names.EnvName(k); err != nil {
+			return nil, errdefs.Invalid("env: %v", err)
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if err := names.EnvVar(k + "=" + m[k]); err != nil {
+			return nil, err
+		}
 		list = append(list, k+"="+m[k])
 	}
 	return list, nil
@@ -135,6 +145,9 @@ func createFields(memory json.RawMessage, memoryMiB int64, cpuRaw, diskRaw, envR
 		if mem != 0 {
 			return cr, errdefs.Invalid("give memory or memory_mib, not both")
 		}
+		if !fitsMiB(memoryMiB) {
+			return cr, errdefs.Invalid("memory_mib %d is too large: no host has that much memory", memoryMiB)
+		}
 		mem = memoryMiB << 20
 	}
 	if cr.DiskBytes, err = sizeField("disk", diskRaw); err != nil {
@@ -151,15 +164,11 @@ func createFields(memory json.RawMessage, memoryMiB int64, cpuRaw, diskRaw, envR
 }
 
 func (s *Server) createSandbox(r *http.Request) (any, int, error) {
-	var req CreateRequest
-	if err := decode(r, &req); err != nil {
+	req, cr, err := parseCreate(r, s.limits())
+	if err != nil {
 		return nil, 0, err
 	}
 	if req.Environment != "" {
-		if req.Image != "" || len(req.Memory) > 0 || req.MemoryMiB != 0 || len(req.CPU) > 0 || len(req.Disk) > 0 ||
-			req.Pids != 0 || len(req.Env) > 0 || req.Provider != "" || req.FromSnapshot != "" {
-			return nil, 0, errdefs.Invalid("a sandbox from environment %s starts from its checkpoint, with its image, bounds and environment: leave out image, memory, cpu, disk, pids, env, provider and from_snapshot", req.Environment)
-		}
 		env, err := s.Sandboxes.GetEnvironment(r.Context(), req.Environment)
 		if err != nil {
 			return nil, 0, err
@@ -175,14 +184,6 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 		}
 		return view(sb), http.StatusCreated, nil
 	}
-	cr, err := createFields(req.Memory, req.MemoryMiB, req.CPU, req.Disk, req.Env)
-	if err != nil {
-		return nil, 0, err
-	}
-	if req.Pids < 0 {
-		return nil, 0, errdefs.Invalid("pids must be positive")
-	}
-	cr.Name, cr.Image, cr.Pids, cr.Provider, cr.FromSnapshot = req.Name, strings.TrimSpace(req.Image), req.Pids, req.Provider, req.FromSnapshot
 	sb, err := s.Sandboxes.Create(r.Context(), cr)
 	if err != nil {
 		return nil, 0, err
@@ -256,8 +257,8 @@ func boolQuery(r *http.Request, key string) (bool, error) {
 // forkSandbox answers 201 with the fork, or with {"sandboxes": [...]} when
 // count > 1.
 func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
-	var req ForkRequest
-	if err := decode(r, &req); err != nil {
+	req, err := parseFork(r)
+	if err != nil {
 		return nil, 0, err
 	}
 	// A fork carries the source's grants and policy: making one needs the
@@ -276,7 +277,7 @@ func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
 			return nil, 0, err
 		}
 	}
-	forks, err := s.Sandboxes.Fork(r.Context(), src.ID, sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag})
+	forks, err := s.Sandboxes.Fork(r.Context(), src.ID, req)
 	if err != nil {
 		return nil, 0, err
 	}

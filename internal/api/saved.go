@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -29,11 +28,11 @@ func (s *Server) checkpointList(cks []*store.Checkpoint) any {
 }
 
 func (s *Server) createCheckpoint(r *http.Request) (any, int, error) {
-	var req CheckpointRequest
-	if err := decode(r, &req); err != nil {
+	tag, err := parseCheckpoint(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	ck, err := s.Sandboxes.Checkpoint(r.Context(), r.PathValue("id"), req.Tag)
+	ck, err := s.Sandboxes.Checkpoint(r.Context(), r.PathValue("id"), tag)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -73,8 +72,8 @@ func (s *Server) removeCheckpoint(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
-	var req RestoreRequest
-	if err := decode(r, &req); err != nil {
+	name, err := parseNewName(r)
+	if err != nil {
 		return nil, 0, err
 	}
 	ck, err := s.Sandboxes.GetCheckpoint(r.Context(), r.PathValue("id"))
@@ -84,7 +83,7 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	if err := needCarried(r, ck); err != nil {
 		return nil, 0, err
 	}
-	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: req.Name})
+	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: name})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -104,12 +103,9 @@ func (s *Server) snapshotView(sn *store.Snapshot) Snapshot {
 }
 
 func (s *Server) createSnapshot(r *http.Request) (any, int, error) {
-	var req SnapshotRequest
-	if err := decode(r, &req); err != nil {
+	req, err := parseSnapshot(r)
+	if err != nil {
 		return nil, 0, err
-	}
-	if req.Sandbox == "" {
-		return nil, 0, errdefs.Invalid("a snapshot needs the sandbox to take it of (\"sandbox\": id or name)")
 	}
 	sn, err := s.Sandboxes.CreateSnapshot(r.Context(), req.Sandbox, req.Name)
 	if err != nil {
@@ -157,20 +153,11 @@ func environmentView(e *store.Environment) Environment {
 // createEnvironment answers 201 when it built the environment, 200 when
 // the same definition was already built.
 func (s *Server) createEnvironment(r *http.Request) (any, int, error) {
-	var req EnvironmentRequest
-	if err := decode(r, &req); err != nil {
-		return nil, 0, err
-	}
-	cr, err := createFields(req.Memory, req.MemoryMiB, req.CPU, req.Disk, req.Env)
+	req, err := parseEnvironment(r, s.limits())
 	if err != nil {
 		return nil, 0, err
 	}
-	cr.Image, cr.Provider = req.Image, req.Provider
-	if req.Sandbox == "" && req.Image == "" {
-		return nil, 0, errdefs.Invalid("an environment needs an image (or a set-up sandbox: \"sandbox\")")
-	}
-	env, built, err := s.Sandboxes.CreateEnvironment(r.Context(), sandbox.EnvironmentRequest{
-		Name: req.Name, Create: cr, Setup: req.Setup, Sandbox: req.Sandbox, Fingerprint: req.Fingerprint})
+	env, built, err := s.Sandboxes.CreateEnvironment(r.Context(), req)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -20,22 +21,30 @@ var (
 	tokenID   = regexp.MustCompile(`^[0-9a-f]{12}$`)
 )
 
-// Create makes a token with scopes and returns its record and its key; the
-// key is shown once and never stored.
-func (t *Tokens) Create(ctx context.Context, name string, scopes []string) (*store.Token, string, error) {
+// CheckRequest checks a new token's name and scopes.
+func CheckRequest(name string, scopes []string) error {
 	if !tokenName.MatchString(name) {
-		return nil, "", errdefs.Invalid("token name %q is not valid: use letters, digits, '.', '_' and '-', at most 63", name)
+		return errdefs.Invalid("token name %s is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63", strconv.QuoteToASCII(name))
 	}
 	if tokenID.MatchString(name) {
-		return nil, "", errdefs.Invalid("token name %q looks like a token id: choose a name that is not 12 hex digits", name)
+		return errdefs.Invalid("token name %q looks like a token id: choose a name that is not 12 hex digits", name)
 	}
 	if len(scopes) == 0 {
-		return nil, "", errdefs.Invalid("a token needs at least one scope (one of %v)", Known)
+		return errdefs.Invalid("a token needs at least one scope (one of %v)", Known)
 	}
 	for _, s := range scopes {
 		if !Valid(s) {
-			return nil, "", errdefs.Invalid("unknown scope %q: use one of %v", s, Known)
+			return errdefs.Invalid("unknown scope %s: use one of %v", strconv.QuoteToASCII(s), Known)
 		}
+	}
+	return nil
+}
+
+// Create makes a token with scopes and returns its record and its key; the
+// key is shown once and never stored.
+func (t *Tokens) Create(ctx context.Context, name string, scopes []string) (*store.Token, string, error) {
+	if err := CheckRequest(name, scopes); err != nil {
+		return nil, "", err
 	}
 	slices.Sort(scopes)
 	scopes = slices.Compact(scopes)

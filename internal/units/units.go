@@ -8,6 +8,7 @@
 package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -51,30 +52,28 @@ func decimal(s string) (*big.Rat, bool) {
 	return r, ok
 }
 
-// outcome says why scaled gave no value.
-type outcome int
-
-const (
-	parsed   outcome = iota
-	notNum           // not a plain decimal
-	notWhole         // not a whole number once scaled
-	tooLarge         // above an int64
+// Why Scale refuses a number.
+var (
+	ErrNotNumber = errors.New("not a plain decimal number")
+	ErrNotWhole  = errors.New("not a whole number of the unit")
+	ErrTooLarge  = errors.New("too large")
 )
 
-// scaled returns s × mult when that is a whole number that fits an int64.
-func scaled(s string, mult int64) (int64, outcome) {
+// Scale reads the plain decimal s exactly ("1.5", "2e3", ".25"; no sign)
+// and returns s × mult, which must be a whole number that fits an int64.
+func Scale(s string, mult int64) (int64, error) {
 	r, ok := decimal(s)
 	if !ok {
-		return 0, notNum
+		return 0, ErrNotNumber
 	}
 	r.Mul(r, new(big.Rat).SetInt64(mult))
 	if !r.IsInt() {
-		return 0, notWhole
+		return 0, ErrNotWhole
 	}
 	if n := r.Num(); n.IsInt64() {
-		return n.Int64(), parsed
+		return n.Int64(), nil
 	}
-	return 0, tooLarge
+	return 0, ErrTooLarge
 }
 
 // ParseSize reads a byte size. A bare number is bytes. It refuses a size
@@ -92,13 +91,13 @@ func ParseSize(s string) (int64, error) {
 			break
 		}
 	}
-	v, how := scaled(t, mult)
-	switch how {
-	case notNum:
+	v, err := Scale(t, mult)
+	switch err {
+	case ErrNotNumber:
 		return 0, fmt.Errorf("%q is not a size: use a number with a unit, like 512MiB or 2GiB", s)
-	case notWhole:
+	case ErrNotWhole:
 		return 0, fmt.Errorf("%q is not a whole number of bytes: use a smaller unit, like 300MiB for 0.3GiB", s)
-	case tooLarge:
+	case ErrTooLarge:
 		return 0, fmt.Errorf("%q is too large a size: at most %d bytes (8EiB)", s, int64(MaxSize))
 	}
 	return v, nil
@@ -113,13 +112,13 @@ func ParseCPU(s string) (int64, error) {
 	if m, ok := strings.CutSuffix(t, "m"); ok {
 		t, mult = m, 1
 	}
-	v, how := scaled(t, mult)
+	v, err := Scale(t, mult)
 	switch {
-	case how == notNum:
+	case err == ErrNotNumber:
 		return 0, fmt.Errorf("%q is not a cpu amount: use e.g. 1, 0.5 or 500m", s)
-	case how == notWhole:
+	case err == ErrNotWhole:
 		return 0, fmt.Errorf("%q is finer than a cpu is divided: use whole thousandths of a cpu, e.g. 0.001 or 1m", s)
-	case how == tooLarge || v > MaxCPUMillis:
+	case err == ErrTooLarge || v > MaxCPUMillis:
 		return 0, fmt.Errorf("%q is too large a cpu amount: at most %d cpus", s, MaxCPUMillis/1000)
 	case v <= 0:
 		return 0, fmt.Errorf("%q is not a cpu amount: it must be above zero, e.g. 1, 0.5 or 500m", s)

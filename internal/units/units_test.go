@@ -171,3 +171,22 @@ func FuzzParseCPU(f *testing.F) {
 		}
 	})
 }
+
+func TestScale(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		mult int64
+		want int64
+		err  error
+	}{
+		{"1.5", 1000, 1500, nil}, {"2e3", 1, 2000, nil}, {".25", 4, 1, nil}, {"0", 7, 0, nil},
+		{"0.0001", 1000, 0, ErrNotWhole}, {"-1", 1, 0, ErrNotNumber}, {"1e99", 1, 0, ErrTooLarge}, {"1e100", 1, 0, ErrNotNumber},
+		{"9223372036854775807", 1, math.MaxInt64, nil}, {"9223372036854775807", 2, 0, ErrTooLarge},
+		{"1/2", 2, 0, ErrNotNumber}, {"0x10", 1, 0, ErrNotNumber}, {"1e", 1, 0, ErrNotNumber},
+	} {
+		got, err := Scale(tt.in, tt.mult)
+		if got != tt.want || err != tt.err {
+			t.Errorf("Scale(%q, %d) = %d, %v; want %d, %v", tt.in, tt.mult, got, err, tt.want, tt.err)
+		}
+	}
+}
