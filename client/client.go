@@ -78,6 +78,9 @@ func New(o Options) (*Client, error) {
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+"/v0"+path, body)
 	if err != nil {
 		return nil, err
@@ -154,7 +157,40 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	return nil
 }
 
-func esc(s string) string { return url.PathEscape(s) }
+// esc escapes s as one path segment: an id, a name, a tag or a secret is
+// never more than one, whatever characters it has ("a/b" is a%2Fb, "?" is
+// %3F). "", "." and ".." can be no segment (the server cleans them out of
+// the path and would answer another endpoint): they are marked, and
+// checkPath refuses the request before it is sent.
+func esc(s string) string {
+	if s == "" || s == "." || s == ".." {
+		return badSegment + s + badSegment
+	}
+	return url.PathEscape(s)
+}
+
+// escRef escapes an image reference: its '/'-separated components each as
+// a segment ("localhost:5000/a/b:1" stays readable, "a?b" is a%3Fb).
+func escRef(ref string) string {
+	parts := strings.Split(ref, "/")
+	for i, p := range parts {
+		parts[i] = esc(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// badSegment brackets a value esc could not make a segment of.
+const badSegment = "\x00"
+
+// checkPath refuses a path with a segment esc marked, naming the value.
+func checkPath(path string) error {
+	i := strings.Index(path, badSegment)
+	if i < 0 {
+		return nil
+	}
+	v, _, _ := strings.Cut(path[i+1:], badSegment)
+	return &Error{Code: "invalid_argument", Message: fmt.Sprintf("%q is not an id, name or reference: it cannot be part of a URL path", v)}
+}
 
 // Capabilities lists the server's providers.
 func (c *Client) Capabilities(ctx context.Context) ([]Capabilities, error) {
@@ -294,7 +330,7 @@ func (c *Client) Images(ctx context.Context) ([]Image, error) {
 // Image returns one cached image.
 func (c *Client) Image(ctx context.Context, ref string) (*Image, error) {
 	var out Image
-	if err := c.call(ctx, "GET", "/images/"+ref, nil, &out); err != nil {
+	if err := c.call(ctx, "GET", "/images/"+escRef(ref), nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -330,7 +366,7 @@ func (c *Client) Pull(ctx context.Context, ref string, progress func(PullEvent))
 
 // RemoveImage deletes a cached image.
 func (c *Client) RemoveImage(ctx context.Context, ref string) error {
-	return c.call(ctx, "DELETE", "/images/"+ref, nil, nil)
+	return c.call(ctx, "DELETE", "/images/"+escRef(ref), nil, nil)
 }
 
 // ImportImage uploads an OCI layout tarball or a docker-archive.
@@ -713,10 +749,11 @@ func (c *Client) ClearPolicy(ctx context.Context, sandbox string) error {
 	return c.call(ctx, "DELETE", "/sandboxes/"+esc(sandbox)+"/policy", nil, nil)
 }
 
-// portPrefix is the path, unescaped and ending in "/", under which the
-// server forwards to port in sandbox.
-func portPrefix(sandbox string, port int) string {
-	return "/v0/sandboxes/" + sandbox + "/ports/" + strconv.Itoa(port) + "/"
+// portPrefix is the path, unescaped and escaped, ending in "/", under which
+// the server forwards to port in sandbox.
+func portPrefix(sandbox string, port int) (path, escaped string) {
+	return "/v0/sandboxes/" + sandbox + "/ports/" + strconv.Itoa(port) + "/",
+		"/v0/sandboxes/" + esc(sandbox) + "/ports/" + strconv.Itoa(port) + "/"
 }
 
 // PortURL is the URL at which the server forwards to port inside sandbox
@@ -731,9 +768,9 @@ func portPrefix(sandbox string, port int) string {
 // is usable only through a connection to the socket, which PortProxy (and
 // `curl --unix-socket`) makes; an ordinary HTTP client cannot reach it.
 func (c *Client) PortURL(sandbox string, port int, path string) string {
-	u := url.URL{Path: portPrefix(sandbox, port)}
+	prefix, escaped := portPrefix(sandbox, port)
 	p, q, hasQuery := strings.Cut(strings.TrimPrefix(path, "/"), "?")
-	u.Path += p
+	u := url.URL{Path: prefix + p, RawPath: escaped + (&url.URL{Path: p}).EscapedPath()}
 	if hasQuery {
 		u.RawQuery = q
 	}
@@ -755,7 +792,14 @@ func (c *Client) PortURL(sandbox string, port int, path string) string {
 // tool reaches a server in a sandbox as if it ran here.
 func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 	base, _ := url.Parse(c.base) // New checked it
-	prefix := portPrefix(sandbox, port)
+	prefix, escaped := portPrefix(sandbox, port)
+	if err := checkPath(escaped); err != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(err)
+		})
+	}
 	return &httputil.ReverseProxy{
 		Transport: c.hc.Transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -765,7 +809,8 @@ func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 				rel += "/"
 			}
 			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = prefix+strings.TrimPrefix(rel, "/"), ""
+			rel = strings.TrimPrefix(rel, "/")
+			pr.Out.URL.Path, pr.Out.URL.RawPath = prefix+rel, escaped+(&url.URL{Path: rel}).EscapedPath()
 			pr.Out.Host = "" // the server's host, not the one the request was sent to
 			pr.Out.Header.Del("Authorization")
 			if c.apiKey != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -83,5 +84,90 @@ func TestBuildEnvironmentStatus(t *testing.T) {
 		if err != nil || built != tc.built || env.Fingerprint != "f1" {
 			t.Errorf("status %d: built %v, env %+v, err %v; want built %v", tc.status, built, env, err, tc.built)
 		}
+	}
+}
+
+// Every id, name, reference and secret the client puts in a URL path is
+// escaped: the server sees exactly the value, in the segment meant for it,
+// whatever characters it has. The old code sent image references and the
+// port proxy's sandbox as they were ("a?b" cut the path at a query, "x/.."
+// reached another endpoint).
+func TestPathEscaping(t *testing.T) {
+	var got []string
+	mux := http.NewServeMux()
+	rec := func(pattern string, keys ...string) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			for _, k := range keys {
+				got = append(got, k+"="+r.PathValue(k))
+			}
+			fmt.Fprint(w, `{}`)
+		})
+	}
+	rec("GET /v0/sandboxes/{id}", "id")
+	rec("DELETE /v0/sandboxes/{id}/grants/{secret}", "id", "secret")
+	rec("GET /v0/images/{ref...}", "ref")
+	rec("DELETE /v0/images/{ref...}", "ref")
+	rec("PUT /v0/secrets/{name}", "name")
+	rec("/v0/sandboxes/{id}/ports/{port}/{path...}", "id", "port", "path")
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := New(Options{Remote: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	weird := "a?b#c d%2F/e"
+	tests := []struct {
+		name string
+		call func() error
+		want []string
+	}{
+		{"get", func() error { _, err := c.Get(ctx, weird); return err }, []string{"id=" + weird}},
+		{"ungrant", func() error { _, err := c.Ungrant(ctx, "x/../y", "s?x"); return err }, []string{"id=x/../y", "secret=s?x"}},
+		{"image", func() error { _, err := c.Image(ctx, "localhost:5000/a/b?c:1"); return err }, []string{"ref=localhost:5000/a/b?c:1"}},
+		{"remove image", func() error { return c.RemoveImage(ctx, "x#y:1") }, []string{"ref=x#y:1"}},
+		{"secret", func() error { _, err := c.SetSecret(ctx, "n/..", []byte("v")); return err }, []string{"name=n/.."}},
+		{"port proxy", func() error {
+			w := httptest.NewRecorder()
+			c.PortProxy("sb?x/y", 8000).ServeHTTP(w, httptest.NewRequest("GET", "/p/q%3F?z=1", nil))
+			if w.Code != 200 {
+				return fmt.Errorf("status %d: %s", w.Code, w.Body)
+			}
+			return nil
+		}, []string{"id=sb?x/y", "port=8000", "path=p/q?"}},
+	}
+	for _, tt := range tests {
+		got = nil
+		if err := tt.call(); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: the server saw %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if u := c.PortURL("sb?x", 80, "a b?q=1"); u != srv.URL+"/v0/sandboxes/sb%3Fx/ports/80/a%20b?q=1" {
+		t.Errorf("PortURL = %s", u)
+	}
+	// No segment can be empty, "." or "..": refused before anything is sent.
+	got = nil
+	for _, v := range []string{"", ".", ".."} {
+		if _, err := c.Get(ctx, v); err == nil || !strings.Contains(err.Error(), "not an id") {
+			t.Errorf("Get(%q) = %v, want a refusal", v, err)
+		}
+		if err := c.RemoveImage(ctx, "a/"+v+"/b"); err == nil {
+			t.Errorf("RemoveImage(a/%s/b) = nil, want a refusal", v)
+		}
+		if _, err := c.Ungrant(ctx, "x", v); err == nil {
+			t.Errorf("Ungrant(x, %q) = nil, want a refusal", v)
+		}
+		w := httptest.NewRecorder()
+		c.PortProxy(v, 80).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code != http.StatusBadRequest {
+			t.Errorf("PortProxy(%q) answered %d, want 400", v, w.Code)
+		}
+	}
+	if len(got) != 0 {
+		t.Errorf("refused requests reached the server: %q", got)
 	}
 }

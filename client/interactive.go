@@ -35,7 +35,11 @@ func (c *Client) ExecInteractive(ctx context.Context, idOrName string, req ExecR
 	if err != nil {
 		return nil, err
 	}
-	u := strings.Replace(c.base, "http", "ws", 1) + "/v0/sandboxes/" + esc(idOrName) + "/exec?request=" + url.QueryEscape(string(b))
+	path := "/v0/sandboxes/" + esc(idOrName) + "/exec"
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	u := strings.Replace(c.base, "http", "ws", 1) + path + "?request=" + url.QueryEscape(string(b))
 	opts := &websocket.DialOptions{HTTPClient: c.hc}
 	if c.apiKey != "" {
 		opts.HTTPHeader = map[string][]string{"Authorization": {"Bearer " + c.apiKey}}
