@@ -46,7 +46,8 @@ func errReply(err error) Reply {
 // sandbox's root file system.
 //
 // The path is walked one directory at a time from "/", each opened with
-// O_NOFOLLOW|O_DIRECTORY, and the last step is made relative to the
+// O_PATH|O_NOFOLLOW and checked to be a directory (see openDir), and the
+// last step is made relative to the
 // directory that was opened: a symlink anywhere on the path is refused
 // (CodePathUnsafe), never followed. What a sandbox does to the path
 // between the walk and the write can only change which entry of that
@@ -91,12 +92,42 @@ func openParent(path string, create bool) (dirfd int, base string, made []string
 	return fd, parts[len(parts)-1], made, nil
 }
 
+// openDir opens the directory name in dirfd, failing with ELOOP on a
+// symlink and ENOTDIR on anything else that is not a directory.
+//
+// Not O_DIRECTORY|O_NOFOLLOW: gVisor follows a final symlink when
+// O_DIRECTORY is given, O_NOFOLLOW or not (its path walk treats "must be a
+// directory" like a trailing slash), so that would walk through the very
+// symlink it must refuse. O_PATH|O_NOFOLLOW opens a symlink as itself
+// (Linux) or fails with ELOOP, opens a FIFO or a device without side
+// effects, and fstat says what it is. An O_PATH descriptor is a valid
+// dirfd for the *at calls that follow.
 func openDir(dirfd int, name string) (int, error) {
+	var fd int
+	var err error
 	for {
-		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err = unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != unix.EINTR {
-			return fd, err
+			break
 		}
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return fd, nil
+	case unix.S_IFLNK:
+		unix.Close(fd)
+		return -1, unix.ELOOP
+	default:
+		unix.Close(fd)
+		return -1, unix.ENOTDIR
 	}
 }
 
