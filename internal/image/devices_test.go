@@ -76,6 +76,8 @@ func TestUnpackDevices(t *testing.T) {
 		{"hard link to a device", []ent{chr("dev/x", 1, 3), {name: "dev/y", typ: tar.TypeLink, link: "dev/x"}},
 			[]Device{{Path: "/dev/x", Type: "c", Major: 1, Minor: 3, Mode: 0o666}, {Path: "/dev/y", Type: "c", Major: 1, Minor: 3, Mode: 0o666}},
 			[]string{"dev/x", "dev/y"}, nil},
+		{"under a symlinked dir", []ent{dir("real/"), {name: "alias", typ: tar.TypeSymlink, link: "/real"}, chr("alias/x", 1, 3), file("real/x", "f"), chr("alias/y", 1, 5)},
+			[]Device{{Path: "/real/y", Type: "c", Major: 1, Minor: 5, Mode: 0o666}}, []string{"real/y"}, nil},
 		{"0/0 character device is a whiteout", []ent{chr("etc/gone", 0, 0)}, nil, []string{"etc/gone"}, nil},
 		{"fifo", []ent{{name: "run/f", typ: tar.TypeFifo, mode: 0o600}}, nil, nil, []string{"run/f"}},
 	}

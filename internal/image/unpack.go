@@ -63,6 +63,7 @@ func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (l
 	}
 	defer unix.Close(root)
 	x := &extractor{root: root, rootPath: dir, warn: warn, devices: map[string]Device{}}
+	x.rootReal, _ = os.Readlink(fdPath(root))
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -91,10 +92,11 @@ func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (l
 type extractor struct {
 	root     int // O_RDONLY fd of the layer dir; all resolution starts here
 	rootPath string
+	rootReal string // the root's path as /proc/self/fd tells it
 	warn     func(msg string, args ...any)
 	size     int64
 	dirs     []dirEntry
-	devices  map[string]Device // by rel path
+	devices  map[string]Device // by resolved rel path (see where)
 	tooMany  bool              // maxLayerDevices was reached (warned once)
 }
 
@@ -142,18 +144,22 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(pfd)
+	// Devices are kept by the path they really have in the layer: dir may
+	// pass through symlinks the layer made.
+	rdir := x.where(pfd, dir)
+	rrel := path.Join(rdir, base)
 	if strings.HasPrefix(base, whiteoutPrefix) {
-		return x.whiteout(pfd, dir, base)
+		return x.whiteout(pfd, rdir, base)
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		delete(x.devices, rel) // a device here is replaced; what is under a dir stays
+		delete(x.devices, rrel) // a device here is replaced; what is under a dir stays
 		return x.mkdir(pfd, rel, base, hdr)
 	case tar.TypeReg, tar.TypeGNUSparse: // the reader expands sparse files
-		x.forget(rel)
+		x.forget(rrel)
 		return x.file(pfd, base, hdr, r)
 	case tar.TypeSymlink:
-		x.forget(rel)
+		x.forget(rrel)
 		if err := removeAt(pfd, base); err != nil {
 			return err
 		}
@@ -162,15 +168,15 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		return x.metaAt(pfd, base, hdr, false)
 	case tar.TypeLink:
-		return x.link(pfd, rel, base, hdr)
+		return x.link(pfd, rel, rrel, base, hdr)
 	case tar.TypeChar, tar.TypeBlock:
-		x.forget(rel)
+		x.forget(rrel)
 		if hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
 			return x.mknod(pfd, base, hdr) // an overlayfs whiteout, as a layer may carry one
 		}
-		return x.device(pfd, rel, base, deviceOf(rel, hdr))
+		return x.device(pfd, rrel, base, deviceOf(rrel, hdr))
 	case tar.TypeFifo:
-		x.forget(rel)
+		x.forget(rrel)
 		return x.mknod(pfd, base, hdr)
 	case tar.TypeXGlobalHeader:
 		return nil
@@ -281,7 +287,7 @@ func (x *extractor) file(pfd int, base string, hdr *tar.Header, r io.Reader) err
 }
 
 // link makes a hard link to an earlier entry of the same layer.
-func (x *extractor) link(pfd int, rel, base string, hdr *tar.Header) error {
+func (x *extractor) link(pfd int, rel, rrel, base string, hdr *tar.Header) error {
 	target, err := cleanPath(hdr.Linkname)
 	if err != nil {
 		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
@@ -292,17 +298,18 @@ func (x *extractor) link(pfd int, rel, base string, hdr *tar.Header) error {
 	if target == "." {
 		return fmt.Errorf("hard link to the layer root")
 	}
-	x.forget(rel)
-	if d, ok := x.devices[target]; ok { // a second name of a device node
-		d.Path = "/" + rel
-		return x.device(pfd, rel, base, d)
-	}
 	tdir, tbase := splitRel(target)
 	tfd, err := x.openDir(tdir, false)
 	if err != nil {
 		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
 	}
 	defer unix.Close(tfd)
+	d, isDev := x.devices[path.Join(x.where(tfd, tdir), tbase)]
+	x.forget(rrel)
+	if isDev { // a second name of a device node
+		d.Path = "/" + rrel
+		return x.device(pfd, rrel, base, d)
+	}
 	if err := removeAt(pfd, base); err != nil {
 		return err
 	}
@@ -447,7 +454,25 @@ func removeAt(dirfd int, name string) error {
 // procPath names an entry of an open dir for path-only syscalls; the
 // /proc/self/fd link pins the already-resolved dir.
 func procPath(dirfd int, name string) string {
-	return "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+	return fdPath(dirfd) + "/" + name
+}
+
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// where names the dir open as fd relative to the layer root, symlinks
+// resolved ("." for the root itself), or returns lexical if it cannot tell.
+func (x *extractor) where(fd int, lexical string) string {
+	p, err := os.Readlink(fdPath(fd))
+	switch {
+	case err != nil || x.rootReal == "":
+		return lexical
+	case p == x.rootReal:
+		return "."
+	}
+	if rel, ok := strings.CutPrefix(p, x.rootReal+"/"); ok {
+		return rel
+	}
+	return lexical
 }
 
 func perm(hdr *tar.Header) uint32 { return uint32(hdr.Mode) & 0o7777 }
