@@ -30,7 +30,7 @@ func hostPathIn(msg string, dirs ...string) string {
 }
 
 // archiveOf builds a tar of name/content pairs.
-func archiveOf(t *testing.T, files ...string) []byte {
+func archiveOf(t testing.TB, files ...string) []byte {
 	t.Helper()
 	var ents []ent
 	for i := 0; i < len(files); i += 2 {
