@@ -32,6 +32,9 @@ capabilities).`,
   shard restore --name base-again 7c1e0a9b4f2d`,
 		Args: exactArgs(1, "a running SANDBOX (id or name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := tagFlag(req.Tag); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -47,7 +50,7 @@ capabilities).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint and its ledger event")
+	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint and its ledger event: letters, digits, '_', '.', '-', at most 128")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print the checkpoint as JSON instead of its id")
 
 	ls := &cobra.Command{

@@ -62,6 +62,12 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 					return err
 				}
 			}
+			if err := pidsFlag(cmd, pids); err != nil {
+				return err
+			}
+			if err := nameFlag("sandbox", name); err != nil {
+				return err
+			}
 			req := client.CreateRequest{Name: name, Provider: provider, Pids: pids, FromSnapshot: fromSnapshot, Environment: envFrom}
 			if len(args) > 0 {
 				req.Image = args[0]
@@ -100,7 +106,7 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 	f.StringVar(&memory, "memory", "", "memory bound, e.g. 512MiB (default 512MiB)")
 	f.StringVar(&cpu, "cpu", "", "cpu bound in cpus, e.g. 1, 0.5 or 500m (default 1)")
 	f.StringVar(&disk, "disk", "", "disk bound for the sandbox's own files, e.g. 4GiB (default 2GiB; reserved in full on the server)")
-	f.Int64Var(&pids, "pids", 0, "most processes at once (default 4096)")
+	f.Int64Var(&pids, "pids", 0, "most processes at once, 8 to 4194304 (default 4096)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&provider, "provider", "", "isolation provider: gvisor (default), runc; see shard capabilities")
 	f.StringVar(&fromSnapshot, "from-snapshot", "", "start from a snapshot's files (id or name); IMAGE is then optional")
@@ -134,8 +140,10 @@ func sizeFlags(memory, cpu, disk string) (mem, cpus, dsk json.RawMessage, err er
 		if f.val == "" {
 			continue
 		}
-		if _, err := units.ParseSize(f.val); err != nil {
+		if n, err := units.ParseSize(f.val); err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %w", f.flag, err)
+		} else if n == 0 {
+			return nil, nil, nil, fmt.Errorf("%s must be above zero (leave it out for the default)", f.flag)
 		}
 		*f.dst, _ = json.Marshal(f.val)
 	}

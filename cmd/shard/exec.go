@@ -48,8 +48,8 @@ kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 				}
 				req.Env, _ = json.Marshal(env)
 			}
-			if timeout < 0 {
-				return fmt.Errorf("--timeout must be positive")
+			if err := timeoutFlag(timeout); err != nil {
+				return err
 			}
 			if timeout > 0 {
 				req.Timeout, _ = json.Marshal(timeout.String())

@@ -23,6 +23,19 @@ Fork needs a provider that can (shard capabilities): gvisor here.`,
   shard fork --count 3 --name try base`,
 		Args: exactArgs(1, "a SOURCE sandbox (id or name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := countFlag(req.Count); err != nil {
+				return err
+			}
+			if err := tagFlag(req.Tag); err != nil {
+				return err
+			}
+			last := req.Name
+			if req.Count > 1 && last != "" {
+				last = fmt.Sprintf("%s-%d", req.Name, req.Count)
+			}
+			if err := nameFlag("fork", last); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -44,7 +57,7 @@ Fork needs a provider that can (shard capabilities): gvisor here.`,
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "name of the fork (a prefix with --count)")
-	cmd.Flags().IntVar(&req.Count, "count", 1, "how many forks to make from one freeze")
+	cmd.Flags().IntVar(&req.Count, "count", 1, "how many forks to make from one freeze, 1 to 64")
 	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint in the source's ledger")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd

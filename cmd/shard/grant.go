@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/names"
 )
 
 func newGrantCmd(a *app) *cobra.Command {
@@ -32,6 +33,16 @@ secret:*). 'shard ungrant' takes one away; 'shard inspect' lists them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.Env != "" && g.File != "" {
 				return fmt.Errorf("grant takes --env or --file, not both")
+			}
+			if g.Env != "" {
+				if err := names.EnvName(g.Env); err != nil {
+					return fmt.Errorf("--env: %w", err)
+				}
+			}
+			if g.File != "" {
+				if err := names.FilePath("--file", g.File); err != nil {
+					return err
+				}
 			}
 			c, err := a.client()
 			if err != nil {

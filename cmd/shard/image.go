@@ -9,6 +9,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/term"
 )
@@ -97,6 +98,11 @@ func newImageCmd(a *app) *cobra.Command {
 		Short: "Import an OCI layout tarball or a docker-archive (docker save) into the cache",
 		Args:  exactArgs(1, "a FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if name != "" {
+				if err := names.ImageRef(name); err != nil {
+					return fmt.Errorf("--name: %w", err)
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/names"
 )
 
 func newPortCmd(a *app) *cobra.Command {
@@ -106,11 +107,7 @@ Anyone who can reach the local address uses the port with your key: keep
 
 // parsePort reads a TCP port, 1 to 65535.
 func parsePort(s string) (int, error) {
-	p, err := strconv.Atoi(s)
-	if err != nil || p < 1 || p > 65535 {
-		return 0, fmt.Errorf("port %q: give a number from 1 to 65535", s)
-	}
-	return p, nil
+	return names.Port(s)
 }
 
 // localURL is the URL to give people for a listener: an unspecified

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A bad flag is refused before anything is sent (the socket here does not
+// exist: a command that got past its checks fails with "cannot reach"
+// instead), saying the flag and what it takes. The old CLI sent all of
+// these: --pids 9223372036854775807, --cpu 0.0001 (then a whole cpu),
+// --count 0 (then one fork), --tag a/b, --name ../x for an import,
+// --timeout 500µs (then no timeout).
+func TestFlagsRefused(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	tests := []struct {
+		args []string
+		want string // part of the error; "cannot reach" when the flags pass
+	}{
+		{[]string{"create", "--pids", "9223372036854775807", "busybox"}, "--pids 9223372036854775807 is out of range: from 8 to 4194304"},
+		{[]string{"create", "--pids", "2147483648", "busybox"}, "--pids"},
+		{[]string{"create", "--pids", "0", "busybox"}, "--pids 0 is out of range"},
+		{[]string{"create", "--pids", "4194304", "busybox"}, "cannot reach"},
+		{[]string{"create", "--cpu", "0.0001", "busybox"}, "--cpu: \"0.0001\" is finer than"},
+		{[]string{"create", "--memory", "17592186044928MiB", "busybox"}, "--memory: \"17592186044928MiB\" is too large"},
+		{[]string{"create", "--memory", "0", "busybox"}, "--memory must be above zero"},
+		{[]string{"create", "--disk", "0.3KiB", "busybox"}, "--disk: \"0.3KiB\" is not a whole number of bytes"},
+		{[]string{"create", "--name", "../x", "busybox"}, "--name: sandbox name"},
+		{[]string{"create", "--memory", "1GiB", "--cpu", "0.5", "busybox"}, "cannot reach"},
+		{[]string{"env", "create", "e", "--cpu", "0.0001", "busybox"}, "--cpu: "},
+		{[]string{"fork", "--count", "0", "base"}, "--count 0 is out of range: from 1 to 64"},
+		{[]string{"fork", "--count", "65", "base"}, "--count 65"},
+		{[]string{"fork", "--count", "-1", "base"}, "--count -1"},
+		{[]string{"fork", "--tag", "a/b", "base"}, "--tag: tag"},
+		{[]string{"fork", "--name", strings.Repeat("a", 62), "--count", "10", "base"}, "--name: fork name"},
+		{[]string{"fork", "--count", "3", "--name", "try", "base"}, "cannot reach"},
+		{[]string{"checkpoint", "--tag", strings.Repeat("t", 300), "base"}, "at most 128"},
+		{[]string{"checkpoint", "--tag", "a\x00b", "base"}, "--tag: tag"},
+		{[]string{"checkpoint", "--tag", "deps-1.2", "base"}, "cannot reach"},
+		{[]string{"image", "import", "--name", "../x", "f.tar"}, "--name: image reference"},
+		{[]string{"image", "import", "--name", "..:5000/x", "f.tar"}, "--name: image reference"},
+		{[]string{"exec", "--timeout", "500us", "base", "true"}, "--timeout 500µs is finer than a millisecond"},
+		{[]string{"exec", "--timeout", "-1s", "base", "true"}, "must be positive"},
+		{[]string{"exec", "--timeout", "100000h", "base", "true"}, "too long"},
+		{[]string{"grant", "--env", "A=B", "base", "s"}, "--env: "},
+		{[]string{"grant", "--file", "/etc/../x", "base", "s"}, "--file "},
+		{[]string{"port", "--print-url", "base", "+80"}, "from 1 to 65535"},
+	}
+	for _, tt := range tests {
+		root := newRoot()
+		root.SetArgs(append(tt.args, "--socket", sock))
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("shard %s = %v; want an error saying %q", strings.Join(tt.args, " "), err, tt.want)
+		}
+	}
+}
