@@ -272,20 +272,20 @@ func TestForkImageInRAMAcrossRestart(t *testing.T) {
 	if err := e.startServer(); err != nil {
 		t.Fatal(err)
 	}
+	// The copy renames pages.img into place, then removes the RAM file:
+	// wait for both (looking only for the first raced the second).
 	pages := filepath.Join(e.dataDir, "checkpoints", kept, "pages.img")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := os.Lstat(pages)
-		if err == nil && st.Mode().IsRegular() {
+		_, rerr := os.Stat(keptTarget)
+		if err == nil && st.Mode().IsRegular() && os.IsNotExist(rerr) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pages.img of checkpoint %s is still not on disk after the restart (%v, %v)", kept, st, err)
+			t.Fatalf("checkpoint %s after the restart: pages.img %v (%v), RAM copy %v: want on disk, and the RAM copy gone", kept, st, err, rerr)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := os.Stat(keptTarget); !os.IsNotExist(err) {
-		t.Errorf("the RAM copy of %s is still there after the copy to disk (%v)", kept, err)
 	}
 	sb, err := e.c.Restore(ctxT(t), kept, client.RestoreRequest{})
 	if err != nil {
