@@ -18,7 +18,7 @@ import (
 const layerFormat = 2
 
 // Device is a device node an image holds. It is never created on the host:
-// the unpacker records it (and leaves a whiteout at its path), and the
+// the unpacker records it (and leaves nothing at its path), and the
 // sandbox's runtime creates it inside the sandbox from the OCI spec's
 // linux.devices (oci.Options.Devices), as rootless runtimes do.
 type Device struct {
@@ -66,22 +66,30 @@ func sortDevices(ds []Device) {
 // imageDevices lists the device nodes an image shows, from its layers'
 // records and dirs (bottom first, each dir once, as mounted). A device a
 // layer recorded shows unless a higher layer has something at its path
-// (a file, a whiteout, another device: each leaves an entry there), a
-// non-directory above it, or an opaque directory above it.
+// or a non-directory or opaque directory above it (in its dir, as
+// overlayfs sees it), or records a device at its path or above it.
 func imageDevices(recs []*layerRecord, dirs []string) []specs.LinuxDevice {
 	var out []specs.LinuxDevice
-	for i, lr := range recs {
+	var above []string // paths of the devices higher layers record
+	for i := len(recs) - 1; i >= 0; i-- {
 	next:
-		for _, d := range lr.Devices {
-			if !d.valid() {
-				continue
+		for _, d := range recs[i].Devices {
+			for _, q := range above {
+				if d.Path == q || strings.HasPrefix(d.Path, q+"/") {
+					continue next
+				}
 			}
 			for _, upper := range dirs[i+1:] {
 				if hides(upper, d.Path) {
 					continue next
 				}
 			}
-			out = append(out, d.spec())
+			if d.valid() {
+				out = append(out, d.spec())
+			}
+		}
+		for _, d := range recs[i].Devices {
+			above = append(above, d.Path)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
@@ -110,8 +118,8 @@ func hides(dir, p string) bool {
 }
 
 // scrubLayerDir converts a layer dir that an older version unpacked, with
-// real device nodes in it: each is recorded and replaced by a whiteout,
-// as the unpacker does now. Whiteouts (0/0 character devices) stay.
+// real device nodes in it: each is recorded and removed, as the unpacker
+// does now. Whiteouts (0/0 character devices) stay.
 func scrubLayerDir(dir string) ([]Device, error) {
 	var out []Device
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
@@ -138,9 +146,6 @@ func scrubLayerDir(dir string) ([]Device, error) {
 		var pst unix.Stat_t // the parent's times: this is not a change of the image
 		perr := unix.Lstat(filepath.Dir(p), &pst)
 		if err := os.Remove(p); err != nil {
-			return err
-		}
-		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
 			return err
 		}
 		if perr == nil {

@@ -52,7 +52,8 @@ func TestUnpackDevices(t *testing.T) {
 		name      string
 		ents      []ent
 		want      []Device // recorded
-		whiteouts []string // on disk
+		absent    []string // nothing on disk
+		whiteouts []string
 		fifos     []string
 	}{
 		{"char and block", []ent{
@@ -61,25 +62,27 @@ func TestUnpackDevices(t *testing.T) {
 		}, []Device{
 			{Path: "/dev/kmsg", Type: "c", Major: 1, Minor: 11, Mode: 0o644, UID: 5, GID: 7},
 			{Path: "/dev/sda", Type: "b", Major: 8, Minor: 0, Mode: 0o660, GID: 6},
-		}, []string{"dev/kmsg", "dev/sda"}, nil},
+		}, []string{"dev/kmsg", "dev/sda"}, nil, nil},
 		{"outside /dev", []ent{chr("/opt/app/null", 1, 3)},
-			[]Device{{Path: "/opt/app/null", Type: "c", Major: 1, Minor: 3, Mode: 0o666}}, []string{"opt/app/null"}, nil},
-		{"replaced by a file", []ent{chr("dev/x", 1, 3), file("dev/x", "f")}, nil, nil, nil},
-		{"replaced by a dir", []ent{chr("dev/x", 1, 3), dir("dev/x/")}, nil, nil, nil},
-		{"replaced by a symlink", []ent{chr("dev/x", 1, 3), {name: "dev/x", typ: tar.TypeSymlink, link: "null"}}, nil, nil, nil},
-		{"replaced by a fifo", []ent{chr("dev/x", 1, 3), {name: "dev/x", typ: tar.TypeFifo}}, nil, nil, []string{"dev/x"}},
-		{"deleted by a whiteout", []ent{chr("dev/x", 1, 3), file("dev/.wh.x", "")}, nil, []string{"dev/x"}, nil},
-		{"parent replaced by a file", []ent{chr("dev/sub/x", 1, 3), file("dev/sub", "f")}, nil, nil, nil},
-		{"parent deleted", []ent{chr("dev/sub/x", 1, 3), file("dev/.wh.sub", "")}, nil, []string{"dev/sub"}, nil},
+			[]Device{{Path: "/opt/app/null", Type: "c", Major: 1, Minor: 3, Mode: 0o666}}, []string{"opt/app/null"}, nil, nil},
+		{"replaced by a file", []ent{chr("dev/x", 1, 3), file("dev/x", "f")}, nil, nil, nil, nil},
+		{"replaced by a dir", []ent{chr("dev/x", 1, 3), dir("dev/x/")}, nil, nil, nil, nil},
+		{"replaced by a symlink", []ent{chr("dev/x", 1, 3), {name: "dev/x", typ: tar.TypeSymlink, link: "null"}}, nil, nil, nil, nil},
+		{"replaced by a fifo", []ent{chr("dev/x", 1, 3), {name: "dev/x", typ: tar.TypeFifo}}, nil, nil, nil, []string{"dev/x"}},
+		{"a file replaced by a device", []ent{file("dev/x", "f"), chr("dev/x", 1, 3)},
+			[]Device{{Path: "/dev/x", Type: "c", Major: 1, Minor: 3, Mode: 0o666}}, []string{"dev/x"}, nil, nil},
+		{"deleted by a whiteout", []ent{chr("dev/x", 1, 3), file("dev/.wh.x", "")}, nil, nil, []string{"dev/x"}, nil},
+		{"parent replaced by a file", []ent{chr("dev/sub/x", 1, 3), file("dev/sub", "f")}, nil, nil, nil, nil},
+		{"parent deleted", []ent{chr("dev/sub/x", 1, 3), file("dev/.wh.sub", "")}, nil, nil, []string{"dev/sub"}, nil},
 		{"parent dir listed again", []ent{chr("dev/sub/x", 1, 3), dir("dev/sub/")},
-			[]Device{{Path: "/dev/sub/x", Type: "c", Major: 1, Minor: 3, Mode: 0o666}}, []string{"dev/sub/x"}, nil},
+			[]Device{{Path: "/dev/sub/x", Type: "c", Major: 1, Minor: 3, Mode: 0o666}}, []string{"dev/sub/x"}, nil, nil},
 		{"hard link to a device", []ent{chr("dev/x", 1, 3), {name: "dev/y", typ: tar.TypeLink, link: "dev/x"}},
 			[]Device{{Path: "/dev/x", Type: "c", Major: 1, Minor: 3, Mode: 0o666}, {Path: "/dev/y", Type: "c", Major: 1, Minor: 3, Mode: 0o666}},
-			[]string{"dev/x", "dev/y"}, nil},
+			[]string{"dev/x", "dev/y"}, nil, nil},
 		{"under a symlinked dir", []ent{dir("real/"), {name: "alias", typ: tar.TypeSymlink, link: "/real"}, chr("alias/x", 1, 3), file("real/x", "f"), chr("alias/y", 1, 5)},
-			[]Device{{Path: "/real/y", Type: "c", Major: 1, Minor: 5, Mode: 0o666}}, []string{"real/y"}, nil},
-		{"0/0 character device is a whiteout", []ent{chr("etc/gone", 0, 0)}, nil, []string{"etc/gone"}, nil},
-		{"fifo", []ent{{name: "run/f", typ: tar.TypeFifo, mode: 0o600}}, nil, nil, []string{"run/f"}},
+			[]Device{{Path: "/real/y", Type: "c", Major: 1, Minor: 5, Mode: 0o666}}, []string{"real/y"}, nil, nil},
+		{"0/0 character device is a whiteout", []ent{chr("etc/gone", 0, 0)}, nil, nil, []string{"etc/gone"}, nil},
+		{"fifo", []ent{{name: "run/f", typ: tar.TypeFifo, mode: 0o600}}, nil, nil, nil, []string{"run/f"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +96,11 @@ func TestUnpackDevices(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got.devices, tt.want) {
 				t.Errorf("recorded %+v\nwant     %+v", got.devices, tt.want)
+			}
+			for _, p := range tt.absent {
+				if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
+					t.Errorf("%s: on the host (err=%v)", p, err)
+				}
 			}
 			for _, p := range tt.whiteouts {
 				if !isWhiteout(t, filepath.Join(root, p)) {
@@ -131,6 +139,7 @@ func TestImageDevices(t *testing.T) {
 		{"parent a symlink above", [][]ent{{chr("dev/sub/a", 3)}, {{name: "dev/sub", typ: tar.TypeSymlink, link: "/tmp"}}}, map[string]int64{}},
 		{"device over a device", [][]ent{{chr("dev/a", 3)}, {chr("dev/a", 5)}}, map[string]int64{"/dev/a": 5}},
 		{"device under a dir above", [][]ent{{chr("dev/sub/a", 3)}, {dir("dev/sub/"), file("dev/sub/b", "b")}}, map[string]int64{"/dev/sub/a": 3}},
+		{"device over a dir", [][]ent{{chr("dev/sub/a", 3), chr("dev/c", 6)}, {chr("dev/sub", 5)}}, map[string]int64{"/dev/sub": 5, "/dev/c": 6}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,8 +228,11 @@ func TestOpenUpgradesOldCache(t *testing.T) {
 	if devs := hostDevices(t, dir); len(devs) > 0 {
 		t.Errorf("device nodes left on the host: %v", devs)
 	}
-	if !isWhiteout(t, filepath.Join(layer, "dev/a")) || !isWhiteout(t, filepath.Join(layer, "etc/gone")) {
-		t.Errorf("dev/a or etc/gone is not a whiteout")
+	if _, err := os.Lstat(filepath.Join(layer, "dev/a")); !os.IsNotExist(err) {
+		t.Errorf("dev/a: still on the host (err=%v)", err)
+	}
+	if !isWhiteout(t, filepath.Join(layer, "etc/gone")) {
+		t.Errorf("etc/gone is not a whiteout any more")
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
 		t.Errorf("tmp/ keeps %d leftovers", len(ents))

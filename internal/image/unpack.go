@@ -46,10 +46,13 @@ const maxLayerDevices = 1024
 // directory, and a device node in it would be a door to that device for
 // whoever reaches it. A character or block device entry is recorded
 // instead (returned in devices, for the runtime to create inside the
-// sandbox, see Image.Devices) and its path holds a whiteout, so that it
-// still hides what lower layers have there. A 0/0 character device is an
-// overlayfs whiteout already and is kept as one. FIFOs are created: making
-// one needs no privilege and opening one reaches no device.
+// sandbox, see Image.Devices) and nothing is left at its path. (Not a
+// whiteout: overlayfs lists a whiteout in a directory no lower layer has
+// as an entry that cannot be looked up. What a lower layer has at a
+// device's path therefore shows through, and under /dev, where sandboxes
+// get the devices, the runtime's tmpfs covers it.) A 0/0 character device
+// is an overlayfs whiteout already and is kept as one. FIFOs are created:
+// making one needs no privilege and opening one reaches no device.
 //
 // A layer is untrusted input. Entry names with ".." that climb out are
 // rejected, absolute names are taken relative to dir (as docker does), and
@@ -205,13 +208,10 @@ func (x *extractor) whiteout(pfd int, dir, base string) error {
 	return unix.Mknodat(pfd, name, unix.S_IFCHR, 0)
 }
 
-// device records a device node instead of creating it, and leaves a
-// whiteout at its path: the layer still replaces what is below it there.
+// device records a device node instead of creating it. What an earlier
+// entry of the layer put at its path goes.
 func (x *extractor) device(pfd int, rel, base string, d Device) error {
 	if err := removeAt(pfd, base); err != nil {
-		return err
-	}
-	if err := unix.Mknodat(pfd, base, unix.S_IFCHR, 0); err != nil {
 		return err
 	}
 	if len(x.devices) >= maxLayerDevices {
