@@ -25,3 +25,31 @@ fi
 
 echo "== go test (unit and integration)"
 SHARD_INTEGRATION=1 CGO_ENABLED=0 go test -count=1 -timeout 30m "$@" ./...
+
+# A short run of each fuzz target of the decoders of untrusted input (seed
+# corpora in each package's testdata/fuzz/), after the tests: nothing may
+# panic, and a bad request must be a 4xx. Each package's test binary is
+# built once. SHARD_FUZZTIME is the time per target (default 5s; 0 skips).
+fuzztime=${SHARD_FUZZTIME:-5s}
+if [[ $fuzztime != 0 && $fuzztime != 0s ]]; then
+	echo "== go fuzz ($fuzztime per target)"
+	fuzz_targets=(
+		"internal/units FuzzParseSize FuzzParseCPU"
+		"internal/names FuzzNames"
+		"internal/api FuzzCreateRequest FuzzForkRequest FuzzExecRequest FuzzEnvironmentRequest FuzzGrantRequest FuzzPolicyRequest FuzzTokenRequest FuzzSecretRequest"
+	)
+	module=$(go list -m)
+	fuzzbin=$(mktemp -d)
+	for line in "${fuzz_targets[@]}"; do
+		read -r pkg targets <<<"$line"
+		CGO_ENABLED=0 go test -c -fuzz=. -o "$fuzzbin/fuzz.test" "./$pkg"
+		for name in $targets; do
+			echo "-- $pkg $name"
+			# From the package's directory, as go test runs it: a failing
+			# input is written to its testdata/fuzz/$name.
+			(cd "$pkg" && "$fuzzbin/fuzz.test" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$fuzztime" \
+				-test.fuzzcachedir="$(go env GOCACHE)/fuzz/$module/$pkg")
+		done
+	done
+	rm -rf "$fuzzbin"
+fi
