@@ -22,9 +22,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/units"
@@ -189,35 +191,79 @@ func (s *Storage) upper(id string) string { return filepath.Join(s.mnt(id), "upp
 // if the store can promise that much.
 func (s *Storage) Create(ctx context.Context, id string, limit int64) error {
 	return s.admitted(s.img(id), limit, "a sandbox with a "+units.FormatSize(limit)+" disk", func() error {
-		tmpl, err := s.template(ctx, limit)
-		if err != nil {
-			return err
-		}
-		if err := cloneFile(tmpl, s.img(id)); err != nil {
-			return fmt.Errorf("files of %s: %w", id, err)
-		}
-		return nil
+		return s.fromTemplate(ctx, limit, func(tmpl string) error {
+			if err := cloneFile(tmpl, s.img(id)); err != nil {
+				return fmt.Errorf("files of %s: %w", id, err)
+			}
+			return nil
+		})
 	})
 }
 
 // template returns an empty ext4 image of size bytes, made once per size.
-func (s *Storage) template(ctx context.Context, size int64) (string, error) {
-	p := filepath.Join(s.dir, "templates", strconv.FormatInt(size, 10)+".img")
+// maxTemplates bounds the templates kept: each disk size asked for makes
+// one, and a key that asks for many sizes must not fill the store with them.
+const maxTemplates = 8
+
+// fromTemplate calls use with the template of size bytes (made if needed),
+// which stays in place until use returns; the least recently used templates
+// beyond maxTemplates go.
+func (s *Storage) fromTemplate(ctx context.Context, size int64, use func(string) error) error {
 	s.tmplMu.Lock()
 	defer s.tmplMu.Unlock()
+	p, made, err := s.template(ctx, size)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	os.Chtimes(p, now, now) // recently used
+	if made {
+		s.pruneTemplates()
+	}
+	return use(p)
+}
+
+// pruneTemplates removes the least recently used templates beyond
+// maxTemplates. Caller holds tmplMu.
+func (s *Storage) pruneTemplates() {
+	dir := filepath.Join(s.dir, "templates")
+	ents, _ := os.ReadDir(dir)
+	type tmpl struct {
+		path string
+		used time.Time
+	}
+	var all []tmpl
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".img") {
+			all = append(all, tmpl{filepath.Join(dir, e.Name()), fi.ModTime()})
+		}
+	}
+	if len(all) <= maxTemplates {
+		return
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].used.After(all[j].used) })
+	for _, t := range all[maxTemplates:] {
+		os.Remove(t.path)
+	}
+}
+
+// template returns an empty ext4 image of size bytes, made once per size,
+// and whether it was made now. Caller holds tmplMu.
+func (s *Storage) template(ctx context.Context, size int64) (string, bool, error) {
+	p := filepath.Join(s.dir, "templates", strconv.FormatInt(size, 10)+".img")
 	if _, err := os.Stat(p); err == nil {
-		return p, nil
+		return p, false, nil
 	}
 	tmp := p + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	err = f.Truncate(size)
 	f.Close()
 	if err != nil {
 		os.Remove(tmp)
-		return "", err
+		return "", false, err
 	}
 	// root_owner: the upper's root is root's; lazy init keeps mkfs fast on
 	// big sparse images (the kernel finishes in the background).
@@ -225,9 +271,9 @@ func (s *Storage) template(ctx context.Context, size int64) (string, error) {
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", tmp).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("mkfs.ext4: %v: %s", err, bytes.TrimSpace(out))
+		return "", false, fmt.Errorf("mkfs.ext4: %v: %s", err, bytes.TrimSpace(out))
 	}
-	return p, os.Rename(tmp, p)
+	return p, true, os.Rename(tmp, p)
 }
 
 // cloneFile copies src to dst as a reflink (instant, copy-on-write).

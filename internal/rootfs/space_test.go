@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,5 +164,24 @@ func TestFullNeighbourKeepsSyncedData(t *testing.T) {
 	got, err := os.ReadFile(quiet)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the neighbour's synced file after a remount: %d bytes, %v; want its %d bytes", len(got), err, len(data))
+	}
+}
+
+// TestTemplatesBounded: every disk size asked for makes a template; only the
+// most recently used few are kept.
+func TestTemplatesBounded(t *testing.T) {
+	s := newStore(t, 1<<30)
+	ctx := context.Background()
+	for i := range maxTemplates + 4 {
+		id := fmt.Sprintf("t%d", i)
+		if err := s.Create(ctx, id, int64(16+i)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := s.TemplateUsage(); n != maxTemplates {
+		t.Errorf("%d templates kept, want %d", n, maxTemplates)
 	}
 }

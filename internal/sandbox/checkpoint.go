@@ -38,7 +38,7 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 	}
 	defer unlock()
 	ckID := newID()
-	if err := s.checkHostSpace(src.MemoryBytes, "a checkpoint of "+src.Name); err != nil {
+	if err := s.checkHostSpace(memoryImageBound(src), "a checkpoint of "+src.Name); err != nil {
 		return nil, err
 	}
 	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)

@@ -40,6 +40,10 @@ type ExecSession struct {
 	conn      *agent.Session     // the agent's session once it started; guarded by connMu
 }
 
+// lostGrace is how long a broken connection to the agent waits for the
+// host to say why (a stop, a removal, a death) before it is reported lost.
+const lostGrace = 3 * time.Second
+
 // execGrace is how long past its timeout the host waits for a sandbox to
 // end a command before it ends the stream itself.
 const execGrace = 5 * time.Second
@@ -185,6 +189,15 @@ func (e *ExecSession) pump() {
 	defer e.s.execs.remove(e.sb.ID, e)
 	for {
 		typ, p, err := e.Session.Recv()
+		if err != nil && !e.isAborted() {
+			// A sandbox killed under a command closes its connection a
+			// moment before the stop, removal or death is handled: give
+			// that a moment to say why.
+			select {
+			case <-e.aborted:
+			case <-time.After(lostGrace):
+			}
+		}
 		if err != nil && e.isAborted() {
 			// Ended by the host: an exit that says why, not a lost stream.
 			ex := *e.abortEx

@@ -70,7 +70,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	log := s.cfg.Log.With("source", src.ID, "name", src.Name)
 	bg := context.WithoutCancel(ctx)
-	if err := s.checkHostSpace(src.MemoryBytes, "the memory image of a fork of "+src.Name); err != nil {
+	if err := s.checkHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name); err != nil {
 		return nil, err
 	}
 

@@ -514,7 +514,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 		// OOM killer at the bound, and the host cgroup gets headroom so the
 		// host kernel never kills the whole sandbox first.
 		agentEnv = append(agentEnv, agent.EnvMemoryLimit+"="+strconv.FormatInt(sb.MemoryBytes, 10))
-		cgroupLimit = sb.MemoryBytes + max(64<<20, sb.MemoryBytes/4)
+		cgroupLimit = gvisorCgroupLimit(sb.MemoryBytes)
 		// The host pids cgroup also counts the Sentry's threads and the
 		// systrap stubs (about one per guest thread), and a Sentry that
 		// cannot make a thread hangs the whole sandbox: the bound becomes a
@@ -534,6 +534,10 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	})
 	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
 }
+
+// gvisorCgroupLimit is the host memory cgroup's bound of a gVisor sandbox
+// whose guest may use mem: the bound plus headroom for the Sentry.
+func gvisorCgroupLimit(mem int64) int64 { return mem + max(64<<20, mem/4) }
 
 // GvisorPidsBackstop is the host pids bound of a gVisor sandbox whose guest
 // may have n processes.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,15 @@ func (s *Service) checkHostSpace(need int64, what string) error {
 			what, units.FormatSize(need), units.FormatSize(max(0, free-hostMargin)))
 	}
 	return nil
+}
+
+// memoryImageBound is the most a memory image of sb can take: what its
+// runtime may hold, the bound and, on gVisor, the headroom above it.
+func memoryImageBound(sb *store.Sandbox) int64 {
+	if sb.Provider == "gvisor" {
+		return gvisorCgroupLimit(sb.MemoryBytes)
+	}
+	return sb.MemoryBytes
 }
 
 // reserveCapture promises the store what a checkpoint of src (its files'

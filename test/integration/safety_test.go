@@ -155,7 +155,6 @@ func TestDiskAdmission(t *testing.T) {
 	execOK(t, src.ID, "true")
 }
 
-
 // TestReconcileKeepsSlowSandbox: a sandbox starved of CPU answers its agent
 // late; a kill -9 and restart of the server must keep it running, with its
 // processes, since the runtime says it runs.
@@ -163,10 +162,12 @@ func TestReconcileKeepsSlowSandbox(t *testing.T) {
 	e := need(t)
 	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "slow", CPU: json.RawMessage(`"50m"`)})
 	execOK(t, sb.ID, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) >/dev/null 2>&1 & done")
+	t0 := time.Now()
 	e.killServer()
 	if err := e.startServer(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("restarted in %v", time.Since(t0))
 	got, err := e.c.Get(ctxT(t), sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +219,8 @@ func TestExecEndsWithItsSandbox(t *testing.T) {
 				if r.err != nil {
 					t.Fatalf("exec: %v, want an exit that says why", r.err)
 				}
-				if r.res.ExitCode != 137 || !strings.Contains(r.res.Error, how[:4]) {
+				why := map[string]string{"removed": "was removed", "died": "ended"}[how]
+				if r.res.ExitCode != 137 || !strings.Contains(r.res.Error, why) {
 					t.Fatalf("exit %d %q, want 137 and why (%s)", r.res.ExitCode, r.res.Error, how)
 				}
 				waitFor(t, 10*time.Second, func() bool {
@@ -227,7 +229,7 @@ func TestExecEndsWithItsSandbox(t *testing.T) {
 						return false
 					}
 					for _, ev := range evs.Events {
-						if ev.Type == "sandbox.exec_finished" && strings.Contains(string(ev.Data), how[:4]) {
+						if ev.Type == "sandbox.exec_finished" && strings.Contains(string(ev.Data), why) {
 							return true
 						}
 					}
@@ -284,8 +286,9 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 // host's OOM killer or an operator would.
 func killRuntime(t *testing.T, e *env, prov, id string) {
 	t.Helper()
-	root := filepath.Join(e.runDir, prov)
-	out, err := exec.Command(prov, "--root", root, "state", id).Output()
+	bin := map[string]string{"gvisor": "runsc", "runc": "runc"}[prov]
+	root := filepath.Join(e.runDir, bin)
+	out, err := exec.Command(bin, "--root", root, "state", id).Output()
 	if err != nil {
 		t.Fatalf("%s state: %v", prov, err)
 	}
@@ -300,5 +303,36 @@ func killRuntime(t *testing.T, e *env, prov, id string) {
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDiskFullStaysWithItsSandbox: a sandbox that fills its disk gets ENOSPC
+// itself and keeps working, and a neighbour's synced file survives a stop
+// and start.
+func TestDiskFullStaysWithItsSandbox(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			disk := json.RawMessage(`"64MiB"`)
+			filler := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: disk})
+			quiet := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: disk})
+			execOK(t, quiet.ID, "sh", "-c", "head -c 4194304 /dev/urandom > /root/keep && sync && md5sum /root/keep > /root/keep.md5 && sync")
+			res, err := e.c.Exec(ctxT(t), filler.ID, client.ExecRequest{Argv: []string{"sh", "-c", "dd if=/dev/zero of=/root/fill bs=1M count=200; sync"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "No space left") {
+				t.Fatalf("filling a 64MiB disk with 200MiB: exit %d, %q; want ENOSPC", res.ExitCode, res.Stderr)
+			}
+			execOK(t, filler.ID, "rm", "/root/fill")
+			execOK(t, filler.ID, "sh", "-c", "echo ok > /root/after")
+			if _, err := e.c.Stop(ctxT(t), quiet.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.Start(ctxT(t), quiet.ID); err != nil {
+				t.Fatal(err)
+			}
+			execOK(t, quiet.ID, "md5sum", "-c", "/root/keep.md5")
+		})
 	}
 }
