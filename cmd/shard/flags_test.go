@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A bad flag is refused before anything is sent (the socket here does not
@@ -56,6 +59,40 @@ func TestFlagsRefused(t *testing.T) {
 		err := root.Execute()
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("shard %s = %v; want an error saying %q", strings.Join(tt.args, " "), err, tt.want)
+		}
+	}
+}
+
+// serve refuses numbers it would have read as something else: a storage
+// size of 0 was "auto", a negative --max-sandboxes no limit, before it
+// makes any directory.
+func TestServeFlagsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("serve checks for root first")
+	}
+	// The directories are under a file: were a flag let through, serve
+	// would fail there, before it made a network or a mount.
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", freezeTimeout: time.Minute,
+		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
+	for _, tt := range []struct {
+		set  func(*serveOptions)
+		want string
+	}{
+		{func(o *serveOptions) { o.storageSize = "0" }, "--storage-size 0"},
+		{func(o *serveOptions) { o.storageSize = "9EiB" }, "--storage-size"},
+		{func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes -1"},
+		{func(o *serveOptions) { o.stopTimeout = -time.Second }, "--stop-timeout"},
+		{func(o *serveOptions) { o.freezeTimeout = 0 }, "--fork-freeze-timeout"},
+	} {
+		o := base
+		tt.set(&o)
+		err := serve(context.Background(), &o)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("serve(%+v) = %v, want an error saying %q", o, err, tt.want)
 		}
 	}
 }

@@ -115,6 +115,17 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if storageSize, err = units.ParseSize(o.storageSize); err != nil {
 			return fmt.Errorf("--storage-size: %w", err)
 		}
+		if storageSize == 0 {
+			return fmt.Errorf("--storage-size 0: give a size, or auto")
+		}
+	}
+	switch {
+	case o.maxSandboxes < 0:
+		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
+	case o.stopTimeout < 0:
+		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
+	case o.freezeTimeout <= 0:
+		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
 	}
 	// Only root may enter the data and run directories: below them are
 	// trees that sandboxes and images write (see internal/hostdir).
