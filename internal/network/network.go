@@ -264,6 +264,22 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	if err != nil {
 		return err
 	}
+	// A sandbox with CAP_NET_RAW (runc's) sends frames from any MAC it
+	// likes: were the bridge to learn from its port, one claiming a
+	// neighbour's MAC would get the host's frames for that neighbour (its
+	// agent's requests, secrets and tokens among them). The port learns
+	// nothing and is sent no unknown unicast; the sandbox's own MAC is a
+	// static entry on it. (Before eth0 is up: nothing was learned yet.)
+	if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: host.Attrs().Index, Family: unix.AF_BRIDGE,
+		Flags: netlink.NTF_MASTER, State: netlink.NUD_NOARP, HardwareAddr: eth.Attrs().HardwareAddr}); err != nil {
+		return fmt.Errorf("static FDB entry on %s: %w", la.Name, err)
+	}
+	if err := netlink.LinkSetLearning(host, false); err != nil {
+		return fmt.Errorf("no learning on %s: %w", la.Name, err)
+	}
+	if err := netlink.LinkSetFlood(host, false); err != nil {
+		return fmt.Errorf("no unicast flood to %s: %w", la.Name, err)
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
 	if err := h.AddrAdd(eth, addr); err != nil {
 		return fmt.Errorf("address %s: %w", ip, err)
