@@ -38,7 +38,7 @@ type serveOptions struct {
 	mirrors, insecure               []string
 	defaultProvider                 string
 	subnet, bridge                  string
-	storageSize                     string
+	storageSize, defaultDisk        string
 	runsc, runc, platform           string
 	logLevel, logFormat             string
 	stopTimeout                     time.Duration
@@ -78,6 +78,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
 	f.StringVar(&o.storageSize, "storage-size", "auto", "size of the XFS image holding the sandboxes' files, allocated on the host when it is made (auto: 3/4 of the data directory's free space, at most 64GiB); every sandbox's --disk is reserved from it")
+	f.StringVar(&o.defaultDisk, "default-disk", "2GiB", "disk bound of a sandbox whose create gives none (reserved in full in the store)")
 	f.StringVar(&o.runsc, "runsc", "", "path of runsc (default: on PATH)")
 	f.StringVar(&o.runc, "runc", "", "path of runc (default: on PATH)")
 	f.StringVar(&o.platform, "platform", "systrap", "gVisor platform: systrap or ptrace")
@@ -109,6 +110,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 	subnet, err := netip.ParsePrefix(o.subnet)
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
 		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
+	}
+	defaultDisk, err := units.ParseSize(o.defaultDisk)
+	if err != nil || defaultDisk < sandbox.MinDisk || defaultDisk > sandbox.MaxDisk {
+		return fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))
 	}
 	var storageSize int64 // 0: auto
 	if o.storageSize != "auto" {
@@ -191,7 +196,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	providers = append(providers, provider.Others()...)
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
-		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes,
+		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
 	})
 	if err != nil {
 		return err

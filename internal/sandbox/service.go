@@ -52,6 +52,7 @@ type Config struct {
 	StopTimeout     time.Duration // how long processes get to end on stop
 	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
 	MaxSandboxes    int           // most sandboxes at once, forks included (0: no limit)
+	DefaultDisk     int64         // disk bound of a create that gives none (0: DefaultDisk)
 }
 
 // Service is the sandbox lifecycle.
@@ -71,8 +72,9 @@ type Service struct {
 	sparesClosed bool              // at shutdown: stage no more; guarded by sparesMu
 	sparesWG     sync.WaitGroup    // spares being staged
 
-	execs execSet  // running execs, ended when their sandbox stops
-	watch *watcher // notices sandboxes that end on their own
+	execs execSet    // running execs, ended when their sandbox stops
+	watch *watcher   // notices sandboxes that end on their own
+	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
@@ -197,6 +199,9 @@ func validName(name string) error {
 // validate fills in the bounds a create leaves out and refuses what this
 // host cannot honour (CheckCreate), then checks the image and provider.
 func (s *Service) validate(req *CreateRequest) error {
+	if req.DiskBytes == 0 && s.cfg.DefaultDisk > 0 {
+		req.DiskBytes = s.cfg.DefaultDisk
+	}
 	withDefaults(req)
 	if err := checkCreate(req, s.Limits()); err != nil {
 		return err
@@ -532,6 +537,9 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 		Devices: s.cfg.Images.Devices(sb.ImageDigest),
 	})
+	if sb.Provider == "gvisor" {
+		gvisorAgentBounds(spec, sb)
+	}
 	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
 }
 
@@ -574,6 +582,7 @@ func (s *Service) agentFor(sb *store.Sandbox) *agent.Client {
 // returns the OOM kills the instance counted.
 func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) int64 {
 	p := s.providers[sb.Provider]
+	s.unwatchMemory(sb.ID)
 	var ooms int64
 	if graceful {
 		if st, _ := p.Status(ctx, sb.ID); st == provider.StatusRunning {

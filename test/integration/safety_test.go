@@ -160,8 +160,19 @@ func TestDiskAdmission(t *testing.T) {
 // processes, since the runtime says it runs.
 func TestReconcileKeepsSlowSandbox(t *testing.T) {
 	e := need(t)
-	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "slow", CPU: json.RawMessage(`"50m"`)})
-	execOK(t, sb.ID, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) >/dev/null 2>&1 & done")
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "slow"})
+	execOK(t, sb.ID, "sh", "-c", "for i in $(seq 16); do (while :; do :; done) >/dev/null 2>&1 & done")
+	// Then starve it, as --cpu 10m would, on the host cgroup (a create
+	// with so little CPU takes a minute to start the loops): its agent then
+	// answers in tens of seconds, past any timeout a reconcile could wait.
+	quota := "/sys/fs/cgroup/cpu/shard/" + sb.ID + "/cpu.cfs_quota_us"
+	if err := os.WriteFile(quota, []byte("1000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
+	cancel()
+	t.Logf("an exec in the starved sandbox within 5s: %v", err)
 	t0 := time.Now()
 	e.killServer()
 	if err := e.startServer(); err != nil {
@@ -317,7 +328,7 @@ func TestDiskFullStaysWithItsSandbox(t *testing.T) {
 			filler := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: disk})
 			quiet := create(t, client.CreateRequest{Image: busybox, Provider: prov, Disk: disk})
 			execOK(t, quiet.ID, "sh", "-c", "head -c 4194304 /dev/urandom > /root/keep && sync && md5sum /root/keep > /root/keep.md5 && sync")
-			res, err := e.c.Exec(ctxT(t), filler.ID, client.ExecRequest{Argv: []string{"sh", "-c", "dd if=/dev/zero of=/root/fill bs=1M count=200; sync"}})
+			res, err := e.c.Exec(ctxT(t), filler.ID, client.ExecRequest{Argv: []string{"sh", "-c", "dd if=/dev/zero of=/root/fill bs=1M count=200 && sync"}})
 			if err != nil {
 				t.Fatal(err)
 			}
