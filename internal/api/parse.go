@@ -315,10 +315,9 @@ func parseGrant(r *http.Request) (sandbox.GrantRequest, error) {
 	case g.Env != "":
 		return g, names.EnvName(g.Env)
 	}
-	// The variable is named after the secret: it must be a variable name.
-	if err := names.EnvName(g.Secret); err != nil {
-		return g, errdefs.Invalid("secret %s is granted as the variable of its name, which is not one (%v): give one with env, or grant it as a file", g.Secret, err)
-	}
+	// Else the variable is named after the secret, which must then be a
+	// variable name: the service checks that once it found the secret, so
+	// an unknown one is a 404 whatever its name.
 	return g, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 )
@@ -46,6 +47,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	if req.Count < 1 || req.Count > MaxForkCount {
 		return nil, errdefs.Invalid("count must be between 1 and %d", MaxForkCount)
+	}
+	if err := names.Tag(req.Tag); err != nil {
+		return nil, err
 	}
 	names := make([]string, req.Count)
 	if req.Name != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -52,7 +53,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		if req.Env == "" {
 			req.Env = req.Secret
 		}
-		if !envRe.MatchString(req.Env + "=") { // envRe checks the K= of K=V
+		if names.EnvName(req.Env) != nil { // also for a grant a resume makes again from an old ledger
 			return nil, errdefs.Invalid("%q is not an environment variable name: give one with --env, or grant it as a file with --file", req.Env)
 		}
 	}

@@ -270,6 +270,7 @@ func (e *env) teardown() {
 	exec.Command("umount", filepath.Join(e.dataDir, "storage")).Run()
 	exec.Command("ip", "link", "del", e.bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
+	exec.Command("nft", "delete", "table", "bridge", e.bridge).Run()
 	if os.Getenv("SHARD_KEEP") == "" {
 		os.RemoveAll(e.dir)
 	} else {
