@@ -37,6 +37,7 @@ if [[ $fuzztime != 0 && $fuzztime != 0s ]]; then
 		"internal/units FuzzParseSize FuzzParseCPU"
 		"internal/names FuzzNames"
 		"internal/api FuzzCreateRequest FuzzForkRequest FuzzExecRequest FuzzEnvironmentRequest FuzzGrantRequest FuzzPolicyRequest FuzzTokenRequest FuzzSecretRequest"
+		"internal/image FuzzUnpackLayer FuzzImportArchive FuzzImportOCILayout FuzzImportDockerArchive FuzzImageConfig FuzzIndexManifest"
 	)
 	module=$(go list -m)
 	fuzzbin=$(mktemp -d)
