@@ -48,6 +48,8 @@ PACKAGES=(
 	# Asked for explicitly.
 	runc docker-registry skopeo umoci busybox-static debootstrap podman
 	nftables iproute2 xfsprogs ca-certificates git curl
+	# go test -race needs cgo.
+	gcc libc6-dev
 	# debootstrap: Recommends (skipped by --no-install-recommends) that it
 	# needs to verify the bookworm Release file; wget is its downloader.
 	debian-archive-keyring gpgv wget

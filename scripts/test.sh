@@ -23,6 +23,11 @@ if [[ -n $unformatted ]]; then
 	exit 1
 fi
 
+echo "== go test -race (unit)"
+# The race detector needs cgo; the shard binary the integration tests build
+# stays static (CGO_ENABLED=0), as the agent it carries must be.
+CGO_ENABLED=1 go test -race -count=1 -timeout 15m "$@" ./internal/... ./client/... ./cmd/...
+
 echo "== go test (unit and integration)"
 SHARD_INTEGRATION=1 CGO_ENABLED=0 go test -count=1 -timeout 30m "$@" ./...
 

@@ -76,7 +76,7 @@ func TestServeFlagsRefused(t *testing.T) {
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", freezeTimeout: time.Minute,
+	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", freezeTimeout: time.Minute,
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -87,6 +87,8 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes -1"},
 		{func(o *serveOptions) { o.stopTimeout = -time.Second }, "--stop-timeout"},
 		{func(o *serveOptions) { o.freezeTimeout = 0 }, "--fork-freeze-timeout"},
+		{func(o *serveOptions) { o.defaultDisk = "1KiB" }, "--default-disk"},
+		{func(o *serveOptions) { o.defaultDisk = "2PiB" }, "--default-disk"},
 	} {
 		o := base
 		tt.set(&o)
