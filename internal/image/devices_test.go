@@ -87,7 +87,7 @@ func TestUnpackDevices(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			got, err := unpackLayer(bytes.NewReader(tarOf(t, tt.ents...)), root, func(string, ...any) {})
+			got, err := unpackLayer(context.Background(), bytes.NewReader(tarOf(t, tt.ents...)), root, nil, "", func(string, ...any) {})
 			if err != nil {
 				t.Fatal(err)
 			}

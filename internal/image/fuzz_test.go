@@ -19,6 +19,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -29,26 +30,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxFuzzBytes bounds what one input may make the unpacker write (tar
-// entry sizes, sparse files counted at their full size): the fuzzer
-// writes to a real disk.
+// maxFuzzBytes is the store's bound (Options.MaxImageSize) in every fuzz
+// run: what one input may make the unpacker read and write, as the
+// server bounds an image (decompressed tar streams, file content with
+// sparse files at their full size, an upload). The fuzzer writes to a real
+// disk; inputs are not filtered by size, so bombs meet the real bound.
 const maxFuzzBytes = 16 << 20
 
-// tarTooBig reports whether the tar in b declares more than maxFuzzBytes
-// of content or more than 4096 entries.
-func tarTooBig(b []byte) bool {
-	tr := tar.NewReader(bytes.NewReader(b))
-	var total int64
-	for n := 0; ; n++ {
-		hdr, err := tr.Next()
-		if err != nil {
-			return false
-		}
-		total += hdr.Size
-		if total > maxFuzzBytes || n > 4096 || hdr.Size < 0 {
-			return true
-		}
-	}
+// fuzzBudget is a budget of maxFuzzBytes for unpacking into dir.
+func fuzzBudget(dir string) *budget {
+	s := &Store{dir: dir, maxImage: maxFuzzBytes, statfs: statfs, log: slog.New(slog.DiscardHandler)}
+	return s.newBudget(`image "fuzz"`, false)
 }
 
 // sandbox is a temp dir holding the target dir of one fuzz run and, next
@@ -143,15 +135,16 @@ func FuzzUnpackLayer(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if tarTooBig(data) {
-			return
-		}
 		sb := newSandbox(t)
-		got, err := unpackLayer(bytes.NewReader(data), sb.target, func(string, ...any) {})
+		b := fuzzBudget(sb.target)
+		got, err := unpackLayer(context.Background(), &budgetReader{r: bytes.NewReader(data), b: b}, sb.target, b, "", func(string, ...any) {})
 		sb.check(t)
 		checkErr(t, err, sb.base)
 		if err != nil {
 			return
+		}
+		if got.size > maxFuzzBytes {
+			t.Fatalf("%d bytes of content unpacked, over the bound of %d", got.size, maxFuzzBytes)
 		}
 		if len(got.devices) > maxLayerDevices {
 			t.Fatalf("%d devices recorded", len(got.devices))
@@ -171,7 +164,7 @@ func FuzzUnpackLayer(f *testing.F) {
 // checks what came of it.
 func importFuzz(t *testing.T, archive []byte) {
 	sb := newSandbox(t)
-	s, err := Open(Options{Dir: sb.target})
+	s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +172,16 @@ func importFuzz(t *testing.T, archive []byte) {
 	sb.check(t)
 	checkErr(t, err, sb.base)
 	if err != nil {
+		// Nothing of a failed import is left: no layer, blob or spool.
+		for _, d := range []string{"l", "blobs/sha256", "tmp"} {
+			if ents, _ := os.ReadDir(filepath.Join(sb.target, d)); len(ents) != 0 {
+				t.Fatalf("a failed import left %d entries in %s/ (%v)", len(ents), d, err)
+			}
+		}
 		return
+	}
+	if imgs[0].Size > maxFuzzBytes {
+		t.Fatalf("image of %d bytes imported, over the bound of %d", imgs[0].Size, maxFuzzBytes)
 	}
 	if len(imgs) != 1 {
 		t.Fatalf("%d images", len(imgs))
@@ -204,9 +206,6 @@ func FuzzImportArchive(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if tarTooBig(data) {
-			return
-		}
 		importFuzz(t, data)
 	})
 }
@@ -264,9 +263,6 @@ func FuzzImportOCILayout(f *testing.F) {
 		f.Add(s.index, s.manifest, s.config, s.layer)
 	}
 	f.Fuzz(func(t *testing.T, index, manifest, config, layer []byte) {
-		if tarTooBig(layer) {
-			return
-		}
 		importFuzz(t, ociLayoutTar(t, index, manifest, config, layer))
 	})
 }
@@ -295,9 +291,6 @@ func FuzzImportDockerArchive(f *testing.F) {
 		f.Add(s.manifest, s.config, s.layer)
 	}
 	f.Fuzz(func(t *testing.T, manifest, config, layer []byte) {
-		if tarTooBig(layer) {
-			return
-		}
 		importFuzz(t, dockerArchiveTar(t, manifest, config, layer))
 	})
 }
@@ -310,7 +303,7 @@ func FuzzImageConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, config []byte) {
 		sb := newSandbox(t)
-		s, err := Open(Options{Dir: sb.target})
+		s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +361,21 @@ func layerSeeds(t testing.TB) [][]byte {
 		tarOf(t, file(big+"/"+big, "long"), ent{name: "p", typ: tar.TypeReg, body: "x",
 			pax: map[string]string{"SCHILY.xattr.trusted.overlay.redirect": "/etc", "SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "SCHILY.xattr.user.x": big}}),
 		tarOf(t, dir("d/"), file("d", "file over dir"), dir("d/")),
+		sparseBomb(t), // 1TiB of holes in 2.5KiB: stopped at maxFuzzBytes
 	}
+}
+
+// sparseBomb is a tar of one sparse file of 1TiB (one byte of data at
+// 1GiB), without its end blocks.
+func sparseBomb(t testing.TB) []byte {
+	b := sparseTar(t, "bomb", 1<<40, 1<<30, []byte("x"))
+	return b[:len(b)-1024]
+}
+
+// zstdBomb is a zstd layer blob of a few hundred bytes that decompresses
+// to a tar just over maxFuzzBytes.
+func zstdBomb(t testing.TB) []byte {
+	return zstdOf(t, zeroTar(t, "zeros", maxFuzzBytes+1<<20))
 }
 
 func archiveSeeds(t testing.TB) [][]byte {
@@ -379,6 +386,7 @@ func archiveSeeds(t testing.TB) [][]byte {
 		dockerArchiveTar(t, d.manifest, d.config, d.layer),
 		archiveOf(t, "oci-layout", `{"imageLayoutVersion":"1.0.0"}`, "../../canary", "x"),
 		[]byte("not an archive"),
+		gzipOf(t, dockerArchiveTar(t, d.manifest, d.config, sparseBomb(t))), // gzipped, its layer a sparse bomb
 	}
 }
 
@@ -408,6 +416,7 @@ func ociSeeds(t testing.TB) []ociSeed {
 		{index, manifest, []byte(`{"rootfs":{"diff_ids":[]}}`), seedLayer(t)},
 		{index, manifest, seedConfig(), tarOf(t, file("../evil", "x"))},
 		{[]byte(`{"manifests":[{"digest":"sha256:../../canary"}]}`), manifest, seedConfig(), seedLayer(t)},
+		{index, manifest, seedConfig(), zstdBomb(t)},
 	}
 }
 
@@ -423,6 +432,7 @@ func dockerSeeds(t testing.TB) []dockerSeed {
 		{m(`"Bad:Ref"`), seedConfig(), seedLayer(t)},
 		{[]byte(`[{"Config":"../../canary","Layers":["/etc/passwd"]}]`), seedConfig(), seedLayer(t)},
 		{m(`"a:1"`), seedConfig(), tarOf(t, ent{name: "esc", typ: tar.TypeSymlink, link: "../outside"}, file("esc/x", "x"))},
+		{m(`"a:1"`), seedConfig(), sparseBomb(t)},
 	}
 }
 

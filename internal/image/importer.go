@@ -69,14 +69,20 @@ func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*I
 	defer f.Close()
 	a := &archive{file: f.Name(), what: "the upload", base: "upload"}
 	src := &errReader{r: ctxReader{ctx, r}}
-	_, err = io.Copy(f, src)
+	err = s.checkDisk(a.what)
+	if err == nil {
+		_, err = io.Copy(&spoolWriter{f: f, s: s, what: a.what}, src)
+	}
 	if err == nil {
 		err = f.Close()
 	}
+	var classified *errdefs.Error
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("import: %w", ctx.Err())
+	case errors.As(err, &classified):
+		return nil, classified // over the limit, or the disk at its reserve
 	case src.err != nil:
 		return nil, errdefs.Invalid("cannot import the upload: reading it failed: %v", s.public(src.err, a.names()))
 	default:
@@ -84,6 +90,37 @@ func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*I
 	}
 	imgs, err := s.importArchive(ctx, a, ref)
 	return imgs, s.public(err, a.names())
+}
+
+// UploadTooLarge is the error of an upload over the store's bound, for
+// callers that know an upload's size before they read it.
+func (s *Store) UploadTooLarge(what string) error {
+	return errdefs.New(errdefs.KindTooLarge, codeUploadTooBig, "cannot import %s: it is larger than %s", what, s.limitText(""))
+}
+
+// spoolWriter writes an upload to its spool file, up to the store's bound,
+// looking at the disk's free space as it goes.
+type spoolWriter struct {
+	f     *os.File
+	s     *Store
+	what  string
+	n     int64
+	since int64
+}
+
+func (w *spoolWriter) Write(p []byte) (int, error) {
+	if w.n+int64(len(p)) > w.s.maxImage {
+		return 0, w.s.UploadTooLarge(w.what)
+	}
+	if w.since += int64(len(p)); w.since >= diskCheckEvery {
+		w.since = 0
+		if err := w.s.checkDisk(w.what); err != nil {
+			return 0, err
+		}
+	}
+	n, err := w.f.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 // names maps the host paths of an import to what messages say instead:
@@ -121,7 +158,7 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*I
 		}
 		named = r
 	}
-	entries, cleanup, err := s.readArchive(a)
+	entries, cleanup, err := s.readArchive(ctx, a)
 	defer cleanup()
 	if err != nil {
 		return nil, importErr(ctx, a.what, err)
@@ -159,7 +196,7 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*I
 
 // readArchive finds the images in an archive. cleanup removes the temp
 // copy of an OCI layout tarball once the images are installed.
-func (s *Store) readArchive(a *archive) (entries []importEntry, cleanup func(), err error) {
+func (s *Store) readArchive(ctx context.Context, a *archive) (entries []importEntry, cleanup func(), err error) {
 	cleanup = func() {}
 	fi, err := os.Stat(a.file)
 	if err != nil {
@@ -172,8 +209,14 @@ func (s *Store) readArchive(a *archive) (entries []importEntry, cleanup func(), 
 		entries, err = s.layoutEntries(a.file)
 		return entries, cleanup, err
 	}
-	kind, gz, err := sniffArchive(a.file)
+	if fi.Size() > s.maxImage {
+		return nil, cleanup, s.UploadTooLarge(a.what)
+	}
+	kind, gz, files, err := s.sniffArchive(ctx, a)
 	if err != nil {
+		if _, ok := errdefs.As(err); ok || ctx.Err() != nil {
+			return nil, cleanup, err
+		}
 		return nil, cleanup, errdefs.Invalid("cannot import %s: not a readable tar archive: %v", a.what, pathErr(err))
 	}
 	switch kind {
@@ -184,13 +227,13 @@ func (s *Store) readArchive(a *archive) (entries []importEntry, cleanup func(), 
 		}
 		a.tmp = tmp
 		cleanup = func() { _ = os.RemoveAll(tmp) }
-		if err := s.extractArchive(a.file, gz, tmp); err != nil {
+		if err := s.extractArchive(ctx, a, gz, tmp); err != nil {
 			return nil, cleanup, err
 		}
 		entries, err = s.layoutEntries(tmp)
 		return entries, cleanup, err
 	case "docker":
-		entries, err = s.dockerEntries(a.file, a.base, gz)
+		entries, err = s.dockerEntries(ctx, a, gz, files)
 		return entries, cleanup, err
 	}
 	return nil, cleanup, errdefs.Invalid("cannot import %s: it is neither an OCI image layout nor a docker archive (docker save)", a.what)
@@ -203,6 +246,12 @@ func (s *Store) layoutEntries(dir string) ([]importEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-containerregistry reads a layout's documents whole: their sizes
+	// on disk are checked first.
+	if err := checkFile(filepath.Join(dir, "index.json"), "index.json", maxManifestSize); err != nil {
+		return nil, err
+	}
+	check := func(d v1.Descriptor, doc string, limit int64) error { return checkLayoutBlob(dir, d, doc, limit) }
 	idx, err := p.ImageIndex()
 	if err != nil {
 		return nil, err
@@ -223,6 +272,9 @@ func (s *Store) layoutEntries(dir string) ([]importEntry, error) {
 		var img v1.Image
 		switch {
 		case d.MediaType.IsIndex():
+			if err := check(d, "index", maxManifestSize); err != nil {
+				return nil, err
+			}
 			child, err := idx.ImageIndex(d.Digest)
 			if err != nil {
 				return nil, err
@@ -230,18 +282,21 @@ func (s *Store) layoutEntries(dir string) ([]importEntry, error) {
 			if e.src.index, err = child.RawManifest(); err != nil {
 				return nil, err
 			}
-			img, err = imageFromIndex(child, e.src.what)
+			img, err = imageFromIndex(child, e.src.what, check)
 			if err != nil {
 				return nil, err
 			}
 		case d.MediaType.IsImage():
+			if err := check(d, "manifest", maxManifestSize); err != nil {
+				return nil, err
+			}
 			if img, err = idx.Image(d.Digest); err != nil {
 				return nil, err
 			}
 		default:
 			continue // signatures, attestations and other artifacts
 		}
-		if _, err := imageSource(e.src, img); err != nil {
+		if _, err := imageSource(e.src, img, check); err != nil {
 			return nil, err
 		}
 		out = append(out, e)
@@ -264,8 +319,14 @@ func (s *Store) annotatedName(ann map[string]string) (string, bool) {
 
 // dockerEntries lists the images of a docker archive. Its layers are plain
 // tars, read with Uncompressed so that nothing is recompressed.
-func (s *Store) dockerEntries(file, base string, gz bool) ([]importEntry, error) {
-	opener := func() (io.ReadCloser, error) { return openArchive(file, gz) }
+func (s *Store) dockerEntries(ctx context.Context, a *archive, gz bool, files archiveFiles) ([]importEntry, error) {
+	base := a.base
+	opener := func() (io.ReadCloser, error) { return s.openArchive(ctx, a, gz) }
+	// go-containerregistry reads manifest.json and the configs whole:
+	// their sizes in the archive are checked first.
+	if err := files.check("manifest.json", "manifest.json", maxManifestSize); err != nil {
+		return nil, err
+	}
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
 		return nil, err
@@ -281,6 +342,9 @@ func (s *Store) dockerEntries(file, base string, gz bool) ([]importEntry, error)
 			tag = &t
 		} else if len(m) > 1 {
 			return nil, errdefs.Invalid("image %d of %d has no name; name every image in a multi-image archive", i+1, len(m))
+		}
+		if err := files.check(d.Config, "config", maxConfigSize); err != nil {
+			return nil, err
 		}
 		img, err := tarball.Image(opener, tag)
 		if err != nil {
@@ -309,7 +373,7 @@ func (s *Store) dockerEntries(file, base string, gz bool) ([]importEntry, error)
 			if err != nil {
 				return nil, err
 			}
-			e.src.layers = append(e.src.layers, layerSource{id: shortHex(diffID.String()), open: l.Uncompressed})
+			e.src.layers = append(e.src.layers, layerSource{id: shortHex(diffID.String()), digest: diffID.String(), open: l.Uncompressed})
 		}
 		out = append(out, e)
 	}
@@ -318,64 +382,127 @@ func (s *Store) dockerEntries(file, base string, gz bool) ([]importEntry, error)
 
 // sniffArchive tells an OCI layout tarball ("oci") from a docker archive
 // ("docker"). docker 25+ writes both at once; the OCI layout then wins as
-// it carries real manifest digests.
-func sniffArchive(file string) (kind string, gz bool, err error) {
-	f, err := os.Open(file)
+// it carries real manifest digests. For a docker archive it lists the
+// archive's files.
+func (s *Store) sniffArchive(ctx context.Context, a *archive) (kind string, gz bool, files archiveFiles, err error) {
+	f, err := os.Open(a.file)
 	if err != nil {
-		return "", false, err
+		return "", false, nil, err
 	}
 	defer f.Close()
 	var magic [2]byte
 	if _, err := io.ReadFull(f, magic[:]); err != nil {
-		return "", false, err
+		return "", false, nil, err
 	}
 	gz = magic == [2]byte{0x1f, 0x8b}
-	rc, err := openArchive(file, gz)
+	rc, err := s.openArchive(ctx, a, gz)
 	if err != nil {
-		return "", gz, err
+		return "", gz, nil, err
 	}
 	defer rc.Close()
+	files = archiveFiles{}
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return kind, gz, nil
+			return kind, gz, files, nil
 		}
 		if err != nil {
-			return "", gz, err
+			return "", gz, nil, err
+		}
+		name := path.Clean(hdr.Name)
+		if _, seen := files[name]; !seen { // go-containerregistry takes the first
+			if len(files) >= maxArchiveFiles {
+				return "", gz, nil, errdefs.Invalid("cannot import %s: it holds more than %d files, and an image archive holds a few for each layer", a.what, maxArchiveFiles)
+			}
+			files[name] = archiveFile{typ: hdr.Typeflag, size: hdr.Size, link: hdr.Linkname}
 		}
 		switch path.Clean(strings.TrimLeft(hdr.Name, "/")) {
 		case "oci-layout":
-			return "oci", gz, nil
+			return "oci", gz, nil, nil
 		case "manifest.json":
 			kind = "docker"
 		}
 	}
 }
 
+// maxArchiveFiles bounds the entries of an archive's tar (what sniffArchive
+// keeps of them is in memory). A docker archive holds a few per layer, an
+// OCI layout one per blob.
+const maxArchiveFiles = 1 << 16
+
+// archiveFiles are the entries of a docker archive by cleaned name.
+type archiveFiles map[string]archiveFile
+
+type archiveFile struct {
+	typ  byte
+	size int64
+	link string
+}
+
+// check refuses the file name if it is over limit, following links as
+// go-containerregistry's tarball package does (a missing file or a link
+// cycle is left for it to report).
+func (fs archiveFiles) check(name, doc string, limit int64) error {
+	seen := map[string]bool{}
+	for p := path.Clean(name); !seen[p]; {
+		seen[p] = true
+		f, ok := fs[p]
+		switch {
+		case !ok:
+			return nil
+		case f.typ == tar.TypeSymlink || f.typ == tar.TypeLink:
+			p = path.Join(filepath.Dir(p), path.Clean(f.link))
+		case f.size > limit:
+			return &errDocTooLarge{doc: doc, limit: limit}
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // extractArchive unpacks an OCI layout tarball with the layer unpacker,
-// which already refuses paths that escape the target.
-func (s *Store) extractArchive(file string, gz bool, dir string) error {
-	rc, err := openArchive(file, gz)
+// which already refuses paths that escape the target, within the bound of
+// one image.
+func (s *Store) extractArchive(ctx context.Context, a *archive, gz bool, dir string) error {
+	b := s.newBudget(a.what, true)
+	if err := b.checkDisk(); err != nil {
+		return err
+	}
+	rc, err := s.openArchive(ctx, a, gz)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if _, err = unpackLayer(rc, dir, func(msg string, args ...any) { s.log.Warn(msg, append(args, "archive", file)...) }); err != nil {
+	r := &budgetReader{r: rc, b: b}
+	if _, err = unpackLayer(ctx, r, dir, b, "", func(msg string, args ...any) { s.log.Warn(msg, append(args, "archive", a.file)...) }); err != nil {
+		var he *hostErr
+		if errors.As(err, &he) {
+			return s.storeErr("unpack the archive", he.error)
+		}
+		if e, ok := errdefs.As(err); ok {
+			return e
+		}
 		return fmt.Errorf("unpack the archive: %w", err)
 	}
 	return nil
 }
 
-func openArchive(file string, gz bool) (io.ReadCloser, error) {
-	f, err := os.Open(file)
+// openArchive opens an archive to read its tar, through gzip if gz: a
+// read stops when ctx ends, or past the bound of one image uncompressed.
+func (s *Store) openArchive(ctx context.Context, a *archive, gz bool) (io.ReadCloser, error) {
+	f, err := os.Open(a.file)
 	if err != nil {
 		return nil, err
 	}
 	if !gz {
-		return f, nil
+		return struct {
+			io.Reader
+			io.Closer
+		}{ctxReader{ctx, f}, f}, nil
 	}
-	zr, err := gzip.NewReader(f)
+	zr, err := gzip.NewReader(ctxReader{ctx, f})
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -383,7 +510,7 @@ func openArchive(file string, gz bool) (io.ReadCloser, error) {
 	return struct {
 		io.Reader
 		io.Closer
-	}{zr, closers{zr, f}}, nil
+	}{&budgetReader{r: zr, b: s.newBudget(a.what, true)}, closers{zr, f}}, nil
 }
 
 type closers []io.Closer
@@ -399,6 +526,10 @@ func (c closers) Close() error {
 // importErr blames the archive for what goes wrong reading it; what the
 // store's own disk work fails at (storeErr) stays internal.
 func importErr(ctx context.Context, what string, err error) error {
+	var dtl *errDocTooLarge
+	if errors.As(err, &dtl) {
+		return &errdefs.Error{Kind: errdefs.KindTooLarge, Code: codeImageTooLarge, Msg: fmt.Sprintf("cannot import %s: %v, the most this server reads", what, dtl), Err: err}
+	}
 	if e, ok := errdefs.As(err); ok {
 		if e.Kind == errdefs.KindInvalid && !strings.HasPrefix(e.Msg, "cannot import ") {
 			return &errdefs.Error{Kind: e.Kind, Code: e.Code, Msg: fmt.Sprintf("cannot import %s: %s", what, e.Msg), Err: err}

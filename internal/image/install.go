@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/units"
 )
 
 // parallelLayers is how many layers download at once, as docker does.
@@ -42,9 +43,13 @@ type installed struct {
 // install unpacks the layers an image lacks and stores its blobs. On
 // success the caller must commit and then unpin in.pins.
 func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*installed, error) {
+	if len(src.config) > maxConfigSize {
+		return nil, &errdefs.Error{Kind: errdefs.KindTooLarge, Code: codeImageTooLarge,
+			Msg: fmt.Sprintf("image %q is too large: its config is larger than %s, the most this server reads", src.what, units.FormatSize(maxConfigSize))}
+	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(src.config))
 	if err != nil {
-		return nil, fmt.Errorf("image %q has an unreadable config: %w", src.what, err)
+		return nil, invalidImage(err, "image %q has an unreadable config: %v", src.what, err)
 	}
 	if cfg.OS != "" && cfg.OS != "linux" {
 		return nil, errdefs.Unsupported("image %q is a %s image; only linux images can run here", src.what, cfg.OS)
@@ -53,7 +58,7 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 		s.log.Warn("image is built for another architecture", "image", src.what, "arch", cfg.Architecture, "host", runtime.GOARCH)
 	}
 	if len(cfg.RootFS.DiffIDs) != len(src.layers) {
-		return nil, fmt.Errorf("image %q is malformed: %d layers but %d diffIDs in its config", src.what, len(src.layers), len(cfg.RootFS.DiffIDs))
+		return nil, invalidImage(nil, "image %q is malformed: %d layers but %d diffIDs in its config", src.what, len(src.layers), len(cfg.RootFS.DiffIDs))
 	}
 	in := &installed{digest: src.digest, rec: &imageRecord{Config: digestOf(src.config), Spec: configOf(cfg)}}
 	unique := map[string]layerSource{}
@@ -67,23 +72,37 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 			order = append(order, d)
 		}
 	}
+	if len(order) > maxLayers {
+		return nil, invalidImage(nil, "image %q has %d layers; at most %d can be stacked", src.what, len(order), maxLayers)
+	}
 	if src.manifest != nil {
 		in.manifest = digestOf(src.manifest)
 	}
 	in.pins = append(append(in.pins, order...), in.rec.Config, in.manifest, in.digest)
+	// The image's budget: cached layers count at once, the others as they
+	// unpack.
+	b := s.newBudget(fmt.Sprintf("image %q", src.what), false)
 	s.mu.Lock()
 	s.pinLocked(in.pins...)
 	need := map[string]bool{}
+	var over error
 	for _, d := range order {
 		need[d] = !s.haveLayerLocked(d)
+		if !need[d] && over == nil {
+			over = b.cached(s.idx.Layers[d], unique[d].digest)
+		}
 	}
 	s.mu.Unlock()
 	ok := false
 	defer func() {
 		if !ok {
 			s.unpin(in.pins...)
+			s.dropUnused()
 		}
 	}()
+	if over != nil {
+		return nil, over
+	}
 
 	for _, d := range order {
 		if ls := unique[d]; need[d] {
@@ -97,7 +116,7 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 	for _, d := range order {
 		if need[d] {
 			ls := unique[d]
-			g.Go(func() error { return s.ensureLayer(gctx, ls, rep) })
+			g.Go(func() error { return s.ensureLayer(gctx, ls, rep, b) })
 		}
 	}
 	if err := g.Wait(); err != nil {
@@ -130,6 +149,19 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 	}
 	ok = true
 	return in, nil
+}
+
+// dropUnused removes what a failed install left that nothing uses: the
+// layers it unpacked before it failed (unless another pull has them
+// pinned), so that a failed pull or import leaves nothing of its image.
+func (s *Store) dropUnused() {
+	s.mu.Lock()
+	trash, err := s.gcLocked(false)
+	s.mu.Unlock()
+	removeAll(trash)
+	if err != nil {
+		s.log.Warn("cannot clean up after a failed install", "err", err)
+	}
 }
 
 // synthManifest builds a manifest for an image from a docker archive,

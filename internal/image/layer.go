@@ -6,18 +6,23 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/useshards/shard/internal/errdefs"
 )
 
 // layerSource is one layer of an image being installed.
 type layerSource struct {
 	diffID string                        // sha256 of the uncompressed tar, from the image config
+	digest string                        // the blob's digest (the diffID for an archive's plain tars), for messages
 	id     string                        // short name for progress: 12 hex digits of its digest
 	size   int64                         // bytes open yields (for progress); 0 if unknown
 	open   func() (io.ReadCloser, error) // the blob: gzip, zstd or plain tar
@@ -36,25 +41,32 @@ func (s *Store) haveLayerLocked(diffID string) bool {
 	return true
 }
 
-// ensureLayer unpacks a layer unless it already is. The per-diffID lock
-// makes concurrent pulls of one layer unpack it once; the others wait and
-// find it done.
-func (s *Store) ensureLayer(ctx context.Context, ls layerSource, rep *reporter) error {
+// ensureLayer unpacks a layer unless it already is, within the image's
+// budget. The per-diffID lock makes concurrent pulls of one layer unpack
+// it once; the others wait and find it done.
+func (s *Store) ensureLayer(ctx context.Context, ls layerSource, rep *reporter, b *budget) error {
 	unlock, err := s.layerLocks.lock(ctx, ls.diffID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	s.mu.Lock()
-	have := s.haveLayerLocked(ls.diffID)
+	var done *layerRecord
+	if s.haveLayerLocked(ls.diffID) {
+		cp := *s.idx.Layers[ls.diffID]
+		done = &cp
+	}
 	s.mu.Unlock()
-	if have {
+	if done != nil { // another pull unpacked it meanwhile
+		if err := b.cached(done, ls.digest); err != nil {
+			return err
+		}
 		rep.add(0, ls.size) // counted in Total when we thought we needed it
 		rep.send(Progress{Layer: ls.id, Status: StatusExists, LayerTotal: ls.size, LayerDone: ls.size})
 		return nil
 	}
 	rep.send(Progress{Layer: ls.id, Status: StatusDownloading, LayerTotal: ls.size})
-	counted, err := s.unpack(ctx, ls, rep)
+	counted, err := s.unpack(ctx, ls, rep, b)
 	if err != nil {
 		return err
 	}
@@ -67,7 +79,11 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, rep *reporter) 
 
 // unpack streams the layer blob through decompression and verification
 // into a temp dir, then renames it into l/. It returns the blob bytes read.
-func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int64, error) {
+// Whatever fails, the temp dir goes and nothing is recorded.
+func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter, b *budget) (int64, error) {
+	if err := b.checkDisk(); err != nil {
+		return 0, err
+	}
 	tmp, err := os.MkdirTemp(s.path("tmp"), "layer-")
 	if err != nil {
 		return 0, s.storeErr("make a directory to unpack a layer into", err)
@@ -84,32 +100,14 @@ func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int6
 	}
 	rc, err := ls.open()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("layer %s: %w", ls.digest, err) // the registry's or the archive's
 	}
 	defer rc.Close()
-	blob := &countingReader{r: ctxReader{ctx, rc}, rep: rep, layer: ls.id, size: ls.size}
-	plain, err := decompress(blob)
+	src := &errReader{r: rc} // the blob's own failures: the registry's or the archive's, not the layer's
+	blob := &countingReader{r: ctxReader{ctx, src}, rep: rep, layer: ls.id, size: ls.size}
+	content, tarSize, err := s.unpackBlob(ctx, ls, blob, tmp, b)
 	if err != nil {
-		return 0, fmt.Errorf("layer %s: %w", ls.id, err)
-	}
-	defer plain.Close()
-	h := sha256.New()
-	tarSize := &byteCounter{}
-	tr := io.TeeReader(plain, io.MultiWriter(h, tarSize))
-	content, err := unpackLayer(tr, tmp, func(msg string, args ...any) {
-		s.log.Warn(msg, append(args, "layer", ls.diffID)...)
-	})
-	if err == nil { // the tar's trailing padding is part of the diffID
-		_, err = io.Copy(io.Discard, tr)
-	}
-	if err == nil { // read the blob to its end: that is when its digest is checked
-		_, err = io.Copy(io.Discard, blob)
-	}
-	if err != nil {
-		return blob.n, fmt.Errorf("layer %s: %w", ls.id, err)
-	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != ls.diffID {
-		return blob.n, fmt.Errorf("layer %s: content does not match the image config (diffID %s, got %s)", ls.id, ls.diffID, got)
+		return blob.n, s.layerErr(ctx, ls, b, src.err, err)
 	}
 	for _, d := range content.devices {
 		switch {
@@ -138,8 +136,85 @@ func (s *Store) unpack(ctx context.Context, ls layerSource, rep *reporter) (int6
 		return blob.n, s.storeErr("move an unpacked layer into place", err)
 	}
 	tmp = ""
-	s.idx.Layers[ls.diffID] = &layerRecord{Dir: dir, Size: content.size, TarSize: tarSize.n, Format: layerFormat, Devices: content.devices}
+	s.idx.Layers[ls.diffID] = &layerRecord{Dir: dir, Size: content.size, TarSize: tarSize, Format: layerFormat, Devices: content.devices}
 	return blob.n, s.saveLocked()
+}
+
+// unpackBlob decompresses the blob, unpacks its tar into dir and checks
+// it against the diffID, counting the tar and its files against b.
+func (s *Store) unpackBlob(ctx context.Context, ls layerSource, blob io.Reader, dir string, b *budget) (layerContent, int64, error) {
+	plain, err := decompress(blob)
+	if err != nil {
+		return layerContent{}, 0, err
+	}
+	defer plain.Close()
+	h := sha256.New()
+	tarSize := &byteCounter{}
+	tr := io.TeeReader(&budgetReader{r: plain, b: b, layer: ls.digest}, io.MultiWriter(h, tarSize))
+	content, err := unpackLayer(ctx, tr, dir, b, ls.digest, func(msg string, args ...any) {
+		s.log.Warn(msg, append(args, "layer", ls.diffID)...)
+	})
+	if err == nil { // the tar's trailing padding is part of the diffID (and counts against b)
+		_, err = io.Copy(io.Discard, tr)
+	}
+	if err == nil { // read the blob to its end: that is when its digest is checked
+		_, err = io.Copy(io.Discard, blob)
+	}
+	if err != nil {
+		return layerContent{}, 0, err
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != ls.diffID {
+		return layerContent{}, 0, fmt.Errorf("its content does not match the image config (diffID %s, got %s)", ls.diffID, got)
+	}
+	return content, tarSize.n, nil
+}
+
+// layerErr classifies a failure to unpack a layer. The budget's and the
+// store's own errors are already classified; a cancelled context is the
+// caller's; a failure of the blob's own reads is the registry's or the
+// archive's (classify and importErr tell); a full disk is the host's, and
+// so are a few other errnos (the server's fault: 500); anything else the
+// unpacker met is the layer's: invalid_image, naming the layer and the
+// image.
+func (s *Store) layerErr(ctx context.Context, ls layerSource, b *budget, blobErr, err error) error {
+	var he *hostErr
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("layer %s: %w", ls.digest, ctx.Err())
+	case errors.As(err, &he):
+		return s.storeErr("unpack a layer", he.error)
+	}
+	if e, ok := errdefs.As(err); ok {
+		return e // the budget's, the disk's
+	}
+	switch {
+	case blobErr != nil:
+		return fmt.Errorf("layer %s: %w", ls.digest, blobErr)
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		s.log.Error("image store failure", "op", "unpack a layer", "err", err)
+		return &errdefs.Error{Kind: errdefs.KindNoSpace, Code: codeNoSpace, Err: err,
+			Msg: fmt.Sprintf("not enough disk space for %s: the server's disk is full; free space (remove images, sandboxes, snapshots or checkpoints) and try again", b.what)}
+	case hostErrno(err):
+		return s.storeErr("unpack a layer", err)
+	}
+	return invalidImage(err, "layer %s of %s is not a valid layer: %v", ls.digest, b.what, err)
+}
+
+// hostErr marks a failure of the host, not of the layer.
+type hostErr struct{ error }
+
+func (e *hostErr) Unwrap() error { return e.error }
+
+// hostErrno reports a failure of the host's disk or resources that no
+// layer content causes.
+func hostErrno(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EIO, syscall.EROFS, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE,
+		syscall.EACCES, syscall.EBADF, syscall.EUCLEAN, syscall.ESTALE, syscall.ENXIO, syscall.ENODEV} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // layerDirNameLocked names a layer dir by the first 16 hex digits of its

@@ -122,21 +122,32 @@ func remoteSource(desc *remote.Descriptor, what string) (*source, error) {
 		if ierr != nil {
 			return nil, ierr
 		}
-		img, err = imageFromIndex(idx, what)
+		img, err = imageFromIndex(idx, what, checkDoc)
 	} else {
 		img, err = desc.Image()
 	}
 	if err != nil {
 		return nil, err
 	}
-	return imageSource(src, img)
+	return imageSource(src, img, checkDoc)
 }
+
+// docCheck refuses a document (a manifest, an index, a config) over limit
+// before it is read whole: by its descriptor, and for a layout by its file.
+type docCheck func(d v1.Descriptor, doc string, limit int64) error
 
 // imageSource fills src from an image whose layers are stored compressed
 // (registry, OCI layout).
-func imageSource(src *source, img v1.Image) (*source, error) {
+func imageSource(src *source, img v1.Image, check docCheck) (*source, error) {
 	var err error
 	if src.manifest, err = img.RawManifest(); err != nil {
+		return nil, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	if err := check(m.Config, "config", maxConfigSize); err != nil {
 		return nil, err
 	}
 	if src.config, err = img.RawConfigFile(); err != nil {
@@ -152,13 +163,13 @@ func imageSource(src *source, img v1.Image) (*source, error) {
 			return nil, err
 		}
 		size, _ := l.Size()
-		src.layers = append(src.layers, layerSource{id: shortHex(d.String()), size: size, open: l.Compressed})
+		src.layers = append(src.layers, layerSource{id: shortHex(d.String()), digest: d.String(), size: size, open: l.Compressed})
 	}
 	return src, nil
 }
 
 // imageFromIndex picks the linux/GOARCH image, through nested indexes.
-func imageFromIndex(idx v1.ImageIndex, what string) (v1.Image, error) {
+func imageFromIndex(idx v1.ImageIndex, what string, check docCheck) (v1.Image, error) {
 	for range 4 {
 		im, err := idx.IndexManifest()
 		if err != nil {
@@ -168,6 +179,13 @@ func imageFromIndex(idx v1.ImageIndex, what string) (v1.Image, error) {
 		if err != nil {
 			return nil, err
 		}
+		doc := "manifest"
+		if d.MediaType.IsIndex() {
+			doc = "index"
+		}
+		if err := check(d, doc, maxManifestSize); err != nil {
+			return nil, err
+		}
 		if !d.MediaType.IsIndex() {
 			return idx.Image(d.Digest)
 		}
@@ -175,7 +193,7 @@ func imageFromIndex(idx v1.ImageIndex, what string) (v1.Image, error) {
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("image %q: image indexes nested too deep", what)
+	return nil, invalidImage(nil, "image %q: its image indexes are nested too deep", what)
 }
 
 // pickPlatform chooses linux/GOARCH, preferring the default variant
@@ -243,6 +261,9 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("pull %q: %w", what, ctx.Err())
 	}
+	if e, ok := docTooLarge(err, what); ok {
+		return e
+	}
 	cls := func(kind errdefs.Kind, code, format string, args ...any) error {
 		return &errdefs.Error{Kind: kind, Code: code, Msg: fmt.Sprintf(format, args...), Err: err}
 	}
@@ -262,12 +283,15 @@ func classify(ctx context.Context, err error, what, registry string) error {
 		case te.StatusCode >= 500:
 			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %v", registry, what, err)
 		}
-		return fmt.Errorf("pull %q from %s: %w", what, registry, err)
+		return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %v", registry, what, err)
 	}
 	if isNetworkError(err) {
 		return cls(errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry %s to pull %q: %v", registry, what, err)
 	}
-	return fmt.Errorf("pull %q from %s: %w", what, registry, err)
+	// What is left is what the registry sent: a manifest, index or config
+	// that does not parse or verify, a layer whose blob does not match its
+	// digest. The store's own failures are classified where they happen.
+	return cls(errdefs.KindFailed, codeInvalidImage, "image %q from registry %s is not a valid image: %v", what, registry, err)
 }
 
 func hasCode(te *transport.Error, codes ...transport.ErrorCode) bool {

@@ -191,7 +191,7 @@ var insecureTransport http.RoundTripper = func() http.RoundTripper {
 // transportFor picks the transport for a registry.
 func (s *Store) transportFor(reg name.Registry) http.RoundTripper {
 	if s.insecure[reg.RegistryStr()] || reg.Scheme() == "http" {
-		return insecureTransport
+		return limitedManifests{insecureTransport}
 	}
-	return remote.DefaultTransport
+	return limitedManifests{remote.DefaultTransport}
 }

@@ -13,6 +13,8 @@
 //
 // Compressed layers are never kept: they are streamed from the registry
 // straight into the unpacker, and their digests are checked on the way.
+// What an image (or an upload) may take of the host's disk and memory is
+// bounded as it is read: see limits.go.
 //
 // Only root may enter Dir and the dirs above (0700, also made so by Open
 // in a cache an older version made looser): the layer trees keep their
@@ -46,6 +48,10 @@ type Options struct {
 	Mirrors  []string // Docker Hub mirrors tried in order before docker.io; "http://" means plain HTTP
 	Insecure []string // registry hosts (host:port) reachable over plain HTTP or without TLS verification
 	Logger   *slog.Logger
+	// MaxImageSize bounds one image: what its layers decompress to, and
+	// their files (sparse ones at full size), and an import's upload (see
+	// limits.go). 0 is DefaultMaxImageSize.
+	MaxImageSize int64
 }
 
 // Config is the part of an image's configuration that runs a container.
@@ -78,6 +84,8 @@ type Store struct {
 	log      *slog.Logger
 	mirrors  []mirror
 	insecure map[string]bool
+	maxImage int64                               // Options.MaxImageSize
+	statfs   func(dir string) (diskSpace, error) // the filesystem's free space (tests fake it)
 
 	mu   sync.Mutex // guards idx and pins, and serializes index.json writes
 	idx  *index
@@ -102,6 +110,14 @@ func Open(opts Options) (*Store, error) {
 		log:      opts.Logger,
 		insecure: map[string]bool{},
 		pins:     map[string]int{},
+		maxImage: opts.MaxImageSize,
+		statfs:   statfs,
+	}
+	if s.maxImage < 0 {
+		return nil, errdefs.Invalid("the largest image size must not be negative")
+	}
+	if s.maxImage == 0 {
+		s.maxImage = DefaultMaxImageSize
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -185,6 +201,10 @@ func (s *Store) upgradeLayersLocked() ([]string, error) {
 	}
 	return trash, s.saveLocked()
 }
+
+// MaxImageSize is the bound of one image and of an import's upload
+// (Options.MaxImageSize).
+func (s *Store) MaxImageSize() int64 { return s.maxImage }
 
 // Dir is the cache's root directory (`shard df` measures it).
 func (s *Store) Dir() string { return s.dir }

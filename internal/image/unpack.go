@@ -2,6 +2,8 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,16 +61,25 @@ const maxLayerDevices = 1024
 // every path is resolved with openat2(RESOLVE_IN_ROOT) from dir, so a
 // symlink in the layer — even an absolute one — cannot lead a later entry
 // outside it. The final component is never followed.
-func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (layerContent, error) {
+//
+// Files are bounded by b (the layer's content counts against it as it is
+// written; nil: no bound), and written with holes where the layer has
+// whole blocks of zeros, so that a sparse entry takes only its data's room
+// on disk. The loop stops when ctx ends. layer names the layer in b's
+// messages.
+func unpackLayer(ctx context.Context, r io.Reader, dir string, b *budget, layer string, warn func(msg string, args ...any)) (layerContent, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return layerContent{}, fmt.Errorf("open the directory to unpack into: %w", err) // no host path: users see this
+		return layerContent{}, &hostErr{fmt.Errorf("open the directory to unpack into: %w", err)} // no host path: users see this
 	}
 	defer unix.Close(root)
-	x := &extractor{root: root, rootPath: dir, warn: warn, devices: map[string]Device{}}
+	x := &extractor{ctx: ctx, root: root, rootPath: dir, warn: warn, devices: map[string]Device{}, budget: b, layer: layer}
 	x.rootReal, _ = os.Readlink(fdPath(root))
 	tr := tar.NewReader(r)
 	for {
+		if err := ctx.Err(); err != nil {
+			return layerContent{}, err
+		}
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break
@@ -82,7 +93,7 @@ func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (l
 	}
 	// Directory times go last: creating entries in a dir changes its mtime.
 	for _, d := range x.dirs {
-		x.dirTimes(d.rel, d.hdr)
+		x.dirTimes(d.rel, &tar.Header{AccessTime: d.atime, ModTime: d.mtime})
 	}
 	out := layerContent{size: x.size}
 	for _, d := range x.devices {
@@ -93,7 +104,11 @@ func unpackLayer(r io.Reader, dir string, warn func(msg string, args ...any)) (l
 }
 
 type extractor struct {
-	root     int // O_RDONLY fd of the layer dir; all resolution starts here
+	ctx      context.Context
+	budget   *budget
+	layer    string
+	buf      []byte // copy buffer, made on first use
+	root     int    // O_RDONLY fd of the layer dir; all resolution starts here
 	rootPath string
 	rootReal string // the root's path as /proc/self/fd tells it
 	warn     func(msg string, args ...any)
@@ -101,11 +116,28 @@ type extractor struct {
 	dirs     []dirEntry
 	devices  map[string]Device // by resolved rel path (see where)
 	tooMany  bool              // maxLayerDevices was reached (warned once)
+	manyDirs bool              // maxDirTimes was reached (warned once)
+}
+
+// maxDirTimes bounds the directories whose times are set after their
+// content (each is kept in memory until the end of the layer); the times
+// of any more are left as unpacking made them.
+const maxDirTimes = 1 << 20
+
+func (x *extractor) keepDir(rel string, hdr *tar.Header) {
+	if len(x.dirs) >= maxDirTimes {
+		if !x.manyDirs {
+			x.manyDirs = true
+			x.warn("layer holds too many directories: the times of the rest are not kept", "max", maxDirTimes, "path", hdr.Name)
+		}
+		return
+	}
+	x.dirs = append(x.dirs, dirEntry{rel, hdr.AccessTime, hdr.ModTime})
 }
 
 type dirEntry struct {
-	rel string
-	hdr *tar.Header
+	rel          string
+	atime, mtime time.Time
 }
 
 // cleanPath makes a tar name relative to the layer root, rejecting names
@@ -138,7 +170,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if hdr.Typeflag != tar.TypeDir {
 			return nil
 		}
-		x.dirs = append(x.dirs, dirEntry{rel, hdr})
+		x.keepDir(rel, hdr)
 		return x.meta(x.root, hdr)
 	}
 	dir, base := splitRel(rel)
@@ -158,7 +190,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeDir:
 		delete(x.devices, rrel) // a device here is replaced; what is under a dir stays
 		return x.mkdir(pfd, rel, base, hdr)
-	case tar.TypeReg, tar.TypeGNUSparse: // the reader expands sparse files
+	case tar.TypeReg, tar.TypeGNUSparse: // the reader expands sparse files: copyHoles makes them sparse again
 		x.forget(rrel)
 		return x.file(pfd, base, hdr, r)
 	case tar.TypeSymlink:
@@ -259,7 +291,7 @@ func (x *extractor) mkdir(pfd int, rel, base string, hdr *tar.Header) error {
 		return err
 	}
 	defer unix.Close(fd)
-	x.dirs = append(x.dirs, dirEntry{rel, hdr})
+	x.keepDir(rel, hdr)
 	return x.meta(fd, hdr)
 }
 
@@ -272,7 +304,7 @@ func (x *extractor) file(pfd int, base string, hdr *tar.Header, r io.Reader) err
 		return err
 	}
 	f := os.NewFile(uintptr(fd), base)
-	n, err := io.Copy(f, r)
+	n, err := x.copyHoles(f, r)
 	x.size += n
 	if err == nil {
 		err = x.meta(fd, hdr)
@@ -284,6 +316,84 @@ func (x *extractor) file(pfd int, base string, hdr *tar.Header, r io.Reader) err
 		return err
 	}
 	return setTimes(pfd, base, hdr)
+}
+
+// holeBlock is the unit copyHoles leaves a hole for: a filesystem block.
+const holeBlock = 4 << 10
+
+// copyHoles copies r to the new, empty file f, counting each byte against
+// the budget before it is written and leaving a hole wherever r has a
+// whole aligned block of zeros (a sparse entry's holes among them: the
+// tar reader yields them as zeros). The file reads the same; only the
+// room it takes on disk differs. It returns the bytes copied.
+func (x *extractor) copyHoles(f *os.File, r io.Reader) (int64, error) {
+	if x.buf == nil {
+		x.buf = make([]byte, 256<<10)
+	}
+	var off int64
+	for {
+		if err := x.ctx.Err(); err != nil {
+			return off, err
+		}
+		n, rerr := readChunk(r, x.buf)
+		if n > 0 {
+			if err := x.budget.write(int64(n), x.layer); err != nil {
+				return off, err
+			}
+			if err := writeData(f, x.buf[:n], off); err != nil {
+				return off, err
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return off, rerr
+		}
+	}
+	// The length, for a file that ends in a hole.
+	return off, f.Truncate(off)
+}
+
+// readChunk reads into buf until it is full or r ends (io.EOF) or fails.
+func readChunk(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+var zeroBlock [holeBlock]byte
+
+// writeData writes b at off in f, but for its blocks of zeros (off is a
+// multiple of holeBlock: each block of b is aligned in the file).
+func writeData(f *os.File, b []byte, off int64) error {
+	for i := 0; i < len(b); {
+		if end := min(i+holeBlock, len(b)); bytes.Equal(b[i:end], zeroBlock[:end-i]) {
+			i = end
+			continue
+		}
+		j := i + holeBlock
+		for j < len(b) {
+			end := min(j+holeBlock, len(b))
+			if bytes.Equal(b[j:end], zeroBlock[:end-j]) {
+				break
+			}
+			j = end
+		}
+		j = min(j, len(b))
+		if _, err := f.WriteAt(b[i:j], off+int64(i)); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }
 
 // link makes a hard link to an earlier entry of the same layer.

@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 func unpackT(t *testing.T, ents ...ent) (string, error) {
 	t.Helper()
 	d := t.TempDir()
-	_, err := unpackLayer(bytes.NewReader(tarOf(t, ents...)), d, func(string, ...any) {})
+	_, err := unpackLayer(context.Background(), bytes.NewReader(tarOf(t, ents...)), d, nil, "", func(string, ...any) {})
 	return d, err
 }
 
