@@ -95,11 +95,15 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 }
 
 // importImage takes an OCI layout tarball or a docker-archive as the body
-// (the store spools it under its own dir).
+// (the store spools it under its own dir, up to its bound of one image).
+// A body that says it is over the bound is refused before it is read.
 func (s *Server) importImage(r *http.Request) (any, int, error) {
 	name, err := importName(r)
 	if err != nil {
 		return nil, 0, err
+	}
+	if r.ContentLength > s.Images.MaxImageSize() {
+		return nil, 0, s.Images.UploadTooLarge("the upload")
 	}
 	imgs, err := s.Images.ImportStream(r.Context(), r.Body, name)
 	if err != nil {
