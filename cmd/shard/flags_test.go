@@ -76,7 +76,7 @@ func TestServeFlagsRefused(t *testing.T) {
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", freezeTimeout: time.Minute,
+	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -89,6 +89,8 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.freezeTimeout = 0 }, "--fork-freeze-timeout"},
 		{func(o *serveOptions) { o.defaultDisk = "1KiB" }, "--default-disk"},
 		{func(o *serveOptions) { o.defaultDisk = "2PiB" }, "--default-disk"},
+		{func(o *serveOptions) { o.maxImageSize = "1KiB" }, "--max-image-size"},
+		{func(o *serveOptions) { o.maxImageSize = "0" }, "--max-image-size"},
 	} {
 		o := base
 		tt.set(&o)

@@ -34,7 +34,7 @@ import (
 
 type serveOptions struct {
 	socket, listen, dataDir, runDir string
-	imageRAM                        string
+	imageRAM, maxImageSize          string
 	mirrors, insecure               []string
 	defaultProvider                 string
 	subnet, bridge                  string
@@ -86,6 +86,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
+	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep 1GiB or 5% of the data directory's filesystem free (507)")
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
@@ -114,6 +115,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 	defaultDisk, err := units.ParseSize(o.defaultDisk)
 	if err != nil || defaultDisk < sandbox.MinDisk || defaultDisk > sandbox.MaxDisk {
 		return fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))
+	}
+	maxImageSize, err := units.ParseSize(o.maxImageSize)
+	if err != nil || maxImageSize < 1<<20 {
+		return fmt.Errorf("--max-image-size %q: give a size of at least 1MiB", o.maxImageSize)
 	}
 	var storageSize int64 // 0: auto
 	if o.storageSize != "auto" {
@@ -165,7 +170,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer db.Close()
-	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure, Logger: log.With("component", "image")})
+	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure, MaxImageSize: maxImageSize, Logger: log.With("component", "image")})
 	if err != nil {
 		return err
 	}
