@@ -267,7 +267,7 @@ type limitedManifests struct{ http.RoundTripper }
 
 func (t limitedManifests) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.RoundTripper.RoundTrip(req)
-	if err != nil || !strings.Contains(req.URL.Path, "/manifests/") {
+	if err != nil || !isManifestPath(req.URL.Path) {
 		return resp, err
 	}
 	if resp.ContentLength > maxManifestSize {
@@ -276,6 +276,13 @@ func (t limitedManifests) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxManifestSize}
 	return resp, nil
+}
+
+// isManifestPath tells /v2/NAME/manifests/REF (a reference has no '/')
+// from a blob of a repository that has "manifests" in its name.
+func isManifestPath(p string) bool {
+	i := strings.LastIndex(p, "/manifests/")
+	return i >= 0 && !strings.Contains(p[i+len("/manifests/"):], "/")
 }
 
 type limitedBody struct {

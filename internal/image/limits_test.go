@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -414,4 +415,25 @@ func TestUnpackHostErrorsAreInternal(t *testing.T) {
 	err = (&Store{log: slog.New(slog.DiscardHandler)}).layerErr(context.Background(), layerSource{digest: "sha256:aa"}, &budget{what: `image "x"`}, nil,
 		&os.PathError{Op: "write", Path: "/x", Err: unix.ENOSPC})
 	wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", `not enough disk space for image "x"`)
+}
+
+// TestPullRepoNamedManifests: the cut-off for manifests is not applied to
+// the blobs of a repository with "manifests" in its name.
+func TestPullRepoNamedManifests(t *testing.T) {
+	requireRoot(t)
+	host := testRegistry(t)
+	big := make([]byte, 6<<20)
+	rand.NewChaCha8([32]byte{1}).Read(big)
+	ref := host + "/manifests/manifests:1"
+	push(t, ref, imageOf(t, runtime.GOARCH, layerOf(t, file("big", string(big)))))
+	s := openStore(t, t.TempDir())
+	if _, err := s.Pull(context.Background(), ref, nil); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{"/v2/a/manifests/latest": true, "/v2/manifests/manifests/sha256:ab": true,
+		"/v2/a/manifests/blobs/sha256:ab": false, "/v2/manifests/blobs/sha256:ab": false, "/v2/a/blobs/x": false} {
+		if isManifestPath(p) != want {
+			t.Errorf("isManifestPath(%q) = %v", p, !want)
+		}
+	}
 }
