@@ -108,7 +108,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	// Known before the dial, so a stop or remove meanwhile ends it too;
 	// one that began before this was known is seen in the record.
 	s.execs.add(sb.ID, e)
-	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || cur.State != StateRunning {
+	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || leaving(cur.State) {
 		e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 	}
 	sess, err := s.agentFor(sb).Exec(dctx, req)
@@ -120,6 +120,17 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		if e.isAborted() {
 			sess.Close()
 			err = errors.New(e.abortEx.Error)
+		}
+	}
+	if err != nil && !e.isAborted() {
+		// A stop or removal kills the sandbox (breaking this connection)
+		// a moment before it ends its execs; it moved the record first.
+		if cur, gerr := s.cfg.Store.GetSandbox(context.WithoutCancel(ctx), sb.ID); gerr != nil || leaving(cur.State) {
+			select {
+			case <-e.aborted:
+			case <-time.After(lostGrace):
+				e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+			}
 		}
 	}
 	if err != nil {
@@ -273,6 +284,15 @@ func (e *ExecSession) finish(d ledger.ExecFinishedData) {
 		}
 		close(e.done)
 	})
+}
+
+// leaving reports whether a sandbox in state is being (or was) taken down.
+func leaving(state string) bool {
+	switch state {
+	case StateStopping, StateRemoving, StateStopped, StateFailed:
+		return true
+	}
+	return false
 }
 
 // execSet is the running execs of every sandbox, so that a stop, a removal
