@@ -182,9 +182,6 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	if err := nets.StartDNS(ctx, o.dnsUpstream); err != nil {
-		return fmt.Errorf("dns proxy: %w", err)
-	}
 	// Checkpoint images staged in RAM: the directory goes when empty.
 	ramDir := imageRAMDir(o.imageRAM, o.dataDir)
 	if ramDir != "" {
@@ -205,6 +202,17 @@ func serve(ctx context.Context, o *serveOptions) error {
 	})
 	if err != nil {
 		return err
+	}
+	// The new firewall holds every sandbox's egress until the stored
+	// policies are in; only then are they let out and is DNS answered.
+	if err := svc.ApplyPolicies(ctx); err != nil {
+		return fmt.Errorf("network policies: %w", err)
+	}
+	if err := nets.Open(); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := nets.StartDNS(ctx, o.dnsUpstream); err != nil {
+		return fmt.Errorf("dns proxy: %w", err)
 	}
 	if err := svc.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)

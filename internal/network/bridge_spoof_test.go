@@ -88,6 +88,9 @@ func TestBridgeMACSpoof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Open(); err != nil {
+		t.Fatal(err)
+	}
 	a, b := netip.MustParseAddr("10.97.0.2"), netip.MustParseAddr("10.97.0.3")
 	nsA, err := m.Create(ctx, "macsp-a", a)
 	if err != nil {

@@ -365,6 +365,9 @@ func TestEgressPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Open(); err != nil {
+		t.Fatal(err)
+	}
 	nsA, err := m.Create(ctx, ptSbA, ptA)
 	if err != nil {
 		t.Fatal(err)
@@ -668,7 +671,13 @@ func TestEgressPolicy(t *testing.T) {
 		if got := m2.fw.portIPs; got[hostVeth(ptSbA)] != ptA || got[hostVeth(ptSbB)] != ptB {
 			t.Fatalf("ports after restart: %v", got)
 		}
+		// Until Open, nothing leaves any sandbox: no policy-less moment.
+		reach("A", nsA, ptT1, false)
+		reach("B", nsB, ptT1, false)
 		if err := m2.SetPolicy(ptA, &Policy{DenyAll: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.Open(); err != nil {
 			t.Fatal(err)
 		}
 		reach("A", nsA, ptT1, false)

@@ -161,6 +161,12 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *sl
 		ipAddr(1, 12),
 		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: fw.egress.Name, SetID: fw.egress.ID},
 	})})
+	// Until the server has installed every stored policy (Open), nothing
+	// leaves a sandbox: a restarted server's fresh table would otherwise
+	// let a --deny-all sandbox out until its policy came back.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, UserData: []byte(holdTag), Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: rej.Name},
+	})})
 	// Out of a sandbox without a policy to the world: allowed.
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{accept})})
 	// Into a sandbox from elsewhere: only replies.
@@ -185,6 +191,19 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *sl
 		})})
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{drop})})
+
+	// From the host into the sandboxes: only root's sockets (the server:
+	// its agent calls, port proxy and DNS answers). Another host user could
+	// otherwise reach every sandbox's services and agent directly, past the
+	// port proxy's scopes. Packets of no socket (the kernel's own replies)
+	// carry no uid, and the rule does not match them.
+	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: cat(oif(expr.CmpOpEq), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: rej.Name},
+	})})
 
 	// Anti-spoofing, at the bridge's door.
 	bt = c.AddTable(bt)
@@ -326,6 +345,34 @@ func (f *firewall) objs(ip netip.Addr) policyObjs {
 // setPolicy installs, replaces or (nil or empty) removes the policy of
 // the sandbox at ip, in one netlink batch: the kernel applies all of it or
 // none, so no packet ever sees half a policy.
+// holdTag marks the forward rule that holds every sandbox's egress until
+// the stored policies are in (see open).
+const holdTag = "shard:hold-until-policies"
+
+// open lets sandboxes without a policy out, once every stored policy is
+// installed: it removes the rule newFirewall made to hold them.
+func (f *firewall) open() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	rules, err := c.GetRules(f.table, &nftables.Chain{Name: "forward", Table: f.table})
+	if err != nil {
+		return fmt.Errorf("read the forward chain: %w", err)
+	}
+	for _, r := range rules {
+		if string(r.UserData) == holdTag {
+			if err := c.DelRule(r); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("open the sandboxes' egress: %w", err)
+	}
+	return nil
+}
+
 func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 	ip = ip.Unmap()
 	if !f.isSandboxAddr(ip) {

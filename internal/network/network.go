@@ -105,6 +105,11 @@ func (m *Manager) registerRunningPorts() {
 	}
 }
 
+// Open lets sandboxes out once the server has installed every stored policy
+// (until then, a fresh firewall holds all egress, and the DNS proxy should
+// not be started): a restart never opens a --deny-all sandbox for a moment.
+func (m *Manager) Open() error { return m.fw.open() }
+
 // SetPolicy installs or replaces (nil or Empty: removes) the egress policy
 // of the sandbox at address ip, atomically (one netlink batch). The rules
 // key on the source address inside the bridge's subnet, not on a namespace,

@@ -3,15 +3,44 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/store"
 )
+
+// ApplyPolicies installs every stored network policy in the firewall, which
+// is made anew (holding all egress) at each server start; call it before
+// the network is opened and the DNS proxy started. A policy that cannot be
+// installed fails closed: its sandbox is held at deny-all, and told in the
+// log.
+func (s *Service) ApplyPolicies(ctx context.Context) error {
+	all, err := s.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range all {
+		if sb.Policy == nil {
+			continue
+		}
+		if err := s.applyPolicy(sb); err != nil {
+			s.cfg.Log.Error("network policy: cannot install it; the sandbox is held at deny-all", "sandbox", sb.ID, "err", err)
+			if ip, perr := netip.ParseAddr(sb.IP); perr == nil {
+				if err := s.cfg.Net.SetPolicy(ip, &network.Policy{DenyAll: true}); err != nil {
+					return fmt.Errorf("hold sandbox %s at deny-all: %w", sb.ID, err)
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // Reconcile makes the record and the host agree after a start of the server,
 // also after a kill -9: running sandboxes that still run are kept (they never
@@ -26,12 +55,6 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, sb := range all {
 		known[sb.ID] = true
-		// The firewall table is made anew at each start: policies first.
-		if sb.Policy != nil {
-			if err := s.applyPolicy(sb); err != nil {
-				s.cfg.Log.Error("reconcile: network policy", "sandbox", sb.ID, "err", err)
-			}
-		}
 		log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 		switch sb.State {
 		case StateCreating, StateRemoving:

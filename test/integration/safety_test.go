@@ -347,3 +347,24 @@ func TestDiskFullStaysWithItsSandbox(t *testing.T) {
 		})
 	}
 }
+
+// TestHostUsersCannotReachSandboxes: only the server (root) may open a
+// connection into the sandbox network; another host user reaching a
+// sandbox's services or its agent directly would bypass the port proxy and
+// its scopes.
+func TestHostUsersCannotReachSandboxes(t *testing.T) {
+	need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			agent := sb.IP + ":4951"
+			probe := "exec 3<>/dev/tcp/" + strings.Replace(agent, ":", "/", 1) + " && echo connected"
+			if out, err := exec.Command("timeout", "5", "bash", "-c", probe).CombinedOutput(); err != nil || !strings.Contains(string(out), "connected") {
+				t.Fatalf("root (the server's user) cannot reach %s: %v %s", agent, err, out)
+			}
+			if out, err := asNobody("timeout", "5", "bash", "-c", probe); err == nil || strings.Contains(out, "connected") {
+				t.Errorf("uid 65534 reached %s: %s", agent, out)
+			}
+		})
+	}
+}
