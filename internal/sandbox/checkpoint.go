@@ -38,9 +38,11 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 	}
 	defer unlock()
 	ckID := newID()
-	if err := s.checkHostSpace(memoryImageBound(src), "a checkpoint of "+src.Name); err != nil {
+	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "a checkpoint of "+src.Name)
+	if err != nil {
 		return nil, err
 	}
+	defer releaseHost()
 	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err

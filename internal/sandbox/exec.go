@@ -103,7 +103,13 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	}
 	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{}),
 		frames: make(chan frame), detached: make(chan struct{}), aborted: make(chan struct{})}
-	dctx, cancel := context.WithTimeout(ctx, execDialTimeout)
+	dial := execDialTimeout
+	if req.TimeoutMS > 0 {
+		// The command's timeout holds from the request on, also while the
+		// sandbox does not answer at all.
+		dial = min(dial, time.Duration(req.TimeoutMS)*time.Millisecond+execGrace)
+	}
+	dctx, cancel := context.WithTimeout(ctx, dial)
 	e.cancel = cancel
 	// Known before the dial, so a stop or remove meanwhile ends it too;
 	// one that began before this was known is seen in the record.
@@ -149,6 +155,9 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 			return nil, nil, errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
 		}
 		e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
+		if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+			return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
+		}
 		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 	}
 	e.Session = sess

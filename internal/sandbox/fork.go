@@ -74,9 +74,11 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	log := s.cfg.Log.With("source", src.ID, "name", src.Name)
 	bg := context.WithoutCancel(ctx)
-	if err := s.checkHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name); err != nil {
+	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name)
+	if err != nil {
 		return nil, err
 	}
+	defer releaseHost() // the image is on the disk (or gone) by the end
 
 	// 1. Records for the forks (state creating): names are taken now, so a
 	// taken name fails before the source is touched.

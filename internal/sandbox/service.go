@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
@@ -72,6 +73,7 @@ type Service struct {
 	sparesClosed bool              // at shutdown: stage no more; guarded by sparesMu
 	sparesWG     sync.WaitGroup    // spares being staged
 
+	host  hostSpace  // the host disk promised to memory images being written
 	execs execSet    // running execs, ended when their sandbox stops
 	watch *watcher   // notices sandboxes that end on their own
 	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
@@ -211,6 +213,10 @@ func (s *Service) validate(req *CreateRequest) error {
 	}
 	if req.Provider == "" {
 		req.Provider = s.cfg.DefaultProvider
+	}
+	if req.Provider == "gvisor" && req.CPUMillis < MinGvisorCPU {
+		return errdefs.Invalid("cpu %s is too little for gvisor: at least %s (its kernel runs in user space, and boots in minutes below that); runc takes from %s",
+			units.FormatCPU(req.CPUMillis), units.FormatCPU(MinGvisorCPU), units.FormatCPU(MinCPU))
 	}
 	c, ok := s.caps[req.Provider]
 	if !ok {
@@ -584,8 +590,15 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 	p := s.providers[sb.Provider]
 	s.unwatchMemory(sb.ID)
 	var ooms int64
+	// Every runtime call is bounded: a Sentry that cannot answer (wedged,
+	// stopped) makes runsc wait for ever, and would hold the stop, the
+	// sandbox's lock and its execs with it.
+	rctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, runtimeCallTimeout) }
 	if graceful {
-		if st, _ := p.Status(ctx, sb.ID); st == provider.StatusRunning {
+		c, cancel := rctx()
+		st, _ := p.Status(c, sb.ID)
+		cancel()
+		if st == provider.StatusRunning {
 			// Ask the agent while it still answers: after the kill, a dial
 			// to its address only times out.
 			ooms += s.agentOOMKills(ctx, sb)
@@ -594,21 +607,59 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 			cancel()
 			pid := 0
 			if pider, ok := p.(provider.PIDer); ok {
-				pid, _ = pider.InitPID(ctx, sb.ID)
+				c, cancel := rctx()
+				pid, _ = pider.InitPID(c, sb.ID)
+				cancel()
 			}
-			if p.Kill(ctx, sb.ID, 15) == nil {
+			c, cancel := rctx()
+			err := p.Kill(c, sb.ID, 15)
+			cancel()
+			if err == nil {
 				s.waitEnded(ctx, p, sb.ID, pid)
 			}
 		}
 	}
 	ooms += cgroupOOMKills(sb.ID)
-	if err := p.Delete(ctx, sb.ID); err != nil {
-		s.cfg.Log.Warn("delete container", "sandbox", sb.ID, "err", err)
+	c, cancel := rctx()
+	err := p.Delete(c, sb.ID)
+	cancel()
+	if err != nil {
+		// The runtime could not take it down in time: kill every process
+		// in the sandbox's cgroups (the runtime's own too), then ask again.
+		n := killCgroups(sb.ID)
+		c, cancel := rctx()
+		err = p.Delete(c, sb.ID)
+		cancel()
+		s.cfg.Log.Warn("delete container: the runtime did not answer; killed the sandbox's processes", "sandbox", sb.ID, "killed", n, "err", err)
 	}
 	rootfs.Unmount(filepath.Join(s.runDir(sb.ID), "rootfs"))
 	s.cfg.Storage.Detach(sb.ID)
 	s.cfg.Net.Delete(sb.ID)
 	return ooms
+}
+
+// runtimeCallTimeout bounds one runtime call of a halt.
+const runtimeCallTimeout = 10 * time.Second
+
+// killCgroups sends SIGKILL to every process in sandbox id's cgroups, under
+// every controller (v1) and the unified hierarchy, and returns how many.
+func killCgroups(id string) int {
+	seen := map[int]bool{}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroupsPath(id))
+	dirs = append(dirs, "/sys/fs/cgroup"+cgroupsPath(id))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !seen[pid] {
+				seen[pid] = true
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	return len(seen)
 }
 
 // destroy removes every piece of a sandbox and its record.
@@ -667,7 +718,10 @@ func (s *Service) waitEnded(ctx context.Context, p provider.Provider, id string,
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		if st, err := p.Status(ctx, id); err != nil || st != provider.StatusRunning {
+		c, cancel := context.WithDeadline(ctx, deadline)
+		st, err := p.Status(c, id)
+		cancel()
+		if err != nil || st != provider.StatusRunning {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

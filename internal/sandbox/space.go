@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/rootfs"
@@ -15,21 +16,41 @@ import (
 // database, logs and image layers live there too.
 const hostMargin = 256 << 20
 
-// checkHostSpace refuses a memory image of up to need bytes (a checkpoint's
-// or a fork's) that the data directory's filesystem cannot hold: the write
-// would fail mid-freeze, or fill the host's disk.
-func (s *Service) checkHostSpace(need int64, what string) error {
+// hostSpace holds what memory images being written have been promised, so
+// that concurrent checkpoints and forks do not all count the same free
+// space.
+type hostSpace struct {
+	mu      sync.Mutex
+	pending int64 // guarded by mu
+}
+
+// reserveHostSpace promises need bytes of the data directory's filesystem
+// to a memory image (a checkpoint's or a fork's), until release; one that
+// does not fit beside what is promised is refused: the write would fail
+// mid-freeze, or fill the host's disk.
+func (s *Service) reserveHostSpace(need int64, what string) (release func(), err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(filepath.Join(s.cfg.DataDir, "checkpoints"), &st); err != nil {
-		return fmt.Errorf("measure the host's free space: %w", err)
+		return nil, fmt.Errorf("measure the host's free space: %w", err)
 	}
-	free := int64(st.Bavail) * int64(st.Bsize)
+	h := &s.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	free := int64(st.Bavail)*int64(st.Bsize) - h.pending
 	if need+hostMargin > free {
-		return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+		return nil, errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
 			"not enough disk space for %s: it needs up to %s, and the server's disk has %s free (remove checkpoints, snapshots or images)",
 			what, units.FormatSize(need), units.FormatSize(max(0, free-hostMargin)))
 	}
-	return nil
+	h.pending += need
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			h.pending -= need
+			h.mu.Unlock()
+		})
+	}, nil
 }
 
 // memoryImageBound is the most a memory image of sb can take: what its

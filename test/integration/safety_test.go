@@ -368,3 +368,16 @@ func TestHostUsersCannotReachSandboxes(t *testing.T) {
 		})
 	}
 }
+
+// TestGvisorCPUFloor: a gVisor sandbox with too little CPU to boot its
+// kernel is refused at once (it was a 500 after 106 s at 10m).
+func TestGvisorCPUFloor(t *testing.T) {
+	e := need(t)
+	_, err := e.c.Create(ctxT(t), client.CreateRequest{Image: busybox, Provider: "gvisor", CPU: json.RawMessage(`"10m"`)})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 400 || !strings.Contains(ce.Message, "gvisor") {
+		t.Fatalf("gvisor create at 10m: %v, want 400 naming gvisor's floor", err)
+	}
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "runc", CPU: json.RawMessage(`"10m"`)})
+	execOK(t, sb.ID, "true")
+}
