@@ -381,3 +381,50 @@ func TestGvisorCPUFloor(t *testing.T) {
 	sb := create(t, client.CreateRequest{Image: busybox, Provider: "runc", CPU: json.RawMessage(`"10m"`)})
 	execOK(t, sb.ID, "true")
 }
+
+// TestStopWedgedSandbox: a sandbox whose runtime cannot answer (its Sentry
+// stopped from outside) is still stopped, and its execs end.
+func TestStopWedgedSandbox(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor"})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.c.Exec(context.Background(), sb.ID, client.ExecRequest{Argv: []string{"sleep", "1000"}})
+		done <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool {
+		res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"pidof", "sleep"}})
+		return err == nil && res.ExitCode == 0
+	})
+	out, err := exec.Command("runsc", "--root", filepath.Join(e.runDir, "runsc"), "state", sb.ID).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Pid int }
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		t.Fatalf("runsc state: %s %v", out, err)
+	}
+	if err := syscall.Kill(st.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(st.Pid, syscall.SIGCONT)
+	stopped := make(chan error, 1)
+	go func() { _, err := e.c.Stop(context.Background(), sb.ID); stopped <- err }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("stop of a wedged sandbox: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the stop of a wedged sandbox still runs 90s later")
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exec of a wedged sandbox that was stopped still runs")
+	}
+	got, err := e.c.Get(ctxT(t), sb.ID)
+	if err != nil || got.State != "stopped" {
+		t.Fatalf("after the stop: %+v %v", got, err)
+	}
+}
