@@ -55,6 +55,8 @@ PACKAGES=(
 	debian-archive-keyring gpgv wget
 	# pgrep/pkill (used below and by tests); minimal images lack it.
 	procps
+	# applies tools/runsc/patches to the pinned gVisor before the build.
+	patch
 	# podman: Recommends it needs to run rootful containers with networking
 	# (CNI plugins for podman 4.3 on bookworm, an init for --init, overlay).
 	containernetworking-plugins catatonit fuse-overlayfs slirp4netns uidmap
@@ -122,8 +124,13 @@ log "go: $GOVERSION ($(command -v go))"
 
 # True when runsc must be (re)built.
 runsc_stale() {
+	local p
 	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ||
-		$RUNSC_MOD_DIR/seccompgen/main.go -nt $RUNSC_BIN ]]
+		$RUNSC_MOD_DIR/seccompgen/main.go -nt $RUNSC_BIN ]] && return 0
+	for p in "$RUNSC_MOD_DIR"/patches/*.patch; do
+		[[ -e $p && $p -nt $RUNSC_BIN ]] && return 0
+	done
+	return 1
 }
 
 # Another build may already be writing runsc (a concurrent run of this script,
@@ -158,9 +165,11 @@ fi
 # Debian's python3 runs the Python SDK's tests (standard library only).
 [[ -x /usr/bin/python3 ]] || die "/usr/bin/python3 missing"
 
-# build_runsc OUT: copy the pinned gVisor module to $RUNSC_SRC, write its
-# precompiled seccomp programs into the copy, and build runsc from the copy
-# (a go.mod beside it: tools/runsc's own plus a replace) into OUT.
+# build_runsc OUT: copy the pinned gVisor module to $RUNSC_SRC, apply
+# tools/runsc/patches/*.patch to it (fixes to the pinned version; each says
+# why), write its precompiled seccomp programs into the copy, and build
+# runsc from the copy (a go.mod beside it: tools/runsc's own plus a
+# replace) into OUT.
 build_runsc() {
 	local out=$1 gv
 	(cd "$RUNSC_MOD_DIR" && go mod download gvisor.dev/gvisor)
@@ -170,6 +179,12 @@ build_runsc() {
 	mkdir -p "$RUNSC_SRC"
 	cp -a "$gv" "$RUNSC_SRC/gvisor"
 	chmod -R u+w "$RUNSC_SRC/gvisor"
+	local p
+	for p in "$RUNSC_MOD_DIR"/patches/*.patch; do
+		[[ -e $p ]] || continue
+		log "runsc: applying $(basename "$p")"
+		patch -p1 --forward --quiet -d "$RUNSC_SRC/gvisor" <"$p" || die "runsc: $p does not apply"
+	done
 	log "runsc: precompiling seccomp programs (about a minute)"
 	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go run ./seccompgen \
 		-boot "$RUNSC_SRC/gvisor/runsc/boot/filter/filter_precompiled.go" \

@@ -48,6 +48,9 @@ const (
 	OpPing  = "ping"  // answers Reply{OK}; used for readiness
 	OpSync  = "sync"  // flushes file data to the host (before stop)
 	OpStats = "stats" // memory use and OOM kills seen inside
+	// OpMemCheck: the host saw the sandbox's memory cgroup move; the OOM
+	// guard watches for a while (gVisor). Answers WatchMS.
+	OpMemCheck = "mem_check"
 	// OpGrantFile writes Data to Path (mode Mode), atomically: a secret
 	// granted as a file. It follows no symlink on the way and replaces
 	// nothing, unless Replace (the grant wrote Path before) and what is
@@ -125,6 +128,9 @@ type Reply struct {
 	MemoryUsed  int64  `json:"memory_used,omitempty"`
 	MemoryLimit int64  `json:"memory_limit,omitempty"`
 	OOMKills    int64  `json:"oom_kills,omitempty"`
+	// WatchMS answers mem_check: the guard keeps watching at least this
+	// long from now, so the host need not ask again before then.
+	WatchMS int64 `json:"watch_ms,omitempty"`
 
 	Code string   `json:"code,omitempty"` // a refusal's code (CodePathExists, ...)
 	Made []string `json:"made,omitempty"` // grant_file: directories made, outermost first

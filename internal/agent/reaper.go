@@ -5,7 +5,6 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // reaper is the agent's child reaper. As PID 1 the agent inherits every
@@ -17,16 +16,19 @@ import (
 type reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan<- syscall.WaitStatus // guarded by mu
+	// spawn starts a process: os.StartProcess, or the pids-bounded
+	// spawner's (see bounds.go). Set before the first start.
+	spawn func(path string, argv []string, attr *os.ProcAttr) (*os.Process, error)
 }
 
 func newReaper() *reaper {
-	return &reaper{waiters: make(map[int]chan<- syscall.WaitStatus)}
+	return &reaper{waiters: make(map[int]chan<- syscall.WaitStatus), spawn: os.StartProcess}
 }
 
 func (r *reaper) start(path string, argv []string, attr *os.ProcAttr, done chan<- syscall.WaitStatus) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, err := os.StartProcess(path, argv, attr)
+	p, err := r.spawn(path, argv, attr)
 	if err != nil {
 		return 0, err
 	}
@@ -36,21 +38,32 @@ func (r *reaper) start(path string, argv []string, attr *os.ProcAttr, done chan<
 	return pid, nil
 }
 
+// run reaps on every SIGCHLD, and nothing else wakes it (no timer: inside
+// gVisor every wake-up costs syscalls through the Sentry). No child is
+// missed: SIGCHLDs coalesce, but each reap waits for children until none is
+// left to wait for, and a SIGCHLD that comes while it does (or while the
+// channel is full) leaves one in the channel, so the loop reaps again.
 func (r *reaper) run() {
-	sig := make(chan os.Signal, 16)
+	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGCHLD)
-	tick := time.NewTicker(time.Second) // SIGCHLDs coalesce; never miss one
-	defer tick.Stop()
 	for {
 		r.reap()
-		select {
-		case <-sig:
-		case <-tick.C:
-		}
+		<-sig
 	}
 }
 
+// reap waits for every child that has ended. It holds mu for one child at a
+// time, not for the whole round: under a fork bomb, orphans end as fast as
+// they are reaped, and a round that held mu throughout starved start (no
+// command could start to kill the bomb).
 func (r *reaper) reap() {
+	for r.reapOne() {
+	}
+}
+
+// reapOne waits for one ended child and hands its status to its waiter; it
+// reports whether there was one.
+func (r *reaper) reapOne() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
@@ -60,12 +73,13 @@ func (r *reaper) reap() {
 			continue
 		}
 		if pid <= 0 || err != nil {
-			return
+			return false
 		}
 		if ch, ok := r.waiters[pid]; ok {
 			delete(r.waiters, pid)
 			ch <- ws // buffered
 		}
+		return true
 	}
 }
 

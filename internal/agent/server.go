@@ -35,6 +35,10 @@ type Server struct {
 	log     *slog.Logger
 	reaper  *reaper
 	guard   *oomGuard // nil when no memory limit is enforced inside
+
+	pids      int64  // EnvPids: the process bound to enforce inside (0: none)
+	pidsTasks string // EnvPidsTasks
+	tmpOnDisk bool   // EnvTmpOnDisk
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -51,6 +55,16 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 				return nil, fmt.Errorf("agent: bad %s %q", EnvMemoryLimit, v)
 			}
 			s.guard = newOOMGuard(n, log)
+		case EnvPids:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("agent: bad %s %q", EnvPids, v)
+			}
+			s.pids = n
+		case EnvTmpOnDisk:
+			s.tmpOnDisk = v == "1"
+		case EnvPidsTasks:
+			s.pidsTasks = v
 		default:
 			s.baseEnv = append(s.baseEnv, kv)
 		}
@@ -65,6 +79,12 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 // Serve listens on the agent port and serves until ctx ends or a SIGTERM
 // arrives, at which point it asks every process to end, syncs and returns.
 func (s *Server) Serve(ctx context.Context, addr string) error {
+	if os.Getpid() == 1 {
+		// Before it listens: once the host reaches it, the bounds hold.
+		if err := s.setupBounds(); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -102,6 +122,36 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		}
 		go s.handle(c)
 	}
+}
+
+// setupBounds sets up what the host asked for inside a gVisor sandbox (see
+// bounds.go), then gives up the capabilities it took for that.
+func (s *Server) setupBounds() error {
+	if s.tmpOnDisk {
+		if err := tmpOnDisk(); err != nil {
+			return fmt.Errorf("agent: /tmp on disk: %w", err)
+		}
+	}
+	switch {
+	case s.pidsTasks != "":
+		sp, err := spawnerFromTasks(s.pidsTasks)
+		if err != nil {
+			return fmt.Errorf("agent: pids bound: %w", err)
+		}
+		s.reaper.spawn = sp.start
+	case s.pids > 0:
+		sp, err := setupPids(s.pids)
+		if err != nil {
+			return fmt.Errorf("agent: pids bound: %w", err)
+		}
+		s.reaper.spawn = sp.start
+	}
+	if err := checkCaps(); err != nil {
+		if err := dropSetupCaps(); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
+	return nil
 }
 
 // shutdown asks every other process in the sandbox to end, gives them a
@@ -168,6 +218,12 @@ func (s *Server) handle(c net.Conn) {
 		r := Reply{OK: true}
 		if s.guard != nil {
 			r.MemoryUsed, r.MemoryLimit, r.OOMKills = s.guard.stats()
+		}
+		s.reply(c, r)
+	case OpMemCheck:
+		r := Reply{OK: true}
+		if s.guard != nil {
+			r.WatchMS = s.guard.poke().Milliseconds()
 		}
 		s.reply(c, r)
 	case OpExec:

@@ -106,6 +106,7 @@ func (s *Service) watchSandbox(id string) {
 		if err != nil || sb.State != StateRunning {
 			return
 		}
+		s.watchMemory(sb)
 		pider, ok := s.providers[sb.Provider].(provider.PIDer)
 		if !ok {
 			return

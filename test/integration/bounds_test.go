@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/sandbox"
 )
 
@@ -54,9 +55,14 @@ func TestCPUPidsBounds(t *testing.T) {
 			if quota != "50000" || period != "100000" {
 				t.Errorf("cpu quota/period = %s/%s, want 50000/100000", quota, period)
 			}
-			wantPids := "64"
+			// runc: commands run in a child cgroup bound to 64; the
+			// container's own, where the agent is, has room for it and a
+			// reserve past that (internal/provider/runc).
+			wantPids := fmt.Sprint(64 + agent.PidsReserve + agent.AgentPids)
 			if prov == "gvisor" {
 				wantPids = fmt.Sprint(sandbox.GvisorPidsBackstop(64))
+			} else if got := readTrim(t, "/sys/fs/cgroup/pids/shard/"+sb.ID+"/sandbox/pids.max"); got != "64" {
+				t.Errorf("sandbox/pids.max = %s, want 64", got)
 			}
 			if got := readTrim(t, "/sys/fs/cgroup/pids/shard/"+sb.ID+"/pids.max"); got != wantPids {
 				t.Errorf("pids.max = %s, want %s", got, wantPids)

@@ -68,6 +68,12 @@ func WriteBundle(inst *provider.Instance, spec *specs.Spec) error {
 // a pipe held open by the container would keep us waiting for ever. The
 // runtime's own error is read back from the log's tail.
 func (c *CLI) RunDetached(ctx context.Context, inst *provider.Instance, args ...string) error {
+	return c.RunDetachedFiles(ctx, inst, nil, args...)
+}
+
+// RunDetachedFiles is RunDetached with extra files for the runtime, as
+// descriptors 3 and on (runc passes them on with --preserve-fds).
+func (c *CLI) RunDetachedFiles(ctx context.Context, inst *provider.Instance, extra []*os.File, args ...string) error {
 	out, err := os.OpenFile(inst.LogOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -84,6 +90,7 @@ func (c *CLI) RunDetached(ctx context.Context, inst *provider.Instance, args ...
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.ExtraFiles = extra
 	if err := cmd.Run(); err != nil {
 		msg := ""
 		if f, ferr := os.Open(inst.LogOut); ferr == nil {
