@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,5 +72,39 @@ func TestPidsBoundInside(t *testing.T) {
 				t.Fatalf("source after its fork's OOM: %q", got)
 			}
 		})
+	}
+}
+
+// TestGuardInWarmSpare: a sandbox handed out from an environment's warm
+// spare (restored from its checkpoint, held paused, then resumed) has its
+// OOM guard and the host's watch on its memory: past --memory, the biggest
+// process dies, the sandbox lives and counts the kill. The guard there was
+// idle when the environment was checkpointed; only the host's watch (set
+// up again for the new sandbox) wakes it.
+func TestGuardInWarmSpare(t *testing.T) {
+	e := need(t)
+	req := client.EnvironmentRequest{Name: "env-guard", Image: python, Memory: jsonRaw("128MiB"), Provider: "gvisor",
+		Setup: [][]string{{"true"}}}
+	if _, err := e.c.CreateEnvironment(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.RemoveEnvironment(context.Background(), "env-guard") })
+	for i := 0; i < 2; i++ { // the first from the spare, the second from the next one
+		sb := create(t, client.CreateRequest{Environment: "env-guard"})
+		time.Sleep(2 * time.Second) // the guard's boot watch (if any) is over
+		res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"python3", "-c", `x = b"a" * (300 << 20); print(len(x))`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 || !res.OOM {
+			t.Fatalf("sandbox %d from the environment: 300 MB under a 128MiB bound: exit %d oom %v %q", i, res.ExitCode, res.OOM, res.Stdout)
+		}
+		got, err := e.c.Get(ctxT(t), sb.ID)
+		if err != nil || got.State != "running" || got.OOMKills < 1 {
+			t.Fatalf("sandbox %d from the environment after OOM: %+v, %v; want running with oom_kills >= 1", i, got, err)
+		}
+		if out := execOK(t, sb.ID, "sh", "-c", "grep ' /tmp ' /proc/mounts || echo none"); out != "none\n" {
+			t.Errorf("sandbox %d from the environment: /tmp is a mount of its own: %q", i, out)
+		}
 	}
 }
