@@ -40,6 +40,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdir"
 )
 
 // Options configures a Store.
@@ -135,7 +136,7 @@ func Open(opts Options) (*Store, error) {
 		s.mirrors = append(s.mirrors, m)
 	}
 	for _, d := range []string{dir, s.path("l"), s.path("blobs"), s.path("blobs", "sha256"), s.path("tmp")} {
-		if err := privateDir(d); err != nil {
+		if err := hostdir.Private(d); err != nil {
 			return nil, err
 		}
 	}
@@ -160,14 +161,6 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// privateDir makes dir, or leaves an existing one, mode 0700.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
 }
 
 // upgradeLayersLocked converts layer dirs unpacked by an older version:

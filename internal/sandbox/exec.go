@@ -12,6 +12,7 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -75,13 +76,13 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 	if len(req.Argv) == 0 {
 		return nil, nil, errdefs.Invalid("no command given")
 	}
-	names := make([]string, 0, len(req.Env))
+	envNames := make([]string, 0, len(req.Env))
 	for _, kv := range req.Env {
-		if !envRe.MatchString(kv) {
-			return nil, nil, errdefs.Invalid("env %q is not KEY=VALUE", kv)
+		if err := names.EnvVar(kv); err != nil {
+			return nil, nil, err
 		}
 		k, _, _ := strings.Cut(kv, "=")
-		names = append(names, k)
+		envNames = append(envNames, k)
 	}
 	// Granted secrets come first, so a variable the exec sets itself wins;
 	// their names and values stay out of the ledger.
@@ -93,7 +94,7 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		req.Env = append(genv, req.Env...)
 	}
 	return s.exec(ctx, sb, req, ledger.ExecStartedData{
-		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: names, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
+		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: envNames, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
 }
 
 func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {

@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,9 +184,6 @@ const (
 	MinMemory     = 32 << 20
 	MinDisk       = 16 << 20
 )
-
-// envRe matches the KEY= of a KEY=VALUE.
-var envRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
 // validName checks a sandbox name ("" is fine: the id becomes the name);
 // snapshots and environments follow the same rule (names.Name).

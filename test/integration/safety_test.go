@@ -297,24 +297,25 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 // host's OOM killer or an operator would.
 func killRuntime(t *testing.T, e *env, prov, id string) {
 	t.Helper()
-	bin := map[string]string{"gvisor": "runsc", "runc": "runc"}[prov]
-	root := filepath.Join(e.runDir, bin)
-	out, err := exec.Command(bin, "--root", root, "state", id).Output()
-	if err != nil {
-		t.Fatalf("%s state: %v", prov, err)
-	}
-	var pid int
-	for _, f := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(f), `"pid": `); ok {
-			pid, _ = strconv.Atoi(strings.TrimSuffix(v, ","))
-		}
-	}
-	if pid <= 0 {
-		t.Fatalf("no pid in %s state: %s", prov, out)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(runtimePID(t, e, prov, id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runtimePID is the host pid the runtime names for a sandbox (runc: its
+// init; runsc: the Sentry), from `state`.
+func runtimePID(t *testing.T, e *env, prov, id string) int {
+	t.Helper()
+	bin := map[string]string{"gvisor": "runsc", "runc": "runc"}[prov]
+	out, err := exec.Command(bin, "--root", filepath.Join(e.runDir, bin), "state", id).Output()
+	if err != nil {
+		t.Fatalf("%s state: %v", bin, err)
+	}
+	var st struct{ Pid int }
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		t.Fatalf("%s state: %s %v", bin, out, err)
+	}
+	return st.Pid
 }
 
 // TestDiskFullStaysWithItsSandbox: a sandbox that fills its disk gets ENOSPC
@@ -396,18 +397,11 @@ func TestStopWedgedSandbox(t *testing.T) {
 		res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"pidof", "sleep"}})
 		return err == nil && res.ExitCode == 0
 	})
-	out, err := exec.Command("runsc", "--root", filepath.Join(e.runDir, "runsc"), "state", sb.ID).Output()
-	if err != nil {
+	pid := runtimePID(t, e, "gvisor", sb.ID)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	var st struct{ Pid int }
-	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
-		t.Fatalf("runsc state: %s %v", out, err)
-	}
-	if err := syscall.Kill(st.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(st.Pid, syscall.SIGCONT)
+	defer syscall.Kill(pid, syscall.SIGCONT)
 	stopped := make(chan error, 1)
 	go func() { _, err := e.c.Stop(context.Background(), sb.ID); stopped <- err }()
 	select {
