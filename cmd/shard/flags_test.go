@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/useshards/shard/internal/testenv"
 )
 
 // A bad flag is refused before anything is sent (the socket here does not
@@ -67,9 +69,7 @@ func TestFlagsRefused(t *testing.T) {
 // size of 0 was "auto", a negative --max-sandboxes no limit, before it
 // makes any directory.
 func TestServeFlagsRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("serve checks for root first")
-	}
+	testenv.RequireRoot(t, "serve checks for root first")
 	// The directories are under a file: were a flag let through, serve
 	// would fail there, before it made a network or a mount.
 	blocker := filepath.Join(t.TempDir(), "file")

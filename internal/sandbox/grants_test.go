@@ -19,6 +19,8 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
+
+	"github.com/useshards/shard/internal/testenv"
 )
 
 // fakeSandboxFS stands for a sandbox's files behind an agent: it answers the
@@ -160,6 +162,9 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 		ln, _ = net.Listen("tcp", netip.AddrPortFrom(ip, agent.Port).String())
 	}
 	if ln == nil {
+		if testenv.Strict() {
+			t.Fatal("no loopback address with the agent's port free, and SHARD_INTEGRATION=1 says this run must have one")
+		}
 		t.Skip("no loopback address with the agent's port free")
 	}
 	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true}}
