@@ -105,7 +105,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		if !s.caps[name].Available {
 			continue
 		}
-		ids, err := p.List(ctx)
+		c, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+		ids, err := p.List(c)
+		cancel()
 		if err != nil {
 			s.cfg.Log.Warn("reconcile: list containers", "provider", name, "err", err)
 			continue
@@ -214,7 +216,10 @@ func (s *Service) thawInterrupted(ctx context.Context, sb *store.Sandbox, log *s
 	if !ok {
 		return
 	}
-	if st, _ := p.Status(ctx, sb.ID); st == provider.StatusAbsent || st == provider.StatusStopped {
+	c, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+	st, _ := p.Status(c, sb.ID)
+	cancel()
+	if st == provider.StatusAbsent || st == provider.StatusStopped {
 		return
 	}
 	paused, sure := false, false
@@ -247,7 +252,11 @@ func (s *Service) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
 	if !ok || !s.caps[sb.Provider].Available {
 		return false, nil
 	}
-	st, err := p.Status(ctx, sb.ID)
+	// Bounded: runsc asks the Sentry, and a sandbox starved of CPU would
+	// hold the whole server's start.
+	c, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+	defer cancel()
+	st, err := p.Status(c, sb.ID)
 	if err != nil {
 		return false, err
 	}
