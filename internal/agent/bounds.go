@@ -31,11 +31,10 @@ const (
 	// EnvTmpOnDisk, "1": /tmp is the rootfs's directory, on disk, as under
 	// runc, instead of the tmpfs gVisor mounts there (gVisor only).
 	EnvTmpOnDisk = "SHARD_AGENT_TMP_ON_DISK"
-	// EnvPidsTasks, "3,4": open descriptors of the tasks files of two host
-	// pids cgroups, the bounded one where commands start and the reserve
-	// (runc: there the host's pids cgroup is the bound, and without these
-	// the agent shares it with its commands, so a fork bomb leaves it no
-	// room to start one).
+	// EnvPidsTasks, "3+5+6,4+5+6": open descriptors of the tasks files of
+	// the host cgroups its commands start in, the bounded set and the
+	// reserve's (runc: there the host's cgroups are the bounds, and the
+	// agent must not share them with its commands: see the runc provider).
 	EnvPidsTasks = "SHARD_AGENT_PIDS_TASKS"
 )
 
@@ -111,16 +110,18 @@ func (s *spawner) on(q chan spawnReq, path string, argv []string, attr *os.ProcA
 	return r.p, r.err
 }
 
-// spawnThread moves its own thread into the cgroup whose tasks file it is
+// spawnThread moves its own thread into the cgroups whose tasks files it is
 // given, then starts what it is asked to, for ever. It never unlocks the
 // thread: no other goroutine may run in that cgroup (and a thread the Go
 // runtime makes while one is locked comes from its template thread, in the
 // root cgroup).
-func spawnThread(tasks *os.File, q chan spawnReq, ready chan<- error) {
+func spawnThread(tasks []*os.File, q chan spawnReq, ready chan<- error) {
 	runtime.LockOSThread()
-	if _, err := tasks.WriteString("0"); err != nil { // "0": the writing thread
-		ready <- fmt.Errorf("move a spawner thread into %s: %w", tasks.Name(), err)
-		return // the locked thread ends with the goroutine
+	for _, f := range tasks {
+		if _, err := f.WriteString("0"); err != nil { // "0": the writing thread
+			ready <- fmt.Errorf("move a spawner thread into %s: %w", f.Name(), err)
+			return // the locked thread ends with the goroutine
+		}
 	}
 	ready <- nil
 	for r := range q {
@@ -183,7 +184,7 @@ func setupPids(n int64) (*spawner, error) {
 			return nil, fmt.Errorf("pids cgroup: %w", err)
 		}
 		ready := make(chan error, 1)
-		go spawnThread(tasks, cg.q, ready)
+		go spawnThread([]*os.File{tasks}, cg.q, ready)
 		err = <-ready
 		tasks.Close()
 		if err != nil {
@@ -194,32 +195,42 @@ func setupPids(n int64) (*spawner, error) {
 }
 
 // spawnerFromTasks starts the spawner threads in the cgroups whose tasks
-// files the host handed over as descriptors (EnvPidsTasks), then closes
-// them: commands must not inherit them.
-func spawnerFromTasks(fds string) (*spawner, error) {
-	b, r, ok := strings.Cut(fds, ",")
+// files the host handed over as descriptors (EnvPidsTasks: "3+5+6,4+5+6",
+// the bounded thread's, then the reserve's), then closes them: commands
+// must not inherit them.
+func spawnerFromTasks(spec string) (*spawner, error) {
+	b, r, ok := strings.Cut(spec, ",")
 	if !ok {
-		return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, fds)
+		return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, spec)
 	}
-	s := &spawner{bounded: make(chan spawnReq), reserve: make(chan spawnReq)}
-	for _, x := range []struct {
-		fd string
-		q  chan spawnReq
-	}{{b, s.bounded}, {r, s.reserve}} {
-		fd, err := strconv.Atoi(x.fd)
-		if err != nil || fd < 3 {
-			return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, fds)
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
 		}
-		tasks := os.NewFile(uintptr(fd), "pids-tasks-"+x.fd)
+	}()
+	s := &spawner{bounded: make(chan spawnReq), reserve: make(chan spawnReq), oomFirst: true}
+	for _, x := range []struct {
+		fds string
+		q   chan spawnReq
+	}{{b, s.bounded}, {r, s.reserve}} {
+		var tasks []*os.File
+		for _, n := range strings.Split(x.fds, "+") {
+			fd, err := strconv.Atoi(n)
+			if err != nil || fd < 3 {
+				return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, spec)
+			}
+			if files[n] == nil {
+				files[n] = os.NewFile(uintptr(fd), "tasks-"+n)
+			}
+			tasks = append(tasks, files[n])
+		}
 		ready := make(chan error, 1)
 		go spawnThread(tasks, x.q, ready)
-		err = <-ready
-		tasks.Close()
-		if err != nil {
+		if err := <-ready; err != nil {
 			return nil, err
 		}
 	}
-	s.oomFirst = true
 	return s, nil
 }
 

@@ -734,7 +734,14 @@ func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
 // memory cgroup (gone once the runtime deletes the container).
 func cgroupOOMKills(id string) int64 {
 	var n int64
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupsPath(id) + "/memory.oom_control"); err == nil {
+	// runc's commands have a memory cgroup of their own below the
+	// container's (internal/provider/runc), and v1 counts a kill only
+	// where the limit was hit.
+	for _, sub := range []string{"", "/sandbox"} {
+		b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupsPath(id) + sub + "/memory.oom_control")
+		if err != nil {
+			continue
+		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
 				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)

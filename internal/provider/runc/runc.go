@@ -69,7 +69,7 @@ func (p *Provider) Probe(ctx context.Context) provider.Capabilities {
 
 // Start runs the container detached.
 func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
-	tasks, err := pidsCgroups(inst.Spec)
+	tasks, err := commandCgroups(inst.Spec)
 	if err != nil {
 		return err
 	}
@@ -92,59 +92,106 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 	return nil
 }
 
-// Delete removes the container, and the pids cgroups made for it.
+// Delete removes the container, and the cgroups made for its commands.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	err := p.Runtime.Delete(ctx, id)
-	dir := filepath.Join(pidsRoot, "shard", id)
-	for _, sub := range []string{"sandbox", "reserve", ""} {
-		os.Remove(filepath.Join(dir, sub)) // rmdir: gone with runc's already, or busy
+	for _, c := range []string{"pids", "memory", "cpu"} {
+		dir := filepath.Join(cgroupRoot, c, "shard", id)
+		for _, sub := range []string{"sandbox", "reserve", ""} {
+			os.Remove(filepath.Join(dir, sub)) // rmdir: gone with runc's already, or busy
+		}
 	}
 	return err
 }
 
-const pidsRoot = "/sys/fs/cgroup/pids"
+const cgroupRoot = "/sys/fs/cgroup"
 
-// pidsCgroups splits the container's pids cgroup so a fork bomb cannot
-// starve the agent (it shares the container's cgroup with its commands):
-// commands start in "sandbox", bound to the sandbox's --pids, or in
-// "reserve" (agent.PidsReserve) when that is full, so a command can still
-// start to end the bomb; the container's own cgroup, where the agent
-// stays, gets the bound plus the reserve plus agent.AgentPids for the
-// agent's threads. Linux's pids cgroups are hierarchical. The agent gets
-// the two tasks files as descriptors 3 and 4 (agent.EnvPidsTasks) and
-// moves a thread into each, from which it starts commands. (It also starts
-// them with oom_score_adj 1000, so the OOM killer never takes the agent
-// while there is a command to take.)
-func pidsCgroups(spec *specs.Spec) ([]*os.File, error) {
-	if spec.Linux == nil || spec.Linux.Resources == nil || spec.Linux.Resources.Pids == nil ||
-		spec.Linux.Resources.Pids.Limit == nil || *spec.Linux.Resources.Pids.Limit <= 0 || !filepath.IsAbs(spec.Linux.CgroupsPath) {
+// commandCgroups gives the agent's commands cgroups of their own under the
+// container's, so that nothing they do can starve the agent, which shares
+// the container's cgroups with them (cgroup v1 here; each controller's
+// cgroups are hierarchical):
+//
+//   - pids: commands start in "sandbox", bound to the sandbox's --pids, or
+//     in "reserve" (agent.PidsReserve) when that is full, so a command can
+//     still start to end a fork bomb; the container's own cgroup, where
+//     the agent stays, gets the bound plus the reserve plus
+//     agent.AgentPids for the agent's threads. Before, a fork bomb left the
+//     agent no pid to start a command, nor to make a thread.
+//   - memory: "sandbox" has the sandbox's --memory; the container's cgroup
+//     has agentMemory more, the agent's. Before, the agent faulted and
+//     allocated in a cgroup thrashing at its limit and did not answer.
+//   - cpu: "sandbox" has no quota of its own (the container's applies);
+//     the agent competes with it as one group (half the CPU when both want
+//     it), not with each of a bomb's hundreds of processes.
+//
+// The agent gets the tasks files as descriptors from 3 on
+// (agent.EnvPidsTasks says which belong to which of its spawner threads)
+// and moves a thread into each set, from which it starts commands. (It
+// also starts them with oom_score_adj 1000, so the OOM killer never takes
+// the agent while there is a command to take.)
+func commandCgroups(spec *specs.Spec) ([]*os.File, error) {
+	if spec.Linux == nil || spec.Linux.Resources == nil || !filepath.IsAbs(spec.Linux.CgroupsPath) {
 		return nil, nil
 	}
-	n := *spec.Linux.Resources.Pids.Limit
-	total := n + agent.PidsReserve + agent.AgentPids
-	spec.Linux.Resources.Pids.Limit = &total
-	dir := filepath.Join(pidsRoot, spec.Linux.CgroupsPath)
+	r := spec.Linux.Resources
+	if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit <= 0 {
+		return nil, nil
+	}
 	var files []*os.File
-	for _, cg := range []struct {
-		name string
-		max  int64
-	}{{"sandbox", n}, {"reserve", agent.PidsReserve}} {
-		sub := filepath.Join(dir, cg.name)
-		if err := os.MkdirAll(sub, 0o755); err != nil {
-			return nil, fmt.Errorf("pids cgroup: %w", err)
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
 		}
-		if err := os.WriteFile(filepath.Join(sub, "pids.max"), []byte(strconv.FormatInt(cg.max, 10)), 0); err != nil {
-			return nil, fmt.Errorf("pids cgroup: %w", err)
+		return nil, fmt.Errorf("command cgroups: %w", err)
+	}
+	// sub makes controller's child cgroup name, writes its settings and
+	// opens its tasks file.
+	sub := func(controller, name string, set map[string]int64) error {
+		dir := filepath.Join(cgroupRoot, controller, spec.Linux.CgroupsPath, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
 		}
-		f, err := os.OpenFile(filepath.Join(sub, "tasks"), os.O_WRONLY, 0)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
+		for k, v := range set {
+			if err := os.WriteFile(filepath.Join(dir, k), []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+				return err
 			}
-			return nil, fmt.Errorf("pids cgroup: %w", err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
 		}
 		files = append(files, f)
+		return nil
 	}
-	spec.Process.Env = append(spec.Process.Env, agent.EnvPidsTasks+"=3,4")
+	n := *r.Pids.Limit
+	total := n + agent.PidsReserve + agent.AgentPids
+	r.Pids.Limit = &total
+	if err := sub("pids", "sandbox", map[string]int64{"pids.max": n}); err != nil { // fd 3
+		return fail(err)
+	}
+	if err := sub("pids", "reserve", map[string]int64{"pids.max": agent.PidsReserve}); err != nil { // fd 4
+		return fail(err)
+	}
+	bounded, reserve := "3", "4"
+	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
+		mem := *r.Memory.Limit
+		total := mem + agentMemory
+		r.Memory.Limit = &total
+		if err := sub("memory", "sandbox", map[string]int64{"memory.limit_in_bytes": mem}); err != nil {
+			return fail(err)
+		}
+		fd := strconv.Itoa(2 + len(files))
+		bounded, reserve = bounded+"+"+fd, reserve+"+"+fd
+	}
+	if err := sub("cpu", "sandbox", nil); err != nil {
+		return fail(err)
+	}
+	fd := strconv.Itoa(2 + len(files))
+	bounded, reserve = bounded+"+"+fd, reserve+"+"+fd
+	spec.Process.Env = append(spec.Process.Env, agent.EnvPidsTasks+"="+bounded+","+reserve)
 	return files, nil
 }
+
+// agentMemory is the room the container's memory cgroup has for the agent
+// beside its commands' bound.
+const agentMemory = 64 << 20
