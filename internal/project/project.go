@@ -1,0 +1,53 @@
+// Package project carries a request's project: the namespace that every
+// sandbox, checkpoint, snapshot, environment, ledger session, secret, token
+// and imported image belongs to. A key of one project never sees another's
+// objects; the store filters every lookup by the project its context
+// carries, so a path that forgets to check cannot leak.
+package project
+
+import (
+	"context"
+
+	"github.com/useshards/shard/internal/names"
+)
+
+// Default is the project of the data a server had before projects, and of
+// a request that names none.
+const Default = "default"
+
+// Check checks a project's name (the rule of sandbox names).
+func Check(name string) error { return names.Name("project", name) }
+
+type ctxKey struct{}
+
+// With returns ctx scoped to the project name: lookups see its objects only
+// and new objects are made in it.
+func With(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, name)
+}
+
+// From returns the project ctx is scoped to, and whether it is scoped at
+// all. The server's own work (reconcile, the watcher, spares) runs
+// unscoped and sees every project; every API request is scoped.
+func From(ctx context.Context) (string, bool) {
+	p, ok := ctx.Value(ctxKey{}).(string)
+	return p, ok
+}
+
+// Of returns the project a new object made under ctx belongs to: ctx's, or
+// Default for the server's own work.
+func Of(ctx context.Context) string {
+	if p, ok := From(ctx); ok {
+		return p
+	}
+	return Default
+}
+
+// Visible reports whether an object of project p may be seen under ctx.
+func Visible(ctx context.Context, p string) bool {
+	want, ok := From(ctx)
+	if p == "" {
+		p = Default
+	}
+	return !ok || want == p
+}
