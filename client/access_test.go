@@ -39,16 +39,16 @@ func TestAccessCalls(t *testing.T) {
 		body         string
 		want         string // the result as JSON
 	}{
-		{"CreateToken", `{"id":"a1","name":"ci","scopes":["sandbox:read"],"created_at":"2025-01-01T00:00:00Z","key":"shk_x"}`,
+		{"CreateToken", `{"id":"a1","name":"ci","project":"","scopes":["sandbox:read"],"created_at":"2025-01-01T00:00:00Z","key":"shk_x"}`,
 			func() (any, error) {
 				return c.CreateToken(ctx, TokenRequest{Name: "ci", Scopes: []string{"sandbox:read"}})
 			},
 			"POST", "/v0/tokens", `{"name":"ci","scopes":["sandbox:read"]}`,
-			`{"id":"a1","name":"ci","scopes":["sandbox:read"],"created_at":"2025-01-01T00:00:00Z","key":"shk_x"}`},
-		{"Tokens", `{"tokens":[{"id":"a1","name":"ci","scopes":["*"],"created_at":"2025-01-01T00:00:00Z"}]}`,
+			`{"id":"a1","name":"ci","project":"","scopes":["sandbox:read"],"created_at":"2025-01-01T00:00:00Z","key":"shk_x"}`},
+		{"Tokens", `{"tokens":[{"id":"a1","name":"ci","project":"","scopes":["*"],"created_at":"2025-01-01T00:00:00Z"}]}`,
 			func() (any, error) { return c.Tokens(ctx) },
 			"GET", "/v0/tokens", "",
-			`[{"id":"a1","name":"ci","scopes":["*"],"created_at":"2025-01-01T00:00:00Z"}]`},
+			`[{"id":"a1","name":"ci","project":"","scopes":["*"],"created_at":"2025-01-01T00:00:00Z"}]`},
 		{"RevokeToken", `{"revoked":"a1"}`,
 			func() (any, error) { return nil, c.RevokeToken(ctx, "ci") },
 			"DELETE", "/v0/tokens/ci", "", `null`},

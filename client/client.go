@@ -32,14 +32,22 @@ type Options struct {
 	Socket string // Unix socket path
 	Remote string // base URL, e.g. http://10.0.0.5:7070
 	APIKey string
+	// Project is the project requests act in (header Shard-Project); ""
+	// is SHARD_PROJECT, else the key's own project (or, for the socket and
+	// keys of every project, "default").
+	Project string
 }
+
+// ProjectHeader is the header that names a request's project.
+const ProjectHeader = "Shard-Project"
 
 // Client talks to one server. It is safe for concurrent use.
 type Client struct {
-	base   string // scheme://host, without /v0
-	apiKey string
-	hc     *http.Client
-	dialer func(ctx context.Context) (net.Conn, error)
+	base    string // scheme://host, without /v0
+	apiKey  string
+	project string
+	hc      *http.Client
+	dialer  func(ctx context.Context) (net.Conn, error)
 }
 
 // New makes a client. Remote wins over Socket; with neither, SHARD_REMOTE,
@@ -51,7 +59,10 @@ func New(o Options) (*Client, error) {
 	if o.APIKey == "" {
 		o.APIKey = os.Getenv("SHARD_API_KEY")
 	}
-	c := &Client{apiKey: o.APIKey}
+	if o.Project == "" {
+		o.Project = os.Getenv("SHARD_PROJECT")
+	}
+	c := &Client{apiKey: o.APIKey, project: o.Project}
 	tr := &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
 	if o.Remote != "" {
 		u, err := url.Parse(strings.TrimRight(o.Remote, "/"))
@@ -85,13 +96,21 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	if err != nil {
 		return nil, err
 	}
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
+	c.authorize(req.Header)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req, nil
+}
+
+// authorize sets the headers that say who asks and in which project.
+func (c *Client) authorize(h http.Header) {
+	if c.apiKey != "" {
+		h.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if c.project != "" {
+		h.Set(ProjectHeader, c.project)
+	}
 }
 
 // do sends a request and returns the response if it succeeded (2xx); any
@@ -210,12 +229,20 @@ func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error
 	return &out, nil
 }
 
-// List returns every sandbox.
-func (c *Client) List(ctx context.Context) ([]Sandbox, error) {
+// List returns every sandbox of the client's project.
+func (c *Client) List(ctx context.Context) ([]Sandbox, error) { return c.list(ctx, "") }
+
+// ListAllProjects returns every project's sandboxes (a key of every
+// project only; the socket is one).
+func (c *Client) ListAllProjects(ctx context.Context) ([]Sandbox, error) {
+	return c.list(ctx, "?all_projects=true")
+}
+
+func (c *Client) list(ctx context.Context, query string) ([]Sandbox, error) {
 	var out struct {
 		Sandboxes []Sandbox `json:"sandboxes"`
 	}
-	err := c.call(ctx, "GET", "/sandboxes", nil, &out)
+	err := c.call(ctx, "GET", "/sandboxes"+query, nil, &out)
 	return out.Sandboxes, err
 }
 
@@ -813,9 +840,8 @@ func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 			pr.Out.URL.Path, pr.Out.URL.RawPath = prefix+rel, escaped+(&url.URL{Path: rel}).EscapedPath()
 			pr.Out.Host = "" // the server's host, not the one the request was sent to
 			pr.Out.Header.Del("Authorization")
-			if c.apiKey != "" {
-				pr.Out.Header.Set("Authorization", "Bearer "+c.apiKey)
-			}
+			pr.Out.Header.Del(ProjectHeader)
+			c.authorize(pr.Out.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			w.Header().Set("Content-Type", "application/json")

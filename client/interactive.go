@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -40,10 +41,8 @@ func (c *Client) ExecInteractive(ctx context.Context, idOrName string, req ExecR
 		return nil, err
 	}
 	u := strings.Replace(c.base, "http", "ws", 1) + path + "?request=" + url.QueryEscape(string(b))
-	opts := &websocket.DialOptions{HTTPClient: c.hc}
-	if c.apiKey != "" {
-		opts.HTTPHeader = map[string][]string{"Authorization": {"Bearer " + c.apiKey}}
-	}
+	opts := &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: http.Header{}}
+	c.authorize(opts.HTTPHeader)
 	ws, resp, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {

@@ -9,6 +9,7 @@ import (
 type Sandbox struct {
 	ID          string    `json:"id"`
 	Name        string    `json:"name"`
+	Project     string    `json:"project"`
 	Image       string    `json:"image"`
 	ImageDigest string    `json:"image_digest"`
 	Provider    string    `json:"provider"`
@@ -324,6 +325,7 @@ type DiskUsageItem struct {
 type Token struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
+	Project   string    `json:"project"` // "*": every project
 	Scopes    []string  `json:"scopes"`
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -332,6 +334,10 @@ type Token struct {
 type TokenRequest struct {
 	Name   string   `json:"name"`
 	Scopes []string `json:"scopes"`
+	// Project is the one project the key may act in ("" is the project of
+	// the request that makes it); "*" makes a key of every project, which
+	// only such a key may make.
+	Project string `json:"project,omitempty"`
 }
 
 // TokenCreated is the answer to POST /v0/tokens: Key is shown this once.

@@ -12,7 +12,7 @@ import (
 )
 
 func newListCmd(a *app) *cobra.Command {
-	var quiet bool
+	var quiet, allProjects bool
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls", "ps"},
@@ -23,7 +23,11 @@ func newListCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			all, err := c.List(cmd.Context())
+			list := c.List
+			if allProjects {
+				list = c.ListAllProjects
+			}
+			all, err := list(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -37,13 +41,18 @@ func newListCmd(a *app) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			proj := func(sb client.Sandbox) string { return "" }
+			if allProjects {
+				fmt.Fprint(tw, "PROJECT\t")
+				proj = func(sb client.Sandbox) string { return sb.Project + "\t" }
+			}
 			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED")
 			for _, sb := range all {
 				ip := sb.IP
 				if ip == "" {
 					ip = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
+				fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", proj(sb), sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
 					units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
 			}
 			return tw.Flush()
@@ -51,6 +60,7 @@ func newListCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
+	cmd.Flags().BoolVar(&allProjects, "all-projects", false, "list every project's sandboxes (a key of every project, or the socket)")
 	return cmd
 }
 
@@ -75,6 +85,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 			row("ID", sb.ID)
 			row("Name", sb.Name)
+			row("Project", sb.Project)
 			row("State", sb.State)
 			row("Provider", sb.Provider)
 			row("Image", sb.Image+" ("+sb.ImageDigest+")")

@@ -23,12 +23,13 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 
 // app holds what every verb shares: the flags that say how to reach the server.
 type app struct {
-	socket string
-	json   bool
+	socket  string
+	project string
+	json    bool
 }
 
 func (a *app) client() (*client.Client, error) {
-	return client.New(client.Options{Socket: a.socket})
+	return client.New(client.Options{Socket: a.socket, Project: a.project})
 }
 
 // onSocket reports whether a.client reaches the server over its Unix
@@ -59,12 +60,18 @@ socket (--socket, default /run/shard/shard.sock; whoever can open it is the
 administrator), or over HTTP to the URL in SHARD_REMOTE with an API key
 ('shard token create') in SHARD_API_KEY. Secrets reach sandboxes through
 grants ('shard secret', 'shard grant'); 'shard policy' limits where a
-sandbox may connect to; 'shard port' reaches a server inside one.`,
+sandbox may connect to; 'shard port' reaches a server inside one.
+
+Everything lives in a project (--project, default "default"): a key made for
+one project ('shard token create --project NAME') sees and touches only that
+project's sandboxes, checkpoints, snapshots, environments, ledger, secrets
+and imported images.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
 	}
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "server's Unix socket (default "+client.DefaultSocket+", or SHARD_REMOTE)")
+	root.PersistentFlags().StringVar(&a.project, "project", "", "project to act in (default SHARD_PROJECT, else the key's own, else default)")
 	root.AddCommand(
 		newServeCmd(), newAgentCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),

@@ -39,15 +39,24 @@ once.`,
 
 	var name string
 	var scopes []string
+	var allProjects bool
 	create := &cobra.Command{
-		Use:   "create --name NAME --scope SCOPE [--scope SCOPE...]",
+		Use:   "create --name NAME --scope SCOPE [--scope SCOPE...] [--project NAME | --all-projects]",
 		Short: "Create an API key; prints the key, once",
 		Long: `Create an API key named NAME with the given scopes (at least one; see
 shard token --help for the list). The key is printed on stdout this once:
 the server keeps only its hash, so a lost key cannot be shown again; revoke
-it and create another.`,
+it and create another.
+
+A key acts in one project: --project NAME (default: the project this command
+acts in, "default" unless SHARD_PROJECT says otherwise). It never sees or
+touches another project's objects. --all-projects makes a key of every
+project, which names its project per request (--project, SHARD_PROJECT);
+only such a key, or the socket, may make one. A key makes keys only as
+strong as itself: its own scopes at most, in its own project.`,
 		Example: `  shard token create --name ci --scope sandbox:read --scope sandbox:write
-  shard token create --name admin --scope '*'
+  shard token create --project team-a --name agent --scope sandbox:write
+  shard token create --name admin --scope '*' --all-projects
   export SHARD_API_KEY=$(shard token create --name agent --scope sandbox:write)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,7 +70,14 @@ it and create another.`,
 			if err != nil {
 				return err
 			}
-			tok, err := c.CreateToken(cmd.Context(), client.TokenRequest{Name: name, Scopes: scopes})
+			req := client.TokenRequest{Name: name, Scopes: scopes, Project: a.project}
+			if allProjects {
+				if a.project != "" {
+					return fmt.Errorf("token create takes --project NAME or --all-projects, not both")
+				}
+				req.Project = "*"
+			}
+			tok, err := c.CreateToken(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -73,7 +89,8 @@ it and create another.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&name, "name", "", "name of the token (unique)")
+	create.Flags().StringVar(&name, "name", "", "name of the token (unique in its project)")
+	create.Flags().BoolVar(&allProjects, "all-projects", false, "a key of every project (an administrator's), which may choose its project per request")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "a scope the key has (repeatable, or comma-separated)")
 	create.Flags().BoolVar(&a.json, "json", false, "print the token and its key as JSON")
 
@@ -96,9 +113,9 @@ it and create another.`,
 				return printJSON(toks)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED")
+			fmt.Fprintln(tw, "ID\tNAME\tPROJECT\tSCOPES\tCREATED")
 			for _, t := range toks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Project, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
 			}
 			return tw.Flush()
 		},

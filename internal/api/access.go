@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -16,7 +18,7 @@ import (
 // Tokens, secrets and grants, network policy, and ports.
 
 func tokenView(t *store.Token) Token {
-	return Token{ID: t.ID, Name: t.Name, Scopes: t.Scopes, CreatedAt: t.CreatedAt}
+	return Token{ID: t.ID, Name: t.Name, Project: t.Project, Scopes: t.Scopes, CreatedAt: t.CreatedAt}
 }
 
 func (s *Server) createToken(r *http.Request) (any, int, error) {
@@ -29,15 +31,41 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 	if err := need(r, req.Scopes...); err != nil {
 		return nil, 0, err
 	}
-	rec, key, err := s.Tokens.Create(r.Context(), req.Name, req.Scopes)
+	// ... and of no more projects than its own.
+	proj, _ := project.From(r.Context())
+	switch req.Project {
+	case "", proj:
+	case store.AllProjects:
+		if p := auth.From(r.Context()); p != nil && !p.AllProjects() {
+			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project makes one", p.Name, p.Project)
+		}
+		proj = store.AllProjects
+	default:
+		if p := auth.From(r.Context()); p != nil && !p.AllProjects() {
+			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot make a key of project %s", p.Name, p.Project, req.Project)
+		}
+		proj = req.Project
+	}
+	// A token is made in the project it is for (names are unique there).
+	ctx := project.With(r.Context(), "")
+	rec, key, err := s.Tokens.Create(ctx, req.Name, req.Scopes, proj)
 	if err != nil {
 		return nil, 0, err
 	}
 	return TokenCreated{Token: tokenView(rec), Key: key}, http.StatusCreated, nil
 }
 
+// tokenContext is where a request sees tokens: a key of every project sees
+// them all, a project's key its project's.
+func tokenContext(r *http.Request) context.Context {
+	if p := auth.From(r.Context()); p == nil || p.AllProjects() {
+		return project.With(r.Context(), "")
+	}
+	return r.Context()
+}
+
 func (s *Server) listTokens(r *http.Request) (any, int, error) {
-	all, err := s.Tokens.List(r.Context())
+	all, err := s.Tokens.List(tokenContext(r))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -49,7 +77,7 @@ func (s *Server) listTokens(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) revokeToken(r *http.Request) (any, int, error) {
-	rec, err := s.Tokens.Revoke(r.Context(), r.PathValue("id"))
+	rec, err := s.Tokens.Revoke(tokenContext(r), r.PathValue("id"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -182,6 +210,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			// The shard key is not the app's: neither the header nor the
 			// ?access_token= a WebSocket client may have used.
 			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del(ProjectHeader)
 			if q := pr.Out.URL.Query(); q.Has("access_token") {
 				q.Del("access_token")
 				pr.Out.URL.RawQuery = q.Encode()

@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
 )
@@ -171,6 +173,14 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 				s.writeError(w, r, err)
 				return
 			}
+			// Every request acts in one project, and the store sees only
+			// that project's objects (internal/project).
+			proj, err := p.ProjectFor(requestedProject(r))
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			r = r.WithContext(project.With(r.Context(), proj))
 		}
 		next(w, r)
 	}
@@ -188,6 +198,35 @@ func bearer(r *http.Request) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ProjectHeader names the project a request acts in (the default project
+// if absent); a key of one project may only name its own. A WebSocket
+// upgrade from a browser, which cannot set headers, gives ?project=.
+const ProjectHeader = "Shard-Project"
+
+func requestedProject(r *http.Request) string {
+	if v := r.Header.Get(ProjectHeader); v != "" {
+		return v
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return r.URL.Query().Get("project")
+	}
+	return ""
+}
+
+// everyProject returns the request's context unscoped when it asks for
+// ?all_projects=true, which only a key of every project may; else its own.
+func everyProject(r *http.Request) (context.Context, error) {
+	if v := r.URL.Query().Get("all_projects"); v == "" || v == "false" {
+		return r.Context(), nil
+	} else if v != "true" {
+		return nil, errdefs.Invalid("all_projects is %q: use true or false", v)
+	}
+	if p := auth.From(r.Context()); p != nil && !p.AllProjects() {
+		return nil, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
+	}
+	return project.With(r.Context(), ""), nil
 }
 
 // need checks extra scopes a handler finds it needs (beyond its route's).

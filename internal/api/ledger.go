@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -160,6 +161,11 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resumeSession(r *http.Request) (any, int, error) {
+	// A resume answers with the session's argv and runs it again: it
+	// reveals history, which is sandbox:read's.
+	if err := need(r, auth.SandboxRead); err != nil {
+		return nil, 0, err
+	}
 	name, err := parseNewName(r)
 	if err != nil {
 		return nil, 0, err

@@ -16,7 +16,7 @@ import (
 )
 
 func view(sb *store.Sandbox) Sandbox {
-	v := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
+	v := Sandbox{ID: sb.ID, Name: sb.Name, Project: sb.Project, Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
 		State: sb.State, MemoryBytes: sb.MemoryBytes, MemoryMiB: sb.MemoryBytes >> 20, CPU: float64(sb.CPUMillis) / 1000,
 		DiskBytes: sb.DiskBytes, Pids: sb.Pids, Env: sb.Env, OOMKills: sb.OOMKills, Error: sb.Error,
 		Session: sb.Session, ParentID: sb.ParentID, CreatedAt: sb.CreatedAt, StartedAt: sb.StartedAt, StoppedAt: sb.StoppedAt}
@@ -192,7 +192,11 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
-	all, err := s.Sandboxes.List(r.Context())
+	ctx, err := everyProject(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	all, err := s.Sandboxes.List(ctx)
 	if err != nil {
 		return nil, 0, err
 	}

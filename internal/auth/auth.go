@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/store"
 )
 
 // Scopes. A scope "x:*" covers every "x:..." scope; "*" covers all.
@@ -99,6 +101,28 @@ type Principal struct {
 	TokenID string
 	Name    string
 	Scopes  []string
+	// Project is the one project the key acts in, or store.AllProjects
+	// ("*") for a key of every project (the administrator's).
+	Project string
+}
+
+// AllProjects reports whether p may act in every project (and choose one
+// per request); a project's key acts in its own only.
+func (p *Principal) AllProjects() bool { return p.Admin || p.Project == store.AllProjects }
+
+// ProjectFor returns the project a request of p acts in: the one it asked
+// for (want; "" is the default project) if p may act there.
+func (p *Principal) ProjectFor(want string) (string, error) {
+	if p.AllProjects() {
+		if want == "" {
+			return project.Default, nil
+		}
+		return want, project.Check(want)
+	}
+	if want != "" && want != p.Project {
+		return "", errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot act in project %s", p.Name, p.Project, want)
+	}
+	return p.Project, nil
 }
 
 // Can reports whether p may do what needs scope.
@@ -135,4 +159,4 @@ func From(ctx context.Context) *Principal {
 }
 
 // Admin is the Unix socket's principal.
-var Admin = &Principal{Admin: true, Name: "the local administrator"}
+var Admin = &Principal{Admin: true, Name: "the local administrator", Project: store.AllProjects}

@@ -77,7 +77,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	}
 	defer st.Close()
 	tk := &Tokens{Store: st}
-	_, key, err := tk.Create(ctx, "bench", []string{SandboxRead})
+	_, key, err := tk.Create(ctx, "bench", []string{SandboxRead}, "default")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,12 +97,12 @@ func TestTokenNames(t *testing.T) {
 	}
 	defer st.Close()
 	tk := &Tokens{Store: st}
-	a, key, err := tk.Create(ctx, "ci", []string{SandboxRead})
+	a, key, err := tk.Create(ctx, "ci", []string{SandboxRead}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A name that looks like an id is refused: it could shadow a token.
-	if _, _, err := tk.Create(ctx, a.ID, []string{SandboxRead}); errdefs.KindOf(err) != errdefs.KindInvalid {
+	if _, _, err := tk.Create(ctx, a.ID, []string{SandboxRead}, "default"); errdefs.KindOf(err) != errdefs.KindInvalid {
 		t.Fatalf("a token named like an id: %v", err)
 	}
 	if _, err := tk.Authenticate(ctx, key); err != nil {
@@ -110,7 +110,7 @@ func TestTokenNames(t *testing.T) {
 	}
 	// A key is found by its id only, never by a name: a token named like
 	// a (non-hex) id does not make "shk_<its name>_<its secret>" a key.
-	b, keyB, err := tk.Create(ctx, "zzzzzzzzzzzz", []string{All})
+	b, keyB, err := tk.Create(ctx, "zzzzzzzzzzzz", []string{All}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -40,17 +41,23 @@ func CheckRequest(name string, scopes []string) error {
 	return nil
 }
 
-// Create makes a token with scopes and returns its record and its key; the
-// key is shown once and never stored.
-func (t *Tokens) Create(ctx context.Context, name string, scopes []string) (*store.Token, string, error) {
+// Create makes a token with scopes for project proj (store.AllProjects for
+// every project) and returns its record and its key; the key is shown once
+// and never stored.
+func (t *Tokens) Create(ctx context.Context, name string, scopes []string, proj string) (*store.Token, string, error) {
 	if err := CheckRequest(name, scopes); err != nil {
 		return nil, "", err
+	}
+	if proj != store.AllProjects {
+		if err := project.Check(proj); err != nil {
+			return nil, "", err
+		}
 	}
 	slices.Sort(scopes)
 	scopes = slices.Compact(scopes)
 	id, key := NewKey()
 	_, secret, _ := ParseKey(key)
-	rec := &store.Token{ID: id, Name: name, Hash: Hash(secret), Scopes: scopes, CreatedAt: time.Now().UTC()}
+	rec := &store.Token{ID: id, Name: name, Project: proj, Hash: Hash(secret), Scopes: scopes, CreatedAt: time.Now().UTC()}
 	if err := t.Store.AddToken(ctx, rec); err != nil {
 		return nil, "", err
 	}
@@ -77,8 +84,8 @@ func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, erro
 	if !ok {
 		return nil, bad
 	}
-	rec, err := t.Store.GetToken(ctx, id)
-	if err == nil && rec.ID != id { // found by a name: never by a name
+	rec, err := t.Store.GetToken(project.With(ctx, ""), id) // a key's id finds it in every project
+	if err == nil && rec.ID != id {                         // found by a name: never by a name
 		err = errdefs.NotFound("token_not_found", "no token %s", id)
 	}
 	if err != nil {
@@ -90,5 +97,5 @@ func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, erro
 	if !Matches(rec.Hash, secret) {
 		return nil, bad
 	}
-	return &Principal{TokenID: rec.ID, Name: rec.Name, Scopes: rec.Scopes}, nil
+	return &Principal{TokenID: rec.ID, Name: rec.Name, Scopes: rec.Scopes, Project: rec.Project}, nil
 }

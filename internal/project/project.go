@@ -21,7 +21,8 @@ func Check(name string) error { return names.Name("project", name) }
 type ctxKey struct{}
 
 // With returns ctx scoped to the project name: lookups see its objects only
-// and new objects are made in it.
+// and new objects are made in it. With "" it is unscoped again: it sees
+// every project (the server's own work, an administrator's list of all).
 func With(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, name)
 }
@@ -30,8 +31,8 @@ func With(ctx context.Context, name string) context.Context {
 // all. The server's own work (reconcile, the watcher, spares) runs
 // unscoped and sees every project; every API request is scoped.
 func From(ctx context.Context) (string, bool) {
-	p, ok := ctx.Value(ctxKey{}).(string)
-	return p, ok
+	p, _ := ctx.Value(ctxKey{}).(string)
+	return p, p != ""
 }
 
 // Of returns the project a new object made under ctx belongs to: ctx's, or

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -43,7 +44,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, req EnvironmentRequest)
 			return nil, false, errdefs.Invalid("a setup command is empty")
 		}
 	}
-	unlock := s.lock("env:" + req.Name)
+	unlock := s.lock(envKey(project.Of(ctx), req.Name))
 	defer unlock()
 	if req.Sandbox != "" {
 		if len(req.Setup) > 0 || req.Create.Image != "" || req.Create.MemoryBytes != 0 || req.Create.CPUMillis != 0 || req.Create.DiskBytes != 0 || len(req.Create.Env) > 0 {
@@ -155,7 +156,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		s.dropCheckpoint(ctx, ck)
 		return nil, err
 	}
-	s.forgetSpare(name)
+	s.forgetSpare(envKey(project.Of(ctx), name))
 	s.stageSpare(env)
 	if oldErr == nil && old.Checkpoint != ck.ID {
 		if ock, err := s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
@@ -185,7 +186,7 @@ func (s *Service) Environments(ctx context.Context) ([]*store.Environment, error
 // RemoveEnvironment deletes an environment and its checkpoint. Sandboxes
 // started from it keep running with their own copies.
 func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
-	unlock := s.lock("env:" + name)
+	unlock := s.lock(envKey(project.Of(ctx), name))
 	defer unlock()
 	env, err := s.cfg.Store.GetEnvironment(ctx, name)
 	if err != nil {
@@ -194,7 +195,7 @@ func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
 	if err := s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
 		return err
 	}
-	s.forgetSpare(name)
+	s.forgetSpare(envKey(project.Of(ctx), name))
 	if ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
 		return s.dropCheckpoint(ctx, ck)
 	}
@@ -240,7 +241,7 @@ func (s *Service) fromEnvironment(ctx context.Context, e *store.Environment, ck 
 			return nil, errdefs.Conflict("name_taken", "a sandbox named %s already exists", name)
 		}
 	}
-	if sp := s.takeSpare(e.Name, ck.ID); sp != nil {
+	if sp := s.takeSpare(envKey(e.Project, e.Name), ck.ID); sp != nil {
 		return s.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
 	return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})

@@ -11,6 +11,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -185,6 +186,7 @@ func grantOf(sb *store.Sandbox, secret string) *store.Grant {
 // grantEnv resolves a sandbox's env grants into K=V for an exec. A secret
 // removed since its grant gives nothing.
 func (s *Service) grantEnv(ctx context.Context, sb *store.Sandbox) ([]string, error) {
+	ctx = inProject(ctx, sb) // its secrets are its project's
 	var out []string
 	for _, g := range sb.Grants {
 		if g.Env == "" || s.cfg.Secrets == nil {
@@ -200,6 +202,15 @@ func (s *Service) grantEnv(ctx context.Context, sb *store.Sandbox) ([]string, er
 		out = append(out, g.Env+"="+string(v))
 	}
 	return out, nil
+}
+
+// inProject scopes ctx to sb's project: what sb names (secrets,
+// environments) is looked up there, whoever asks.
+func inProject(ctx context.Context, sb *store.Sandbox) context.Context {
+	if sb.Project == "" {
+		return project.With(ctx, project.Default)
+	}
+	return project.With(ctx, sb.Project)
 }
 
 func copyGrants(g []store.Grant) []store.Grant { return slices.Clone(g) }

@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/oci"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 )
@@ -35,33 +36,34 @@ type spare struct {
 // newer staging meanwhile wins over this one.
 func (s *Service) stageSpare(env *store.Environment) {
 	s.sparesMu.Lock()
-	if _, ok := s.spares[env.Name]; ok || s.sparesClosed {
+	key := envKey(env.Project, env.Name)
+	if _, ok := s.spares[key]; ok || s.sparesClosed {
 		s.sparesMu.Unlock()
 		return
 	}
 	s.sparesWG.Add(1)
 	placeholder := &spare{env: env.Name, ckID: env.Checkpoint}
-	s.spares[env.Name] = placeholder
+	s.spares[key] = placeholder
 	s.sparesMu.Unlock()
 	go func() {
 		defer s.sparesWG.Done()
 		sp, err := s.makeSpare(context.Background(), env)
 		s.sparesMu.Lock()
 		defer s.sparesMu.Unlock()
-		current := s.spares[env.Name] == placeholder
+		current := s.spares[key] == placeholder
 		if err != nil {
 			s.cfg.Log.Warn("environment: warm spare", "environment", env.Name, "err", err)
 		}
 		if err != nil || !current {
 			if current {
-				delete(s.spares, env.Name)
+				delete(s.spares, key)
 			}
 			if sp != nil {
 				s.dropSpare(sp) // (sparesMu held: dropSpare takes only allocMu)
 			}
 			return
 		}
-		s.spares[env.Name] = sp
+		s.spares[key] = sp
 	}()
 }
 
@@ -112,7 +114,17 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	return sp, nil
 }
 
-// takeSpare hands out env's spare if it is staged for checkpoint ckID.
+// envKey names an environment among every project's: the key of its lock
+// and of its spare.
+func envKey(proj, name string) string {
+	if proj == "" {
+		proj = project.Default
+	}
+	return "env:" + proj + "/" + name
+}
+
+// takeSpare hands out env's spare (by envKey) if it is staged for
+// checkpoint ckID.
 func (s *Service) takeSpare(env, ckID string) *spare {
 	s.sparesMu.Lock()
 	defer s.sparesMu.Unlock()
@@ -128,7 +140,8 @@ func (s *Service) takeSpare(env, ckID string) *spare {
 	return sp
 }
 
-// forgetSpare drops env's spare (the environment was removed or rebuilt).
+// forgetSpare drops env's spare (by envKey; the environment was removed or
+// rebuilt).
 func (s *Service) forgetSpare(env string) {
 	s.sparesMu.Lock()
 	sp, ok := s.spares[env]

@@ -16,6 +16,7 @@ import (
 type Token struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
+	Project   string    `json:"project,omitempty"` // AllProjects for a key of every project
 	Hash      string    `json:"hash"`
 	Scopes    []string  `json:"scopes"`
 	CreatedAt time.Time `json:"created_at"`
@@ -23,13 +24,17 @@ type Token struct {
 
 // AddToken records a token.
 func (s *Store) AddToken(ctx context.Context, t *Token) error {
+	var err error
+	if t.Project, err = projectOf(ctx, t.Project); err != nil {
+		return err
+	}
 	doc, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tokens(id, name, doc) VALUES(?,?,?)`, t.ID, t.Name, string(doc))
-		if err != nil && strings.Contains(err.Error(), "tokens.name") {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens(id, project, name, doc) VALUES(?,?,?,?)`, t.ID, t.Project, t.Name, string(doc))
+		if err != nil && strings.Contains(err.Error(), "tokens.project, tokens.name") {
 			return errdefs.Conflict("name_taken", "a token named %s already exists", t.Name)
 		}
 		return err
@@ -38,13 +43,13 @@ func (s *Store) AddToken(ctx context.Context, t *Token) error {
 
 // GetToken finds a token by id or name.
 func (s *Store) GetToken(ctx context.Context, idOrName string) (*Token, error) {
-	return getDoc[Token](ctx, s.db, `SELECT doc FROM tokens WHERE id = ?1 OR name = ?1 LIMIT 1`, idOrName,
+	return getDoc[Token](ctx, s.db, "tokens", `id = ?1 OR name = ?1`, idOrName,
 		errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName))
 }
 
 // ListTokens returns every token, oldest first.
 func (s *Store) ListTokens(ctx context.Context) ([]*Token, error) {
-	out, err := listDocs[Token](ctx, s.db, `SELECT doc FROM tokens`)
+	out, err := list[Token](ctx, s.db, "tokens")
 	slices.SortStableFunc(out, func(a, b *Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, err
 }
@@ -58,6 +63,7 @@ func (s *Store) DeleteToken(ctx context.Context, id string) error {
 // key, never in the clear.
 type Secret struct {
 	Name      string    `json:"name"`
+	Project   string    `json:"project,omitempty"`
 	Sealed    []byte    `json:"sealed"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -65,25 +71,29 @@ type Secret struct {
 
 // PutSecret creates or replaces a secret.
 func (s *Store) PutSecret(ctx context.Context, sec *Secret) error {
+	var err error
+	if sec.Project, err = projectOf(ctx, sec.Project); err != nil {
+		return err
+	}
 	doc, err := json.Marshal(sec)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO secrets(name, doc) VALUES(?,?) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc`, sec.Name, string(doc))
+		_, err := tx.ExecContext(ctx, `INSERT INTO secrets(project, name, doc) VALUES(?,?,?) ON CONFLICT(project, name) DO UPDATE SET doc = excluded.doc`, sec.Project, sec.Name, string(doc))
 		return err
 	})
 }
 
 // GetSecret finds a secret by name.
 func (s *Store) GetSecret(ctx context.Context, name string) (*Secret, error) {
-	return getDoc[Secret](ctx, s.db, `SELECT doc FROM secrets WHERE name = ?`, name,
+	return getDoc[Secret](ctx, s.db, "secrets", `name = ?1`, name,
 		errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name))
 }
 
 // ListSecrets returns every secret by name.
 func (s *Store) ListSecrets(ctx context.Context) ([]*Secret, error) {
-	out, err := listDocs[Secret](ctx, s.db, `SELECT doc FROM secrets`)
+	out, err := list[Secret](ctx, s.db, "secrets")
 	slices.SortStableFunc(out, func(a, b *Secret) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 // here, so it outlives the sandbox it was taken of.
 type Checkpoint struct {
 	ID          string    `json:"id"`
+	Project     string    `json:"project,omitempty"`
 	Kind        string    `json:"kind"` // checkpoint, fork, environment
 	Tag         string    `json:"tag,omitempty"`
 	SandboxID   string    `json:"sandbox_id"`
@@ -43,6 +43,7 @@ type Checkpoint struct {
 // Snapshot is the files of a stopped sandbox.
 type Snapshot struct {
 	ID          string    `json:"id"`
+	Project     string    `json:"project,omitempty"`
 	Name        string    `json:"name"`
 	SandboxID   string    `json:"sandbox_id"`
 	SandboxName string    `json:"sandbox_name"`
@@ -57,6 +58,7 @@ type Snapshot struct {
 // Environment is a named set-up state: a checkpoint creates start from.
 type Environment struct {
 	Name        string     `json:"name"`
+	Project     string     `json:"project,omitempty"`
 	Image       string     `json:"image"`
 	ImageDigest string     `json:"image_digest"`
 	Provider    string     `json:"provider"`
@@ -72,6 +74,7 @@ type Environment struct {
 
 // Session is a ledger session with a summary of its events.
 type Session struct {
+	Project   string
 	Name      string
 	SandboxID string
 	CreatedAt time.Time
@@ -89,27 +92,31 @@ func (s *Store) AddCheckpoint(ctx context.Context, ck *Checkpoint, sb *Sandbox, 
 			return err
 		}
 		ck.Seq = seq
+		if ck.Project, err = projectOf(ctx, sb.Project); err != nil {
+			return err
+		}
 		doc, err := json.Marshal(ck)
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints(id, session, doc) VALUES(?,?,?)`, ck.ID, ck.Session, string(doc))
+		_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints(id, project, session, doc) VALUES(?,?,?,?)`, ck.ID, ck.Project, ck.Session, string(doc))
 		return err
 	})
 }
 
 // GetCheckpoint finds a checkpoint by id.
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, error) {
-	return getDoc[Checkpoint](ctx, s.db, `SELECT doc FROM checkpoints WHERE id = ?`, id,
+	return getDoc[Checkpoint](ctx, s.db, "checkpoints", `id = ?1`, id,
 		errdefs.NotFound("checkpoint_not_found", "checkpoint %s not found (shard checkpoint ls lists them)", id))
 }
 
 // ListCheckpoints returns the checkpoints of a session ("" for all),
 // oldest first.
 func (s *Store) ListCheckpoints(ctx context.Context, session string) ([]*Checkpoint, error) {
-	q, args := `SELECT doc FROM checkpoints`, []any{}
+	cond, args := scope(ctx)
+	q := `SELECT project, doc FROM checkpoints WHERE 1` + cond
 	if session != "" {
-		q, args = q+` WHERE session = ?`, append(args, session)
+		q, args = q+` AND session = ?`, append(args, session)
 	}
 	out, err := listDocs[Checkpoint](ctx, s.db, q, args...)
 	slices.SortStableFunc(out, func(a, b *Checkpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
@@ -123,13 +130,17 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, id string) error {
 
 // AddSnapshot records a snapshot and appends ev to sb's session.
 func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *EventSpec) error {
+	var err error
+	if sn.Project, err = projectOf(ctx, sb.Project); err != nil {
+		return err
+	}
 	doc, err := json.Marshal(sn)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, name, doc) VALUES(?,?,?)`, sn.ID, sn.Name, string(doc)); err != nil {
-			if strings.Contains(err.Error(), "snapshots.name") {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, project, name, doc) VALUES(?,?,?,?)`, sn.ID, sn.Project, sn.Name, string(doc)); err != nil {
+			if strings.Contains(err.Error(), "snapshots.project, snapshots.name") {
 				return errdefs.Conflict("name_taken", "a snapshot named %s already exists", sn.Name)
 			}
 			return err
@@ -140,13 +151,13 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *
 
 // GetSnapshot finds a snapshot by id or name.
 func (s *Store) GetSnapshot(ctx context.Context, idOrName string) (*Snapshot, error) {
-	return getDoc[Snapshot](ctx, s.db, `SELECT doc FROM snapshots WHERE id = ?1 OR name = ?1 LIMIT 1`, idOrName,
+	return getDoc[Snapshot](ctx, s.db, "snapshots", `id = ?1 OR name = ?1`, idOrName,
 		errdefs.NotFound("snapshot_not_found", "snapshot %s not found (shard snapshot ls lists them)", idOrName))
 }
 
 // ListSnapshots returns every snapshot, oldest first.
 func (s *Store) ListSnapshots(ctx context.Context) ([]*Snapshot, error) {
-	out, err := listDocs[Snapshot](ctx, s.db, `SELECT doc FROM snapshots`)
+	out, err := list[Snapshot](ctx, s.db, "snapshots")
 	slices.SortStableFunc(out, func(a, b *Snapshot) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, err
 }
@@ -158,25 +169,29 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // PutEnvironment creates or replaces an environment.
 func (s *Store) PutEnvironment(ctx context.Context, e *Environment) error {
+	var err error
+	if e.Project, err = projectOf(ctx, e.Project); err != nil {
+		return err
+	}
 	doc, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO environments(name, doc) VALUES(?,?) ON CONFLICT(name) DO UPDATE SET doc = excluded.doc`, e.Name, string(doc))
+		_, err := tx.ExecContext(ctx, `INSERT INTO environments(project, name, doc) VALUES(?,?,?) ON CONFLICT(project, name) DO UPDATE SET doc = excluded.doc`, e.Project, e.Name, string(doc))
 		return err
 	})
 }
 
 // GetEnvironment finds an environment by name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*Environment, error) {
-	return getDoc[Environment](ctx, s.db, `SELECT doc FROM environments WHERE name = ?`, name,
+	return getDoc[Environment](ctx, s.db, "environments", `name = ?1`, name,
 		errdefs.NotFound("environment_not_found", "environment %s not found (shard env ls lists them)", name))
 }
 
 // ListEnvironments returns every environment by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]*Environment, error) {
-	out, err := listDocs[Environment](ctx, s.db, `SELECT doc FROM environments`)
+	out, err := list[Environment](ctx, s.db, "environments")
 	slices.SortStableFunc(out, func(a, b *Environment) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }
@@ -186,14 +201,15 @@ func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
 	return s.deleteRow(ctx, "environments", "name", name)
 }
 
-const sessionSummary = `SELECT s.name, s.sandbox_id, s.created_at,
-	(SELECT COUNT(*) FROM events e WHERE e.session = s.name),
-	(SELECT e.type || ' ' || e.at FROM events e WHERE e.session = s.name ORDER BY e.seq DESC LIMIT 1)
-	FROM sessions s`
+const sessionSummary = `SELECT s.project, s.name, s.sandbox_id, s.created_at,
+	(SELECT COUNT(*) FROM events e WHERE e.project = s.project AND e.session = s.name),
+	(SELECT e.type || ' ' || e.at FROM events e WHERE e.project = s.project AND e.session = s.name ORDER BY e.seq DESC LIMIT 1)
+	FROM sessions s WHERE 1`
 
 // Sessions lists every ledger session, oldest first.
 func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
-	rows, err := s.db.QueryContext(ctx, sessionSummary+` ORDER BY s.created_at, s.name`)
+	cond, args := scope(ctx)
+	rows, err := s.db.QueryContext(ctx, sessionSummary+strings.ReplaceAll(cond, "project", "s.project")+` ORDER BY s.created_at, s.name`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -211,18 +227,37 @@ func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
-	ss, err := scanSession(s.db.QueryRowContext(ctx, sessionSummary+` WHERE s.name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.NotFound("session_not_found", "ledger session %s not found (shard ledger ls lists them)", name)
+	cond, args := scope(ctx)
+	rows, err := s.db.QueryContext(ctx, sessionSummary+` AND s.name = ?`+strings.ReplaceAll(cond, "project", "s.project")+` LIMIT 2`, append([]any{name}, args...)...)
+	if err != nil {
+		return nil, err
 	}
-	return ss, err
+	defer rows.Close()
+	var found []*Session
+	for rows.Next() {
+		ss, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, ss)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, errdefs.NotFound("session_not_found", "ledger session %s not found (shard ledger ls lists them)", name)
+	case 1:
+		return found[0], nil
+	}
+	return nil, ambiguous("ledger session", name)
 }
 
 func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	var ss Session
 	var created string
 	var last sql.NullString
-	if err := row.Scan(&ss.Name, &ss.SandboxID, &created, &ss.Events, &last); err != nil {
+	if err := row.Scan(&ss.Project, &ss.Name, &ss.SandboxID, &created, &ss.Events, &last); err != nil {
 		return nil, err
 	}
 	ss.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
@@ -233,33 +268,35 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	return &ss, nil
 }
 
-// deleteRow deletes the rows of table whose key column equals v (table and
-// column are this package's constants, never input).
+// deleteRow deletes the rows of table whose key column equals v, in ctx's
+// project (table and column are this package's constants, never input).
 func (s *Store) deleteRow(ctx context.Context, table, column string, v any) error {
+	cond, args := scope(ctx)
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?`, v)
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?`+cond, append([]any{v}, args...)...)
 		return err
 	})
 }
 
-// getDoc reads one JSON document; notFound is returned when there is none.
-func getDoc[T any](ctx context.Context, db *sql.DB, q string, arg any, notFound error) (*T, error) {
-	var doc string
-	err := db.QueryRowContext(ctx, q, arg).Scan(&doc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound
-	}
-	if err != nil {
+// getDoc reads the one record of table that where (with its one argument,
+// ?1) finds in ctx's project; notFound is returned when there is none, and
+// an ambiguous_name conflict when an unscoped lookup finds several.
+func getDoc[T any, PT projected[T]](ctx context.Context, db querier, table, where string, arg any, notFound error) (*T, error) {
+	cond, args := scope(ctx)
+	out, err := listDocs[T, PT](ctx, db, `SELECT project, doc FROM `+table+` WHERE (`+where+`)`+cond+` LIMIT 2`, append([]any{arg}, args...)...)
+	switch {
+	case err != nil:
 		return nil, err
+	case len(out) == 0:
+		return nil, notFound
+	case len(out) > 1:
+		return nil, ambiguous(strings.TrimSuffix(table, "s"), fmt.Sprint(arg))
 	}
-	v := new(T)
-	if err := json.Unmarshal([]byte(doc), v); err != nil {
-		return nil, fmt.Errorf("decode record: %w", err)
-	}
-	return v, nil
+	return out[0], nil
 }
 
-func listDocs[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]*T, error) {
+// listDocs decodes the records a query of (project, doc) rows returns.
+func listDocs[T any, PT projected[T]](ctx context.Context, db querier, q string, args ...any) ([]*T, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -267,15 +304,27 @@ func listDocs[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]
 	defer rows.Close()
 	var out []*T
 	for rows.Next() {
-		var doc string
-		if err := rows.Scan(&doc); err != nil {
+		var proj, doc string
+		if err := rows.Scan(&proj, &doc); err != nil {
 			return nil, err
 		}
 		v := new(T)
 		if err := json.Unmarshal([]byte(doc), v); err != nil {
 			return nil, fmt.Errorf("decode record: %w", err)
 		}
+		PT(v).setProject(proj)
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// querier is a database or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// list returns table's records in ctx's project.
+func list[T any, PT projected[T]](ctx context.Context, db *sql.DB, table string) ([]*T, error) {
+	cond, args := scope(ctx)
+	return listDocs[T, PT](ctx, db, `SELECT project, doc FROM `+table+` WHERE 1`+cond, args...)
 }

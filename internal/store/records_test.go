@@ -353,7 +353,7 @@ func TestEnvironments(t *testing.T) {
 	ctx := context.Background()
 	env := func(name, ck string) *Environment {
 		return &Environment{
-			Name: name, Image: "python:3", ImageDigest: "sha256:def", Provider: "gvisor",
+			Name: name, Project: "default", Image: "python:3", ImageDigest: "sha256:def", Provider: "gvisor",
 			MemoryBytes: 1 << 30, CPUMillis: 2000, DiskBytes: 4 << 30,
 			Env: []string{"PIP_NO_CACHE_DIR=1"}, Setup: [][]string{{"pip", "install", "numpy"}, {"sh", "-c", "echo ok"}},
 			Fingerprint: "fp-" + ck, Checkpoint: ck, CreatedAt: t0,

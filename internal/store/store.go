@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 	_ "modernc.org/sqlite"
 )
 
@@ -33,6 +34,7 @@ type Store struct {
 type Sandbox struct {
 	ID          string            `json:"id"`
 	Name        string            `json:"name"`
+	Project     string            `json:"project,omitempty"`
 	Image       string            `json:"image"`        // as the user gave it
 	ImageDigest string            `json:"image_digest"` // manifest digest
 	Provider    string            `json:"provider"`
@@ -79,6 +81,7 @@ type Policy struct {
 // Event is a ledger entry.
 type Event struct {
 	Seq       int64           `json:"seq"`
+	Project   string          `json:"project,omitempty"`
 	Session   string          `json:"session"`
 	Type      string          `json:"type"`
 	SandboxID string          `json:"sandbox_id"`
@@ -147,6 +150,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
 	return &Store{db: db, changed: make(chan struct{})}, nil
 }
 
@@ -165,8 +172,12 @@ type EventSpec struct {
 
 // CreateSandbox inserts a new record (and its ledger session and event).
 func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
+	var err error
+	if sb.Project, err = projectOf(ctx, sb.Project); err != nil {
+		return err
+	}
 	want := sb.Session
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		// Sessions outlive their sandboxes, so a name can come back: the
 		// new sandbox's session is NAME-2, NAME-3... (never a mix of two
 		// sandboxes' events in one session).
@@ -176,7 +187,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) e
 				if n > 1 {
 					sb.Session = fmt.Sprintf("%s-%d", want, n)
 				}
-				res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO sessions(name, sandbox_id, created_at) VALUES(?,?,?)`, sb.Session, sb.ID, ts(time.Now()))
+				res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO sessions(project, name, sandbox_id, created_at) VALUES(?,?,?,?)`, sb.Project, sb.Session, sb.ID, ts(time.Now()))
 				if err != nil {
 					return err
 				}
@@ -189,8 +200,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) e
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, name, doc) VALUES(?,?,?)`, sb.ID, sb.Name, string(doc)); err != nil {
-			if strings.Contains(err.Error(), "sandboxes.name") {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, project, name, doc) VALUES(?,?,?,?)`, sb.ID, sb.Project, sb.Name, string(doc)); err != nil {
+			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
 				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
 			}
 			return err
@@ -208,7 +219,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) e
 func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) (*EventSpec, error)) (*Sandbox, error) {
 	var out *Sandbox
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		sb, err := getTx(ctx, tx, `id = ?`, id)
+		sb, err := getTx(ctx, tx, `id = ?1`, id)
 		if err != nil {
 			return err
 		}
@@ -221,7 +232,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
-			if strings.Contains(err.Error(), "sandboxes.name") {
+			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
 				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
 			}
 			return err
@@ -235,7 +246,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 // DeleteSandbox removes the record, writing ev in the same transaction.
 func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		sb, err := getTx(ctx, tx, `id = ?`, id)
+		sb, err := getTx(ctx, tx, `id = ?1`, id)
 		if err != nil {
 			return err
 		}
@@ -253,12 +264,12 @@ func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, erro
 		return nil, err
 	}
 	defer tx.Rollback() // a read: nothing to commit, nobody to wake
-	return getTx(ctx, tx, `id = ? OR name = ?`, idOrName, idOrName)
+	return getTx(ctx, tx, `id = ?1 OR name = ?1`, idOrName)
 }
 
 // ListSandboxes returns every sandbox, oldest first.
 func (s *Store) ListSandboxes(ctx context.Context) ([]*Sandbox, error) {
-	out, err := listDocs[Sandbox](ctx, s.db, `SELECT doc FROM sandboxes`)
+	out, err := list[Sandbox](ctx, s.db, "sandboxes")
 	sortByCreated(out)
 	return out, err
 }
@@ -268,7 +279,9 @@ func (s *Store) Events(ctx context.Context, session string, after int64, limit i
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, session, type, sandbox_id, at, data FROM events WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?`, session, after, limit)
+	// A session is its project's: an unscoped ctx (the server's own)
+	// reads the default project's.
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events WHERE project = ? AND session = ? AND seq > ? ORDER BY seq LIMIT ?`, project.Of(ctx), session, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +291,7 @@ func (s *Store) Events(ctx context.Context, session string, after int64, limit i
 		var e Event
 		var at string
 		var data sql.NullString
-		if err := rows.Scan(&e.Seq, &e.Session, &e.Type, &e.SandboxID, &at, &data); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Project, &e.Session, &e.Type, &e.SandboxID, &at, &data); err != nil {
 			return nil, err
 		}
 		e.At, _ = time.Parse(time.RFC3339Nano, at)
@@ -321,28 +334,22 @@ func addEventSeq(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) (i
 		}
 		data = string(b)
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO events(session, type, sandbox_id, at, data) VALUES(?,?,?,?,?)`,
-		session, ev.Type, sb.ID, ts(time.Now()), data)
+	proj := sb.Project
+	if proj == "" {
+		proj = project.Default
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO events(project, session, type, sandbox_id, at, data) VALUES(?,?,?,?,?,?)`,
+		proj, session, ev.Type, sb.ID, ts(time.Now()), data)
 	if err != nil {
 		return 0, err
 	}
 	return res.LastInsertId()
 }
 
-func getTx(ctx context.Context, tx *sql.Tx, where string, args ...any) (*Sandbox, error) {
-	var doc string
-	err := tx.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE `+where+` LIMIT 1`, args...).Scan(&doc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.NotFound("sandbox_not_found", "sandbox %s not found", args[0])
-	}
-	if err != nil {
-		return nil, err
-	}
-	sb := new(Sandbox)
-	if err := json.Unmarshal([]byte(doc), sb); err != nil {
-		return nil, err
-	}
-	return sb, nil
+// getTx finds the one sandbox that where (with its one argument, ?1) finds
+// in ctx's project.
+func getTx(ctx context.Context, tx *sql.Tx, where string, arg any) (*Sandbox, error) {
+	return getDoc[Sandbox](ctx, tx, "sandboxes", where, arg, errdefs.NotFound("sandbox_not_found", "sandbox %s not found", arg))
 }
 
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
+)
+
+// Every table has a project column, and every query of a scoped context
+// (every API request is scoped) is filtered by it: an object of another
+// project is not found, as if absent. Names are unique per project. The
+// column is the truth; the records' Project fields are filled from it.
+
+// AllProjects is the project of a token that may act in every project.
+const AllProjects = "*"
+
+// schemaVersion is the database's PRAGMA user_version once migrated.
+const schemaVersion = 1
+
+// migrations[v] brings a database from user_version v to v+1.
+var migrations = []string{
+	// 0 → 1: projects. Tables whose names were unique are rebuilt with
+	// (project, name) unique; the others gain the column. Existing data
+	// belongs to the default project.
+	`
+CREATE TABLE sandboxes_v1 (id TEXT PRIMARY KEY, project TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, UNIQUE(project, name));
+INSERT INTO sandboxes_v1 SELECT id, 'default', name, doc FROM sandboxes;
+DROP TABLE sandboxes;
+ALTER TABLE sandboxes_v1 RENAME TO sandboxes;
+
+CREATE TABLE sessions_v1 (project TEXT NOT NULL, name TEXT NOT NULL, sandbox_id TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY(project, name));
+INSERT INTO sessions_v1 SELECT 'default', name, sandbox_id, created_at FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v1 RENAME TO sessions;
+
+ALTER TABLE events ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+DROP INDEX IF EXISTS events_session;
+CREATE INDEX events_session ON events(project, session, seq);
+
+ALTER TABLE checkpoints ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+
+CREATE TABLE snapshots_v1 (id TEXT PRIMARY KEY, project TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, UNIQUE(project, name));
+INSERT INTO snapshots_v1 SELECT id, 'default', name, doc FROM snapshots;
+DROP TABLE snapshots;
+ALTER TABLE snapshots_v1 RENAME TO snapshots;
+
+CREATE TABLE tokens_v1 (id TEXT PRIMARY KEY, project TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, UNIQUE(project, name));
+INSERT INTO tokens_v1 SELECT id, 'default', name, doc FROM tokens;
+DROP TABLE tokens;
+ALTER TABLE tokens_v1 RENAME TO tokens;
+
+CREATE TABLE secrets_v1 (project TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY(project, name));
+INSERT INTO secrets_v1 SELECT 'default', name, doc FROM secrets;
+DROP TABLE secrets;
+ALTER TABLE secrets_v1 RENAME TO secrets;
+
+CREATE TABLE environments_v1 (project TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY(project, name));
+INSERT INTO environments_v1 SELECT 'default', name, doc FROM environments;
+DROP TABLE environments;
+ALTER TABLE environments_v1 RENAME TO environments;
+`,
+}
+
+// migrate runs the migrations the database has not had, each in one
+// transaction with its new user_version, so a crash leaves it at a version.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var v int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("the database is of schema %d, newer than this shard's %d: use a newer shard", v, schemaVersion)
+	}
+	for ; v < schemaVersion; v++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scope is the SQL condition that keeps ctx's project's rows (" AND
+// project = ?" and its argument), or nothing for the server's own work.
+func scope(ctx context.Context) (string, []any) {
+	if p, ok := project.From(ctx); ok {
+		return ` AND project = ?`, []any{p}
+	}
+	return "", nil
+}
+
+// projectOf is the project a new record made under ctx belongs to: its own
+// if it names one (a fork's is its source's), else ctx's. A record of
+// another project than a scoped ctx's is a bug of the caller's, refused.
+func projectOf(ctx context.Context, rec string) (string, error) {
+	p, scoped := project.From(ctx)
+	switch {
+	case rec == "" && scoped:
+		return p, nil
+	case rec == "":
+		return project.Default, nil
+	case scoped && rec != p && rec != AllProjects:
+		return "", fmt.Errorf("a record of project %s written in project %s", rec, p)
+	}
+	return rec, nil
+}
+
+// ambiguous is the error of a name that, seen from every project, names
+// objects of several: the server's own lookups are by id.
+func ambiguous(what, name string) error {
+	return errdefs.Conflict("ambiguous_name", "%s %s exists in more than one project: give its id, or choose a project", what, name)
+}
+
+// projected is a record whose project the store fills in from its column.
+type projected[T any] interface {
+	*T
+	setProject(string)
+}
+
+func (s *Sandbox) setProject(p string)     { s.Project = p }
+func (c *Checkpoint) setProject(p string)  { c.Project = p }
+func (s *Snapshot) setProject(p string)    { s.Project = p }
+func (e *Environment) setProject(p string) { e.Project = p }
+func (t *Token) setProject(p string)       { t.Project = p }
+func (s *Secret) setProject(p string)      { s.Project = p }
