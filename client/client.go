@@ -663,6 +663,16 @@ func (c *Client) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	return &out, nil
 }
 
+// Projects lists the projects that hold anything (a project's key: its
+// own).
+func (c *Client) Projects(ctx context.Context) ([]Project, error) {
+	var out struct {
+		Projects []Project `json:"projects"`
+	}
+	err := c.call(ctx, "GET", "/projects", nil, &out)
+	return out.Projects, err
+}
+
 // CreateToken makes an API key with the given scopes (POST /v0/tokens). The
 // answer's Key is shown this once: the server keeps only its hash. Creating
 // tokens needs token:write (the Unix socket, the administrator, has every

@@ -330,6 +330,19 @@ type Token struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// Project is a project and how many objects of each kind it holds (GET
+// /v0/projects).
+type Project struct {
+	Name         string `json:"name"`
+	Sandboxes    int    `json:"sandboxes"`
+	Sessions     int    `json:"sessions"`
+	Checkpoints  int    `json:"checkpoints"`
+	Snapshots    int    `json:"snapshots"`
+	Environments int    `json:"environments"`
+	Secrets      int    `json:"secrets"`
+	Tokens       int    `json:"tokens"`
+}
+
 // TokenRequest is the body of POST /v0/tokens.
 type TokenRequest struct {
 	Name   string   `json:"name"`

@@ -80,7 +80,7 @@ and imported images.`,
 		newLedgerCmd(a), newEnvCmd(a), newDfCmd(a),
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
-		newPolicyCmd(a), newPortCmd(a),
+		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
 	)
 	return root
 }

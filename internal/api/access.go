@@ -55,6 +55,28 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 	return TokenCreated{Token: tokenView(rec), Key: key}, http.StatusCreated, nil
 }
 
+// listProjects lists the projects that hold anything: every one for a key
+// of every project, else the key's own.
+func (s *Server) listProjects(r *http.Request) (any, int, error) {
+	ctx := r.Context()
+	if p := auth.From(ctx); p == nil || p.AllProjects() {
+		ctx = project.With(ctx, "")
+	}
+	all, err := s.Sandboxes.Store().Projects(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Project, 0, len(all)+1)
+	for _, p := range all {
+		out = append(out, Project{Name: p.Name, Sandboxes: p.Sandboxes, Sessions: p.Sessions, Checkpoints: p.Checkpoints,
+			Snapshots: p.Snapshots, Environments: p.Environments, Secrets: p.Secrets, Tokens: p.Tokens})
+	}
+	if own, scoped := project.From(ctx); scoped && len(out) == 0 {
+		out = append(out, Project{Name: own}) // a project's key sees its own, empty or not
+	}
+	return map[string]any{"projects": out}, 200, nil
+}
+
 // tokenContext is where a request sees tokens: a key of every project sees
 // them all, a project's key its project's.
 func tokenContext(r *http.Request) context.Context {

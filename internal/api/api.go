@@ -99,6 +99,7 @@ func (s *Server) routes() []route {
 		j("POST /v0/images/import", auth.SandboxWrite, s.importImage),
 		j("GET /v0/images/{ref...}", auth.SandboxRead, s.getImage),
 		j("DELETE /v0/images/{ref...}", auth.SandboxWrite, s.removeImage),
+		j("GET /v0/projects", auth.SandboxRead, s.listProjects),
 		j("POST /v0/tokens", auth.TokenWrite, s.createToken),
 		j("GET /v0/tokens", auth.TokenRead, s.listTokens),
 		j("DELETE /v0/tokens/{id}", auth.TokenWrite, s.revokeToken),

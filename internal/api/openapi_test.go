@@ -61,6 +61,7 @@ var routes = []string{
 	"GET /v0/environments/{name}",
 	"DELETE /v0/environments/{name}",
 	"GET /v0/system/df",
+	"GET /v0/projects",
 	"POST /v0/tokens",
 	"GET /v0/tokens",
 	"DELETE /v0/tokens/{id}",

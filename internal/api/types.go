@@ -33,6 +33,7 @@ type (
 	DiskUsageItem      = client.DiskUsageItem
 	StoreSpace         = client.StoreSpace
 	Token              = client.Token
+	Project            = client.Project
 	TokenRequest       = client.TokenRequest
 	TokenCreated       = client.TokenCreated
 	Secret             = client.Secret

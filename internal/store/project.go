@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
@@ -137,3 +139,63 @@ func (s *Snapshot) setProject(p string)    { s.Project = p }
 func (e *Environment) setProject(p string) { e.Project = p }
 func (t *Token) setProject(p string)       { t.Project = p }
 func (s *Secret) setProject(p string)      { s.Project = p }
+
+// ProjectCounts is a project and how many objects of each kind it holds.
+type ProjectCounts struct {
+	Name         string
+	Sandboxes    int
+	Sessions     int
+	Checkpoints  int
+	Snapshots    int
+	Environments int
+	Secrets      int
+	Tokens       int
+}
+
+// Projects lists the projects that hold anything (ctx's only, when it is
+// scoped), by name.
+func (s *Store) Projects(ctx context.Context) ([]*ProjectCounts, error) {
+	cond, args := scope(ctx)
+	byName := map[string]*ProjectCounts{}
+	for _, t := range []struct {
+		table string
+		n     func(*ProjectCounts) *int
+	}{
+		{"sandboxes", func(p *ProjectCounts) *int { return &p.Sandboxes }},
+		{"sessions", func(p *ProjectCounts) *int { return &p.Sessions }},
+		{"checkpoints", func(p *ProjectCounts) *int { return &p.Checkpoints }},
+		{"snapshots", func(p *ProjectCounts) *int { return &p.Snapshots }},
+		{"environments", func(p *ProjectCounts) *int { return &p.Environments }},
+		{"secrets", func(p *ProjectCounts) *int { return &p.Secrets }},
+		{"tokens", func(p *ProjectCounts) *int { return &p.Tokens }},
+	} {
+		rows, err := s.db.QueryContext(ctx, `SELECT project, COUNT(*) FROM `+t.table+` WHERE project != '*'`+cond+` GROUP BY project`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var name string
+			var n int
+			if err := rows.Scan(&name, &n); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			p := byName[name]
+			if p == nil {
+				p = &ProjectCounts{Name: name}
+				byName[name] = p
+			}
+			*t.n(p) = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*ProjectCounts, 0, len(byName))
+	for _, p := range byName {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *ProjectCounts) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}

@@ -189,6 +189,7 @@ func TestProjectMatrix(t *testing.T) {
 		"GET /v0/ledger/sessions":                   nil,
 		"GET /v0/environments":                      nil,
 		"GET /v0/tokens":                            nil,
+		"GET /v0/projects":                          nil,
 		"GET /v0/secrets":                           nil,
 		"GET /v0/system/df":                         nil,
 		"GET /v0/images":                            nil,
@@ -255,7 +256,7 @@ func TestProjectMatrix(t *testing.T) {
 
 	// pb's lists show none of pa's; pa's show them.
 	secretsOf := []string{run.ID, stopped.ID, ck.ID, snap.ID, "pm-snap", "pm-env", "pm-secret", "pm-stopped", tokA}
-	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df"} {
+	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df", "/v0/projects"} {
 		calls += 2
 		status, ce, body := projCall(t, "GET", l, keyB, "", nil)
 		if status != 200 {
@@ -266,8 +267,11 @@ func TestProjectMatrix(t *testing.T) {
 				t.Errorf("GET %s with pb's key shows pa's %s: %s", l, s, body)
 			}
 		}
-		if _, _, body := projCall(t, "GET", l, keyA, "", nil); l != "/v0/system/df" && l != "/v0/tokens" && !strings.Contains(body, "pm-") {
+		if _, _, body := projCall(t, "GET", l, keyA, "", nil); l != "/v0/system/df" && l != "/v0/tokens" && l != "/v0/projects" && !strings.Contains(body, "pm-") {
 			t.Errorf("GET %s with pa's key shows nothing of pa's: %s", l, body)
+		}
+		if l == "/v0/projects" && (strings.Contains(body, `"pa"`) || !strings.Contains(body, `"pb"`)) {
+			t.Errorf("GET /v0/projects with pb's key: %s, want pb's only", body)
 		}
 	}
 	// Only a key of every project lists them all.
