@@ -5,7 +5,8 @@ Runs only with SHARD_INTEGRATION=1, and then it needs (and fails loudly
 without) SHARD_REMOTE, SHARD_API_KEY (scope "*") for an http(s) remote,
 SHARD_TEST_PYTHON_IMAGE (an image with python and pip, standing in for
 python:3.12-slim) and SHARD_TEST_PIP_INDEX (a PEP 503 index reachable from
-inside sandboxes, with requests 2.31.0 and 2.32.3).
+inside sandboxes, with requests 2.31.0 and 2.32.3). ProjectTest needs
+SHARD_TEST_OTHER_PROJECT_KEY: a key of a project other than SHARD_API_KEY's.
 """
 
 from __future__ import annotations
