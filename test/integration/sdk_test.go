@@ -9,24 +9,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 )
 
-// sdkEnv is what the SDKs' own test suites get: the server over TCP with a
-// key of every scope, the local images that stand in for python:3.12-slim
-// and node:22, and the package index that stands in for PyPI.
+// sdkEnv is what the SDKs' own test suites get: sdkServerEnv, the local
+// images that stand in for python:3.12-slim and node:22, and the package
+// index that stands in for PyPI.
 func sdkEnv(t *testing.T) []string {
 	t.Helper()
-	e := need(t)
 	index := startPackageIndex(t)
+	return append(sdkServerEnv(t),
+		"SHARD_TEST_PYTHON_IMAGE="+python,
+		"SHARD_TEST_NODE_IMAGE=node:22",
+		"SHARD_TEST_PIP_INDEX="+index,
+	)
+}
+
+// sdkServerEnv is the server over TCP with a key of every scope (of the
+// default project) and a key of another project, which must not see the
+// SDK tests' sandboxes.
+func sdkServerEnv(t *testing.T) []string {
+	t.Helper()
+	e := need(t)
 	key := token(t, "sdk-tests", auth.All)
+	other, err := e.c.CreateToken(ctxT(t), client.TokenRequest{Name: "sdk-tests-other", Scopes: []string{auth.All}, Project: "sdk-other"})
+	if err != nil {
+		t.Fatalf("token of project sdk-other: %v", err)
+	}
+	t.Cleanup(func() { e.c.RevokeToken(context.Background(), other.ID) })
 	return append(os.Environ(),
 		"SHARD_INTEGRATION=1",
 		"SHARD_REMOTE=http://"+e.tcp,
 		"SHARD_API_KEY="+key,
-		"SHARD_TEST_PYTHON_IMAGE="+python,
-		"SHARD_TEST_NODE_IMAGE=node:22",
-		"SHARD_TEST_PIP_INDEX="+index,
+		"SHARD_TEST_OTHER_PROJECT_KEY="+other.Key,
 	)
 }
 
@@ -64,4 +80,18 @@ func TestSDKPython(t *testing.T) {
 	e := need(t)
 	env := sdkEnv(t)
 	runSuite(t, filepath.Join(e.root, "sdk", "python"), env, 20*time.Minute, "/usr/bin/python3", "-m", "unittest", "discover", "-s", "tests", "-v")
+}
+
+// TestSDKProjects runs only the SDKs' project checks (a key of another
+// project gets 404 for their sandbox, 403 naming theirs), which
+// TestSDKPython and TestSDKTypeScript run too, among the rest.
+func TestSDKProjects(t *testing.T) {
+	e := need(t)
+	env := append(sdkServerEnv(t), "SHARD_TEST_PYTHON_IMAGE="+python) // no package index: they install nothing
+	runSuite(t, filepath.Join(e.root, "sdk", "python"), env, 5*time.Minute,
+		"/usr/bin/python3", "-m", "unittest", "discover", "-s", "tests", "-p", "test_integration.py", "-k", "ProjectTest", "-v")
+	dir := filepath.Join(e.root, "sdk", "typescript")
+	runSuite(t, dir, env, 5*time.Minute, "npm", "ci", "--no-audit", "--no-fund")
+	runSuite(t, dir, env, 5*time.Minute, "npm", "run", "pretest")
+	runSuite(t, dir, env, 5*time.Minute, "node", "--test", "dist-test/projects.integration.test.js")
 }

@@ -177,6 +177,7 @@ def sandbox_json(id: str = "0123456789ab", name: str = "base", **kw: Any) -> Dic
     d: Dict[str, Any] = {
         "id": id,
         "name": name,
+        "project": "default",
         "image": "python:3.12-slim",
         "image_digest": "sha256:00",
         "provider": "gvisor",

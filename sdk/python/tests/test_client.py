@@ -326,6 +326,74 @@ class AuthAndEnvTest(unittest.TestCase):
                     shard.list()
             self.assertEqual(fake.last("GET", "/sandboxes").headers.get("Authorization"), "Bearer arg")
 
+    def test_project_header_on_every_request(self) -> None:
+        with FakeServer() as fake:
+            fake.route("POST", "/sandboxes", status=201, body=sandbox_json(project="team-a"))
+            fake.route("GET", PATH, body=sandbox_json(project="team-a"))
+            fake.route("GET", "/sandboxes", body={"sandboxes": []})
+            fake.route("POST", PATH + "/exec", exec_route([{"type": "stdout", "data": b64("1\n")}, {"type": "exit", "exit_code": 0}]))
+            with mock.patch.dict(os.environ, {"SHARD_PROJECT": "from-env"}):
+                with Shard(fake.url, "k", project="team-a") as shard:
+                    self.assertEqual(shard.project, "team-a")
+                    sb = shard.create("busybox")
+                    self.assertEqual(sb.info.project, "team-a")
+                    sb.refresh()
+                    self.assertEqual(sb.exec(["echo", "1"]).stdout, "1\n")
+                    with sb.exec_stream(["echo", "1"]) as st:
+                        st.wait()
+                    shard.list()
+            self.assertEqual(len(fake.requests), 5)
+            for rec in fake.requests:
+                self.assertEqual(rec.headers.get("Shard-Project"), "team-a", f"{rec.method} {rec.path}")
+            with mock.patch.dict(os.environ, {"SHARD_PROJECT": "from-env"}):
+                with Shard(fake.url, "k") as shard:
+                    self.assertEqual(shard.project, "from-env")
+                    shard.list()
+            self.assertEqual(fake.last("GET", "/sandboxes").headers.get("Shard-Project"), "from-env")
+            with mock.patch.dict(os.environ, {"SHARD_PROJECT": ""}):
+                with Shard(fake.url, "k") as shard:
+                    self.assertEqual(shard.project, "")
+                    shard.list()
+            self.assertNotIn("Shard-Project", fake.last("GET", "/sandboxes").headers)
+
+    def test_list_all_projects(self) -> None:
+        with FakeServer() as fake:
+            fake.route(
+                "GET",
+                "/sandboxes",
+                body={"sandboxes": [sandbox_json(project="team-a"), sandbox_json(id="ba9876543210", name="b", project="team-b")]},
+            )
+            with Shard(fake.url, "k") as shard:
+                sbs = shard.list(all_projects=True)
+                self.assertEqual(fake.last("GET", "/sandboxes").query, {"all_projects": ["true"]})
+                self.assertEqual([(s.info.project, s.name) for s in sbs], [("team-a", "base"), ("team-b", "b")])
+                shard.list()
+                self.assertEqual(fake.last("GET", "/sandboxes").query, {})
+            fake.route("GET", "/sandboxes", status=403, body={"code": "wrong_project", "message": "token ci belongs to project a"})
+            with Shard(fake.url, "k") as shard:
+                with self.assertRaises(ShardError) as cm:
+                    shard.list(all_projects=True)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("wrong_project", 403))
+
+    def test_tokens(self) -> None:
+        with FakeServer() as fake:
+            tok = {"id": "a1", "name": "agent", "project": "team-a", "scopes": ["sandbox:*"], "created_at": "2025-01-01T00:00:00Z"}
+            fake.route("POST", "/tokens", status=201, body=dict(tok, key="shk_a1_x"))
+            fake.route("GET", "/tokens", body={"tokens": [tok, dict(tok, id="a2", name="admin", project="*", scopes=["*"])]})
+            fake.route("DELETE", "/tokens/a1", body={"revoked": "a1"})
+            with Shard(fake.url, "k", project="ops") as shard:
+                t = shard.create_token("agent", ["sandbox:*"], project="team-a")
+                self.assertEqual(fake.last("POST", "/tokens").json, {"name": "agent", "scopes": ["sandbox:*"], "project": "team-a"})
+                self.assertEqual(fake.last("POST", "/tokens").headers.get("Shard-Project"), "ops")
+                self.assertEqual((t.project, t.key), ("team-a", "shk_a1_x"))
+                shard.create_token("same-project", ["sandbox:read"])
+                self.assertEqual(fake.last("POST", "/tokens").json, {"name": "same-project", "scopes": ["sandbox:read"]})
+                self.assertEqual([(x.name, x.project, x.key) for x in shard.tokens()], [("agent", "team-a", None), ("admin", "*", None)])
+                shard.revoke_token(t)
+                self.assertEqual(fake.last("DELETE", "/tokens/a1").method, "DELETE")
+                with self.assertRaises(TypeError):
+                    shard.create_token("x", "sandbox:read")
+
     def test_default_is_the_admin_socket(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("SHARD_REMOTE", "SHARD_API_KEY")}
         with mock.patch.dict(os.environ, env, clear=True):

@@ -5,7 +5,8 @@ Runs only with SHARD_INTEGRATION=1, and then it needs (and fails loudly
 without) SHARD_REMOTE, SHARD_API_KEY (scope "*") for an http(s) remote,
 SHARD_TEST_PYTHON_IMAGE (an image with python and pip, standing in for
 python:3.12-slim) and SHARD_TEST_PIP_INDEX (a PEP 503 index reachable from
-inside sandboxes, with requests 2.31.0 and 2.32.3).
+inside sandboxes, with requests 2.31.0 and 2.32.3). ProjectTest needs
+SHARD_TEST_OTHER_PROJECT_KEY: a key of a project other than SHARD_API_KEY's.
 """
 
 from __future__ import annotations
@@ -289,6 +290,36 @@ class IntegrationTest(unittest.TestCase):
         # The setup sandbox is gone.
         with self.assertRaises(ShardError):
             self.shard.get(calls[0])
+
+
+@unittest.skipUnless(INTEGRATION, "set SHARD_INTEGRATION=1 (and SHARD_REMOTE, SHARD_API_KEY, SHARD_TEST_PYTHON_IMAGE, "
+                                  "SHARD_TEST_OTHER_PROJECT_KEY) to run against a real server")
+class ProjectTest(unittest.TestCase):
+    """Projects: SHARD_TEST_OTHER_PROJECT_KEY, a key made for a project that
+    is not SHARD_API_KEY's, cannot see this client's sandboxes."""
+
+    def test_another_projects_key_cannot_see_the_sandbox(self) -> None:
+        require("SHARD_REMOTE")
+        other_key = require("SHARD_TEST_OTHER_PROJECT_KEY")
+        image = require("SHARD_TEST_PYTHON_IMAGE")
+        with Shard() as shard, Shard(api_key=other_key) as other:
+            sb = shard.create(image, name="sdkpy-proj-" + secrets.token_hex(3), memory_mib=128)
+            try:
+                mine = sb.info.project
+                self.assertTrue(mine, sb.info.raw)
+                for ref in (sb.id, sb.name):
+                    with self.assertRaises(ShardError) as cm:
+                        other.get(ref)
+                    self.assertEqual((cm.exception.code, cm.exception.status), ("sandbox_not_found", 404))
+                self.assertNotIn(sb.id, [s.id for s in other.list()])
+                self.assertIn(sb.id, [s.id for s in shard.list()])
+                # Naming this client's project with the other key is refused.
+                with Shard(api_key=other_key, project=mine) as wrong:
+                    with self.assertRaises(ShardError) as cm:
+                        wrong.list()
+                    self.assertEqual((cm.exception.code, cm.exception.status), ("wrong_project", 403))
+            finally:
+                sb.remove(force=True)
 
 
 if __name__ == "__main__":

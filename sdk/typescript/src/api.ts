@@ -16,6 +16,9 @@ import type {
   SandboxInfo,
   SecretInfo,
   Session,
+  Token,
+  TokenCreated,
+  TokenRequest,
 } from "./types.js";
 
 /** How long calls refused with 409 sandbox_frozen (a fork or checkpoint holds the sandbox) are retried. */
@@ -42,6 +45,15 @@ export async function retryFrozen<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/** Options of a sandbox list. */
+export interface ListOptions {
+  /**
+   * Every project's sandboxes (each names its `project`), not only the
+   * client's project's. Only a key of every project may ask.
+   */
+  allProjects?: boolean;
+}
+
 export class ShardApi {
   readonly transport: Transport;
 
@@ -64,8 +76,13 @@ export class ShardApi {
     return this.transport.json("POST", "/sandboxes", req);
   }
 
-  async listSandboxes(): Promise<SandboxInfo[]> {
-    const out = await this.transport.json<{ sandboxes: SandboxInfo[] }>("GET", "/sandboxes");
+  /**
+   * The sandboxes of the client's project; with `allProjects`, every
+   * project's (a key of every project only: else 403 `wrong_project`).
+   */
+  async listSandboxes(options: ListOptions = {}): Promise<SandboxInfo[]> {
+    const q = options.allProjects ? "?all_projects=true" : "";
+    const out = await this.transport.json<{ sandboxes: SandboxInfo[] }>("GET", "/sandboxes" + q);
     return out?.sandboxes ?? [];
   }
 
@@ -196,5 +213,27 @@ export class ShardApi {
 
   async clearPolicy(sandbox: string): Promise<void> {
     await this.transport.json("DELETE", `/sandboxes/${seg(sandbox)}/policy`);
+  }
+
+  // API keys
+
+  /**
+   * Makes an API key (`token:write`); its `key` is shown this once. It acts
+   * in `req.project` (default: the client's project); `"*"` makes a key of
+   * every project, which only such a key (or the socket) may make.
+   */
+  createToken(req: TokenRequest): Promise<TokenCreated> {
+    return this.transport.json("POST", "/tokens", req);
+  }
+
+  /** The API keys the client's key may see (`token:read`): its project's, or all for a key of every project. */
+  async listTokens(): Promise<Token[]> {
+    const out = await this.transport.json<{ tokens: Token[] }>("GET", "/tokens");
+    return out?.tokens ?? [];
+  }
+
+  /** Revokes an API key by id or name (`token:write`). */
+  async revokeToken(idOrName: string): Promise<void> {
+    await this.transport.json("DELETE", `/tokens/${seg(idOrName)}`);
   }
 }

@@ -247,8 +247,8 @@ export class Credentials {
   constructor(private readonly handle: SandboxHandle) {}
 
   /**
-   * Stores value as the server's secret `name` (server-wide: it replaces any
-   * value stored under that name) and grants it to this sandbox: as the
+   * Stores value as the server's secret `name` (one per project: it replaces
+   * any value stored under that name in the client's project) and grants it to this sandbox: as the
    * environment variable options.env (default: name) of every later exec,
    * or, with options.file, as that file (mode 0400). Forks made afterwards
    * carry the grant.

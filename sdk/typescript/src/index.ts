@@ -4,7 +4,9 @@
 //
 // Both clients reach the server at options.remote or $SHARD_REMOTE (default
 // http://127.0.0.1:7070) with the API key in options.apiKey or
-// $SHARD_API_KEY, sent as `Authorization: Bearer KEY`.
+// $SHARD_API_KEY, sent as `Authorization: Bearer KEY`, acting in the project
+// options.project or $SHARD_PROJECT names (header `Shard-Project`; none: the
+// key's own project).
 
 export { Shard, Sandbox, createRequest } from "./shard.js";
 export type { ShardOptions, CreateOptions, SandboxExecOptions } from "./shard.js";
@@ -14,7 +16,8 @@ export { ExecRun, execRequest } from "./exec.js";
 export type { ExecOptions, ExecResult, WritableLike } from "./exec.js";
 export { ShardError, isShardError } from "./errors.js";
 export { ShardApi, retryFrozen } from "./api.js";
-export { Transport, DEFAULT_REMOTE, resolveConnection, errorFromBody } from "./transport.js";
+export type { ListOptions } from "./api.js";
+export { Transport, DEFAULT_REMOTE, PROJECT_HEADER, resolveConnection, errorFromBody } from "./transport.js";
 export type { ConnectionOptions, RawResponse } from "./transport.js";
 export { toMemory, toCpu, resourcesToRequest } from "./quantity.js";
 export type { Resources } from "./quantity.js";

@@ -1,7 +1,7 @@
 // Shard and Sandbox: the SDK's direct form, one method per API verb
 // (seed 001: create, exec with an argv, fork, remove).
 
-import { ShardApi } from "./api.js";
+import { ShardApi, type ListOptions } from "./api.js";
 import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
@@ -75,6 +75,11 @@ export class Shard {
     return this.api.transport.base;
   }
 
+  /** The project requests name (options.project or $SHARD_PROJECT); "" when none: the key's own. */
+  get project(): string {
+    return this.api.transport.project;
+  }
+
   /** Creates and starts a sandbox. */
   async create(options: CreateOptions): Promise<Sandbox> {
     return new Sandbox(this, await this.api.createSandbox(createRequest(options)));
@@ -85,9 +90,12 @@ export class Shard {
     return new Sandbox(this, await this.api.getSandbox(idOrName));
   }
 
-  /** Every sandbox on the server. */
-  async list(): Promise<Sandbox[]> {
-    return (await this.api.listSandboxes()).map((info) => new Sandbox(this, info));
+  /**
+   * Every sandbox of the client's project; `list({ allProjects: true })`:
+   * every project's (a key of every project only, else 403 `wrong_project`).
+   */
+  async list(options: ListOptions = {}): Promise<Sandbox[]> {
+    return (await this.api.listSandboxes(options)).map((info) => new Sandbox(this, info));
   }
 
   /** A new sandbox from a checkpoint (restoreSnapshot): nothing is replayed. */

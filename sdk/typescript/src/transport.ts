@@ -18,6 +18,14 @@ export interface ConnectionOptions {
   /** API key, sent as `Authorization: Bearer KEY`. Default: $SHARD_API_KEY. */
   apiKey?: string;
   /**
+   * The project every request acts in, sent as `Shard-Project: NAME`.
+   * Default: $SHARD_PROJECT; with neither, no header is sent and the server
+   * uses the key's own project (for a key of every project, or the socket,
+   * "default"). A key made for one project may name only its own (else 403
+   * `wrong_project`), and sees only that project's objects.
+   */
+  project?: string;
+  /**
    * Path of the server's Unix socket (the administrator's way in, root only),
    * used instead of `remote` when given. Never taken from the environment.
    */
@@ -30,18 +38,24 @@ export interface RawResponse {
   body: http.IncomingMessage;
 }
 
+/** The header that names the project a request acts in. */
+export const PROJECT_HEADER = "Shard-Project";
+
 /** Resolves options against the environment. */
-export function resolveConnection(o: ConnectionOptions = {}): { remote: string; apiKey: string; socket?: string } {
+export function resolveConnection(o: ConnectionOptions = {}): { remote: string; apiKey: string; project: string; socket?: string } {
   const env = process.env;
   const remote = (o.remote || env.SHARD_REMOTE || DEFAULT_REMOTE).trim();
   const apiKey = o.apiKey ?? env.SHARD_API_KEY ?? "";
-  return o.socket ? { remote, apiKey, socket: o.socket } : { remote, apiKey };
+  const project = (o.project || env.SHARD_PROJECT || "").trim();
+  return o.socket ? { remote, apiKey, project, socket: o.socket } : { remote, apiKey, project };
 }
 
 export class Transport {
   /** scheme://host[:port][/prefix] without a trailing slash. */
   readonly base: string;
   readonly apiKey: string;
+  /** The project requests act in ("": none named, the key's own). */
+  readonly project: string;
   readonly socket?: string;
   private readonly url: URL;
   private readonly mod: typeof http | typeof https;
@@ -52,6 +66,7 @@ export class Transport {
   constructor(o: ConnectionOptions = {}) {
     const r = resolveConnection(o);
     this.apiKey = r.apiKey;
+    this.project = r.project;
     if (r.socket) {
       this.socket = r.socket;
       this.url = new URL("http://shard");
@@ -87,6 +102,18 @@ export class Transport {
     this.agent.destroy();
   }
 
+  /**
+   * The headers that say who asks and in which project: Authorization and
+   * Shard-Project, as every request sends them (for a WebSocket or proxied
+   * request made outside this transport).
+   */
+  authHeaders(): Record<string, string> {
+    const h: Record<string, string> = {};
+    if (this.apiKey) h.Authorization = `Bearer ${this.apiKey}`;
+    if (this.project) h[PROJECT_HEADER] = this.project;
+    return h;
+  }
+
   private where(): string {
     return this.socket ? `the socket ${this.socket}` : this.base;
   }
@@ -100,8 +127,7 @@ export class Transport {
     if (this.closed) throw new ShardError("closed", "the shard client was closed");
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const prefix = this.socket ? "" : this.url.pathname.replace(/\/+$/, "");
-    const headers: http.OutgoingHttpHeaders = { Accept: "application/json, application/x-ndjson" };
-    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    const headers: http.OutgoingHttpHeaders = { Accept: "application/json, application/x-ndjson", ...this.authHeaders() };
     if (payload) {
       headers["Content-Type"] = "application/json";
       headers["Content-Length"] = payload.length;

@@ -34,7 +34,10 @@ export interface Policy {
 /** A sandbox as the API shows it. */
 export interface SandboxInfo {
   id: string;
+  /** Unique in its project. */
   name: string;
+  /** The project it belongs to (see ConnectionOptions.project). */
+  project: string;
   image: string;
   image_digest: string;
   provider: Provider | string;
@@ -185,6 +188,35 @@ export interface SecretInfo {
   name: string;
   created_at: string;
   updated_at: string;
+}
+
+/** An API key's record (GET /v0/tokens); never the key itself. */
+export interface Token {
+  id: string;
+  /** Unique in its project. */
+  name: string;
+  /** The one project the key acts in, or "*" for every project. */
+  project: string;
+  scopes: string[];
+  created_at: string;
+}
+
+/** The body of POST /v0/tokens. */
+export interface TokenRequest {
+  name: string;
+  /** At least one, e.g. "sandbox:read", "sandbox:*", "*"; no more than the caller's own. */
+  scopes: string[];
+  /**
+   * The one project the key may act in (default: the project of the request
+   * that makes it); "*" makes a key of every project, which only such a key
+   * may make (else 403 `wrong_project`).
+   */
+  project?: string;
+}
+
+/** The answer to POST /v0/tokens: `key` is shown this once. */
+export interface TokenCreated extends Token {
+  key: string;
 }
 
 /** A ledger session: the durable event log of one sandbox. */

@@ -62,6 +62,82 @@ test("options override the environment; no key means no Authorization header", (
     }),
   ));
 
+test("projects: Shard-Project (options.project, else SHARD_PROJECT) goes with every request, exec streams too", () =>
+  withFake((f) =>
+    withEnv({ SHARD_PROJECT: "from-env" }, async () => {
+      const shard = new Shard({ remote: f.url });
+      const client = new SandboxClient({ remote: f.url, project: "from-options" });
+      try {
+        assert.equal(shard.project, "from-env");
+        const sb = await shard.create({ name: "a", image: "img" });
+        assert.equal(sb.info.project, "from-env");
+        await sb.exec(["true"]);
+        await sb.refresh();
+        await sb.remove({ force: true });
+        const h = await client.sandbox({ image: "img" });
+        await h.exec(["true"]);
+        await h.close();
+        await client.api.createToken({ name: "ci", scopes: ["sandbox:read"] });
+        const seen = f.requests.map((r) => `${r.method} ${r.path} ${r.headers["shard-project"]}`);
+        const want = (p: string) => (line: string) => line.endsWith(" " + p);
+        assert.ok(seen.length >= 8, seen.join("\n"));
+        assert.deepEqual(seen.slice(0, 4).filter(want("from-env")), seen.slice(0, 4), seen.join("\n"));
+        assert.deepEqual(seen.slice(4).filter(want("from-options")), seen.slice(4), seen.join("\n"));
+        assert.ok(seen.some((l) => l.startsWith("POST /v0/sandboxes/") && l.includes("/exec from-env")), seen.join("\n"));
+        assert.ok(seen.some((l) => l.startsWith("POST /v0/sandboxes/") && l.includes("/exec from-options")), seen.join("\n"));
+      } finally {
+        shard.close();
+        await client.close();
+      }
+      await withEnv({ SHARD_PROJECT: undefined }, async () => {
+        const s2 = new Shard({ remote: f.url });
+        assert.equal(s2.project, "");
+        await s2.list();
+        assert.equal(f.requests.at(-1)!.headers["shard-project"], undefined);
+        s2.close();
+      });
+    }),
+  ));
+
+test("projects: another project's sandbox is not found; list({ allProjects: true }) asks for every project's", () =>
+  withFake(async (f) => {
+    const a = new Shard({ remote: f.url, project: "team-a" });
+    const b = new Shard({ remote: f.url, project: "team-b" });
+    try {
+      const sa = await a.create({ name: "x", image: "img" });
+      await b.create({ name: "y", image: "img" });
+      await assert.rejects(b.get(sa.id), (e: unknown) => e instanceof ShardError && e.code === "sandbox_not_found" && e.status === 404);
+      assert.deepEqual((await b.list()).map((s) => s.name), ["y"]);
+      assert.equal(f.requests.at(-1)!.path, "/v0/sandboxes");
+      const all = await b.list({ allProjects: true });
+      assert.equal(f.requests.at(-1)!.path, "/v0/sandboxes?all_projects=true");
+      assert.deepEqual(all.map((s) => `${s.info.project}/${s.name}`).sort(), ["team-a/x", "team-b/y"]);
+      assert.deepEqual(await b.api.listSandboxes({ allProjects: false }).then((l) => l.map((s) => s.name)), ["y"]);
+    } finally {
+      a.close();
+      b.close();
+    }
+  }));
+
+test("tokens: createToken sends its project; listTokens and revokeToken", () =>
+  withFake(async (f) => {
+    const shard = new Shard({ remote: f.url, apiKey: "k", project: "ops" });
+    try {
+      const t = await shard.api.createToken({ name: "agent", scopes: ["sandbox:*"], project: "team-a" });
+      assert.deepEqual(f.requests.at(-1)!.body, { name: "agent", scopes: ["sandbox:*"], project: "team-a" });
+      assert.equal(f.requests.at(-1)!.headers["shard-project"], "ops");
+      assert.equal(t.project, "team-a");
+      assert.equal(t.key, "shk_a1_x");
+      const toks = await shard.api.listTokens();
+      assert.deepEqual(toks.map((x) => [x.name, x.project]), [["ci", "*"]]);
+      await shard.api.revokeToken("agent");
+      assert.equal(f.requests.at(-1)!.method, "DELETE");
+      assert.equal(f.requests.at(-1)!.path, "/v0/tokens/agent");
+    } finally {
+      shard.close();
+    }
+  }));
+
 test("without SHARD_REMOTE the default is http://127.0.0.1:7070", () =>
   withEnv({ SHARD_REMOTE: undefined }, () => {
     assert.equal(DEFAULT_REMOTE, "http://127.0.0.1:7070");

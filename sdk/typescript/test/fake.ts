@@ -74,6 +74,7 @@ export class FakeShard {
     const sb = {
       id,
       name: fields.name || id,
+      project: fields.project ?? "default",
       image: fields.image ?? "img",
       image_digest: "sha256:0",
       provider: "gvisor",
@@ -122,6 +123,9 @@ export class FakeShard {
     }
     const m = req.method;
     let p: RegExpExecArray | null;
+    // Projects as the server has them: a request acts in the one its
+    // Shard-Project header names ("default" without), and sees only its objects.
+    const project = (req.headers["shard-project"] as string | undefined) || "default";
     if (m === "GET" && path === "/v0/version") return json(200, { version: "fake" });
     if (m === "POST" && path === "/v0/sandboxes") {
       if (this.createDelay) await sleep(this.createDelay);
@@ -129,14 +133,24 @@ export class FakeShard {
       if (body.environment) {
         const env = this.environments.get(body.environment);
         if (!env) return err(404, "environment_not_found", `environment ${body.environment} not found`);
-        return json(201, this.sandbox({ name: body.name, image: env.image, extra: { parent_id: env.checkpoint } }));
+        return json(201, this.sandbox({ name: body.name, image: env.image, project, extra: { parent_id: env.checkpoint } }));
       }
-      return json(201, this.sandbox({ name: body.name, image: body.image }));
+      return json(201, this.sandbox({ name: body.name, image: body.image, project }));
     }
-    if (m === "GET" && path === "/v0/sandboxes") return json(200, { sandboxes: [...this.sandboxes.values()] });
+    if (m === "GET" && path === "/v0/sandboxes") {
+      const all = url.searchParams.get("all_projects") === "true";
+      return json(200, { sandboxes: [...this.sandboxes.values()].filter((sb) => all || sb.project === project) });
+    }
+    if (m === "POST" && path === "/v0/tokens") {
+      return json(201, { id: "a1", name: body.name, project: body.project || project, scopes: body.scopes, created_at: "2025-01-01T00:00:00Z", key: "shk_a1_x" });
+    }
+    if (m === "GET" && path === "/v0/tokens") {
+      return json(200, { tokens: [{ id: "a1", name: "ci", project: "*", scopes: ["*"], created_at: "2025-01-01T00:00:00Z" }] });
+    }
+    if (m === "DELETE" && (p = /^\/v0\/tokens\/([^/]+)$/.exec(path))) return json(200, { revoked: decodeURIComponent(p[1]!) });
     if ((p = /^\/v0\/sandboxes\/([^/]+)$/.exec(path))) {
       const sb = this.find(decodeURIComponent(p[1]!));
-      if (!sb) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
+      if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
       if (m === "GET") return json(200, sb);
       if (m === "DELETE") {
         if (sb.state === "running" && url.searchParams.get("force") !== "true") return err(409, "sandbox_running", "running: use force");

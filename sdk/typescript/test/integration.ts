@@ -8,6 +8,7 @@
 //   SHARD_API_KEY             an API key with scope "*"
 //   SHARD_TEST_PYTHON_IMAGE   image with python3 and pip (default: the seeds' python:3.12-slim / python:3.11-slim)
 //   SHARD_TEST_NODE_IMAGE     image with node and npm, reaching the npm registry (default: node:22)
+//   SHARD_TEST_OTHER_PROJECT_KEY  a key of a project other than SHARD_API_KEY's (projects test)
 //   SHARD_TEST_PIP_INDEX      a PEP 503 index reachable from sandboxes (fake requests 2.31.0/2.32.3,
 //                             numpy 1.26.4, pandas 2.2.2, torch 2.3.0); unset: pip's default index
 

@@ -1,7 +1,8 @@
 """useshards: the Python client of a shard server (self-hosted sandboxes).
 
 Standard library only. The server is ``$SHARD_REMOTE`` (an http(s) URL, or
-``unix:///path/to/shard.sock``), the API key ``$SHARD_API_KEY``::
+``unix:///path/to/shard.sock``), the API key ``$SHARD_API_KEY``, the
+project requests act in ``$SHARD_PROJECT`` (unset: the key's own)::
 
     from useshards import Shard
 
@@ -28,6 +29,7 @@ from ._types import (
     ResumeResult,
     SandboxInfo,
     Secret,
+    Token,
 )
 
 __version__ = "0.1.0"
@@ -51,5 +53,6 @@ __all__ = [
     "Secret",
     "Shard",
     "ShardError",
+    "Token",
     "__version__",
 ]

@@ -26,6 +26,7 @@ from ._types import (
     JSONObject,
     SandboxInfo,
     Secret,
+    Token,
     as_object,
     objects,
 )
@@ -212,9 +213,9 @@ class Credentials:
     A secret is stored on the server by name, encrypted, and never shown
     again; a grant gives it to a sandbox as an environment variable of every
     later exec (read at each exec) or as a file. Forks get copies of their
-    source's grants. Secret names are server-wide: setting ``"API_KEY"`` here
-    changes the value every sandbox granted ``"API_KEY"`` sees at its next
-    exec.
+    source's grants. Secret names are per project: setting ``"API_KEY"`` here
+    changes the value every sandbox of the project granted ``"API_KEY"``
+    sees at its next exec.
     """
 
     def __init__(self, sandbox: "Sandbox") -> None:
@@ -624,6 +625,13 @@ class Shard:
     default socket ``unix:///run/shard/shard.sock``. ``api_key`` defaults to
     ``$SHARD_API_KEY`` and is sent as ``Authorization: Bearer KEY``.
 
+    ``project`` is the project every request acts in, sent as
+    ``Shard-Project: NAME`` (exec streams too); default ``$SHARD_PROJECT``.
+    With neither, no project is named and the server uses the key's own
+    (``"default"`` for a key of every project, or the socket). A key made
+    for one project may name only its own (else 403 ``wrong_project``) and
+    sees only that project's sandboxes: another project's are 404 to it.
+
     ``timeout`` bounds each wait for the server's answer on ordinary calls,
     in seconds (None, the default: as long as the server works, as creates
     that pull an image or resumes that replay long commands may need);
@@ -647,16 +655,25 @@ class Shard:
         timeout: Optional[float] = None,
         connect_timeout: Optional[float] = 10.0,
         ssl_context: Optional[ssl.SSLContext] = None,
+        project: Optional[str] = None,
     ) -> None:
         if remote is None:
             remote = os.environ.get("SHARD_REMOTE") or ("unix://" + DEFAULT_SOCKET)
         if api_key is None:
             api_key = os.environ.get("SHARD_API_KEY") or None
+        if not project:
+            project = os.environ.get("SHARD_PROJECT", "").strip()
         self.remote = remote
         """The server this client talks to."""
-        self._t = Transport(remote, api_key, timeout, connect_timeout=connect_timeout, ssl_context=ssl_context)
+        self.project = project
+        """The project requests name (``""``: none, the key's own)."""
+        self._t = Transport(
+            remote, api_key, timeout, connect_timeout=connect_timeout, ssl_context=ssl_context, project=project
+        )
 
     def __repr__(self) -> str:
+        if self.project:
+            return f"Shard(remote={self.remote!r}, project={self.project!r})"
         return f"Shard(remote={self.remote!r})"
 
     def close(self) -> None:
@@ -719,9 +736,12 @@ class Shard:
         doc = self._t.request("GET", f"/sandboxes/{esc(id_or_name)}")
         return Sandbox(self, SandboxInfo.from_json(_mapping(doc, "a sandbox")))
 
-    def list(self) -> List[Sandbox]:
-        """Every sandbox on the server."""
-        doc = self._t.request("GET", "/sandboxes")
+    def list(self, *, all_projects: bool = False) -> List[Sandbox]:
+        """Every sandbox of the client's project; with ``all_projects``,
+        every project's (each ``info.project`` says whose). Only a key of
+        every project (or the socket) may ask for all: else ShardError
+        ``wrong_project`` (403)."""
+        doc = self._t.request("GET", "/sandboxes?all_projects=true" if all_projects else "/sandboxes")
         return [Sandbox(self, SandboxInfo.from_json(d)) for d in _items(doc, "sandboxes")]
 
     # -- checkpoints, resume, environments ----------------------------------
@@ -790,6 +810,29 @@ class Shard:
     def remove_secret(self, name: str) -> None:
         """Deletes a secret: env grants of it give nothing to later execs."""
         self._t.request("DELETE", f"/secrets/{esc(name)}")
+
+    # -- API keys --------------------------------------------------------------
+
+    def create_token(self, name: str, scopes: Sequence[str], *, project: Optional[str] = None) -> Token:
+        """Makes an API key named ``name`` with ``scopes`` (no more than the
+        caller's own; needs ``token:write``); its ``key`` is in the answer,
+        shown this once. It acts in ``project`` (default: the client's
+        project); ``"*"`` makes a key of every project, which only such a key
+        (or the socket) may make: else ShardError ``wrong_project`` (403)."""
+        if isinstance(scopes, str):
+            raise TypeError('scopes must be a list of strings, e.g. ["sandbox:read"]')
+        doc = self._t.request("POST", "/tokens", _drop_none({"name": name, "scopes": list(scopes), "project": project or None}))
+        return Token.from_json(_mapping(doc, "a token"))
+
+    def tokens(self) -> List[Token]:
+        """The API keys this client's key may see (``token:read``): its
+        project's, or every project's for a key of every project."""
+        return [Token.from_json(t) for t in _items(self._t.request("GET", "/tokens"), "tokens")]
+
+    def revoke_token(self, id_or_name: Union[str, Token]) -> None:
+        """Revokes an API key by id, name or :class:`Token` (``token:write``)."""
+        ref = id_or_name.id if isinstance(id_or_name, Token) else id_or_name
+        self._t.request("DELETE", f"/tokens/{esc(ref)}")
 
     # -- the server ------------------------------------------------------------
 

@@ -14,12 +14,15 @@ from urllib.parse import quote, urlsplit
 
 from ._errors import ShardError, unreachable
 
-__all__ = ["Transport", "Response", "DEFAULT_SOCKET", "esc"]
+__all__ = ["Transport", "Response", "DEFAULT_SOCKET", "PROJECT_HEADER", "esc"]
 
 DEFAULT_SOCKET = "/run/shard/shard.sock"
 """Where ``shard serve`` listens by default: the administrator's way in."""
 
 USER_AGENT = "useshards-python"
+
+PROJECT_HEADER = "Shard-Project"
+"""The header that names the project a request acts in."""
 
 _Conn = http.client.HTTPConnection
 
@@ -108,6 +111,7 @@ class Transport:
         connect_timeout: Optional[float] = 10.0,
         ssl_context: Optional[ssl.SSLContext] = None,
         max_idle: int = 8,
+        project: Optional[str] = None,
     ) -> None:
         u = urlsplit(remote.strip())
         scheme = u.scheme.lower()
@@ -137,6 +141,7 @@ class Transport:
         self._scheme = scheme
         self._ssl = ssl_context if ssl_context is not None else (ssl.create_default_context() if scheme == "https" else None)
         self._api_key = api_key or None
+        self._project = project or None
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._max_idle = max_idle
@@ -193,6 +198,8 @@ class Transport:
             h["Content-Type"] = "application/json"
         if self._api_key:
             h["Authorization"] = "Bearer " + self._api_key
+        if self._project:
+            h[PROJECT_HEADER] = self._project
         return h
 
     def _send(

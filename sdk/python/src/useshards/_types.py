@@ -23,6 +23,7 @@ __all__ = [
     "ResumeResult",
     "SandboxInfo",
     "Secret",
+    "Token",
 ]
 
 StreamName = Literal["stdout", "stderr"]
@@ -147,6 +148,8 @@ class SandboxInfo:
     session: str
     """The ledger session the sandbox records its events under."""
     grants: List[Grant]
+    project: str = ""
+    """The project it belongs to (see :class:`Shard`'s ``project``)."""
     oom_kills: int = 0
     ip: Optional[str] = None
     error: Optional[str] = None
@@ -176,6 +179,7 @@ class SandboxInfo:
             env=_strs(d, "env"),
             session=_str(d, "session"),
             grants=[Grant.from_json(g) for g in objects(d.get("grants"))],
+            project=_str(d, "project"),
             oom_kills=_int(d, "oom_kills"),
             ip=_opt_str(d, "ip"),
             error=_opt_str(d, "error"),
@@ -289,6 +293,33 @@ class Secret:
     def from_json(cls, d: Mapping[str, Any]) -> "Secret":
         """Reads a secret's record from its JSON object."""
         return cls(name=_str(d, "name"), created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"))
+
+
+@dataclass(frozen=True)
+class Token:
+    """An API key's record (:meth:`Shard.tokens`). ``key`` is the key itself,
+    set only in the answer to :meth:`Shard.create_token`: shown that once."""
+
+    id: str
+    name: str
+    """Unique in its project."""
+    project: str
+    """The one project the key acts in, or ``"*"`` for every project."""
+    scopes: List[str]
+    created_at: Optional[datetime] = None
+    key: Optional[str] = field(default=None, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Token":
+        """Reads a token from its JSON object."""
+        return cls(
+            id=_str(d, "id"),
+            name=_str(d, "name"),
+            project=_str(d, "project"),
+            scopes=_strs(d, "scopes"),
+            created_at=_time(d, "created_at"),
+            key=_opt_str(d, "key"),
+        )
 
 
 @dataclass(frozen=True)
