@@ -4,8 +4,10 @@
 package oci
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -65,10 +67,16 @@ func Build(o Options) *specs.Spec {
 			Env:  append(append([]string(nil), o.Env...), o.AgentEnv...),
 			Cwd:  "/",
 			User: specs.User{UID: 0, GID: 0},
+			// No inheritable or ambient capabilities: a command the agent
+			// starts as another user has none.
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			// No setuid binary or file capability raises a command above
+			// what it started with (`su` and a service dropping root still
+			// work: they need CAP_SETUID, not a setuid bit).
+			NoNewPrivileges: true,
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 		},
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -87,6 +95,9 @@ func Build(o Options) *specs.Spec {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: o.Netns},
 			},
 			Resources: &specs.LinuxResources{},
+			// Docker's: the host kernel's memory, keyring, timers and
+			// firmware unreadable, its tunables read-only. (gVisor's /proc
+			// and /sys are the Sentry's own, and runsc ignores these.)
 			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
 				"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 				"/proc/scsi", "/sys/firmware"},
@@ -124,3 +135,27 @@ func Build(o Options) *specs.Spec {
 // in place: a running sandbox's bind mount holds this very inode, so a
 // warm spare's rename reaches it.
 func WriteFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
+
+// WithDefaultSeccomp gives s the seccomp profile Docker and Podman run
+// containers under (moby/profiles), which follows s's bounding set: a
+// syscall the profile allows only with a capability (unshare and clone of
+// new namespaces, mount, ... with CAP_SYS_ADMIN) is refused when s's
+// bounding set lacks it. So call it on the finished spec.
+//
+// Only runc takes it. Under gVisor a sandbox's syscalls reach the Sentry,
+// not the host kernel (the Sentry itself runs under runsc's own host
+// filter), runsc applies a spec's filter only with --oci-seccomp, and the
+// agent there starts with CAP_SYS_ADMIN for its setup (gvisorAgentBounds),
+// so the profile would allow everything that capability does for the
+// sandbox's whole life, after the agent has dropped it.
+func WithDefaultSeccomp(s *specs.Spec) error {
+	p, err := seccomp.GetDefaultProfile(s)
+	if err != nil {
+		return fmt.Errorf("default seccomp profile: %w", err)
+	}
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	s.Linux.Seccomp = p
+	return nil
+}
