@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -32,18 +32,18 @@ func newListCmd(a *app) *cobra.Command {
 			}
 			if quiet {
 				for _, sb := range all {
-					fmt.Println(sb.ID)
+					termsafe.Println(sb.ID)
 				}
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED")
+			termsafe.Fprintf(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED\n")
 			for _, sb := range all {
 				ip := sb.IP
 				if ip == "" {
 					ip = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
 					units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
 			}
 			return tw.Flush()
@@ -72,7 +72,7 @@ func newInspectCmd(a *app) *cobra.Command {
 				return printJSON(sb)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+			row := func(k string, v any) { termsafe.Fprintf(tw, "%s:\t%v\n", k, v) }
 			row("ID", sb.ID)
 			row("Name", sb.Name)
 			row("State", sb.State)
@@ -105,14 +105,14 @@ func newInspectCmd(a *app) *cobra.Command {
 				if i == 0 {
 					k = "Env"
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", k+":", e)
+				termsafe.Fprintf(tw, "%s\t%s\n", k+":", e)
 			}
 			for i, g := range sb.Grants {
 				k := ""
 				if i == 0 {
 					k = "Grants"
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
+				termsafe.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
 			}
 			if sb.Policy != nil {
 				var b strings.Builder
@@ -122,7 +122,7 @@ func newInspectCmd(a *app) *cobra.Command {
 					if i == 0 {
 						k = "Policy"
 					}
-					fmt.Fprintf(tw, "%s\t%s\n", k+":", l)
+					termsafe.Fprintf(tw, "%s\t%s\n", k+":", l)
 				}
 			}
 			return tw.Flush()

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newTokenCmd(a *app) *cobra.Command {
@@ -68,8 +69,8 @@ it and create another.`,
 			if a.json {
 				return printJSON(tok)
 			}
-			fmt.Println(tok.Key)
-			fmt.Fprintln(os.Stderr, "this key is shown once: keep it; only its hash is stored")
+			termsafe.Println(tok.Key)
+			termsafe.Fprintln(os.Stderr, "this key is shown once: keep it; only its hash is stored")
 			return nil
 		},
 	}
@@ -96,9 +97,9 @@ it and create another.`,
 				return printJSON(toks)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED")
+			termsafe.Fprintf(tw, "ID\tNAME\tSCOPES\tCREATED\n")
 			for _, t := range toks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
 			}
 			return tw.Flush()
 		},
@@ -138,7 +139,7 @@ func scopeHelp() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, s := range auth.Known {
-		fmt.Fprintf(tw, "  %s\t%s\n", s, scopeDoc[s])
+		termsafe.Fprintf(tw, "  %s\t%s\n", s, scopeDoc[s])
 	}
 	tw.Flush()
 	return b.String()
