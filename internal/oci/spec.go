@@ -72,11 +72,7 @@ func Build(o Options) *specs.Spec {
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
 			},
-			// No setuid binary or file capability raises a command above
-			// what it started with (`su` and a service dropping root still
-			// work: they need CAP_SETUID, not a setuid bit).
-			NoNewPrivileges: true,
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 		},
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -136,19 +132,27 @@ func Build(o Options) *specs.Spec {
 // warm spare's rename reaches it.
 func WriteFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
 
-// WithDefaultSeccomp gives s the seccomp profile Docker and Podman run
-// containers under (moby/profiles), which follows s's bounding set: a
-// syscall the profile allows only with a capability (unshare and clone of
-// new namespaces, mount, ... with CAP_SYS_ADMIN) is refused when s's
-// bounding set lacks it. So call it on the finished spec.
+// ConfineHostKernel confines a sandbox that shares the host kernel (runc)
+// as Docker and Podman confine a container: no new privileges (no setuid
+// binary or file capability raises a command above what it started with;
+// `su` and a service dropping root still work, they need CAP_SETUID, not
+// a setuid bit), and their default seccomp profile (moby/profiles), which
+// follows s's bounding set: a syscall the profile allows only with a
+// capability (unshare and clone of new namespaces, mount, setns, ... with
+// CAP_SYS_ADMIN) is refused when s's bounding set lacks it. So call it on
+// the finished spec.
 //
-// Only runc takes it. Under gVisor a sandbox's syscalls reach the Sentry,
-// not the host kernel (the Sentry itself runs under runsc's own host
-// filter), runsc applies a spec's filter only with --oci-seccomp, and the
-// agent there starts with CAP_SYS_ADMIN for its setup (gvisorAgentBounds),
-// so the profile would allow everything that capability does for the
-// sandbox's whole life, after the agent has dropped it.
-func WithDefaultSeccomp(s *specs.Spec) error {
+// gVisor takes neither. Its sandboxes' syscalls reach the Sentry, not the
+// host kernel (the Sentry runs under runsc's own host filter); runsc
+// applies a spec's filter only with --oci-seccomp, and the agent there
+// starts with CAP_SYS_ADMIN for its setup (gvisorAgentBounds), so the
+// profile would allow what that capability does for the sandbox's whole
+// life. And runsc refuses a restore whose spec differs from the
+// checkpointed one (--restore-spec-validation=enforce compares
+// Process.NoNewPrivileges and Linux.Seccomp), so a change here would make
+// every checkpoint, environment and running sandbox made before it
+// impossible to restore or fork.
+func ConfineHostKernel(s *specs.Spec) error {
 	p, err := seccomp.GetDefaultProfile(s)
 	if err != nil {
 		return fmt.Errorf("default seccomp profile: %w", err)
@@ -157,5 +161,8 @@ func WithDefaultSeccomp(s *specs.Spec) error {
 		s.Linux = &specs.Linux{}
 	}
 	s.Linux.Seccomp = p
+	if s.Process != nil {
+		s.Process.NoNewPrivileges = true
+	}
 	return nil
 }

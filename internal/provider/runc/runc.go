@@ -68,10 +68,10 @@ func (p *Provider) Probe(ctx context.Context) provider.Capabilities {
 	return c
 }
 
-// Start runs the container detached, under Docker's default seccomp
-// profile: a runc sandbox shares the host kernel.
+// Start runs the container detached, confined as Docker confines a
+// container (oci.ConfineHostKernel): a runc sandbox shares the host kernel.
 func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
-	if err := oci.WithDefaultSeccomp(inst.Spec); err != nil {
+	if err := oci.ConfineHostKernel(inst.Spec); err != nil {
 		return err
 	}
 	tasks, err := commandCgroups(inst.Spec)
