@@ -8,6 +8,7 @@ require (
 	github.com/google/go-containerregistry v0.22.0
 	github.com/google/nftables v0.3.0
 	github.com/klauspost/compress v1.19.2
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newCapabilitiesCmd(a *app) *cobra.Command {
@@ -32,7 +32,7 @@ func newCapabilitiesCmd(a *app) *cobra.Command {
 				return "no"
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PROVIDER\tAVAILABLE\tFORK\tSNAPSHOT\tCHECKPOINT\tISOLATION\tNOTE")
+			termsafe.Fprintf(tw, "PROVIDER\tAVAILABLE\tFORK\tSNAPSHOT\tCHECKPOINT\tISOLATION\tNOTE\n")
 			for _, p := range caps {
 				name := p.Name
 				if p.Default {
@@ -42,7 +42,7 @@ func newCapabilitiesCmd(a *app) *cobra.Command {
 				if note == "" {
 					note = p.Version
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, yn(p.Available), yn(p.Fork), yn(p.Snapshot), yn(p.Checkpoint), p.Isolation, note)
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, yn(p.Available), yn(p.Fork), yn(p.Snapshot), yn(p.Checkpoint), p.Isolation, note)
 			}
 			return tw.Flush()
 		},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newCheckpointCmd(a *app) *cobra.Command {
@@ -46,7 +47,7 @@ capabilities).`,
 			if a.json {
 				return printJSON(ck)
 			}
-			fmt.Println(ck.ID)
+			termsafe.Println(ck.ID)
 			return nil
 		},
 	}
@@ -86,9 +87,9 @@ or name) or of one ledger session, also after its sandbox was removed.`,
 				return printJSON(cks)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tTAG\tSANDBOX\tSESSION\tSIZE\tFREEZE\tCREATED")
+			termsafe.Fprintf(tw, "ID\tKIND\tTAG\tSANDBOX\tSESSION\tSIZE\tFREEZE\tCREATED\n")
 			for _, ck := range cks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ck.ID, ck.Kind, dash(ck.Tag), dash(ck.SandboxName), dash(ck.Session),
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ck.ID, ck.Kind, dash(ck.Tag), dash(ck.SandboxName), dash(ck.Session),
 					humanSize(ck.Size), time.Duration(ck.FreezeMS)*time.Millisecond, ago(ck.CreatedAt))
 			}
 			return tw.Flush()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -97,7 +98,7 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 			if a.json {
 				return printJSON(sb)
 			}
-			fmt.Println(sb.ID)
+			termsafe.Println(sb.ID)
 			return nil
 		},
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newDfCmd(a *app) *cobra.Command {
@@ -38,15 +39,15 @@ insufficient_storage).`,
 				return printJSON(du)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TYPE\tCOUNT\tSIZE")
+			termsafe.Fprintf(tw, "TYPE\tCOUNT\tSIZE\n")
 			for _, r := range dfRows(du) {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r[0], r[1], r[2])
+				termsafe.Fprintf(tw, "%s\t%s\t%s\n", r[0], r[1], r[2])
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
 			st := du.Store
-			fmt.Printf("\nsandbox store: %s free of %s (%s promised to sandboxes' disks and saved copies)\n",
+			termsafe.Printf("\nsandbox store: %s free of %s (%s promised to sandboxes' disks and saved copies)\n",
 				humanSize(st.FreeBytes), humanSize(st.CapacityBytes), humanSize(st.PromisedBytes))
 			return nil
 		},

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 // eachSandbox makes a verb that acts on one or more sandboxes (stop, start,
@@ -40,7 +40,7 @@ func eachArg(a *app, use, short, what string, do func(ctx context.Context, c *cl
 					printJSON(v)
 					continue
 				}
-				fmt.Println(id)
+				termsafe.Println(id)
 			}
 			return errors.Join(errs...)
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -80,7 +81,7 @@ environment of that name already has the same definition (nothing ran).`,
 			if !built {
 				how = "unchanged"
 			}
-			fmt.Println(e.Name, e.Fingerprint, how)
+			termsafe.Println(e.Name, e.Fingerprint, how)
 			return nil
 		},
 	}
@@ -112,9 +113,9 @@ environment of that name already has the same definition (nothing ran).`,
 				return printJSON(envs)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tIMAGE\tMEMORY\tCPU\tCHECKPOINT\tCREATED")
+			termsafe.Fprintf(tw, "NAME\tIMAGE\tMEMORY\tCPU\tCHECKPOINT\tCREATED\n")
 			for _, e := range envs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\t%s\n", e.Name, e.Image, units.FormatSize(e.MemoryBytes), e.CPU, dash(e.Checkpoint), ago(e.CreatedAt))
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\t%s\n", e.Name, e.Image, units.FormatSize(e.MemoryBytes), e.CPU, dash(e.Checkpoint), ago(e.CreatedAt))
 			}
 			return tw.Flush()
 		},

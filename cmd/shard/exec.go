@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"golang.org/x/term"
 )
 
@@ -97,16 +98,16 @@ kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 				return err
 			}
 			if res.Error != "" {
-				fmt.Fprintln(os.Stderr, "shard: "+res.Error)
+				termsafe.Fprintln(os.Stderr, "shard: "+res.Error)
 			}
 			if res.TimedOut {
 				if res.Error == "" {
-					fmt.Fprintf(os.Stderr, "shard: the command ran past --timeout %s and was killed\n", timeout)
+					termsafe.Fprintf(os.Stderr, "shard: the command ran past --timeout %s and was killed\n", timeout)
 				}
 				return &exitError{code: 124}
 			}
 			if res.OOM {
-				fmt.Fprintln(os.Stderr, "shard: the command was killed: the sandbox ran out of memory")
+				termsafe.Fprintln(os.Stderr, "shard: the command was killed: the sandbox ran out of memory")
 			}
 			if res.ExitCode != 0 {
 				return &exitError{code: res.ExitCode}

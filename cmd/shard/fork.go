@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newForkCmd(a *app) *cobra.Command {
@@ -51,7 +52,7 @@ Fork needs a provider that can (shard capabilities): gvisor here.`,
 				return printJSON(forks)
 			}
 			for _, f := range forks {
-				fmt.Println(f.ID)
+				termsafe.Println(f.ID)
 			}
 			return nil
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/term"
 )
@@ -37,7 +38,7 @@ func newImageCmd(a *app) *cobra.Command {
 			if a.json {
 				return printJSON(img)
 			}
-			fmt.Printf("%s %s\n", img.Name, img.Digest)
+			termsafe.Printf("%s %s\n", img.Name, img.Digest)
 			return nil
 		},
 	}
@@ -61,13 +62,13 @@ func newImageCmd(a *app) *cobra.Command {
 				return printJSON(imgs)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tDIGEST\tLAYERS\tSIZE\tPULLED")
+			termsafe.Fprintf(tw, "NAME\tDIGEST\tLAYERS\tSIZE\tPULLED\n")
 			for _, i := range imgs {
 				d := i.Digest
 				if len(d) > 19 {
 					d = d[:19]
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", i.Name, d, i.Layers, units.FormatSize(i.Size), ago(i.Created))
+				termsafe.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", i.Name, d, i.Layers, units.FormatSize(i.Size), ago(i.Created))
 			}
 			return tw.Flush()
 		},
@@ -87,7 +88,7 @@ func newImageCmd(a *app) *cobra.Command {
 				if err := c.RemoveImage(cmd.Context(), ref); err != nil {
 					return err
 				}
-				fmt.Println(ref)
+				termsafe.Println(ref)
 			}
 			return nil
 		},
@@ -120,7 +121,7 @@ func newImageCmd(a *app) *cobra.Command {
 				return printJSON(imgs)
 			}
 			for _, i := range imgs {
-				fmt.Printf("%s %s\n", i.Name, i.Digest)
+				termsafe.Printf("%s %s\n", i.Name, i.Digest)
 			}
 			return nil
 		},
@@ -144,7 +145,7 @@ func pullWithProgress(ctx context.Context, c *client.Client, ref string, quiet b
 		if bar == nil {
 			bar = progressbar.NewOptions64(ev.Total,
 				progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionSetDescription("pulling "+ref),
+				progressbar.OptionSetDescription("pulling "+termsafe.Escape(ref)),
 				progressbar.OptionShowBytes(true),
 				progressbar.OptionSetWidth(30),
 				progressbar.OptionThrottle(100_000_000),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -105,13 +106,13 @@ starts after sequence number N.`,
 				return printJSON(sessions)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSANDBOX\tEVENTS\tLAST-EVENT\tLAST-AT\tCREATED")
+			termsafe.Fprintf(tw, "NAME\tSANDBOX\tEVENTS\tLAST-EVENT\tLAST-AT\tCREATED\n")
 			for _, s := range sessions {
 				sb := s.SandboxName
 				if sb == "" {
 					sb = "(removed)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, sb, s.Events, dash(s.LastEvent), ago(s.LastAt), ago(s.CreatedAt))
+				termsafe.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, sb, s.Events, dash(s.LastEvent), ago(s.LastAt), ago(s.CreatedAt))
 			}
 			return tw.Flush()
 		},
@@ -130,7 +131,7 @@ func eventPrinter(w io.Writer, asJSON bool, loc *time.Location) func(client.Even
 		return func(ev client.Event) error { return enc.Encode(ev) }
 	}
 	return func(ev client.Event) error {
-		_, err := fmt.Fprintln(w, formatEvent(ev, loc))
+		_, err := termsafe.Fprintln(w, formatEvent(ev, loc))
 		return err
 	}
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -36,23 +36,24 @@ func newListCmd(a *app) *cobra.Command {
 			}
 			if quiet {
 				for _, sb := range all {
-					fmt.Println(sb.ID)
+					termsafe.Println(sb.ID)
 				}
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			proj := func(sb client.Sandbox) string { return "" }
 			if allProjects {
-				fmt.Fprint(tw, "PROJECT\t")
-				proj = func(sb client.Sandbox) string { return sb.Project + "\t" }
+				termsafe.Fprintf(tw, "PROJECT\t")
 			}
-			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED")
+			termsafe.Fprintf(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED\n")
 			for _, sb := range all {
 				ip := sb.IP
 				if ip == "" {
 					ip = "-"
 				}
-				fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", proj(sb), sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
+				if allProjects {
+					termsafe.Fprintf(tw, "%s\t", sb.Project)
+				}
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
 					units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
 			}
 			return tw.Flush()
@@ -82,7 +83,7 @@ func newInspectCmd(a *app) *cobra.Command {
 				return printJSON(sb)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+			row := func(k string, v any) { termsafe.Fprintf(tw, "%s:\t%v\n", k, v) }
 			row("ID", sb.ID)
 			row("Name", sb.Name)
 			row("Project", sb.Project)
@@ -116,14 +117,14 @@ func newInspectCmd(a *app) *cobra.Command {
 				if i == 0 {
 					k = "Env"
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", k+":", e)
+				termsafe.Fprintf(tw, "%s\t%s\n", k+":", e)
 			}
 			for i, g := range sb.Grants {
 				k := ""
 				if i == 0 {
 					k = "Grants"
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
+				termsafe.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
 			}
 			if sb.Policy != nil {
 				var b strings.Builder
@@ -133,7 +134,7 @@ func newInspectCmd(a *app) *cobra.Command {
 					if i == 0 {
 						k = "Policy"
 					}
-					fmt.Fprintf(tw, "%s\t%s\n", k+":", l)
+					termsafe.Fprintf(tw, "%s\t%s\n", k+":", l)
 				}
 			}
 			return tw.Flush()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -94,7 +95,7 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		fmt.Fprintln(os.Stderr, "shard:", err)
+		termsafe.Fprintln(os.Stderr, "shard:", err)
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.Code == "command_not_found" {
 			os.Exit(127)

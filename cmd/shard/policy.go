@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newPolicyCmd(a *app) *cobra.Command {
@@ -144,7 +145,7 @@ func policyEntries(flag string, in []string) ([]string, error) {
 // allow, deny and what happens to the rest; or that there is none.
 func writePolicy(w io.Writer, p client.Policy) {
 	if !p.DenyAll && len(p.Allow) == 0 && len(p.Deny) == 0 {
-		fmt.Fprintln(w, "no policy: all egress allowed")
+		termsafe.Fprintln(w, "no policy: all egress allowed")
 		return
 	}
 	yesNo := map[bool]string{true: "yes", false: "no"}
@@ -158,5 +159,5 @@ func writePolicy(w io.Writer, p client.Policy) {
 	if p.DenyAll || len(p.Allow) > 0 {
 		rest = "denied"
 	}
-	fmt.Fprintf(w, "deny-all: %s\nallow: %s\ndeny: %s\nanything else: %s\n", yesNo[p.DenyAll], list(p.Allow), list(p.Deny), rest)
+	termsafe.Fprintf(w, "deny-all: %s\nallow: %s\ndeny: %s\nanything else: %s\n", yesNo[p.DenyAll], list(p.Allow), list(p.Deny), rest)
 }

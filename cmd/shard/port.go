@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newPortCmd(a *app) *cobra.Command {
@@ -53,9 +54,9 @@ Anyone who can reach the local address uses the port with your key: keep
 				return err
 			}
 			if printURL {
-				fmt.Println(c.PortURL(args[0], port, ""))
+				termsafe.Println(c.PortURL(args[0], port, ""))
 				if sock, ok := a.onSocket(); ok {
-					fmt.Fprintf(os.Stderr, "(over the Unix socket: curl --unix-socket %s URL)\n", sock)
+					termsafe.Fprintf(os.Stderr, "(over the Unix socket: curl --unix-socket %s URL)\n", sock)
 				}
 				return nil
 			}
@@ -80,11 +81,11 @@ Anyone who can reach the local address uses the port with your key: keep
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
 			srv := &http.Server{Handler: c.PortProxy(id, port), ReadHeaderTimeout: time.Minute}
-			fmt.Println(localURL(ln.Addr()))
+			termsafe.Println(localURL(ln.Addr()))
 			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-				fmt.Fprintf(os.Stderr, "shard: listening on %s: anyone who can reach it uses port %d of %s with your key\n", ta, port, name)
+				termsafe.Fprintf(os.Stderr, "shard: listening on %s: anyone who can reach it uses port %d of %s with your key\n", ta, port, name)
 			}
-			fmt.Fprintf(os.Stderr, "forwarding to port %d of sandbox %s; Ctrl-C to stop\n", port, name)
+			termsafe.Fprintf(os.Stderr, "forwarding to port %d of sandbox %s; Ctrl-C to stop\n", port, name)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			select {

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newProjectCmd(a *app) *cobra.Command {
@@ -46,9 +46,9 @@ sees its own.`,
 				return printJSON(ps)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PROJECT\tSANDBOXES\tSESSIONS\tCHECKPOINTS\tSNAPSHOTS\tENVIRONMENTS\tSECRETS\tTOKENS")
+			termsafe.Fprintf(tw, "PROJECT\tSANDBOXES\tSESSIONS\tCHECKPOINTS\tSNAPSHOTS\tENVIRONMENTS\tSECRETS\tTOKENS\n")
 			for _, p := range ps {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.Sandboxes, p.Sessions, p.Checkpoints, p.Snapshots, p.Environments, p.Secrets, p.Tokens)
+				termsafe.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.Sandboxes, p.Sessions, p.Checkpoints, p.Snapshots, p.Environments, p.Secrets, p.Tokens)
 			}
 			return tw.Flush()
 		},

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newRestoreCmd(a *app) *cobra.Command {
@@ -34,7 +33,7 @@ checkpoint and then runs again the execs the ledger recorded after it.`,
 			if a.json {
 				return printJSON(sb)
 			}
-			fmt.Println(sb.ID)
+			termsafe.Println(sb.ID)
 			return nil
 		},
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newResumeCmd(a *app) *cobra.Command {
@@ -57,12 +58,12 @@ id). Its id is printed on stdout; each replayed exec is reported on stderr:
 				return printJSON(res)
 			}
 			for _, r := range res.Replayed {
-				fmt.Fprintln(os.Stderr, formatReplayed(r))
+				termsafe.Fprintln(os.Stderr, formatReplayed(r))
 			}
 			for _, r := range res.Reapplied {
-				fmt.Fprintln(os.Stderr, formatReapplied(r))
+				termsafe.Fprintln(os.Stderr, formatReapplied(r))
 			}
-			fmt.Println(res.Sandbox.ID)
+			termsafe.Println(res.Sandbox.ID)
 			return nil
 		},
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"golang.org/x/term"
 )
 
@@ -125,9 +126,9 @@ every user on the machine (ps, /proc) and are kept in the shell's history.`,
 				return printJSON(secs)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tCREATED\tUPDATED")
+			termsafe.Fprintf(tw, "NAME\tCREATED\tUPDATED\n")
 			for _, s := range secs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, ago(s.CreatedAt), ago(s.UpdatedAt))
+				termsafe.Fprintf(tw, "%s\t%s\t%s\n", s.Name, ago(s.CreatedAt), ago(s.UpdatedAt))
 			}
 			return tw.Flush()
 		},
@@ -166,9 +167,9 @@ func readSecret(r io.Reader) ([]byte, error) {
 // promptSecret asks for a secret's value on the terminal and reads one line
 // without echo.
 func promptSecret(name string) ([]byte, error) {
-	fmt.Fprintf(os.Stderr, "value for %s: ", name)
+	termsafe.Fprintf(os.Stderr, "value for %s: ", name)
 	b, err := term.ReadPassword(int(os.Stdin.Fd()))
-	fmt.Fprintln(os.Stderr)
+	termsafe.Fprintln(os.Stderr)
 	if err != nil {
 		return nil, fmt.Errorf("read the value: %w", err)
 	}

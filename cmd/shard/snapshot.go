@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -47,7 +47,7 @@ with sandbox_running). The sandbox itself is not changed.`,
 			if a.json {
 				return printJSON(snap)
 			}
-			fmt.Println(snap.ID)
+			termsafe.Println(snap.ID)
 			return nil
 		},
 	}
@@ -73,9 +73,9 @@ with sandbox_running). The sandbox itself is not changed.`,
 				return printJSON(snaps)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tIMAGE\tDISK\tSIZE\tCREATED")
+			termsafe.Fprintf(tw, "ID\tNAME\tSANDBOX\tIMAGE\tDISK\tSIZE\tCREATED\n")
 			for _, s := range snaps {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, dash(s.Name), dash(s.SandboxName), s.Image,
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, dash(s.Name), dash(s.SandboxName), s.Image,
 					units.FormatSize(s.DiskBytes), humanSize(s.Size), ago(s.CreatedAt))
 			}
 			return tw.Flush()

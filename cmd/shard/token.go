@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/termsafe"
 )
 
 func newTokenCmd(a *app) *cobra.Command {
@@ -84,8 +85,8 @@ strong as itself: its own scopes at most, in its own project.`,
 			if a.json {
 				return printJSON(tok)
 			}
-			fmt.Println(tok.Key)
-			fmt.Fprintln(os.Stderr, "this key is shown once: keep it; only its hash is stored")
+			termsafe.Println(tok.Key)
+			termsafe.Fprintln(os.Stderr, "this key is shown once: keep it; only its hash is stored")
 			return nil
 		},
 	}
@@ -113,9 +114,9 @@ strong as itself: its own scopes at most, in its own project.`,
 				return printJSON(toks)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tPROJECT\tSCOPES\tCREATED")
+			termsafe.Fprintf(tw, "ID\tNAME\tPROJECT\tSCOPES\tCREATED\n")
 			for _, t := range toks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Project, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Project, dash(strings.Join(t.Scopes, ",")), ago(t.CreatedAt))
 			}
 			return tw.Flush()
 		},
@@ -155,7 +156,7 @@ func scopeHelp() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, s := range auth.Known {
-		fmt.Fprintf(tw, "  %s\t%s\n", s, scopeDoc[s])
+		termsafe.Fprintf(tw, "  %s\t%s\n", s, scopeDoc[s])
 	}
 	tw.Flush()
 	return b.String()

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -174,13 +175,17 @@ const (
 
 // FilePath checks a path in a sandbox's file system that something is
 // written to: absolute, clean (no "." or ".." components, no doubled or
-// trailing slashes), not the root itself, without NUL, within Linux's path
-// limits.
+// trailing slashes), not the root itself, without NUL or other control
+// characters (Linux takes them, but a newline or an ESC in a path is a
+// forged line or a terminal sequence wherever the path is shown), within
+// Linux's path limits.
 func FilePath(what, p string) error {
 	q := strconv.QuoteToASCII(short(p))
 	switch {
 	case strings.IndexByte(p, 0) >= 0:
 		return errdefs.Invalid("%s %s is not a path: it holds a NUL byte", what, q)
+	case strings.ContainsFunc(p, unicode.IsControl):
+		return errdefs.Invalid("%s %s holds a control character (a newline, a tab, an ESC, ...): name the file without one", what, q)
 	case !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/":
 		return errdefs.Invalid("%s %s must be a clean absolute path of a file, like /etc/app/key (no '.' or '..' components, no doubled or trailing '/')", what, q)
 	case len(p) > MaxPath:

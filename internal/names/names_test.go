@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -41,7 +42,7 @@ func TestTag(t *testing.T) {
 		// Old code took all of these as they were.
 		{"a/b", "not valid"}, {"../../x", "not valid"}, {"a\x00b", "not valid"}, {strings.Repeat("t", 129), "at most 128"},
 		{strings.Repeat("t", 300), "at most 128"}, {".hidden", "not valid"}, {"-x", "not valid"}, {"a b", "not valid"},
-		{"tab\t", "not valid"}, {"ünï", "not valid"},
+		{"tab\t", "not valid"}, {"ünï", "not valid"}, {"v1\x1b[31m", "not valid"}, {"v1\nck-forged", "not valid"}, {"x\u202e", "not valid"},
 	} {
 		check(t, "Tag("+tt.in+")", Tag(tt.in), tt.want)
 	}
@@ -85,6 +86,8 @@ func TestFilePath(t *testing.T) {
 		{"/etc/app/key", ""}, {"/k", ""}, {"/a/" + strings.Repeat("b", 255), ""},
 		{"", "clean absolute"}, {"/", "clean absolute"}, {"rel/x", "clean absolute"}, {"/a/../b", "clean absolute"},
 		{"/a/./b", "clean absolute"}, {"/a//b", "clean absolute"}, {"/a/", "clean absolute"}, {"/a\x00b", "NUL"},
+		{"/a\nb", "control character"}, {"/a\x1b[31mb", "control character"}, {"/a\tb", "control character"}, {"/a\u0085b", "control character"}, {"/a\x7f", "control character"},
+		{"/tmp/clé 日本/ü b", ""},
 		{"/a/" + strings.Repeat("b", 256), "component"}, {strings.Repeat("/abc", 1100), "at most 4095"},
 	} {
 		check(t, "FilePath("+tt.in+")", FilePath("file", tt.in), tt.want)
@@ -159,7 +162,7 @@ func FuzzNames(f *testing.F) {
 			invalid(t, "ImageRef", err)
 		}
 		if err := FilePath("file", s); err == nil {
-			if filepath.Clean(s) != s || !filepath.IsAbs(s) || strings.Contains(s, "\x00") || s == "/" {
+			if filepath.Clean(s) != s || !filepath.IsAbs(s) || strings.ContainsFunc(s, unicode.IsControl) || s == "/" {
 				t.Fatalf("FilePath(%q) passed", s)
 			}
 		} else {

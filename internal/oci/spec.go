@@ -4,8 +4,10 @@
 package oci
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -65,6 +67,8 @@ func Build(o Options) *specs.Spec {
 			Env:  append(append([]string(nil), o.Env...), o.AgentEnv...),
 			Cwd:  "/",
 			User: specs.User{UID: 0, GID: 0},
+			// No inheritable or ambient capabilities: a command the agent
+			// starts as another user has none.
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
 			},
@@ -87,6 +91,9 @@ func Build(o Options) *specs.Spec {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: o.Netns},
 			},
 			Resources: &specs.LinuxResources{},
+			// Docker's: the host kernel's memory, keyring, timers and
+			// firmware unreadable, its tunables read-only. (gVisor's /proc
+			// and /sys are the Sentry's own, and runsc ignores these.)
 			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
 				"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 				"/proc/scsi", "/sys/firmware"},
@@ -124,3 +131,38 @@ func Build(o Options) *specs.Spec {
 // in place: a running sandbox's bind mount holds this very inode, so a
 // warm spare's rename reaches it.
 func WriteFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
+
+// ConfineHostKernel confines a sandbox that shares the host kernel (runc)
+// as Docker and Podman confine a container: no new privileges (no setuid
+// binary or file capability raises a command above what it started with;
+// `su` and a service dropping root still work, they need CAP_SETUID, not
+// a setuid bit), and their default seccomp profile (moby/profiles), which
+// follows s's bounding set: a syscall the profile allows only with a
+// capability (unshare and clone of new namespaces, mount, setns, ... with
+// CAP_SYS_ADMIN) is refused when s's bounding set lacks it. So call it on
+// the finished spec.
+//
+// gVisor takes neither. Its sandboxes' syscalls reach the Sentry, not the
+// host kernel (the Sentry runs under runsc's own host filter); runsc
+// applies a spec's filter only with --oci-seccomp, and the agent there
+// starts with CAP_SYS_ADMIN for its setup (gvisorAgentBounds), so the
+// profile would allow what that capability does for the sandbox's whole
+// life. And runsc refuses a restore whose spec differs from the
+// checkpointed one (--restore-spec-validation=enforce compares
+// Process.NoNewPrivileges and Linux.Seccomp), so a change here would make
+// every checkpoint, environment and running sandbox made before it
+// impossible to restore or fork.
+func ConfineHostKernel(s *specs.Spec) error {
+	p, err := seccomp.GetDefaultProfile(s)
+	if err != nil {
+		return fmt.Errorf("default seccomp profile: %w", err)
+	}
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	s.Linux.Seccomp = p
+	if s.Process != nil {
+		s.Process.NoNewPrivileges = true
+	}
+	return nil
+}

@@ -15,6 +15,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/provider/ocicli"
 )
@@ -67,8 +68,12 @@ func (p *Provider) Probe(ctx context.Context) provider.Capabilities {
 	return c
 }
 
-// Start runs the container detached.
+// Start runs the container detached, confined as Docker confines a
+// container (oci.ConfineHostKernel): a runc sandbox shares the host kernel.
 func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
+	if err := oci.ConfineHostKernel(inst.Spec); err != nil {
+		return err
+	}
 	tasks, err := commandCgroups(inst.Spec)
 	if err != nil {
 		return err
