@@ -45,6 +45,8 @@ type serveOptions struct {
 	freezeTimeout                   time.Duration
 	maxSandboxes                    int
 	dnsUpstream                     []string
+	idleTimeout, bodyTimeout        time.Duration
+	maxClientConns                  int
 }
 
 func newServeCmd() *cobra.Command {
@@ -90,6 +92,9 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "a keep-alive connection with no request this long is closed (a request's headers must come within 10s)")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that; bodies and streams that move are never cut")
+	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
 	return cmd
 }
 
@@ -136,6 +141,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
 	case o.freezeTimeout <= 0:
 		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
+	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
+		return fmt.Errorf("--idle-timeout and --body-timeout must be positive")
+	case o.maxClientConns < 0:
+		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
 	}
 	// Only root may enter the data and run directories: below them are
 	// trees that sandboxes and images write (see internal/hostdir).
@@ -224,7 +233,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	defer stop()
 	srv := &http.Server{
 		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
-			Log: log, Version: version, Stopping: stopping.Done()}).Handler(),
+			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout}).Handler(),
 		// The Unix socket is root's alone: whoever reaches it is the
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -233,7 +242,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 			}
 			return ctx
 		},
-		ReadHeaderTimeout: 10 * time.Second,
+		// No whole-request ReadTimeout or WriteTimeout: they would cut
+		// streams that move; a stalled body is cut by --body-timeout.
+		ReadHeaderTimeout: api.DefaultHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	os.Remove(o.socket)
@@ -253,6 +265,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.listen, err)
 		}
+		tl = api.LimitListener(tl, o.maxClientConns, log)
 		go func() { errc <- srv.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
 	}
