@@ -240,7 +240,7 @@ func (s *Server) logged(next http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.Log.Error("panic in handler", "method", r.Method, "path", logValue(r.URL.Path), "panic", logValue(fmt.Sprint(p)))
+				s.Log.Error("panic in handler", "method", logValue(r.Method), "path", logValue(r.URL.Path), "panic", logValue(fmt.Sprint(p)))
 				if !sw.wrote {
 					s.writeError(sw, r, fmt.Errorf("panic: %v", p))
 				}

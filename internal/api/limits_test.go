@@ -336,3 +336,43 @@ func TestFailedKeysLimited(t *testing.T) {
 		t.Errorf("a minute later the log says %q, want count=2001 (the attempts since its last line)", logBuf.String())
 	}
 }
+
+// No log line carries more than a bounded part of what a request gives:
+// 200 proxied requests with a 500KB path each added 95MiB of log (a 502
+// logged the whole path, and its error quoted it again).
+func TestLogLinesBounded(t *testing.T) {
+	long := strings.Repeat("p", 500<<10)
+	var logBuf bytes.Buffer
+	s := &Server{Log: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	h := admin2(s.Handler())
+	tests := []struct {
+		name string
+		do   func()
+		want string // in the log
+	}{
+		{"a 502 of the ports proxy", func() {
+			r := httptest.NewRequest(http.MethodGet, "/v0/sandboxes/x/ports/80/"+long, nil)
+			s.writeError(httptest.NewRecorder(), r, fmt.Errorf("nothing answers on port 80: GET /%s: %w", long, io.ErrUnexpectedEOF))
+		}, "request failed"},
+		{"a panic in a handler, and the request's line", func() {
+			// No sandbox service: the handler panics.
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v0/sandboxes/"+long, nil))
+		}, "panic in handler"},
+		{"an unknown endpoint's request line", func() {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v0/"+long, nil))
+		}, "request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logBuf.Reset()
+			tt.do()
+			got := logBuf.String()
+			if !strings.Contains(got, tt.want) || !strings.Contains(got, "bytes]") {
+				t.Errorf("log %.300q: want %q with the path cut and marked", got, tt.want)
+			}
+			if len(got) > 8<<10 {
+				t.Errorf("log of one request is %d bytes, want at most 8KiB", len(got))
+			}
+		})
+	}
+}
