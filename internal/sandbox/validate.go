@@ -100,10 +100,8 @@ func checkCreate(req *CreateRequest, lim Limits) error {
 	if err := checkBounds(req, lim); err != nil {
 		return err
 	}
-	for _, kv := range req.Env {
-		if err := names.EnvVar(kv); err != nil {
-			return err
-		}
+	if err := CheckEnv(req.Env); err != nil {
+		return err
 	}
 	return names.NoNUL("image", req.Image)
 }
@@ -127,6 +125,60 @@ func checkBounds(req *CreateRequest, lim Limits) error {
 		return errdefs.Invalid("disk %s is too large: at most %s", size(req.DiskBytes), size(MaxDisk))
 	case req.Pids < MinPids || req.Pids > MaxPids:
 		return errdefs.Invalid("pids %d is out of range: from %d to %d (the kernel's limit)", req.Pids, MinPids, MaxPids)
+	}
+	return nil
+}
+
+// Bounds of an exec's command and variables (and of a create's
+// variables). Each exec's argv and variable names go into the ledger, so
+// they are checked before anything is written; the kernel would refuse
+// more anyway (one argument or variable up to 128KiB, MAX_ARG_STRLEN;
+// all of them up to a quarter of the stack limit, 2MiB by default).
+const (
+	MaxArgs      = 4096
+	MaxArgvBytes = 128 << 10 // the arguments' bytes, summed
+	MaxEnvVars   = 1024
+	MaxEnvBytes  = 128 << 10 // the variables' KEY=VALUE bytes, summed
+)
+
+// CheckArgv refuses an empty command, one with more than MaxArgs
+// arguments or MaxArgvBytes of them, and arguments with a NUL byte. what
+// names it in messages ("command", "setup command").
+func CheckArgv(what string, argv []string) error {
+	if len(argv) == 0 {
+		return errdefs.Invalid("no command given: a %s needs at least the program", what)
+	}
+	if len(argv) > MaxArgs {
+		return errdefs.Invalid("the %s has %d arguments: at most %d", what, len(argv), MaxArgs)
+	}
+	n := 0
+	for _, a := range argv {
+		n += len(a)
+		if err := names.NoNUL(what+" argument", a); err != nil {
+			return err
+		}
+	}
+	if n > MaxArgvBytes {
+		return errdefs.Invalid("the %s's arguments are %d bytes: at most %d (128KiB) in all (pass more on stdin, or in a file)", what, n, MaxArgvBytes)
+	}
+	return nil
+}
+
+// CheckEnv refuses more than MaxEnvVars variables or MaxEnvBytes of them,
+// and any that is not KEY=VALUE (names.EnvVar).
+func CheckEnv(env []string) error {
+	if len(env) > MaxEnvVars {
+		return errdefs.Invalid("env has %d variables: at most %d", len(env), MaxEnvVars)
+	}
+	n := 0
+	for _, kv := range env {
+		n += len(kv)
+		if err := names.EnvVar(kv); err != nil {
+			return err
+		}
+	}
+	if n > MaxEnvBytes {
+		return errdefs.Invalid("env is %d bytes: at most %d (128KiB) in all (pass more in a file)", n, MaxEnvBytes)
 	}
 	return nil
 }
