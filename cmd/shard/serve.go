@@ -47,6 +47,7 @@ type serveOptions struct {
 	dnsUpstream                     []string
 	idleTimeout, bodyTimeout        time.Duration
 	maxClientConns                  int
+	ledgerRetention                 time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -95,6 +96,7 @@ under the data directory (secret.key, root only).`,
 	f.DurationVar(&o.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "a keep-alive connection with no request this long is closed (a request's headers must come within 10s)")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that; bodies and streams that move are never cut")
 	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
+	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
 	return cmd
 }
 
@@ -143,6 +145,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
 	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
 		return fmt.Errorf("--idle-timeout and --body-timeout must be positive")
+	case o.ledgerRetention < 0:
+		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
 	case o.maxClientConns < 0:
 		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
 	}
@@ -208,6 +212,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
+		LedgerRetention: o.ledgerRetention,
 	})
 	if err != nil {
 		return err
@@ -227,6 +232,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	go svc.Watch(ctx)
+	go svc.SweepLedger(ctx)
 	// Ledger followers stream until their client leaves: they end when the
 	// server starts shutting down, so Shutdown need not wait them out.
 	stopping, stop := context.WithCancel(context.Background())

@@ -95,6 +95,7 @@ func (s *Server) routes() []route {
 		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, s.getSession),
 		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, s.sessionEvents),
 		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, s.resumeSession),
+		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, s.removeSession),
 		j("POST /v0/environments", auth.SandboxWrite, s.createEnvironment),
 		j("GET /v0/environments", auth.SandboxRead, s.listEnvironments),
 		j("GET /v0/environments/{name}", auth.SandboxRead, s.getEnvironment),
