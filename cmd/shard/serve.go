@@ -48,6 +48,8 @@ type serveOptions struct {
 	idleTimeout, bodyTimeout        time.Duration
 	maxClientConns                  int
 	ledgerRetention                 time.Duration
+	maxMemory, maxCPU               string
+	maxPids                         int64
 }
 
 func newServeCmd() *cobra.Command {
@@ -97,7 +99,36 @@ under the data directory (secret.key, root only).`,
 	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that; bodies and streams that move are never cut")
 	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
 	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
+	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
+	f.StringVar(&o.maxCPU, "max-cpu", "host", "the most cpu one sandbox may have, e.g. 2 or 500m (host: this host's cpus; more is refused)")
+	f.Int64Var(&o.maxPids, "max-pids", sandbox.MaxPids, "the most processes one sandbox may have (at most 4194304, the kernel's limit)")
 	return cmd
+}
+
+// sandboxLimits reads --max-memory, --max-cpu and --max-pids: each at most
+// what the host can honour.
+func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
+	host := sandbox.HostLimits()
+	var l sandbox.Limits
+	if o.maxMemory != "host" {
+		n, err := units.ParseSize(o.maxMemory)
+		if err != nil || n < sandbox.MinMemory || n > host.MemoryBytes {
+			return l, fmt.Errorf("--max-memory %q: give a size from %s to %s (%s), or host", o.maxMemory, units.FormatSize(sandbox.MinMemory), units.FormatSize(host.MemoryBytes), host.MemoryFrom)
+		}
+		l.MemoryBytes, l.MemoryFrom = n, "shard serve --max-memory"
+	}
+	if o.maxCPU != "host" {
+		n, err := units.ParseCPU(o.maxCPU)
+		if err != nil || n < sandbox.MinCPU || n > host.CPUMillis {
+			return l, fmt.Errorf("--max-cpu %q: give cpus from %s to %s (this host's), or host", o.maxCPU, units.FormatCPU(sandbox.MinCPU), units.FormatCPU(host.CPUMillis))
+		}
+		l.CPUMillis, l.CPUFrom = n, "shard serve --max-cpu"
+	}
+	if o.maxPids < sandbox.MinPids || o.maxPids > sandbox.MaxPids {
+		return l, fmt.Errorf("--max-pids %d: give a number from %d to %d", o.maxPids, sandbox.MinPids, sandbox.MaxPids)
+	}
+	l.Pids, l.PidsFrom = o.maxPids, "shard serve --max-pids"
+	return l, nil
 }
 
 func serve(ctx context.Context, o *serveOptions) error {
@@ -149,6 +180,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
 	case o.maxClientConns < 0:
 		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+	}
+	limits, err := sandboxLimits(o)
+	if err != nil {
+		return err
 	}
 	// Only root may enter the data and run directories: below them are
 	// trees that sandboxes and images write (see internal/hostdir).
@@ -212,7 +247,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention,
+		LedgerRetention: o.ledgerRetention, Limits: limits,
 	})
 	if err != nil {
 		return err

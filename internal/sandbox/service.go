@@ -202,8 +202,9 @@ func (s *Service) validate(req *CreateRequest) error {
 	if req.DiskBytes == 0 && s.cfg.DefaultDisk > 0 {
 		req.DiskBytes = s.cfg.DefaultDisk
 	}
-	withDefaults(req)
-	if err := checkCreate(req, s.Limits()); err != nil {
+	lim := s.Limits()
+	withDefaults(req, lim)
+	if err := checkCreate(req, lim); err != nil {
 		return err
 	}
 	if strings.TrimSpace(req.Image) == "" {
