@@ -38,17 +38,20 @@ func (e errBodyStalled) Error() string {
 }
 
 // bodyDeadline cuts a request body that stalls: before each read of the
-// body the connection's read deadline is set idle from now, but no later
-// than the body's start + idle + what it has sent at MinBodyRate. A body
-// that moves (an upload, a proxied stream) is never cut; a response
-// stream is not bounded by it (the deadline is lifted at the body's end).
+// body the connection's read deadline is set idle from now, or sooner if
+// the time the reads have waited for the client so far passes idle plus
+// what it has sent at MinBodyRate. Only the client's time counts: a
+// handler that reads slowly (an unpacking import, a proxied app that
+// reads slowly) is not the client's fault. A body that moves is never
+// cut; a response stream is not bounded by it (the deadline is lifted at
+// the body's end).
 func bodyDeadline(idle time.Duration, next http.Handler) http.Handler {
 	if idle <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle, start: time.Now()}
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -56,27 +59,26 @@ func bodyDeadline(idle time.Duration, next http.Handler) http.Handler {
 
 type deadlineBody struct {
 	io.ReadCloser
-	rc    *http.ResponseController
-	idle  time.Duration
-	start time.Time
-	n     int64 // bytes read so far
-	ended bool  // the body ended (or failed): the deadline is lifted
+	rc     *http.ResponseController
+	idle   time.Duration
+	n      int64         // bytes read so far
+	waited time.Duration // time spent in reads: waiting for the client
+	ended  bool          // the body ended (or failed): the deadline is lifted
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	if b.ended {
 		return b.ReadCloser.Read(p)
 	}
-	d := time.Now().Add(b.idle)
-	if floor := b.start.Add(b.idle + time.Duration(b.n/MinBodyRate)*time.Second); floor.Before(d) {
-		d = floor
-	}
-	if b.rc.SetReadDeadline(d) != nil {
+	now := time.Now()
+	wait := min(b.idle, b.idle+time.Duration(b.n/MinBodyRate)*time.Second-b.waited)
+	if b.rc.SetReadDeadline(now.Add(wait)) != nil {
 		// A writer without deadlines (a test recorder): nothing to cut.
 		b.ended = true
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
+	b.waited += time.Since(now)
 	if err != nil {
 		b.ended = true
 		switch {

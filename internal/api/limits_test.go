@@ -376,3 +376,29 @@ func TestLogLinesBounded(t *testing.T) {
 		})
 	}
 }
+
+// Only the client's time counts against a body: a handler that pauses
+// between reads (an import unpacking as it reads, a proxied app that reads
+// slowly) does not get its client cut, though the body then comes slower
+// than MinBodyRate.
+func TestSlowReaderNotCut(t *testing.T) {
+	h := bodyDeadline(testBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := make([]byte, 512)
+		if _, err := io.ReadFull(r.Body, first); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		time.Sleep(3 * testBody) // the rest waits in the socket meanwhile
+		rest, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		fmt.Fprintf(w, "read %d", len(first)+len(rest))
+	}))
+	addr := serveLoopback(t, h, 0)
+	code, body := postSlow(t, addr, "/", 1024, []string{strings.Repeat("x", 512), strings.Repeat("y", 512)}, 50*time.Millisecond)
+	if code != 200 || body != "read 1024" {
+		t.Fatalf("a slow handler's read = %d %s, want all 1024 bytes read", code, body)
+	}
+}
