@@ -1,10 +1,16 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/useshards/shard/client"
 )
@@ -96,5 +102,69 @@ func TestLedgerLimits(t *testing.T) {
 	_, err = e.c.GetSession(ctx, sb.Session)
 	if ae := apiErr(t, "the removed session", err); ae.Status != 404 {
 		t.Fatalf("the removed session = %d %s, want 404", ae.Status, ae.Message)
+	}
+}
+
+// TestHTTPConnectionsCut: on the real server's TCP listener, with its
+// default limits, a slowloris (headers a byte every 500ms) is cut at the
+// header timeout (10s), and an idle keep-alive connection at the idle
+// timeout (60s); both used to be held for as long as the client liked.
+// The times are logged for the record; the bound checked is only that
+// each was cut at all within twice its timeout.
+func TestHTTPConnectionsCut(t *testing.T) {
+	e := need(t)
+	type result struct {
+		what string
+		held time.Duration
+		err  error
+	}
+	results := make(chan result, 2)
+	go func() { // slowloris
+		c, err := net.Dial("tcp", e.tcp)
+		if err != nil {
+			results <- result{"slowloris", 0, err}
+			return
+		}
+		defer c.Close()
+		start := time.Now()
+		go func() {
+			for _, b := range []byte("GET /v0/version HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 200)) {
+				if _, err := c.Write([]byte{b}); err != nil {
+					return
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, err = io.Copy(io.Discard, c)
+		results <- result{"slowloris", time.Since(start), err}
+	}()
+	go func() { // idle keep-alive
+		c, err := net.Dial("tcp", e.tcp)
+		if err != nil {
+			results <- result{"idle keep-alive", 0, err}
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(c, "GET /v0/version HTTP/1.1\r\nHost: x\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			results <- result{"idle keep-alive", 0, err}
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		start := time.Now()
+		c.SetReadDeadline(time.Now().Add(120 * time.Second))
+		_, err = io.Copy(io.Discard, br)
+		results <- result{"idle keep-alive", time.Since(start), err}
+	}()
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("%s: held %s, not cut: %v", r.what, r.held.Round(time.Millisecond), r.err)
+			continue
+		}
+		t.Logf("%s: cut after %s", r.what, r.held.Round(time.Millisecond))
 	}
 }
