@@ -96,7 +96,7 @@ under the data directory (secret.key, root only).`,
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "a keep-alive connection with no request this long is closed (a request's headers must come within 10s)")
-	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that; bodies and streams that move are never cut")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that (counting only the time spent waiting for the client); bodies and streams that move are never cut")
 	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
 	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
 	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
