@@ -533,6 +533,12 @@ func (c *Client) Sessions(ctx context.Context) ([]Session, error) {
 	return out.Sessions, err
 }
 
+// RemoveSession removes a ledger session and its events. The server
+// refuses (409) while the session's sandbox exists or it has checkpoints.
+func (c *Client) RemoveSession(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/ledger/sessions/"+esc(name), nil, nil)
+}
+
 // GetSession returns one ledger session by name.
 func (c *Client) GetSession(ctx context.Context, name string) (*Session, error) {
 	var out Session

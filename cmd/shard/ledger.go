@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,7 +119,13 @@ starts after sequence number N.`,
 		},
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
-	cmd.AddCommand(ls)
+	rm := eachArg(a, "rm SESSION...", "Remove ledger sessions and their events: only once the session's sandbox is removed and its checkpoints are (shard checkpoint rm)", "one or more SESSION name",
+		func(ctx context.Context, c *client.Client, name string) (any, error) {
+			return map[string]string{"removed": name}, c.RemoveSession(ctx, name)
+		})
+	rm.Aliases = []string{"remove"}
+	rm.Example = `  shard ledger rm job-2`
+	cmd.AddCommand(ls, rm)
 	return cmd
 }
 

@@ -45,6 +45,11 @@ type serveOptions struct {
 	freezeTimeout                   time.Duration
 	maxSandboxes                    int
 	dnsUpstream                     []string
+	idleTimeout, bodyTimeout        time.Duration
+	maxClientConns                  int
+	ledgerRetention                 time.Duration
+	maxMemory, maxCPU               string
+	maxPids                         int64
 }
 
 func newServeCmd() *cobra.Command {
@@ -90,7 +95,40 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "a keep-alive connection with no request this long is closed (a request's headers must come within 10s)")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that (counting only the time spent waiting for the client); bodies and streams that move are never cut")
+	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
+	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
+	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
+	f.StringVar(&o.maxCPU, "max-cpu", "host", "the most cpu one sandbox may have, e.g. 2 or 500m (host: this host's cpus; more is refused)")
+	f.Int64Var(&o.maxPids, "max-pids", sandbox.MaxPids, "the most processes one sandbox may have (at most 4194304, the kernel's limit)")
 	return cmd
+}
+
+// sandboxLimits reads --max-memory, --max-cpu and --max-pids: each at most
+// what the host can honour.
+func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
+	host := sandbox.HostLimits()
+	var l sandbox.Limits
+	if o.maxMemory != "host" {
+		n, err := units.ParseSize(o.maxMemory)
+		if err != nil || n < sandbox.MinMemory || n > host.MemoryBytes {
+			return l, fmt.Errorf("--max-memory %q: give a size from %s to %s (%s), or host", o.maxMemory, units.FormatSize(sandbox.MinMemory), units.FormatSize(host.MemoryBytes), host.MemoryFrom)
+		}
+		l.MemoryBytes, l.MemoryFrom = n, "shard serve --max-memory"
+	}
+	if o.maxCPU != "host" {
+		n, err := units.ParseCPU(o.maxCPU)
+		if err != nil || n < sandbox.MinCPU || n > host.CPUMillis {
+			return l, fmt.Errorf("--max-cpu %q: give cpus from %s to %s (this host's), or host", o.maxCPU, units.FormatCPU(sandbox.MinCPU), units.FormatCPU(host.CPUMillis))
+		}
+		l.CPUMillis, l.CPUFrom = n, "shard serve --max-cpu"
+	}
+	if o.maxPids < sandbox.MinPids || o.maxPids > sandbox.MaxPids {
+		return l, fmt.Errorf("--max-pids %d: give a number from %d to %d", o.maxPids, sandbox.MinPids, sandbox.MaxPids)
+	}
+	l.Pids, l.PidsFrom = o.maxPids, "shard serve --max-pids"
+	return l, nil
 }
 
 func serve(ctx context.Context, o *serveOptions) error {
@@ -136,6 +174,16 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
 	case o.freezeTimeout <= 0:
 		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
+	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
+		return fmt.Errorf("--idle-timeout and --body-timeout must be positive")
+	case o.ledgerRetention < 0:
+		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
+	case o.maxClientConns < 0:
+		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+	}
+	limits, err := sandboxLimits(o)
+	if err != nil {
+		return err
 	}
 	// Only root may enter the data and run directories: below them are
 	// trees that sandboxes and images write (see internal/hostdir).
@@ -199,6 +247,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
+		LedgerRetention: o.ledgerRetention, Limits: limits,
 	})
 	if err != nil {
 		return err
@@ -218,13 +267,14 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	go svc.Watch(ctx)
+	go svc.SweepLedger(ctx)
 	// Ledger followers stream until their client leaves: they end when the
 	// server starts shutting down, so Shutdown need not wait them out.
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
 	srv := &http.Server{
 		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
-			Log: log, Version: version, Stopping: stopping.Done()}).Handler(),
+			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout}).Handler(),
 		// The Unix socket is root's alone: whoever reaches it is the
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -233,7 +283,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 			}
 			return ctx
 		},
-		ReadHeaderTimeout: 10 * time.Second,
+		// No whole-request ReadTimeout or WriteTimeout: they would cut
+		// streams that move; a stalled body is cut by --body-timeout.
+		ReadHeaderTimeout: api.DefaultHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	os.Remove(o.socket)
@@ -253,6 +306,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.listen, err)
 		}
+		tl = api.LimitListener(tl, o.maxClientConns, log)
 		go func() { errc <- srv.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
 	}

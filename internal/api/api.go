@@ -13,7 +13,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/auth"
@@ -42,6 +44,12 @@ type Server struct {
 	Log       *slog.Logger
 	Version   string
 	Stopping  <-chan struct{} // closed when the server shuts down: long streams end
+	// BodyTimeout cuts a request body that stalls this long (0: never;
+	// see bodyDeadline).
+	BodyTimeout time.Duration
+
+	authOnce  sync.Once
+	authFails *authLimiter // failed API keys per client; set by authOnce
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and
@@ -89,6 +97,7 @@ func (s *Server) routes() []route {
 		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, s.getSession),
 		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, s.sessionEvents),
 		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, s.resumeSession),
+		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, s.removeSession),
 		j("POST /v0/environments", auth.SandboxWrite, s.createEnvironment),
 		j("GET /v0/environments", auth.SandboxRead, s.listEnvironments),
 		j("GET /v0/environments/{name}", auth.SandboxRead, s.getEnvironment),
@@ -147,7 +156,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})
-	return s.logged(mux)
+	return s.logged(bodyDeadline(s.BodyTimeout, mux))
 }
 
 // guard finds who makes the request (the Unix socket's administrator, or
@@ -162,8 +171,22 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "unauthenticated", "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
 				return
 			}
+			s.authOnce.Do(func() {
+				if s.authFails == nil {
+					s.authFails = newAuthLimiter(s.Log)
+				}
+			})
+			client := clientAddr(r.RemoteAddr)
+			if d := s.authFails.wait(client); d > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfter(d)))
+				s.writeError(w, r, errdefs.New(errdefs.KindTooMany, "too_many_requests", "too many failed API keys from %s: try again in %s", client, d.Round(time.Second)))
+				return
+			}
 			var err error
 			if p, err = s.Tokens.Authenticate(r.Context(), key); err != nil {
+				if errdefs.Is(err, errdefs.KindUnauth) {
+					s.authFails.failed(client)
+				}
 				s.writeError(w, r, err)
 				return
 			}
@@ -258,12 +281,12 @@ func (s *Server) logged(next http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.Log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", p)
+				s.Log.Error("panic in handler", "method", logValue(r.Method), "path", logValue(r.URL.Path), "panic", logValue(fmt.Sprint(p)))
 				if !sw.wrote {
 					s.writeError(sw, r, fmt.Errorf("panic: %v", p))
 				}
 			}
-			s.Log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.code, "dur", time.Since(start))
+			s.Log.Debug("request", "method", logValue(r.Method), "path", logValue(r.URL.Path), "status", sw.code, "dur", time.Since(start))
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -316,6 +339,8 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusRequestEntityTooLarge
 	case errdefs.KindNoSpace:
 		return http.StatusInsufficientStorage
+	case errdefs.KindTooMany:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -326,7 +351,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	msg := err.Error()
 	status := statusOf(kind)
 	if status >= 500 {
-		s.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.Log.Error("request failed", "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
 		switch kind {
 		case errdefs.KindInternal:
 			msg = "internal error: " + msg

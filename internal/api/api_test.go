@@ -181,6 +181,7 @@ func TestStatusOf(t *testing.T) {
 		{errdefs.KindForbidden, http.StatusForbidden},
 		{errdefs.KindUnauth, http.StatusUnauthorized},
 		{errdefs.KindTooLarge, http.StatusRequestEntityTooLarge},
+		{errdefs.KindTooMany, http.StatusTooManyRequests},
 		{errdefs.KindInternal, http.StatusInternalServerError},
 		{errdefs.Kind(""), http.StatusInternalServerError},
 		{errdefs.Kind("no_such_kind"), http.StatusInternalServerError},

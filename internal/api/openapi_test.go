@@ -60,6 +60,7 @@ var routes = []string{
 	"GET /v0/environments",
 	"GET /v0/environments/{name}",
 	"DELETE /v0/environments/{name}",
+	"DELETE /v0/ledger/sessions/{name}",
 	"GET /v0/system/df",
 	"GET /v0/projects",
 	"POST /v0/tokens",

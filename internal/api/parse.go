@@ -174,18 +174,9 @@ func parseEnvironment(r *http.Request, lim sandbox.Limits) (sandbox.EnvironmentR
 	return sandbox.EnvironmentRequest{Name: req.Name, Create: cr, Setup: req.Setup, Sandbox: req.Sandbox, Fingerprint: req.Fingerprint}, nil
 }
 
-// checkArgv refuses an empty command and arguments no process can have.
-func checkArgv(what string, argv []string) error {
-	if len(argv) == 0 {
-		return errdefs.Invalid("no command given: a %s needs at least the program", what)
-	}
-	for _, a := range argv {
-		if err := names.NoNUL(what+" argument", a); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// checkArgv refuses an empty command, arguments no process can have, and
+// more of them than sandbox.CheckArgv takes.
+func checkArgv(what string, argv []string) error { return sandbox.CheckArgv(what, argv) }
 
 // parseExec reads POST /v0/sandboxes/{id}/exec: the agent's request and
 // all of stdin (nil: no stdin).

@@ -102,12 +102,7 @@ func envField(raw json.RawMessage) ([]string, error) {
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err == nil {
-		for _, kv := range list {
-			if err := names.EnvVar(kv); err != nil {
-				return nil, err
-			}
-		}
-		return list, nil
+		return list, sandbox.CheckEnv(list)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -127,7 +122,7 @@ func envField(raw json.RawMessage) ([]string, error) {
 		}
 		list = append(list, k+"="+m[k])
 	}
-	return list, nil
+	return list, sandbox.CheckEnv(list)
 }
 
 // createFields parses the bounds and environment a create (or an

@@ -15,17 +15,18 @@ import (
 type Kind string
 
 const (
-	KindInvalid     Kind = "invalid_argument" // 400: the request is malformed
-	KindNotFound    Kind = "not_found"        // 404
-	KindConflict    Kind = "conflict"         // 409: the state does not allow it
-	KindUnsupported Kind = "unsupported"      // 409: the provider cannot do this here
-	KindUnavailable Kind = "unavailable"      // 503/502: a dependency is not reachable
-	KindForbidden   Kind = "forbidden"        // 403
-	KindUnauth      Kind = "unauthenticated"  // 401
-	KindTooLarge    Kind = "too_large"        // 413
-	KindFailed      Kind = "failed"           // 422: the request was fine, what it ran failed
-	KindNoSpace     Kind = "no_space"         // 507: the server's disk cannot hold it
-	KindInternal    Kind = "internal"         // 500: our fault, never the user's
+	KindInvalid     Kind = "invalid_argument"  // 400: the request is malformed
+	KindNotFound    Kind = "not_found"         // 404
+	KindConflict    Kind = "conflict"          // 409: the state does not allow it
+	KindUnsupported Kind = "unsupported"       // 409: the provider cannot do this here
+	KindUnavailable Kind = "unavailable"       // 503/502: a dependency is not reachable
+	KindForbidden   Kind = "forbidden"         // 403
+	KindUnauth      Kind = "unauthenticated"   // 401
+	KindTooLarge    Kind = "too_large"         // 413
+	KindFailed      Kind = "failed"            // 422: the request was fine, what it ran failed
+	KindNoSpace     Kind = "no_space"          // 507: the server's disk cannot hold it
+	KindTooMany     Kind = "too_many_requests" // 429: the client is over a rate limit
+	KindInternal    Kind = "internal"          // 500: our fault, never the user's
 )
 
 // Error is a classified error with a specific code (e.g. "name_taken").

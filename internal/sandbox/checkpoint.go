@@ -172,6 +172,9 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
 	}
+	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
+		return nil, err
+	}
 	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)

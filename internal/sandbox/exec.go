@@ -12,7 +12,6 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
-	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -73,14 +72,16 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 	if sb.State != StateRunning {
 		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
 	}
-	if len(req.Argv) == 0 {
-		return nil, nil, errdefs.Invalid("no command given")
+	// Checked before exec_started is written: a refused command leaves
+	// nothing in the ledger.
+	if err := CheckArgv("command", req.Argv); err != nil {
+		return nil, nil, err
+	}
+	if err := CheckEnv(req.Env); err != nil {
+		return nil, nil, err
 	}
 	envNames := make([]string, 0, len(req.Env))
 	for _, kv := range req.Env {
-		if err := names.EnvVar(kv); err != nil {
-			return nil, nil, err
-		}
 		k, _, _ := strings.Cut(kv, "=")
 		envNames = append(envNames, k)
 	}

@@ -68,6 +68,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 	defer unlock()
+	if err := checkInherited("sandbox "+src.Name, s.Limits(), src.MemoryBytes, src.CPUMillis, src.Pids); err != nil {
+		return nil, fmt.Errorf("a fork takes its source's bounds: %w", err)
+	}
 	img, err := s.cfg.Images.Get(ctx, src.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", src.Image, src.Name, err)

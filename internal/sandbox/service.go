@@ -53,6 +53,8 @@ type Config struct {
 	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
 	MaxSandboxes    int           // most sandboxes at once, forks included (0: no limit)
 	DefaultDisk     int64         // disk bound of a create that gives none (0: DefaultDisk)
+	LedgerRetention time.Duration // ledger sessions left this long after their sandbox are removed (0: kept)
+	Limits          Limits        // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 }
 
 // Service is the sandbox lifecycle.
@@ -200,8 +202,9 @@ func (s *Service) validate(req *CreateRequest) error {
 	if req.DiskBytes == 0 && s.cfg.DefaultDisk > 0 {
 		req.DiskBytes = s.cfg.DefaultDisk
 	}
-	withDefaults(req)
-	if err := checkCreate(req, s.Limits()); err != nil {
+	lim := s.Limits()
+	withDefaults(req, lim)
+	if err := checkCreate(req, lim); err != nil {
 		return err
 	}
 	if strings.TrimSpace(req.Image) == "" {

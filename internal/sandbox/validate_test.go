@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/store"
 )
 
 func testService() *Service {
@@ -133,4 +134,68 @@ func TestCheckpointTag(t *testing.T) {
 			t.Errorf("Checkpoint(tag %q) = %v, want invalid_argument stating the rule", tag, err)
 		}
 	}
+}
+
+// A server's --max-memory, --max-cpu and --max-pids bound creates below
+// the host's, each refusal naming the flag; defaults past them are
+// lowered to them; restores of a checkpoint taken when the server allowed
+// more are refused the same way.
+func TestServerLimits(t *testing.T) {
+	lowered := Limits{MemoryBytes: 256 << 20, MemoryFrom: "shard serve --max-memory",
+		CPUMillis: 500, CPUFrom: "shard serve --max-cpu", Pids: 100, PidsFrom: "shard serve --max-pids"}
+	s := testService()
+	s.cfg.Limits = lowered
+	tests := []struct {
+		name string
+		req  CreateRequest
+		want string
+	}{
+		{"memory past --max-memory", CreateRequest{Image: "busybox", MemoryBytes: 512 << 20}, "--max-memory"},
+		{"cpu past --max-cpu", CreateRequest{Image: "busybox", CPUMillis: 1000}, "--max-cpu"},
+		{"pids past --max-pids", CreateRequest{Image: "busybox", Pids: 101}, "from 8 to 100 (shard serve --max-pids)"},
+		{"at the bounds", CreateRequest{Image: "busybox", MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 100}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := tt.req
+			err := s.validate(&req)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("validate = %v, want nil", err)
+				}
+				return
+			}
+			if errdefs.KindOf(err) != errdefs.KindInvalid || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("validate = %v, want a 400 naming %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("defaults lowered", func(t *testing.T) {
+		req := CreateRequest{Image: "busybox", Pids: 50}
+		if err := s.validate(&req); err != nil {
+			t.Fatalf("validate of a create with default memory and cpu = %v, want them lowered to the bounds", err)
+		}
+		if req.MemoryBytes != 256<<20 || req.CPUMillis != 500 {
+			t.Errorf("defaults = memory %d cpu %d, want 256MiB and 500m", req.MemoryBytes, req.CPUMillis)
+		}
+	})
+	t.Run("a higher bound does not raise the host's", func(t *testing.T) {
+		host := HostLimits()
+		if got := host.Lower(Limits{MemoryBytes: host.MemoryBytes * 2, CPUMillis: host.CPUMillis * 2, Pids: MaxPids * 2}); got != host {
+			t.Errorf("Lower(twice the host) = %+v, want the host's %+v", got, host)
+		}
+	})
+	t.Run("restore of a checkpoint past the bounds", func(t *testing.T) {
+		s.caps["gvisor"] = provider.Capabilities{Name: "gvisor", Available: true, Checkpoint: true}
+		for _, ck := range []*store.Checkpoint{
+			{ID: "ck-mem", Provider: "gvisor", MemoryBytes: 1 << 30, CPUMillis: 100, Pids: 10},
+			{ID: "ck-cpu", Provider: "gvisor", MemoryBytes: 64 << 20, CPUMillis: 2000, Pids: 10},
+			{ID: "ck-pids", Provider: "gvisor", MemoryBytes: 64 << 20, CPUMillis: 100, Pids: 4096},
+		} {
+			_, err := s.restore(context.Background(), ck, RestoreOptions{})
+			if errdefs.KindOf(err) != errdefs.KindInvalid || !strings.Contains(err.Error(), "checkpoint "+ck.ID) || !strings.Contains(err.Error(), "shard serve --max-") {
+				t.Errorf("restore of %s = %v, want a 400 naming it and the bound", ck.ID, err)
+			}
+		}
+	})
 }

@@ -170,6 +170,7 @@ func TestProjectMatrix(t *testing.T) {
 		"DELETE /v0/snapshots/{id}":                 {{"/v0/snapshots/pm-snap", ""}, {"/v0/snapshots/" + snap.ID, ""}},
 		"GET /v0/ledger/sessions/{name}":            {{"/v0/ledger/sessions/" + run.Session, ""}},
 		"GET /v0/ledger/sessions/{name}/events":     {{"/v0/ledger/sessions/" + run.Session + "/events", ""}},
+		"DELETE /v0/ledger/sessions/{name}":         {{"/v0/ledger/sessions/" + run.Session, ""}},
 		"POST /v0/ledger/sessions/{name}/resume":    {{"/v0/ledger/sessions/" + run.Session + "/resume", "{}"}},
 		"POST /v0/environments":                     {{"/v0/environments", `{"name":"pm-env2","sandbox":"pm-run"}`}},
 		"GET /v0/environments/{name}":               {{"/v0/environments/pm-env", ""}},

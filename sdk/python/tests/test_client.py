@@ -488,6 +488,9 @@ class CallsTest(Base):
         r = self.shard.resume(sb, name="again")
         self.assertEqual(r.name, "again")
         self.assertEqual(self.fake.last("POST", "/ledger/sessions/base/resume").json, {"name": "again"})
+        self.fake.route("DELETE", "/ledger/sessions/base", body={"removed": "base"})
+        self.shard.remove_session(sb)
+        self.assertEqual(self.fake.last("DELETE", "/ledger/sessions/base").path, "/v0/ledger/sessions/base")
         assert r.resume_result is not None
         self.assertEqual(r.resume_result.checkpoint, "c0ffee000000")
         self.assertEqual([x.exit_code for x in r.resume_result.replayed], [0, None])

@@ -146,6 +146,13 @@ export class ShardApi {
     return this.transport.json("POST", `/ledger/sessions/${seg(session)}/resume`, req);
   }
 
+  /** Deletes a ledger session and its events: refused (409) while its
+   * sandbox exists (session_in_use) or it has checkpoints
+   * (session_has_checkpoints). */
+  async removeSession(session: string): Promise<void> {
+    await this.transport.json("DELETE", `/ledger/sessions/${seg(session)}`);
+  }
+
   async listSessions(): Promise<Session[]> {
     const out = await this.transport.json<{ sessions: Session[] }>("GET", "/ledger/sessions");
     return out?.sessions ?? [];

@@ -332,6 +332,9 @@ test("fork(tag), checkpoint, listCheckpoints, restoreSnapshot and resume", () =>
       assert.deepEqual(f.requests.at(-1)!.body, { name: "again" });
       assert.equal(resumed.replayed?.length, 1);
       assert.deepEqual(resumed.reapplied, [{ event: "sandbox.secret_granted", secret: "KEY" }]);
+      await client.api.removeSession("job");
+      assert.equal(f.requests.at(-1)!.method, "DELETE");
+      assert.equal(f.requests.at(-1)!.path, "/v0/ledger/sessions/job");
       const byName = await client.resume("job");
       assert.equal(client.sandboxes.length, 5);
       await Promise.all(client.sandboxes.map((h) => h.close()));

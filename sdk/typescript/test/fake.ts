@@ -191,6 +191,9 @@ export class FakeShard {
     if ((p = /^\/v0\/ledger\/sessions\/([^/]+)\/resume$/.exec(path)) && m === "POST") {
       return json(201, { sandbox: this.sandbox({ name: body?.name }), checkpoint: "", replayed: [{ argv: ["true"], recorded_exit_code: 0, exit_code: 0 }], reapplied: [{ event: "sandbox.secret_granted", secret: "KEY" }] });
     }
+    if ((p = /^\/v0\/ledger\/sessions\/([^/]+)$/.exec(path)) && m === "DELETE") {
+      return json(200, { removed: decodeURIComponent(p[1]!) });
+    }
     if ((p = /^\/v0\/environments\/([^/]+)$/.exec(path))) {
       const env = this.environments.get(decodeURIComponent(p[1]!));
       if (!env) return err(404, "environment_not_found", `environment ${p[1]} not found`);

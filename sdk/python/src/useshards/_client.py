@@ -757,6 +757,13 @@ class Shard:
         res = ResumeResult.from_json(_mapping(doc, "a resume"))
         return Sandbox(self, res.sandbox, resume_result=res)
 
+    def remove_session(self, session: Union[str, Sandbox]) -> None:
+        """Deletes a ledger session and its events, for good. Refused
+        (ShardError 409 ``session_in_use``) while its sandbox exists, and
+        (``session_has_checkpoints``) while it has checkpoints."""
+        s = session.session if isinstance(session, Sandbox) else session
+        self._t.request("DELETE", f"/ledger/sessions/{esc(s)}")
+
     def restore_snapshot(self, checkpoint: Union[str, Checkpoint], name: Optional[str] = None) -> Sandbox:
         """Starts a new sandbox from a checkpoint (its id, or a
         :class:`Checkpoint`): memory, processes and files as they were, and a

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/useshards/shard/internal/sandbox"
+)
+
+// --max-memory, --max-cpu and --max-pids take bounds up to what the host
+// can honour, and name the flag when they refuse one.
+func TestSandboxLimitsFlags(t *testing.T) {
+	host := sandbox.HostLimits()
+	tests := []struct {
+		name             string
+		memory, cpu      string
+		pids             int64
+		want             string // part of the error; "" for none
+		wantMem, wantCPU int64
+	}{
+		{"host", "host", "host", sandbox.MaxPids, "", 0, 0},
+		{"lower", "1GiB", "500m", 1000, "", 1 << 30, 500},
+		{"memory past the host", "1PiB", "host", sandbox.MaxPids, "--max-memory", 0, 0},
+		{"memory not a size", "lots", "host", sandbox.MaxPids, "--max-memory", 0, 0},
+		{"cpu past the host", "host", "100000", sandbox.MaxPids, "--max-cpu", 0, 0},
+		{"pids past the kernel's", "host", "host", 1000000000, "--max-pids", 0, 0},
+		{"pids too few", "host", "host", 1, "--max-pids", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := sandboxLimits(&serveOptions{maxMemory: tt.memory, maxCPU: tt.cpu, maxPids: tt.pids})
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("sandboxLimits = %v, want an error naming %s", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.MemoryBytes != tt.wantMem || l.CPUMillis != tt.wantCPU || l.Pids != tt.pids {
+				t.Errorf("sandboxLimits = %+v, want memory %d cpu %d pids %d", l, tt.wantMem, tt.wantCPU, tt.pids)
+			}
+			if got := host.Lower(l); got.MemoryBytes > host.MemoryBytes || got.CPUMillis > host.CPUMillis {
+				t.Errorf("the limits %+v raise the host's %+v", got, host)
+			}
+		})
+	}
+}
