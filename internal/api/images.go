@@ -55,9 +55,10 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 	return map[string]string{"removed": ref}, 200, nil
 }
 
-// pullImage streams progress as NDJSON. A malformed body is a plain 4xx
-// answer; every error of the pull itself (a bad reference included) is the
-// stream's last line, {"type":"error","error":{code,message}}.
+// pullImage streams progress as NDJSON. A malformed body, a bad reference
+// and a registry this server does not pull from (403) are plain 4xx
+// answers, before anything is connected; every error of the pull itself is
+// the stream's last line, {"type":"error","error":{code,message}}.
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	var req PullRequest
 	if err := decode(r, &req); err != nil {
@@ -66,6 +67,10 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Image == "" {
 		s.writeError(w, r, errdefs.Invalid("an image is required"))
+		return
+	}
+	if err := s.Images.CheckPull(r.Context(), req.Image); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")

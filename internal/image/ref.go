@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/useshards/shard/internal/errdefs"
 )
@@ -180,18 +179,15 @@ func normalizeHost(h string) string {
 	return h
 }
 
-// insecureTransport skips TLS verification, for registries the operator
-// listed as insecure (self-signed certificates on a private registry).
-var insecureTransport http.RoundTripper = func() http.RoundTripper {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // only for hosts the operator marked insecure
-	return t
-}()
+// insecureTLS skips TLS verification, for registries the operator listed
+// as insecure (self-signed certificates on a private registry).
+func insecureTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // only for hosts the operator marked insecure
+}
 
-// transportFor picks the transport for a registry.
+// transportFor picks the transport for a registry: every one is guarded
+// (guard.go).
 func (s *Store) transportFor(reg name.Registry) http.RoundTripper {
-	if s.insecure[reg.RegistryStr()] || reg.Scheme() == "http" {
-		return limitedManifests{insecureTransport}
-	}
-	return limitedManifests{remote.DefaultTransport}
+	skip := s.insecure[reg.RegistryStr()] || reg.Scheme() == "http"
+	return limitedManifests{s.guard.transport(skip)}
 }

@@ -29,6 +29,7 @@ package image
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -48,7 +49,17 @@ type Options struct {
 	Dir      string   // root of the cache, e.g. /var/lib/shard/images
 	Mirrors  []string // Docker Hub mirrors tried in order before docker.io; "http://" means plain HTTP
 	Insecure []string // registry hosts (host:port) reachable over plain HTTP or without TLS verification
-	Logger   *slog.Logger
+	// Allowed are registries (host[:port]) a pull may name besides the
+	// mirrors and Insecure ones; when set, the only ones. Like those,
+	// they may be on private or loopback addresses (see guard.go).
+	Allowed []string
+	// Blocked are networks of this host a pull never reaches unless the
+	// registry is listed: the sandbox subnet.
+	Blocked []netip.Prefix
+	// PullTimeout bounds one pull, from the first request to the last
+	// layer unpacked. 0 is DefaultPullTimeout.
+	PullTimeout time.Duration
+	Logger      *slog.Logger
 	// MaxImageSize bounds one image: what its layers decompress to, and
 	// their files (sparse ones at full size), and an import's upload (see
 	// limits.go). 0 is DefaultMaxImageSize.
@@ -85,6 +96,8 @@ type Store struct {
 	log      *slog.Logger
 	mirrors  []mirror
 	insecure map[string]bool
+	guard    *guard
+	pullTime time.Duration                       // Options.PullTimeout
 	maxImage int64                               // Options.MaxImageSize
 	statfs   func(dir string) (diskSpace, error) // the filesystem's free space (tests fake it)
 
@@ -112,7 +125,15 @@ func Open(opts Options) (*Store, error) {
 		insecure: map[string]bool{},
 		pins:     map[string]int{},
 		maxImage: opts.MaxImageSize,
+		pullTime: opts.PullTimeout,
 		statfs:   statfs,
+		guard:    newGuard(),
+	}
+	if s.pullTime < 0 {
+		return nil, errdefs.Invalid("the pull timeout must not be negative")
+	}
+	if s.pullTime == 0 {
+		s.pullTime = DefaultPullTimeout
 	}
 	if s.maxImage < 0 {
 		return nil, errdefs.Invalid("the largest image size must not be negative")
@@ -123,9 +144,17 @@ func Open(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	g := s.guard
 	for _, h := range opts.Insecure {
 		if h = normalizeHost(h); h != "" {
 			s.insecure[h] = true
+			g.insecure[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+		}
+	}
+	for _, h := range opts.Allowed {
+		if h = normalizeHost(h); h != "" {
+			g.allowed[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+			g.only = true
 		}
 	}
 	for _, raw := range opts.Mirrors {
@@ -134,7 +163,14 @@ func Open(opts Options) (*Store, error) {
 			return nil, err
 		}
 		s.mirrors = append(s.mirrors, m)
+		h := strings.ToLower(m.reg.RegistryStr())
+		g.listed[h] = true
+		if m.reg.Scheme() == "http" {
+			g.insecure[h] = true
+		}
 	}
+	g.blocked = opts.Blocked
+	g.hubViaMirror = len(s.mirrors) > 0
 	for _, d := range []string{dir, s.path("l"), s.path("blobs"), s.path("blobs", "sha256"), s.path("tmp")} {
 		if err := hostdir.Private(d); err != nil {
 			return nil, err
