@@ -1,18 +1,25 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 )
 
 func imageView(i *image.Image) Image {
-	return Image{Name: i.Name, Ref: i.Ref, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
+	return Image{Name: i.Name, Ref: i.Ref, Project: i.Project, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
 }
+
+// isAdmin reports whether the request may act on every project's images
+// (remove a pulled, shared one). TODO(projects): the lead switches this to
+// the Principal's "all projects" field.
+func isAdmin(ctx context.Context) bool { p := auth.From(ctx); return p == nil || p.Admin }
 
 func (s *Server) listImages(r *http.Request) (any, int, error) {
 	all, err := s.Images.List(r.Context())
@@ -40,6 +47,10 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if img.Project == "" && !isAdmin(r.Context()) {
+		return nil, 0, errdefs.New(errdefs.KindForbidden, "image_shared",
+			"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", img.Name)
+	}
 	sbs, err := s.Sandboxes.List(r.Context())
 	if err != nil {
 		return nil, 0, err
@@ -49,7 +60,7 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
 		}
 	}
-	if err := s.Images.Remove(r.Context(), ref); err != nil {
+	if err := s.Images.Remove(r.Context(), ref, isAdmin(r.Context())); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": ref}, 200, nil
@@ -106,6 +117,11 @@ func (s *Server) importImage(r *http.Request) (any, int, error) {
 	name, err := importName(r)
 	if err != nil {
 		return nil, 0, err
+	}
+	if name != "" {
+		if err := s.Images.CheckImportName(name); err != nil {
+			return nil, 0, err
+		}
 	}
 	if r.ContentLength > s.Images.MaxImageSize() {
 		return nil, 0, s.Images.UploadTooLarge("the upload")

@@ -102,7 +102,7 @@ func TestPullNotAllowed(t *testing.T) {
 		{"sandbox subnet", "198.20.0.9/x/y:1", func(o *Options) { o.Blocked = []netip.Prefix{netip.MustParsePrefix("198.20.0.0/16")} }, nil, "sandboxes"},
 		{"not in the allowed list", "93.184.216.34/x/y:1", func(o *Options) { o.Allowed = []string{"ghcr.io"} }, nil, "not one of the registries"},
 		{"docker.io not allowed, no mirror", "python:3", func(o *Options) { o.Allowed = []string{"ghcr.io"} }, nil, "not one of the registries"},
-		{"localhost/ is not a registry", "localhost/x:1", nil, nil, "imported into a project"},
+		{"localhost/ is not a registry", "localhost/x:1", nil, nil, "imported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

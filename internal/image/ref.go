@@ -102,6 +102,7 @@ func familiar(r name.Reference) string {
 
 // familiarOf turns a stored canonical key back into its familiar form.
 func familiarOf(key string) string {
+	_, key = splitKey(key)
 	r, err := name.ParseReference(key)
 	if err != nil {
 		return key
@@ -112,12 +113,16 @@ func familiarOf(key string) string {
 // digestKey is the key under which an image stays reachable by digest
 // (repo@sha256:...) once its tag has moved to another image.
 func digestKey(key, digest string) string {
-	r, err := name.ParseReference(key)
+	p, canon := splitKey(key)
+	r, err := name.ParseReference(canon)
 	if err != nil {
 		return ""
 	}
-	d := r.Context().Digest(digest)
-	return canonical(d)
+	d := canonical(r.Context().Digest(digest))
+	if p != "" {
+		return importKey(p, d)
+	}
+	return d
 }
 
 // mirror is a Docker Hub mirror: a registry, optionally with a repository

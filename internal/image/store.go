@@ -42,6 +42,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Options configures a Store.
@@ -78,6 +79,7 @@ type Config struct {
 // Image is a locally available image, as one reference to it.
 type Image struct {
 	Ref     string    `json:"ref"`     // full reference, e.g. "docker.io/library/python:3.12-slim"
+	Project string    `json:"project"` // the project of an import (localhost/...); "" for a pulled image, which every project shares
 	Name    string    `json:"name"`    // familiar name, e.g. "python:3.12-slim"
 	Digest  string    `json:"digest"`  // digest the reference resolved to (the index's, for multi-arch images)
 	ID      string    `json:"id"`      // config digest: the same image has the same ID under any name
@@ -248,7 +250,7 @@ func (s *Store) path(elem ...string) string {
 func (s *Store) Get(ctx context.Context, ref string) (*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys, err := s.resolveLocked(ref)
+	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +266,9 @@ func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress))
 	if strings.HasPrefix(ref, "sha256:") {
 		return nil, err // an ID cannot be pulled
 	}
+	if r, perr := s.parseRef(ref); perr == nil && isLocal(r) {
+		return nil, err // an import is not pulled
+	}
 	// Concurrent Ensures of one reference share a single pull.
 	unlock, lerr := s.refLocks.lock(ctx, strings.TrimSpace(ref))
 	if lerr != nil {
@@ -276,12 +281,16 @@ func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress))
 	return s.Pull(ctx, ref, progress)
 }
 
-// List returns every reference in the cache, sorted by name.
+// List returns every reference ctx may see, sorted by name: the pulled
+// images and ctx's project's imports (every project's, unscoped).
 func (s *Store) List(ctx context.Context) ([]*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Image, 0, len(s.idx.Refs))
 	for key := range s.idx.Refs {
+		if !visible(ctx, key) {
+			continue
+		}
 		img, err := s.imageLocked(key)
 		if err != nil {
 			s.log.Warn("image is incomplete on disk", "ref", key, "err", err)
@@ -289,19 +298,35 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 		}
 		out = append(out, img)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Project < out[j].Project
+	})
 	return out, nil
 }
 
-// Remove deletes a reference (all references, when given an ID or digest)
-// and frees the layers and blobs no remaining reference uses. The caller
-// makes sure no sandbox still uses the image.
-func (s *Store) Remove(ctx context.Context, ref string) error {
+// Remove deletes a reference (all references ctx sees, when given an ID or
+// digest) and frees the layers and blobs no remaining reference uses. A
+// pulled image is shared by every project: unless shared is set (an admin
+// asks), removing one is refused (403 image_shared). The caller makes sure
+// no sandbox still uses the image.
+func (s *Store) Remove(ctx context.Context, ref string, shared bool) error {
 	s.mu.Lock()
-	keys, err := s.resolveLocked(ref)
+	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
 		s.mu.Unlock()
 		return err
+	}
+	if !shared {
+		for _, k := range keys {
+			if p, canon := splitKey(k); p == "" {
+				s.mu.Unlock()
+				return errdefs.New(errdefs.KindForbidden, "image_shared",
+					"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", familiarOf(canon))
+			}
+		}
 	}
 	for _, k := range keys {
 		delete(s.idx.Refs, k)
@@ -314,10 +339,13 @@ func (s *Store) Remove(ctx context.Context, ref string) error {
 
 // resolveLocked finds the index keys a user's reference means: one key for
 // a name, every key of the image for an ID or digest.
-func (s *Store) resolveLocked(ref string) ([]string, error) {
+// Only keys ctx may see are found; a localhost/ name is looked up among
+// the imports of ctx's project only, any other name among pulled images
+// only.
+func (s *Store) resolveLocked(ctx context.Context, ref string) ([]string, error) {
 	ref = strings.TrimSpace(ref)
 	if idPattern.MatchString(ref) {
-		keys, err := s.byIDLocked(ref)
+		keys, err := s.byIDLocked(ctx, ref)
 		if err != nil || len(keys) > 0 {
 			return keys, err
 		}
@@ -330,7 +358,11 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := canonical(r)
+	key, proj := canonical(r), ""
+	if isLocal(r) {
+		proj = project.Of(ctx)
+		key = importKey(proj, key)
+	}
 	if _, ok := s.idx.Refs[key]; ok {
 		return []string{key}, nil
 	}
@@ -339,7 +371,8 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 		repo := registryName(r) + "/" + r.Context().RepositoryStr()
 		var keys []string
 		for k, rr := range s.idx.Refs {
-			if refRepo(k) == repo && (rr.Digest == r.Identifier() || rr.Manifest == r.Identifier()) {
+			p, canon := splitKey(k)
+			if p == proj && refRepo(canon) == repo && (rr.Digest == r.Identifier() || rr.Manifest == r.Identifier()) {
 				keys = append(keys, k)
 			}
 		}
@@ -348,18 +381,24 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 			return keys, nil
 		}
 	}
+	if proj != "" {
+		return nil, errdefs.NotFound("image_not_found", "image %q not found in project %s: an image under localhost/ is one this project imported (shard image import)", familiar(r), proj)
+	}
 	return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiar(r))
 }
 
 // byIDLocked matches an ID/digest prefix against the digests refs resolved
 // to, the manifests, and the config digests (IDs). Tag keys sort first so
 // that Get presents an image by its tag rather than its digest.
-func (s *Store) byIDLocked(id string) ([]string, error) {
+func (s *Store) byIDLocked(ctx context.Context, id string) ([]string, error) {
 	hex := strings.TrimPrefix(id, "sha256:")
 	match := func(d string) bool { return strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), hex) }
 	manifests := map[string]bool{}
 	var keys []string
 	for k, rr := range s.idx.Refs {
+		if !visible(ctx, k) {
+			continue
+		}
 		im := s.idx.Images[rr.Manifest]
 		if match(rr.Digest) || match(rr.Manifest) || (im != nil && match(im.Config)) {
 			manifests[rr.Manifest] = true
@@ -402,8 +441,10 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 	if im == nil {
 		return nil, errdefs.NotFound("image_not_found", "image %q is incomplete locally; pull it again", familiarOf(key))
 	}
+	proj, canon := splitKey(key)
 	img := &Image{
-		Ref:     key,
+		Ref:     canon,
+		Project: proj,
 		Name:    familiarOf(key),
 		Digest:  rr.Digest,
 		ID:      im.Config,
