@@ -89,6 +89,7 @@ type ExecEvent struct {
 type Image struct {
 	Name    string    `json:"name"`
 	Ref     string    `json:"ref"`
+	Project string    `json:"project,omitempty"` // an imported image's project; none for a pulled image (shared)
 	Digest  string    `json:"digest"`
 	Size    int64     `json:"size"`
 	Layers  int       `json:"layers"`

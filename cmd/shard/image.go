@@ -77,7 +77,7 @@ func newImageCmd(a *app) *cobra.Command {
 	rm := &cobra.Command{
 		Use:     "rm IMAGE...",
 		Aliases: []string{"remove"},
-		Short:   "Remove images from the cache (not while a sandbox uses them)",
+		Short:   "Remove images from the cache (not while a sandbox uses them; a pulled image, which every project shares, only with an admin key)",
 		Args:    minArgs(1, "one or more IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -96,8 +96,17 @@ func newImageCmd(a *app) *cobra.Command {
 	var name string
 	imp := &cobra.Command{
 		Use:   "import FILE",
-		Short: "Import an OCI layout tarball or a docker-archive (docker save) into the cache",
-		Args:  exactArgs(1, "a FILE"),
+		Short: "Import an OCI layout tarball or a docker-archive (docker save) into the project's images",
+		Long: `Import an OCI layout tarball or a docker-archive (docker save), gzipped or
+not. An imported image belongs to the key's project and is named under
+localhost/ (localhost/NAME[:TAG]), so that it never stands for a registry's
+image nor another project's: --name must be such a name, and the archive's
+own names are moved there (an archive of python:3.12-slim is imported as
+localhost/python:3.12-slim; "python:3.12-slim" still means the registry's).
+Create from it by that name: shard create localhost/myapp:1.`,
+		Example: `  docker save myapp:1 | gzip > myapp.tar.gz && shard image import myapp.tar.gz
+  shard image import --name localhost/tools:2 tools-oci.tar`,
+		Args: exactArgs(1, "a FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if name != "" {
 				if err := names.ImageRef(name); err != nil {
@@ -126,7 +135,7 @@ func newImageCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	imp.Flags().StringVar(&name, "name", "", "reference to give the image (needed when the archive has none)")
+	imp.Flags().StringVar(&name, "name", "", "name to give the image, localhost/NAME[:TAG] (needed when the archive has none)")
 	imp.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	cmd.AddCommand(pull, ls, rm, imp)
 	return cmd

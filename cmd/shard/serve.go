@@ -35,7 +35,8 @@ import (
 type serveOptions struct {
 	socket, listen, dataDir, runDir string
 	imageRAM, maxImageSize          string
-	mirrors, insecure               []string
+	mirrors, insecure, allowed      []string
+	pullTimeout                     time.Duration
 	defaultProvider                 string
 	subnet, bridge                  string
 	storageSize, defaultDisk        string
@@ -78,7 +79,9 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
 	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
 	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")
-	f.StringArrayVar(&o.insecure, "insecure-registry", nil, "registry host:port to reach over plain HTTP (repeatable)")
+	f.StringArrayVar(&o.insecure, "insecure-registry", nil, "registry host:port to reach over plain HTTP or without TLS verification (repeatable); like --allowed-registry, it may be on a private or loopback address")
+	f.StringArrayVar(&o.allowed, "allowed-registry", nil, "registry host[:port] pulls may name (repeatable): when given, the only ones besides the mirrors and insecure registries (default: any registry on public addresses); a listed registry may be on a private or loopback address, which pulls otherwise never connect to")
+	f.DurationVar(&o.pullTimeout, "pull-timeout", image.DefaultPullTimeout, "the longest one image pull may take, download and unpack (connect and TLS handshake are bounded at 10s, a registry's answer at 30s)")
 	f.StringVar(&o.defaultProvider, "default-provider", "gvisor", "provider for sandboxes that do not name one")
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
@@ -172,6 +175,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
 	case o.stopTimeout < 0:
 		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
+	case o.pullTimeout <= 0:
+		return fmt.Errorf("--pull-timeout %s: it must be positive", o.pullTimeout)
 	case o.freezeTimeout <= 0:
 		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
 	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
@@ -218,7 +223,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer db.Close()
-	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure, MaxImageSize: maxImageSize, Logger: log.With("component", "image")})
+	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure,
+		Allowed: o.allowed, Blocked: []netip.Prefix{subnet}, PullTimeout: o.pullTimeout,
+		MaxImageSize: maxImageSize, Logger: log.With("component", "image")})
 	if err != nil {
 		return err
 	}

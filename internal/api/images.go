@@ -1,18 +1,25 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/project"
 )
 
 func imageView(i *image.Image) Image {
-	return Image{Name: i.Name, Ref: i.Ref, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
+	return Image{Name: i.Name, Ref: i.Ref, Project: i.Project, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
 }
+
+// isAdmin reports whether the request may act on every project's images
+// (remove a pulled, shared one): a key of every project, or the socket.
+func isAdmin(ctx context.Context) bool { p := auth.From(ctx); return p == nil || p.AllProjects() }
 
 func (s *Server) listImages(r *http.Request) (any, int, error) {
 	all, err := s.Images.List(r.Context())
@@ -40,24 +47,36 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sbs, err := s.Sandboxes.List(r.Context())
+	if img.Project == "" && !isAdmin(r.Context()) {
+		return nil, 0, errdefs.New(errdefs.KindForbidden, "image_shared",
+			"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", img.Name)
+	}
+	// Every project's sandboxes may use a shared image: all are asked,
+	// and another project's is not named.
+	sbs, err := s.Sandboxes.List(project.With(r.Context(), ""))
 	if err != nil {
 		return nil, 0, err
 	}
+	own, _ := project.From(r.Context())
 	for _, sb := range sbs {
-		if sb.ImageDigest == img.Digest {
+		if sb.ImageDigest != img.Digest {
+			continue
+		}
+		if sb.Project == own {
 			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
 		}
+		return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by a sandbox of another project", ref)
 	}
-	if err := s.Images.Remove(r.Context(), ref); err != nil {
+	if err := s.Images.Remove(r.Context(), ref, isAdmin(r.Context())); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": ref}, 200, nil
 }
 
-// pullImage streams progress as NDJSON. A malformed body is a plain 4xx
-// answer; every error of the pull itself (a bad reference included) is the
-// stream's last line, {"type":"error","error":{code,message}}.
+// pullImage streams progress as NDJSON. A malformed body, a bad reference
+// and a registry this server does not pull from (403) are plain 4xx
+// answers, before anything is connected; every error of the pull itself is
+// the stream's last line, {"type":"error","error":{code,message}}.
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	var req PullRequest
 	if err := decode(r, &req); err != nil {
@@ -66,6 +85,10 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Image == "" {
 		s.writeError(w, r, errdefs.Invalid("an image is required"))
+		return
+	}
+	if err := s.Images.CheckPull(r.Context(), req.Image); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -101,6 +124,11 @@ func (s *Server) importImage(r *http.Request) (any, int, error) {
 	name, err := importName(r)
 	if err != nil {
 		return nil, 0, err
+	}
+	if name != "" {
+		if err := s.Images.CheckImportName(name); err != nil {
+			return nil, 0, err
+		}
 	}
 	if r.ContentLength > s.Images.MaxImageSize() {
 		return nil, 0, s.Images.UploadTooLarge("the upload")

@@ -2,17 +2,28 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/testenv"
 )
 
 // TestImportUploadTooLarge: an upload over the image store's bound is 413
@@ -39,7 +50,7 @@ func TestImportUploadTooLarge(t *testing.T) {
 		{"chunked", io.MultiReader(bytes.NewReader(body))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := http.Post(srv.URL+"/v0/images/import?name=x:1", "application/x-tar", tt.body)
+			resp, err := http.Post(srv.URL+"/v0/images/import?name=localhost/x:1", "application/x-tar", tt.body)
 			if err != nil {
 				t.Fatalf("the client got no answer: %v", err)
 			}
@@ -54,5 +65,67 @@ func TestImportUploadTooLarge(t *testing.T) {
 				t.Errorf("tmp/ keeps %d entries", len(ents))
 			}
 		})
+	}
+}
+
+// TestImageAccess: an import under a registry's name is 400 with the rule
+// (checked before the upload is spooled); a key of a project (not admin) cannot remove
+// a pulled image, which every project shares (403 image_shared), and the
+// admin's removal gets past that check.
+func TestImageAccess(t *testing.T) {
+	testenv.RequireRoot(t, "unpacking an image")
+	regSrv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer regSrv.Close()
+	host := strings.TrimPrefix(regSrv.URL, "http://")
+	img, err := random.Image(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host + "/team/app:1")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	st, err := image.Open(image.Options{Dir: t.TempDir(), Insecure: []string{host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pull(context.Background(), ref.String(), nil); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Images: st, Log: slog.New(slog.DiscardHandler)}
+	h := s.Handler()
+	keyOf := func(r *http.Request) *http.Request {
+		ctx := auth.WithPrincipal(r.Context(), &auth.Principal{Name: "ci", Scopes: []string{"sandbox:write"}})
+		return r.WithContext(project.With(ctx, "team-a"))
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, keyOf(r)) }))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/v0/images/import?name="+url.QueryEscape("python:3.12-slim"), "application/x-tar", bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Error
+	json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(got.Message, "localhost/NAME[:TAG]") || !strings.Contains(got.Message, "localhost/python:3.12-slim") {
+		t.Errorf("import as python:3.12-slim: %d %+v, want 400 with the rule", resp.StatusCode, got)
+	}
+
+	req, _ := http.NewRequest("DELETE", srv.URL+"/v0/images/"+ref.String(), nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || got.Code != "image_shared" || !strings.Contains(got.Message, "only an admin key") {
+		t.Errorf("project key removes a pulled image: %d %+v, want 403 image_shared", resp.StatusCode, got)
+	}
+	if _, err := st.Get(context.Background(), ref.String()); err != nil {
+		t.Errorf("the pulled image is gone: %v", err)
+	}
+	if !isAdmin(admin(httptest.NewRequest("GET", "/", nil)).Context()) || isAdmin(keyOf(httptest.NewRequest("GET", "/", nil)).Context()) {
+		t.Error("isAdmin: wrong for the admin or a key")
 	}
 }

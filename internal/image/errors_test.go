@@ -88,7 +88,7 @@ func TestImportStreamErrors(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t, dir)
 			}
-			_, err := s.ImportStream(ctx, tt.body(t), "x:1")
+			_, err := s.ImportStream(ctx, tt.body(t), "localhost/x:1")
 			t.Logf("err: %v", err)
 			if err == nil {
 				t.Fatal("import succeeded")
@@ -126,7 +126,7 @@ func TestImportErrorsHideTheStore(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := filepath.Join(dir, "in.tar")
 			os.WriteFile(f, tt.tar, 0o600)
-			_, err := s.Import(context.Background(), f, "x:1")
+			_, err := s.Import(context.Background(), f, "localhost/x:1")
 			if err == nil {
 				t.Fatal("import succeeded")
 			}
@@ -151,7 +151,7 @@ func TestImportStreamSpoolsInTheStore(t *testing.T) {
 		}
 		return 0, io.EOF
 	}))
-	s.ImportStream(context.Background(), body, "x:1")
+	s.ImportStream(context.Background(), body, "localhost/x:1")
 	if len(seen) != 1 || !strings.HasPrefix(seen[0], "upload-") {
 		t.Errorf("tmp/ while reading the upload: %v, want one upload-*", seen)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,8 +122,14 @@ func testRegistry(t testing.TB) string {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	host := strings.TrimPrefix(srv.URL, "http://")
+	testRegistries.Store(host, true)
+	return host
 }
+
+// testRegistries are the hosts testRegistry started: openStore lists them
+// as insecure, as an admin lists a local registry.
+var testRegistries sync.Map
 
 func push(t testing.TB, ref string, img v1.Image) {
 	t.Helper()
@@ -138,6 +145,10 @@ func push(t testing.TB, ref string, img v1.Image) {
 func openStore(t testing.TB, dir string, opts ...func(*Options)) *Store {
 	t.Helper()
 	o := Options{Dir: dir}
+	testRegistries.Range(func(k, _ any) bool {
+		o.Insecure = append(o.Insecure, k.(string))
+		return true
+	})
 	for _, f := range opts {
 		f(&o)
 	}

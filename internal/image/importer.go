@@ -152,7 +152,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*Image, error) {
 	var named name.Reference
 	if strings.TrimSpace(ref) != "" {
-		r, err := s.parseRef(ref)
+		r, err := s.importRef(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -172,10 +172,16 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*I
 		entries[0].keys = []string{canonical(named)}
 		entries[0].src.what = familiar(named)
 	}
-	for _, e := range entries {
+	for i, e := range entries {
 		if len(e.keys) == 0 {
-			return nil, errdefs.Invalid("cannot import %s: the archive does not name its image; give a name, e.g. \"myimage:latest\"", a.what)
+			return nil, errdefs.Invalid("cannot import %s: the archive does not name its image; give a name, e.g. \"localhost/myimage:latest\"", a.what)
 		}
+		// Every name goes under localhost/, in the importer's project.
+		if entries[i].keys, err = localizeKeys(ctx, e.keys); err != nil {
+			return nil, err
+		}
+		_, canon := splitKey(entries[i].keys[0])
+		entries[i].src.what = familiarOf(canon)
 	}
 	var out []*Image
 	for _, e := range entries {

@@ -99,11 +99,12 @@ func TestImportDockerArchive(t *testing.T) {
 	tests := []struct {
 		file, name, want string
 	}{
-		{ggcrArchive, "", "example.com/imp/docker:1"},
-		{legacy, "", "busybox:latest"},
-		{legacyGz, "", "busybox:latest"},
-		{untagged, "mine:v1", "mine:v1"},
-		{ggcrArchive, "renamed", "renamed:latest"},
+		// An archive's own names are moved under localhost/ (local.go).
+		{ggcrArchive, "", "localhost/imp/docker:1"},
+		{legacy, "", "localhost/busybox:latest"},
+		{legacyGz, "", "localhost/busybox:latest"},
+		{untagged, "localhost/mine:v1", "localhost/mine:v1"},
+		{ggcrArchive, "localhost/renamed", "localhost/renamed:latest"},
 	}
 	digests := map[string]string{}
 	for _, tt := range tests {
@@ -159,9 +160,9 @@ func TestImportOCILayout(t *testing.T) {
 	tests := []struct {
 		path, name, want string
 	}{
-		{named, "", "example.com/imp/oci:2"},
-		{anon, "local/thing:1", "local/thing:1"},
-		{anonTar, "from-tar:1", "from-tar:1"},
+		{named, "", "localhost/imp/oci:2"},
+		{anon, "localhost/local/thing:1", "localhost/local/thing:1"},
+		{anonTar, "localhost/from-tar:1", "localhost/from-tar:1"},
 	}
 	for _, tt := range tests {
 		imgs, err := s.Import(ctx, tt.path, tt.name)
@@ -182,7 +183,7 @@ func TestImportOCILayout(t *testing.T) {
 	notArchive := filepath.Join(tmp, "notes.txt")
 	os.WriteFile(notArchive, []byte("hello"), 0o644)
 	for _, bad := range []string{notArchive, filepath.Join(tmp, "missing"), tmp} {
-		if _, err := s.Import(ctx, bad, "x:1"); errdefs.KindOf(err) != errdefs.KindInvalid {
+		if _, err := s.Import(ctx, bad, "localhost/x:1"); errdefs.KindOf(err) != errdefs.KindInvalid {
 			t.Errorf("Import(%s): %v, want invalid_argument", bad, err)
 		}
 	}

@@ -3,12 +3,14 @@ package image
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -30,7 +32,15 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 	return img, s.public(err, nil)
 }
 
-func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
+// CheckPull refuses, before anything is connected, a pull of ref that
+// cannot be made: a malformed reference (400), a registry this server does
+// not pull from (403 registry_not_allowed). Pull checks the same.
+func (s *Store) CheckPull(ctx context.Context, ref string) error {
+	_, err := s.checkPull(ctx, ref)
+	return err
+}
+
+func (s *Store) checkPull(ctx context.Context, ref string) (name.Reference, error) {
 	if strings.HasPrefix(strings.TrimSpace(ref), "sha256:") {
 		return nil, errdefs.Invalid("cannot pull %q: an image ID is not a reference; give a name such as python:3.12", ref)
 	}
@@ -38,7 +48,30 @@ func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (
 	if err != nil {
 		return nil, err
 	}
+	return r, s.guard.check(ctx, r, familiar(r))
+}
+
+// errPullTimeout is the cause of a pull's context ending at PullTimeout.
+var errPullTimeout = errors.New("pull timed out")
+
+func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
+	r, err := s.checkPull(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
 	what := familiar(r)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.pullTime, errPullTimeout)
+	defer cancel()
+	img, err := s.pullRef(ctx, r, what, progress)
+	if err != nil && errors.Is(context.Cause(ctx), errPullTimeout) {
+		s.log.Warn("pull timed out", "image", what, "after", s.pullTime, "err", err)
+		return nil, errdefs.New(errdefs.KindUnavailable, codeTimeout,
+			"pulling %q timed out after %s (shard serve --pull-timeout)", what, s.pullTime)
+	}
+	return img, err
+}
+
+func (s *Store) pullRef(ctx context.Context, r name.Reference, what string, progress func(Progress)) (*Image, error) {
 	rep := &reporter{fn: progress}
 	rep.send(Progress{Status: StatusResolving})
 	desc, from, err := s.fetch(ctx, r, what)
@@ -71,12 +104,16 @@ func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (
 // a mistyped tag must not read as a network problem).
 func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remote.Descriptor, name.Reference, error) {
 	var tries []name.Reference
-	if r.Context().RegistryStr() == name.DefaultRegistry {
+	hub := r.Context().RegistryStr() == name.DefaultRegistry
+	if hub {
 		for _, m := range s.mirrors {
 			tries = append(tries, m.rebase(r))
 		}
 	}
-	tries = append(tries, r)
+	// Docker Hub itself is skipped when only the mirrors may serve it.
+	if !hub || !s.guard.only || s.guard.isListed(name.DefaultRegistry) || s.guard.listed[name.DefaultRegistry] {
+		tries = append(tries, r)
+	}
 	var err, mirrorNotFound error
 	for i, t := range tries {
 		desc, gerr := remote.Get(t, s.remoteOptions(ctx, t.Context().Registry)...)
@@ -107,7 +144,22 @@ func (s *Store) remoteOptions(ctx context.Context, reg name.Registry) []remote.O
 		remote.WithTransport(s.transportFor(reg)),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH, Variant: defaultVariant()}),
 		remote.WithUserAgent("shard"),
+		remote.WithRetryPredicate(retryable),
 	}
+}
+
+// retryable is go-containerregistry's own rule of which errors a request
+// is tried again for, but for timeouts: a host that did not answer in time
+// once is not waited for three more times.
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary() ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // remoteSource turns a registry descriptor into an installable source,
@@ -264,9 +316,15 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if e, ok := docTooLarge(err, what); ok {
 		return e
 	}
+	if e, ok := refusedFor(err, what, registry); ok {
+		return e
+	}
 	cls := func(kind errdefs.Kind, code, format string, args ...any) error {
 		return &errdefs.Error{Kind: kind, Code: code, Msg: fmt.Sprintf(format, args...), Err: err}
 	}
+	// What a registry sends never reaches the message: a status, a
+	// well-formed error code at most. (A body could be the answer of a
+	// host-only service the pull was sent to.)
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch {
@@ -280,18 +338,87 @@ func classify(ctx context.Context, err error, what, registry string) error {
 				"registry %s denied access to image %q: the repository may not exist, or it needs credentials (docker login %s)", registry, what, registry)
 		case te.StatusCode == http.StatusTooManyRequests || hasCode(te, transport.TooManyRequestsErrorCode):
 			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s is rate-limiting pulls of %q; try again later", registry, what)
-		case te.StatusCode >= 500:
-			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %v", registry, what, err)
 		}
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %v", registry, what, err)
+		return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %s", registry, what, statusText(te))
 	}
 	if isNetworkError(err) {
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry %s to pull %q: %v", registry, what, err)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return cls(errdefs.KindUnavailable, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
+		}
+		return cls(errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
 	}
 	// What is left is what the registry sent: a manifest, index or config
 	// that does not parse or verify, a layer whose blob does not match its
 	// digest. The store's own failures are classified where they happen.
-	return cls(errdefs.KindFailed, codeInvalidImage, "image %q from registry %s is not a valid image: %v", what, registry, err)
+	return cls(errdefs.KindFailed, codeInvalidImage, "image %q from registry %s is not a valid image: %s", what, registry, invalidReason(err))
+}
+
+// statusText is a registry's error answer as a message may show it: its
+// HTTP status and the error codes it gave, if they look like codes.
+func statusText(te *transport.Error) string {
+	out := fmt.Sprintf("HTTP %d", te.StatusCode)
+	if t := http.StatusText(te.StatusCode); t != "" {
+		out += " " + t
+	}
+	var codes []string
+	for _, d := range te.Errors {
+		if c := string(d.Code); errCodeRe.MatchString(c) && len(codes) < 3 {
+			codes = append(codes, c)
+		}
+	}
+	if len(codes) > 0 {
+		out += " (" + strings.Join(codes, ", ") + ")"
+	}
+	return out
+}
+
+var errCodeRe = regexp.MustCompile(`^[A-Z][A-Z_]{0,39}$`)
+
+// netReason says in fixed words why a connection failed: a network
+// error's text may carry a URL the registry chose (a redirect's).
+func netReason(err error) string {
+	var (
+		de  *net.DNSError
+		cve *tls.CertificateVerificationError
+		rhe tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to the host"
+	case errors.As(err, &de):
+		if de.IsNotFound {
+			return "no such host"
+		}
+		return "the name does not resolve"
+	case errors.As(err, &cve):
+		return "its TLS certificate does not verify"
+	case errors.As(err, &rhe):
+		return "it does not speak TLS (a plain HTTP registry must be listed with shard serve --insecure-registry)"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the connection was cut off"
+	}
+	return "network error"
+}
+
+// invalidReason says in fixed words what was wrong with what a registry
+// sent.
+func invalidReason(err error) string {
+	var (
+		se *json.SyntaxError
+		ue *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &se), errors.As(err, &ue):
+		return "a document it sent is not valid JSON of its kind"
+	case strings.Contains(err.Error(), "digest"):
+		return "what it sent does not match its digest"
+	}
+	return "what it sent does not parse"
 }
 
 func hasCode(te *transport.Error, codes ...transport.ErrorCode) bool {

@@ -192,7 +192,7 @@ func TestPullUnpackReuseRemove(t *testing.T) {
 	}
 
 	// Remove frees only what nothing else uses.
-	if err := s.Remove(ctx, appRef); err != nil {
+	if err := s.Remove(ctx, appRef, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(img.Layers[1]); !os.IsNotExist(err) {
@@ -204,7 +204,7 @@ func TestPullUnpackReuseRemove(t *testing.T) {
 	if _, err := s.Get(ctx, appRef); !errdefs.Is(err, errdefs.KindNotFound) {
 		t.Errorf("Get removed: %v", err)
 	}
-	if err := s.Remove(ctx, otherRef); err != nil {
+	if err := s.Remove(ctx, otherRef, true); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(layerDirs(t, dir)); n != 0 {
@@ -213,7 +213,7 @@ func TestPullUnpackReuseRemove(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, "blobs", "sha256")); len(ents) != 0 {
 		t.Errorf("%d blobs left after removing everything", len(ents))
 	}
-	if err := s.Remove(ctx, otherRef); !errdefs.Is(err, errdefs.KindNotFound) {
+	if err := s.Remove(ctx, otherRef, true); !errdefs.Is(err, errdefs.KindNotFound) {
 		t.Errorf("Remove twice: %v", err)
 	}
 }
@@ -249,7 +249,7 @@ func TestPullErrors(t *testing.T) {
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	push(t, host+"/test/app:v1", ti.app)
-	s := openStore(t, t.TempDir())
+	s := openStore(t, t.TempDir(), func(o *Options) { o.Insecure = append(o.Insecure, "127.0.0.2:1") })
 
 	tests := []struct {
 		ref  string
@@ -259,7 +259,8 @@ func TestPullErrors(t *testing.T) {
 	}{
 		{host + "/test/app:nope", errdefs.KindNotFound, "image_not_found", `image "` + host + `/test/app:nope" not found in registry ` + host},
 		{host + "/test/nosuch", errdefs.KindNotFound, "image_not_found", "not found in registry"},
-		{"127.0.0.1:1/x/y:z", errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry 127.0.0.1:1"},
+		{"127.0.0.1:1/x/y:z", errdefs.KindForbidden, "registry_not_allowed", "from registry 127.0.0.1:1: it is a loopback address; an admin may allow it with shard serve --allowed-registry 127.0.0.1:1"},
+		{"127.0.0.2:1/x/y:z", errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry 127.0.0.2:1 to pull \"127.0.0.2:1/x/y:z\": connection refused"},
 		{"Bad:Ref", errdefs.KindInvalid, "invalid_argument", "invalid image reference"},
 		{"", errdefs.KindInvalid, "invalid_argument", "empty"},
 	}
@@ -449,7 +450,7 @@ func TestRemoveOneOfTwoTagsPersists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Remove(ctx, host+"/test/app:v1"); err != nil {
+	if err := s.Remove(ctx, host+"/test/app:v1", true); err != nil {
 		t.Fatal(err)
 	}
 	s = openStore(t, dir)
@@ -469,7 +470,7 @@ func TestRemoveOneOfTwoTagsPersists(t *testing.T) {
 	if _, err := s.Pull(ctx, host+"/test/app:v1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove(ctx, img.ID[7:19]); err != nil {
+	if err := s.Remove(ctx, img.ID[7:19], true); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := s.List(ctx); len(list) != 0 || len(layerDirs(t, dir)) != 0 {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/useshards/shard/internal/errdefs"
 )
@@ -103,6 +102,7 @@ func familiar(r name.Reference) string {
 
 // familiarOf turns a stored canonical key back into its familiar form.
 func familiarOf(key string) string {
+	_, key = splitKey(key)
 	r, err := name.ParseReference(key)
 	if err != nil {
 		return key
@@ -113,12 +113,16 @@ func familiarOf(key string) string {
 // digestKey is the key under which an image stays reachable by digest
 // (repo@sha256:...) once its tag has moved to another image.
 func digestKey(key, digest string) string {
-	r, err := name.ParseReference(key)
+	p, canon := splitKey(key)
+	r, err := name.ParseReference(canon)
 	if err != nil {
 		return ""
 	}
-	d := r.Context().Digest(digest)
-	return canonical(d)
+	d := canonical(r.Context().Digest(digest))
+	if p != "" {
+		return importKey(p, d)
+	}
+	return d
 }
 
 // mirror is a Docker Hub mirror: a registry, optionally with a repository
@@ -180,18 +184,15 @@ func normalizeHost(h string) string {
 	return h
 }
 
-// insecureTransport skips TLS verification, for registries the operator
-// listed as insecure (self-signed certificates on a private registry).
-var insecureTransport http.RoundTripper = func() http.RoundTripper {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // only for hosts the operator marked insecure
-	return t
-}()
+// insecureTLS skips TLS verification, for registries the operator listed
+// as insecure (self-signed certificates on a private registry).
+func insecureTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // only for hosts the operator marked insecure
+}
 
-// transportFor picks the transport for a registry.
+// transportFor picks the transport for a registry: every one is guarded
+// (guard.go).
 func (s *Store) transportFor(reg name.Registry) http.RoundTripper {
-	if s.insecure[reg.RegistryStr()] || reg.Scheme() == "http" {
-		return limitedManifests{insecureTransport}
-	}
-	return limitedManifests{remote.DefaultTransport}
+	skip := s.insecure[reg.RegistryStr()] || reg.Scheme() == "http"
+	return limitedManifests{s.guard.transport(skip)}
 }

@@ -29,6 +29,7 @@ package image
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Options configures a Store.
@@ -48,7 +50,17 @@ type Options struct {
 	Dir      string   // root of the cache, e.g. /var/lib/shard/images
 	Mirrors  []string // Docker Hub mirrors tried in order before docker.io; "http://" means plain HTTP
 	Insecure []string // registry hosts (host:port) reachable over plain HTTP or without TLS verification
-	Logger   *slog.Logger
+	// Allowed are registries (host[:port]) a pull may name besides the
+	// mirrors and Insecure ones; when set, the only ones. Like those,
+	// they may be on private or loopback addresses (see guard.go).
+	Allowed []string
+	// Blocked are networks of this host a pull never reaches unless the
+	// registry is listed: the sandbox subnet.
+	Blocked []netip.Prefix
+	// PullTimeout bounds one pull, from the first request to the last
+	// layer unpacked. 0 is DefaultPullTimeout.
+	PullTimeout time.Duration
+	Logger      *slog.Logger
 	// MaxImageSize bounds one image: what its layers decompress to, and
 	// their files (sparse ones at full size), and an import's upload (see
 	// limits.go). 0 is DefaultMaxImageSize.
@@ -67,6 +79,7 @@ type Config struct {
 // Image is a locally available image, as one reference to it.
 type Image struct {
 	Ref     string    `json:"ref"`     // full reference, e.g. "docker.io/library/python:3.12-slim"
+	Project string    `json:"project"` // the project of an import (localhost/...); "" for a pulled image, which every project shares
 	Name    string    `json:"name"`    // familiar name, e.g. "python:3.12-slim"
 	Digest  string    `json:"digest"`  // digest the reference resolved to (the index's, for multi-arch images)
 	ID      string    `json:"id"`      // config digest: the same image has the same ID under any name
@@ -85,6 +98,8 @@ type Store struct {
 	log      *slog.Logger
 	mirrors  []mirror
 	insecure map[string]bool
+	guard    *guard
+	pullTime time.Duration                       // Options.PullTimeout
 	maxImage int64                               // Options.MaxImageSize
 	statfs   func(dir string) (diskSpace, error) // the filesystem's free space (tests fake it)
 
@@ -112,7 +127,15 @@ func Open(opts Options) (*Store, error) {
 		insecure: map[string]bool{},
 		pins:     map[string]int{},
 		maxImage: opts.MaxImageSize,
+		pullTime: opts.PullTimeout,
 		statfs:   statfs,
+		guard:    newGuard(),
+	}
+	if s.pullTime < 0 {
+		return nil, errdefs.Invalid("the pull timeout must not be negative")
+	}
+	if s.pullTime == 0 {
+		s.pullTime = DefaultPullTimeout
 	}
 	if s.maxImage < 0 {
 		return nil, errdefs.Invalid("the largest image size must not be negative")
@@ -123,9 +146,17 @@ func Open(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	g := s.guard
 	for _, h := range opts.Insecure {
 		if h = normalizeHost(h); h != "" {
 			s.insecure[h] = true
+			g.insecure[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+		}
+	}
+	for _, h := range opts.Allowed {
+		if h = normalizeHost(h); h != "" {
+			g.allowed[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+			g.only = true
 		}
 	}
 	for _, raw := range opts.Mirrors {
@@ -134,7 +165,14 @@ func Open(opts Options) (*Store, error) {
 			return nil, err
 		}
 		s.mirrors = append(s.mirrors, m)
+		h := strings.ToLower(m.reg.RegistryStr())
+		g.listed[h] = true
+		if m.reg.Scheme() == "http" {
+			g.insecure[h] = true
+		}
 	}
+	g.blocked = opts.Blocked
+	g.hubViaMirror = len(s.mirrors) > 0
 	for _, d := range []string{dir, s.path("l"), s.path("blobs"), s.path("blobs", "sha256"), s.path("tmp")} {
 		if err := hostdir.Private(d); err != nil {
 			return nil, err
@@ -212,7 +250,7 @@ func (s *Store) path(elem ...string) string {
 func (s *Store) Get(ctx context.Context, ref string) (*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys, err := s.resolveLocked(ref)
+	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +266,9 @@ func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress))
 	if strings.HasPrefix(ref, "sha256:") {
 		return nil, err // an ID cannot be pulled
 	}
+	if r, perr := s.parseRef(ref); perr == nil && isLocal(r) {
+		return nil, err // an import is not pulled
+	}
 	// Concurrent Ensures of one reference share a single pull.
 	unlock, lerr := s.refLocks.lock(ctx, strings.TrimSpace(ref))
 	if lerr != nil {
@@ -240,12 +281,16 @@ func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress))
 	return s.Pull(ctx, ref, progress)
 }
 
-// List returns every reference in the cache, sorted by name.
+// List returns every reference ctx may see, sorted by name: the pulled
+// images and ctx's project's imports (every project's, unscoped).
 func (s *Store) List(ctx context.Context) ([]*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Image, 0, len(s.idx.Refs))
 	for key := range s.idx.Refs {
+		if !visible(ctx, key) {
+			continue
+		}
 		img, err := s.imageLocked(key)
 		if err != nil {
 			s.log.Warn("image is incomplete on disk", "ref", key, "err", err)
@@ -253,19 +298,35 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 		}
 		out = append(out, img)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Project < out[j].Project
+	})
 	return out, nil
 }
 
-// Remove deletes a reference (all references, when given an ID or digest)
-// and frees the layers and blobs no remaining reference uses. The caller
-// makes sure no sandbox still uses the image.
-func (s *Store) Remove(ctx context.Context, ref string) error {
+// Remove deletes a reference (all references ctx sees, when given an ID or
+// digest) and frees the layers and blobs no remaining reference uses. A
+// pulled image is shared by every project: unless shared is set (an admin
+// asks), removing one is refused (403 image_shared). The caller makes sure
+// no sandbox still uses the image.
+func (s *Store) Remove(ctx context.Context, ref string, shared bool) error {
 	s.mu.Lock()
-	keys, err := s.resolveLocked(ref)
+	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
 		s.mu.Unlock()
 		return err
+	}
+	if !shared {
+		for _, k := range keys {
+			if p, canon := splitKey(k); p == "" {
+				s.mu.Unlock()
+				return errdefs.New(errdefs.KindForbidden, "image_shared",
+					"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", familiarOf(canon))
+			}
+		}
 	}
 	for _, k := range keys {
 		delete(s.idx.Refs, k)
@@ -278,10 +339,13 @@ func (s *Store) Remove(ctx context.Context, ref string) error {
 
 // resolveLocked finds the index keys a user's reference means: one key for
 // a name, every key of the image for an ID or digest.
-func (s *Store) resolveLocked(ref string) ([]string, error) {
+// Only keys ctx may see are found; a localhost/ name is looked up among
+// the imports of ctx's project only, any other name among pulled images
+// only.
+func (s *Store) resolveLocked(ctx context.Context, ref string) ([]string, error) {
 	ref = strings.TrimSpace(ref)
 	if idPattern.MatchString(ref) {
-		keys, err := s.byIDLocked(ref)
+		keys, err := s.byIDLocked(ctx, ref)
 		if err != nil || len(keys) > 0 {
 			return keys, err
 		}
@@ -294,7 +358,11 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := canonical(r)
+	key, proj := canonical(r), ""
+	if isLocal(r) {
+		proj = project.Of(ctx)
+		key = importKey(proj, key)
+	}
 	if _, ok := s.idx.Refs[key]; ok {
 		return []string{key}, nil
 	}
@@ -303,7 +371,8 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 		repo := registryName(r) + "/" + r.Context().RepositoryStr()
 		var keys []string
 		for k, rr := range s.idx.Refs {
-			if refRepo(k) == repo && (rr.Digest == r.Identifier() || rr.Manifest == r.Identifier()) {
+			p, canon := splitKey(k)
+			if p == proj && refRepo(canon) == repo && (rr.Digest == r.Identifier() || rr.Manifest == r.Identifier()) {
 				keys = append(keys, k)
 			}
 		}
@@ -312,18 +381,24 @@ func (s *Store) resolveLocked(ref string) ([]string, error) {
 			return keys, nil
 		}
 	}
+	if proj != "" {
+		return nil, errdefs.NotFound("image_not_found", "image %q not found in project %s: an image under localhost/ is one this project imported (shard image import)", familiar(r), proj)
+	}
 	return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiar(r))
 }
 
 // byIDLocked matches an ID/digest prefix against the digests refs resolved
 // to, the manifests, and the config digests (IDs). Tag keys sort first so
 // that Get presents an image by its tag rather than its digest.
-func (s *Store) byIDLocked(id string) ([]string, error) {
+func (s *Store) byIDLocked(ctx context.Context, id string) ([]string, error) {
 	hex := strings.TrimPrefix(id, "sha256:")
 	match := func(d string) bool { return strings.HasPrefix(strings.TrimPrefix(d, "sha256:"), hex) }
 	manifests := map[string]bool{}
 	var keys []string
 	for k, rr := range s.idx.Refs {
+		if !visible(ctx, k) {
+			continue
+		}
 		im := s.idx.Images[rr.Manifest]
 		if match(rr.Digest) || match(rr.Manifest) || (im != nil && match(im.Config)) {
 			manifests[rr.Manifest] = true
@@ -366,8 +441,10 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 	if im == nil {
 		return nil, errdefs.NotFound("image_not_found", "image %q is incomplete locally; pull it again", familiarOf(key))
 	}
+	proj, canon := splitKey(key)
 	img := &Image{
-		Ref:     key,
+		Ref:     canon,
+		Project: proj,
 		Name:    familiarOf(key),
 		Digest:  rr.Digest,
 		ID:      im.Config,

@@ -172,7 +172,7 @@ func (e *env) startServer(extra ...string) error {
 	}
 	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
 		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", "8GiB", "--default-disk", "256MiB",
-		"--registry-mirror", "http://" + e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
+		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
 	args = append(args, e.extra...)
 	cmd := exec.Command(e.bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -82,7 +82,7 @@ func TestImageBombs(t *testing.T) {
 		{"chunked", io.MultiReader(bytes.NewReader(archive))},
 	} {
 		t.Run("upload "+tt.name, func(t *testing.T) {
-			_, err := e.c.ImportImage(ctxT(t), tt.body, "bombs/upload:1")
+			_, err := e.c.ImportImage(ctxT(t), tt.body, "localhost/bombs/upload:1")
 			wantClientErr(t, err, 413, "too_large", "cannot import the upload: it is larger than 32MiB", "shard serve --max-image-size")
 		})
 	}
@@ -90,7 +90,7 @@ func TestImageBombs(t *testing.T) {
 	if err := os.WriteFile(file, archive, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := e.cli(t, "", "image", "import", "--name", "bombs/upload:1", file); code == 0 || !strings.Contains(errOut, "it is larger than 32MiB") {
+	if _, errOut, code := e.cli(t, "", "image", "import", "--name", "localhost/bombs/upload:1", file); code == 0 || !strings.Contains(errOut, "it is larger than 32MiB") {
 		t.Errorf("shard image import of 40MiB: exit %d, %q", code, errOut)
 	}
 	if after := storeContent(t, images); after != before {
@@ -182,7 +182,7 @@ func dockerSave(t *testing.T, content []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, err := name.NewTag("bombs/upload:1")
+	tag, err := name.NewTag("localhost/bombs/upload:1")
 	if err != nil {
 		t.Fatal(err)
 	}

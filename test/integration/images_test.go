@@ -28,7 +28,7 @@ func TestImages(t *testing.T) {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("skopeo: %v\n%s", err, out)
 			}
-			name := "imported/" + format + ":v1"
+			name := "localhost/imported/" + format + ":v1"
 			if _, errOut, code := e.cli(t, "", "image", "import", "--name", name, tar); code != 0 {
 				t.Fatalf("import: %s", errOut)
 			}
