@@ -129,6 +129,10 @@ func TestProjectMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pa.RemoveEnvironment(context.Background(), envr.Name) })
+	if _, err := pa.ImportImage(ctx, bytes.NewReader(dockerSave(t, []byte("pm"))), "localhost/pm-img:1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pa.RemoveImage(context.Background(), "localhost/pm-img:1") })
 	// pb's own sandbox, to try pa's secret on.
 	own, err := pb.Create(ctx, client.CreateRequest{Image: busybox, Name: "pm-own"})
 	if err != nil {
@@ -152,7 +156,7 @@ func TestProjectMatrix(t *testing.T) {
 	type req struct{ path, body string }
 	img := `"image":"` + busybox + `"`
 	cases := map[string][]req{
-		"POST /v0/sandboxes":                        {{"/v0/sandboxes", `{` + img + `,"from_snapshot":"pm-snap"}`}, {"/v0/sandboxes", `{"environment":"pm-env"}`}},
+		"POST /v0/sandboxes":                        {{"/v0/sandboxes", `{` + img + `,"from_snapshot":"pm-snap"}`}, {"/v0/sandboxes", `{"environment":"pm-env"}`}, {"/v0/sandboxes", `{"image":"localhost/pm-img:1"}`}},
 		"GET /v0/sandboxes/{id}":                    {{"/v0/sandboxes/{id}", ""}},
 		"DELETE /v0/sandboxes/{id}":                 {{"/v0/sandboxes/{id}?force=true", ""}},
 		"POST /v0/sandboxes/{id}/stop":              {{"/v0/sandboxes/{id}/stop", "{}"}},
@@ -201,8 +205,8 @@ func TestProjectMatrix(t *testing.T) {
 		"GET /v0/capabilities":                      nil,
 		"POST /v0/images/pull":                      nil, // images: their own tests (images_test.go)
 		"POST /v0/images/import":                    nil,
-		"GET /v0/images/{ref...}":                   nil,
-		"DELETE /v0/images/{ref...}":                nil,
+		"GET /v0/images/{ref...}":                   {{"/v0/images/localhost/pm-img:1", ""}},
+		"DELETE /v0/images/{ref...}":                {{"/v0/images/localhost/pm-img:1", ""}},
 	}
 	calls := 0
 	for _, rt := range api.RouteScopes() {
@@ -256,8 +260,8 @@ func TestProjectMatrix(t *testing.T) {
 	}
 
 	// pb's lists show none of pa's; pa's show them.
-	secretsOf := []string{run.ID, stopped.ID, ck.ID, snap.ID, "pm-snap", "pm-env", "pm-secret", "pm-stopped", tokA}
-	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df", "/v0/projects"} {
+	secretsOf := []string{run.ID, stopped.ID, ck.ID, snap.ID, "pm-snap", "pm-env", "pm-secret", "pm-stopped", "pm-img", tokA}
+	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df", "/v0/projects", "/v0/images"} {
 		calls += 2
 		status, ce, body := projCall(t, "GET", l, keyB, "", nil)
 		if status != 200 {
