@@ -187,7 +187,7 @@ func TestExecStdinFloodBounded(t *testing.T) {
 					last, still = n, 0
 				}
 			}
-			t.Logf("%s: the client got %d MiB of stdin out before it was held up", p, last>>20)
+			t.Logf("%s: the client got %d KiB of stdin out before it was held up", p, last>>10)
 			if last > 32<<20 {
 				t.Errorf("the client sent %d MiB of stdin to a command that reads none before it was held up, want < 32 MiB (socket buffers and a small window)", last>>20)
 			}
