@@ -220,3 +220,74 @@ func TestExecStdinFloodBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestExecStalledClientDetached: a client that stays connected but stops
+// reading (HTTP stream or WebSocket) is taken as gone after 20 s: the
+// server lets go of the exec (its output then dropped in the sandbox), and
+// the command's end still lands in the ledger. Before, the stream stayed
+// blocked on the client for ever and the end was never recorded. The stall
+// is the server's business, not the provider's: gvisor only.
+func TestExecStalledClientDetached(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor"})
+	ctx := ctxT(t)
+	// The WebSocket form: read the started message, then nothing.
+	ws := wsDial(t, ctx, sb.ID, client.ExecRequest{Argv: []string{"yes", "ws"}, Timeout: json.RawMessage(`"40s"`)})
+	if _, msg, err := ws.Read(ctx); err != nil || msg[0] != client.FrameStarted {
+		t.Fatalf("first message %q, %v; want started", msg, err)
+	}
+	// The HTTP stream: read the first line, then nothing.
+	body, _ := json.Marshal(client.ExecRequest{Argv: []string{"yes", "stream"}, Timeout: json.RawMessage(`"40s"`)})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", e.socket)
+	}}}
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://shard/v0/sandboxes/"+sb.ID+"/exec", strings.NewReader(string(body)))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("exec stream: status %d", resp.StatusCode)
+	}
+	resp.Body.Read(make([]byte, 64))
+	start := time.Now()
+
+	finished := func() int {
+		evs, err := e.c.Events(ctx, sb.Session, 0, 1000)
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, ev := range evs.Events {
+			var fin struct {
+				TimedOut bool `json:"timed_out"`
+			}
+			if ev.Type == "sandbox.exec_finished" && json.Unmarshal(ev.Data, &fin) == nil && fin.TimedOut {
+				n++
+			}
+		}
+		return n
+	}
+	// Both were let go at about 20 s: the server reads (almost) nothing
+	// from then on, while both `yes` run on to their 40 s timeout.
+	time.Sleep(25*time.Second - time.Since(start))
+	pid := e.server.Process.Pid
+	r0 := procRead(t, pid)
+	time.Sleep(3 * time.Second)
+	if n := procRead(t, pid) - r0; n > 4<<20 {
+		t.Errorf("25 s after its clients stopped reading, shard serve still read %d bytes in 3 s, want < 4 MiB (the execs let go)", n)
+	}
+	waitFor(t, 30*time.Second, func() bool { return finished() == 2 })
+	// And the stalled WebSocket was closed by the server.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var rerr error
+	for rerr == nil {
+		_, _, rerr = ws.Read(rctx)
+	}
+	if errors.Is(rerr, context.DeadlineExceeded) {
+		t.Errorf("the stalled WebSocket is still open after the exec was let go, want it closed by the server")
+	}
+}
