@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -206,5 +207,72 @@ func TestSessionWithOldAgent(t *testing.T) {
 	}
 	if total != n {
 		t.Errorf("the old agent got %d bytes of stdin, want %d", total, n)
+	}
+}
+
+// A client that ignores the window still cannot queue more than
+// stdinHardCap in the agent: past it the agent stops reading and TCP holds
+// the client up. The exit still comes when the command ends.
+func TestExecStdinHardCap(t *testing.T) {
+	c := testAgent(t)
+	conn, err := net.Dial("tcp", c.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, _ := json.Marshal(Request{Token: testToken, Op: OpExec, Argv: []string{"sleep", "3"}, Stdin: true})
+	if err := WriteFrame(conn, FrameRequest, b); err != nil {
+		t.Fatal(err)
+	}
+	if typ, p, err := ReadFrame(conn); err != nil || typ != FrameStarted {
+		t.Fatalf("first frame %q %q, %v; want started", typ, p, err)
+	}
+	const total = 256 << 20
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		frame := make([]byte, 1<<20)
+		for sent.Load() < total {
+			if err := WriteFrame(conn, FrameStdin, frame); err != nil {
+				done <- err
+				return
+			}
+			sent.Add(int64(len(frame)))
+		}
+		done <- nil
+	}()
+	// Held up: no progress for a while (or all sent, which fails).
+	last, still := int64(-1), 0
+	for still < 5 {
+		select {
+		case err := <-done:
+			t.Fatalf("a client ignoring the window sent all %d MiB (%v), want it held up", sent.Load()>>20, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if n := sent.Load(); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
+	// The agent holds stdinHardCap; the rest is in the two sockets' buffers.
+	if last > 32<<20 {
+		t.Errorf("a client ignoring the window got %d MiB out before it was held up, want < 32 MiB", last>>20)
+	}
+	// The command ends; the exit comes all the same.
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		typ, p, err := ReadFrame(conn)
+		if err != nil {
+			t.Fatalf("no exit frame after the command ended: %v", err)
+		}
+		if typ == FrameExit {
+			var ex Exit
+			json.Unmarshal(p, &ex)
+			if ex != (Exit{}) {
+				t.Errorf("exit = %+v, want 0", ex)
+			}
+			return
+		}
 	}
 }
