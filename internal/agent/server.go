@@ -445,29 +445,37 @@ func (p *proc) queueStdin(b []byte) {
 		return
 	}
 	p.startStdin()
+	if !p.enqueue(b) {
+		// Dropped (stdin is closing, or the exec ended with the queue
+		// full), and credited outside the lock: a credit is a write.
+		p.giveCredit(len(b))
+	}
+}
+
+// enqueue queues b for the writer (an empty b closes stdin), waiting while
+// stdinHardCap is queued. It reports whether b was taken.
+func (p *proc) enqueue(b []byte) bool {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if p.closing {
-		if len(b) > 0 {
-			defer p.giveCredit(len(b))
-		}
-		return
+		return false
 	}
 	if len(b) == 0 {
 		p.closing = true
 		p.stdinQ = append(p.stdinQ, nil)
 		p.stdinCond.Broadcast()
-		return
+		return true
 	}
 	for p.queued >= stdinHardCap && !p.abandoned {
 		p.stdinCond.Wait()
 	}
 	if p.queued >= stdinHardCap {
-		return // abandoned, and full
+		return false // abandoned, and full
 	}
 	p.stdinQ = append(p.stdinQ, b)
 	p.queued += len(b)
 	p.stdinCond.Broadcast()
+	return true
 }
 
 // abandonStdin: the exec ended; a reader waiting on a full queue (a client
