@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,8 +105,24 @@ func (c *Client) WaitReady(ctx context.Context) error {
 type Session struct {
 	conn net.Conn
 	PID  int
+	Caps []string // what the agent can do beyond the first protocol (Started.Caps)
 	wmu  sync.Mutex
+
+	smu     sync.Mutex
+	scond   *sync.Cond // on smu: window or stopped changed
+	credit  bool       // the agent grants stdin window (CapStdinCredit)
+	window  int        // with credit: stdin bytes that may be sent now
+	stopped bool       // Close: Stdin gives up
+
+	received atomic.Int64 // stdout and stderr bytes received
 }
+
+// stdinChunk is the most stdin one frame carries: an older agent queues
+// up to 1024 frames, so small frames bound what it holds (32 MiB).
+const stdinChunk = 32 << 10
+
+// ErrSessionClosed is what Stdin returns once the session is closed.
+var ErrSessionClosed = errors.New("agent: the exec session is closed")
 
 // Exec starts a command. It returns once the command started, or an
 // *ErrStart if it could not.
@@ -135,7 +153,12 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 	case FrameStarted:
 		var st Started
 		json.Unmarshal(p, &st)
-		return &Session{conn: conn, PID: st.PID}, nil
+		s := &Session{conn: conn, PID: st.PID, Caps: st.Caps}
+		s.scond = sync.NewCond(&s.smu)
+		if s.Has(CapStdinCredit) && st.StdinWindow > 0 {
+			s.credit, s.window = true, st.StdinWindow
+		}
+		return s, nil
 	case FrameError:
 		conn.Close()
 		var ei ErrorInfo
@@ -147,8 +170,38 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 	}
 }
 
+// Has reports whether the agent said it can do capability c.
+func (s *Session) Has(c string) bool { return slices.Contains(s.Caps, c) }
+
 // Recv returns the next frame: FrameStdout, FrameStderr or FrameExit.
-func (s *Session) Recv() (byte, []byte, error) { return ReadFrame(s.conn) }
+// Stdin credit is taken here, never returned: a session's stdin moves only
+// while someone receives.
+func (s *Session) Recv() (byte, []byte, error) {
+	for {
+		typ, p, err := ReadFrame(s.conn)
+		if err != nil {
+			return typ, p, err
+		}
+		switch typ {
+		case FrameCredit:
+			var c Credit
+			if json.Unmarshal(p, &c) == nil && c.Bytes > 0 {
+				s.smu.Lock()
+				s.window += c.Bytes
+				s.scond.Broadcast()
+				s.smu.Unlock()
+			}
+			continue
+		case FrameStdout, FrameStderr:
+			s.received.Add(int64(len(p)))
+		}
+		return typ, p, nil
+	}
+}
+
+// Received is how many output bytes (stdout and stderr) came from the
+// agent so far.
+func (s *Session) Received() int64 { return s.received.Load() }
 
 func (s *Session) write(typ byte, p []byte) error {
 	s.wmu.Lock()
@@ -156,8 +209,36 @@ func (s *Session) write(typ byte, p []byte) error {
 	return WriteFrame(s.conn, typ, p)
 }
 
-// Stdin sends input; an empty p closes the command's stdin.
-func (s *Session) Stdin(p []byte) error { return s.write(FrameStdin, p) }
+// Stdin sends input; an empty p closes the command's stdin. It sends frames
+// of at most 32 KiB and, with an agent that grants stdin window, waits for
+// window: a command that does not read its stdin holds up the caller. It
+// gives up with ErrSessionClosed when the session is closed.
+func (s *Session) Stdin(p []byte) error {
+	if len(p) == 0 {
+		return s.CloseStdin()
+	}
+	for len(p) > 0 {
+		n := min(len(p), stdinChunk)
+		s.smu.Lock()
+		for s.credit && s.window == 0 && !s.stopped {
+			s.scond.Wait()
+		}
+		if s.stopped {
+			s.smu.Unlock()
+			return ErrSessionClosed
+		}
+		if s.credit {
+			n = min(n, s.window)
+			s.window -= n
+		}
+		s.smu.Unlock()
+		if err := s.write(FrameStdin, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
 
 // CloseStdin closes the command's stdin.
 func (s *Session) CloseStdin() error { return s.write(FrameStdin, nil) }
@@ -174,5 +255,26 @@ func (s *Session) Signal(sig int) error {
 	return s.write(FrameSignal, b)
 }
 
+// Detach tells the agent nobody reads this exec's output any more: it
+// drops the output inside the sandbox, and only the exit frame still comes.
+// It reports false when the agent cannot (an older one): its output keeps
+// coming, for the caller to drop. Stdin, signals and the exit are as before.
+func (s *Session) Detach() bool {
+	if !s.Has(CapDetach) {
+		return false
+	}
+	// With stdin window nothing holds the agent's direction up for long;
+	// an older agent's may be held by stdin it does not read, so never
+	// make the caller wait for it.
+	go s.write(FrameDetach, nil)
+	return true
+}
+
 // Close drops the connection. The command keeps running.
-func (s *Session) Close() error { return s.conn.Close() }
+func (s *Session) Close() error {
+	s.smu.Lock()
+	s.stopped = true
+	s.scond.Broadcast()
+	s.smu.Unlock()
+	return s.conn.Close()
+}

@@ -20,8 +20,13 @@ import (
 )
 
 // Frame types. Client to agent: FrameRequest, FrameStdin, FrameResize,
-// FrameSignal. Agent to client: FrameStarted, FrameStdout, FrameStderr,
-// FrameExit, FrameError, FrameReply.
+// FrameSignal, FrameDetach. Agent to client: FrameStarted, FrameStdout,
+// FrameStderr, FrameCredit, FrameExit, FrameError, FrameReply.
+//
+// An agent ignores frame types it does not know, so a newer host may send
+// them to an older agent; what an agent understands beyond the first
+// version is listed in Started.Caps, and a host sends FrameDetach or waits
+// for FrameCredit only when the agent said it can.
 const (
 	FrameRequest byte = 'Q' // JSON Request
 	FrameStdin   byte = 'I' // raw bytes; empty payload closes stdin
@@ -33,6 +38,25 @@ const (
 	FrameExit    byte = 'X' // JSON Exit
 	FrameError   byte = 'F' // JSON ErrorInfo: the command could not start
 	FrameReply   byte = 'P' // JSON reply to a non-exec op
+
+	// FrameDetach (no payload): nobody reads this exec's output any more.
+	// The agent keeps draining the command's output (so it never blocks on
+	// a full pipe) but sends none of it; the command runs on to its end or
+	// timeout and its FrameExit still comes. (CapDetach)
+	FrameDetach byte = 'D'
+	// FrameCredit: JSON Credit. The agent wrote that many stdin bytes to
+	// the command, so the client may send that many more: a client sends at
+	// most Started.StdinWindow bytes of stdin not yet credited, and a
+	// command that does not read its stdin holds up the client, not the
+	// sandbox's memory. Signals, resizes and FrameDetach are never held up
+	// behind stdin. (CapStdinCredit)
+	FrameCredit byte = 'C'
+)
+
+// Capabilities an agent lists in Started.Caps.
+const (
+	CapDetach      = "detach"       // understands FrameDetach
+	CapStdinCredit = "stdin_credit" // sends FrameCredit; honour Started.StdinWindow
 )
 
 // MaxFrame bounds a frame's payload so a broken peer cannot make us allocate
@@ -101,9 +125,18 @@ type Signal struct {
 	Signal int `json:"signal"`
 }
 
-// Started reports the pid (as seen inside) of a started command.
+// Started reports the pid (as seen inside) of a started command, and what
+// the agent can do beyond the first version of the protocol (an older agent
+// sends no Caps).
 type Started struct {
-	PID int `json:"pid"`
+	PID         int      `json:"pid"`
+	Caps        []string `json:"caps,omitempty"`
+	StdinWindow int      `json:"stdin_window,omitempty"` // with CapStdinCredit: bytes of stdin the client may send before its first credit
+}
+
+// Credit gives the client back stdin window: Bytes more may be sent.
+type Credit struct {
+	Bytes int `json:"bytes"`
 }
 
 // Exit is the last frame of an exec.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -256,13 +257,21 @@ func (s *Server) reply(c net.Conn, r Reply) {
 type conn struct {
 	mu   sync.Mutex
 	c    net.Conn
-	dead bool // the client went away; output is drained and dropped
+	dead bool // the client went away, or the exit was sent: nothing more goes out
+	// detached: the client said nobody reads the output (FrameDetach); it
+	// is drained and dropped here, every other frame still goes. Atomic:
+	// the reader sets it while a send may hold mu.
+	detached atomic.Bool
 }
 
 func (w *conn) send(typ byte, p []byte) {
+	output := typ == FrameStdout || typ == FrameStderr
+	if output && w.detached.Load() {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.dead {
+	if w.dead || output && w.detached.Load() {
 		return
 	}
 	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
@@ -284,7 +293,8 @@ func (s *Server) exec(c net.Conn, req *Request) {
 		awaitClose(c)
 		return
 	}
-	out.sendJSON(FrameStarted, Started{PID: p.pid})
+	p.credit = func(n int) { out.sendJSON(FrameCredit, Credit{Bytes: n}) }
+	out.sendJSON(FrameStarted, Started{PID: p.pid, Caps: []string{CapDetach, CapStdinCredit}, StdinWindow: stdinWindow})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).
@@ -316,6 +326,11 @@ func (s *Server) exec(c net.Conn, req *Request) {
 				if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
 					_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
 				}
+			case FrameDetach:
+				// The pumps keep reading (a command never blocks on a
+				// full pipe nobody reads) and drop it: the host does no
+				// work for output nobody wants.
+				out.detached.Store(true)
 			}
 		}
 	}()
@@ -384,11 +399,24 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	if !dead {
 		out.sendJSON(FrameExit, ex)
 	}
+	out.mu.Lock()
+	out.dead = true // the exit is the last frame: no credit after it
+	out.mu.Unlock()
+	p.abandonStdin()
 	// Let the client close first (see awaitClose); a client that has not
 	// closed by then is cut off by the deadline.
 	c.SetReadDeadline(time.Now().Add(closeWait))
 	<-clientGone
 }
+
+// stdinWindow is the stdin a client may send ahead of the command reading
+// it (see FrameCredit): small, so that a command that does not read holds up
+// its client rather than filling the sandbox's memory.
+const stdinWindow = 256 << 10
+
+// stdinHardCap bounds what is queued even from a client that ignores the
+// window: past it the reader waits, as it would on a pipe.
+const stdinHardCap = 4 * stdinWindow
 
 // proc is a started command.
 type proc struct {
@@ -397,37 +425,98 @@ type proc struct {
 	outputs []io.Reader // stdout, stderr (only stdout for a TTY)
 	stdin   *os.File    // nil when there is none; owned by the stdin writer
 	tty     *os.File    // pty master, or nil
+	credit  func(n int) // tells the client n stdin bytes left the queue
 
 	stdinOnce sync.Once
-	stdinQ    chan []byte // to the stdin writer; an empty slice closes stdin
-	closed    sync.Once
+	stdinMu   sync.Mutex
+	stdinCond *sync.Cond // on stdinMu: the queue changed
+	stdinQ    [][]byte   // to the stdin writer; a nil entry closes stdin
+	queued    int        // bytes in stdinQ
+	closing   bool       // the nil entry is queued: later input is dropped
+	abandoned bool       // the exec ended: input past the cap is dropped, never waited for
 }
 
 // queueStdin hands input to the stdin writer; empty or nil closes stdin.
+// It never waits while the client keeps to the window, so signals and
+// resizes behind stdin are never held up.
 func (p *proc) queueStdin(b []byte) {
+	if p.stdin == nil {
+		p.giveCredit(len(b)) // nowhere to go: dropped, and credited
+		return
+	}
+	p.startStdin()
+	if !p.enqueue(b) {
+		// Dropped (stdin is closing, or the exec ended with the queue
+		// full), and credited outside the lock: a credit is a write.
+		p.giveCredit(len(b))
+	}
+}
+
+// enqueue queues b for the writer (an empty b closes stdin), waiting while
+// stdinHardCap is queued. It reports whether b was taken.
+func (p *proc) enqueue(b []byte) bool {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.closing {
+		return false
+	}
+	if len(b) == 0 {
+		p.closing = true
+		p.stdinQ = append(p.stdinQ, nil)
+		p.stdinCond.Broadcast()
+		return true
+	}
+	for p.queued >= stdinHardCap && !p.abandoned {
+		p.stdinCond.Wait()
+	}
+	if p.queued >= stdinHardCap {
+		return false // abandoned, and full
+	}
+	p.stdinQ = append(p.stdinQ, b)
+	p.queued += len(b)
+	p.stdinCond.Broadcast()
+	return true
+}
+
+// abandonStdin: the exec ended; a reader waiting on a full queue (a client
+// over its window) drops its input instead of waiting for ever.
+func (p *proc) abandonStdin() {
 	if p.stdin == nil {
 		return
 	}
+	p.startStdin()
+	p.stdinMu.Lock()
+	p.abandoned = true
+	p.stdinCond.Broadcast()
+	p.stdinMu.Unlock()
+}
+
+// startStdin starts the stdin writer on first use.
+func (p *proc) startStdin() {
 	p.stdinOnce.Do(func() {
-		p.stdinQ = make(chan []byte, 1024)
+		p.stdinCond = sync.NewCond(&p.stdinMu)
 		go p.stdinWriter()
 	})
-	if len(b) == 0 {
-		p.closed.Do(func() { p.stdinQ <- nil })
-		return
-	}
-	select {
-	case p.stdinQ <- b:
-	default:
-		// Over 1024 frames queued: the command is not reading. Wait, as a
-		// pipe would; signals queued behind this still wait, but only then.
-		p.stdinQ <- b
+}
+
+func (p *proc) giveCredit(n int) {
+	if n > 0 && p.credit != nil {
+		p.credit(n)
 	}
 }
 
 func (p *proc) stdinWriter() {
 	var last byte = '\n'
-	for b := range p.stdinQ {
+	broken := false // the command closed its stdin: the rest is dropped
+	for {
+		p.stdinMu.Lock()
+		for len(p.stdinQ) == 0 {
+			p.stdinCond.Wait()
+		}
+		b := p.stdinQ[0]
+		p.stdinQ[0] = nil
+		p.stdinQ = p.stdinQ[1:]
+		p.stdinMu.Unlock()
 		if b == nil {
 			if p.tty == nil {
 				p.stdin.Close()
@@ -440,10 +529,18 @@ func (p *proc) stdinWriter() {
 			}
 			return
 		}
-		if _, err := p.stdin.Write(b); err != nil {
-			continue // the command closed its stdin; drop the rest
+		if !broken {
+			if _, err := p.stdin.Write(b); err != nil {
+				broken = true
+			} else {
+				last = b[len(b)-1]
+			}
 		}
-		last = b[len(b)-1]
+		p.stdinMu.Lock()
+		p.queued -= len(b)
+		p.stdinCond.Broadcast()
+		p.stdinMu.Unlock()
+		p.giveCredit(len(b))
 	}
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/useshards/shard/internal/agent"
@@ -36,6 +39,16 @@ func agentRequest(req *ExecRequest) (agent.Request, error) {
 	return ar, names.NoNUL("user", req.User)
 }
 
+// streamStall is how long an exec stream waits for a client that takes
+// none of its output before it takes the client as gone: the exec is let go
+// (it runs on, its end still in the ledger) and the stream ends. Shorter
+// than the agent's own 30 s, so the agent is told before it gives up.
+const streamStall = 20 * time.Second
+
+// maxWSMessage bounds one message from a WebSocket exec client: stdin
+// bigger than this comes in more messages.
+const maxWSMessage = 1 << 20
+
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	ar, stdin, err := parseExec(r)
 	if err != nil {
@@ -47,17 +60,15 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	defer sess.Close() // the command keeps running if the client left
+	// If the client leaves (or stalls), the command keeps running and the
+	// sandbox drops its output; the ledger still gets its end.
+	defer sess.Close()
 	if ar.Stdin {
 		go func() {
-			for len(stdin) > 0 {
-				n := min(len(stdin), 64<<10)
-				if sess.Stdin(stdin[:n]) != nil {
-					return
-				}
-				stdin = stdin[n:]
+			// Only as fast as the command reads it (see agent.Session.Stdin).
+			if sess.Stdin(stdin) == nil {
+				sess.CloseStdin()
 			}
-			sess.CloseStdin()
 		}()
 	}
 	stop := context.AfterFunc(r.Context(), func() { sess.Close() })
@@ -67,13 +78,21 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
-	enc.Encode(ExecEvent{Type: "started", PID: sess.PID})
-	rc.Flush()
+	send := func(ev ExecEvent) error {
+		rc.SetWriteDeadline(time.Now().Add(streamStall))
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if send(ExecEvent{Type: "started", PID: sess.PID}) != nil {
+		return
+	}
 	for {
 		typ, p, err := sess.Recv()
 		if err != nil {
 			if r.Context().Err() == nil {
-				enc.Encode(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte("lost the connection to the sandbox: " + err.Error()))})
+				send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte("lost the connection to the sandbox: " + err.Error()))})
 			}
 			return
 		}
@@ -83,16 +102,16 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 			if typ == agent.FrameStderr {
 				t = "stderr"
 			}
-			enc.Encode(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)})
+			if send(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)}) != nil {
+				return // the client is gone or stalled
+			}
 		case agent.FrameExit:
 			var ex agent.Exit
 			json.Unmarshal(p, &ex)
 			code := ex.Code
-			enc.Encode(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
-			rc.Flush()
+			send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
 			return
 		}
-		rc.Flush()
 	}
 }
 
@@ -139,18 +158,40 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(agent.MaxFrame)
+	// The reader below reads at most maxWSMessage+1 bytes of a message
+	// itself, to close with a reason that says what to do; the library's
+	// own limit is only a backstop past that.
+	c.SetReadLimit(maxWSMessage + 1)
 	ctx := r.Context()
+	write := func(typ byte, p []byte) error {
+		// A client that takes nothing for streamStall is taken as gone
+		// (the library closes the connection when wctx ends).
+		wctx, cancel := context.WithTimeout(ctx, streamStall)
+		defer cancel()
+		return c.Write(wctx, websocket.MessageBinary, append([]byte{typ}, p...))
+	}
 	started, _ := json.Marshal(agent.Started{PID: sess.PID})
-	if err := c.Write(ctx, websocket.MessageBinary, append([]byte{agent.FrameStarted}, started...)); err != nil {
+	if err := write(agent.FrameStarted, started); err != nil {
 		return
 	}
 	go func() {
+		// One message at a time, and the next only once this one went to
+		// the agent: stdin moves as fast as the command reads it (the
+		// agent holds a small window), and a client that sends faster is
+		// held up by TCP, not queued here or in the sandbox.
+		defer sess.Close()
+		defer sess.CloseStdin()
 		for {
-			_, msg, err := c.Read(ctx)
+			_, mr, err := c.Reader(ctx)
 			if err != nil {
-				sess.CloseStdin()
-				sess.Close()
+				return
+			}
+			msg, err := io.ReadAll(io.LimitReader(mr, maxWSMessage+1))
+			if err != nil {
+				return
+			}
+			if len(msg) > maxWSMessage {
+				c.Close(websocket.StatusMessageTooBig, fmt.Sprintf("message of more than %d bytes: send stdin in smaller messages", maxWSMessage))
 				return
 			}
 			if len(msg) == 0 {
@@ -158,7 +199,13 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 			}
 			switch msg[0] {
 			case agent.FrameStdin:
-				sess.Stdin(msg[1:])
+				if len(msg) > 1 {
+					if sess.Stdin(msg[1:]) != nil {
+						return
+					}
+				} else {
+					sess.CloseStdin()
+				}
 			case agent.FrameResize:
 				var rz agent.Resize
 				if json.Unmarshal(msg[1:], &rz) == nil {
@@ -178,8 +225,8 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 			c.Close(websocket.StatusInternalError, "lost the connection to the sandbox")
 			return
 		}
-		if err := c.Write(ctx, websocket.MessageBinary, append([]byte{typ}, p...)); err != nil {
-			return
+		if err := write(typ, p); err != nil {
+			return // the client is gone or stalled: the deferred Close lets go of the exec
 		}
 		if typ == agent.FrameExit {
 			c.Close(websocket.StatusNormalClosure, "")

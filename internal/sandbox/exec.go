@@ -18,7 +18,8 @@ import (
 // ExecSession is a running exec whose start and end are in the sandbox's
 // ledger. One goroutine (pump) reads the agent's frames, records the end
 // when it comes, and hands the frames to Recv. Close lets go of the command
-// at once: the pump then drops its output, and still records its end.
+// at once: the agent then drops its output (see agent.FrameDetach), and the
+// pump still records its end.
 type ExecSession struct {
 	*agent.Session
 
@@ -270,9 +271,14 @@ func (e *ExecSession) Recv() (byte, []byte, error) {
 }
 
 // Close lets go of the command: it keeps running, and its end is still
-// recorded when it comes.
+// recorded when it comes. The agent is told nobody reads the output, so it
+// drops it inside the sandbox and the host does no work for it; an older
+// agent's output is dropped here, by the pump.
 func (e *ExecSession) Close() error {
-	e.detachOnce.Do(func() { close(e.detached) })
+	e.detachOnce.Do(func() {
+		close(e.detached)
+		e.Session.Detach()
+	})
 	return nil
 }
 
