@@ -77,6 +77,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
+		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096,
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -91,6 +92,13 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.defaultDisk = "2PiB" }, "--default-disk"},
 		{func(o *serveOptions) { o.maxImageSize = "1KiB" }, "--max-image-size"},
 		{func(o *serveOptions) { o.maxImageSize = "0" }, "--max-image-size"},
+		{func(o *serveOptions) { o.pullTimeout = 0 }, "--pull-timeout"},
+		{func(o *serveOptions) { o.idleTimeout = 0 }, "--idle-timeout"},
+		{func(o *serveOptions) { o.bodyTimeout = -time.Second }, "--body-timeout"},
+		{func(o *serveOptions) { o.ledgerRetention = -time.Second }, "--ledger-retention"},
+		{func(o *serveOptions) { o.maxClientConns = -1 }, "--max-client-conns"},
+		{func(o *serveOptions) { o.maxMemory = "1PiB" }, "--max-memory"},
+		{func(o *serveOptions) { o.maxCPU = "100000" }, "--max-cpu"},
 	} {
 		o := base
 		tt.set(&o)
