@@ -78,9 +78,10 @@ func (s *Server) listProjects(r *http.Request) (any, int, error) {
 }
 
 // tokenContext is where a request sees tokens: a key of every project sees
-// them all, a project's key its project's.
+// them all, unless its request names a project; a project's key sees its
+// project's.
 func tokenContext(r *http.Request) context.Context {
-	if p := auth.From(r.Context()); p == nil || p.AllProjects() {
+	if p := auth.From(r.Context()); (p == nil || p.AllProjects()) && requestedProject(r) == "" {
 		return project.With(r.Context(), "")
 	}
 	return r.Context()

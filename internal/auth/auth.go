@@ -113,11 +113,17 @@ func (p *Principal) AllProjects() bool { return p.Admin || p.Project == store.Al
 // ProjectFor returns the project a request of p acts in: the one it asked
 // for (want; "" is the default project) if p may act there.
 func (p *Principal) ProjectFor(want string) (string, error) {
-	if p.AllProjects() {
-		if want == "" {
+	if want == "" {
+		if p.AllProjects() {
 			return project.Default, nil
 		}
-		return want, project.Check(want)
+		return p.Project, nil
+	}
+	if err := project.Check(want); err != nil { // before it is echoed in a message
+		return "", err
+	}
+	if p.AllProjects() {
+		return want, nil
 	}
 	if want != "" && want != p.Project {
 		return "", errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot act in project %s", p.Name, p.Project, want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/useshards/shard/internal/store"
@@ -120,5 +121,42 @@ func TestTokenNames(t *testing.T) {
 	}
 	if _, err := tk.Authenticate(ctx, keyB); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProjectFor: a key of every project acts where its request says
+// (default when it says nothing); a project's key acts in its own only;
+// a name that is not one is refused before it is echoed.
+func TestProjectFor(t *testing.T) {
+	all := &Principal{Name: "admin", Project: "*"}
+	pa := &Principal{Name: "a", Project: "pa"}
+	for _, tt := range []struct {
+		p        *Principal
+		want     string
+		got      string
+		wantCode string
+	}{
+		{all, "", "default", ""},
+		{all, "pb", "pb", ""},
+		{Admin, "pb", "pb", ""},
+		{all, "*", "", "invalid_argument"},
+		{all, "../x", "", "invalid_argument"},
+		{pa, "", "pa", ""},
+		{pa, "pa", "pa", ""},
+		{pa, "pb", "", "wrong_project"},
+		{pa, "default", "", "wrong_project"},
+		{pa, "\x1b[31m", "", "invalid_argument"},
+	} {
+		got, err := tt.p.ProjectFor(tt.want)
+		code := ""
+		if err != nil {
+			code = errdefs.CodeOf(err)
+		}
+		if got != tt.got || code != tt.wantCode {
+			t.Errorf("%s.ProjectFor(%q) = %q, %v; want %q, code %q", tt.p.Name, tt.want, got, err, tt.got, tt.wantCode)
+		}
+		if err != nil && strings.Contains(err.Error(), "\x1b") {
+			t.Errorf("%s.ProjectFor(%q): the message carries the raw name: %v", tt.p.Name, tt.want, err)
+		}
 	}
 }

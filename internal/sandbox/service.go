@@ -30,6 +30,7 @@ import (
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/oci"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/secrets"
@@ -328,10 +329,18 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	return out, nil
 }
 
+// allSandboxes lists every project's sandboxes, whoever asks: addresses
+// and the server's limit are the server's, not a project's (a project's
+// list gave two projects' sandboxes one address, and each project a limit
+// of its own).
+func (s *Service) allSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
+	return s.cfg.Store.ListSandboxes(project.With(ctx, ""))
+}
+
 // allocate picks the next free address after the last one handed out.
 // Caller holds allocMu.
 func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
-	all, err := s.cfg.Store.ListSandboxes(ctx)
+	all, err := s.allSandboxes(ctx)
 	if err != nil {
 		return netip.Addr{}, err
 	}

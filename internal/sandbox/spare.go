@@ -195,7 +195,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
 	s.allocMu.Lock()
 	var err error
-	if all, lerr := s.cfg.Store.ListSandboxes(ctx); lerr != nil {
+	if all, lerr := s.allSandboxes(ctx); lerr != nil {
 		err = lerr
 	} else if s.cfg.MaxSandboxes > 0 && len(all) >= s.cfg.MaxSandboxes {
 		err = errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)

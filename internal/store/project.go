@@ -40,7 +40,13 @@ ALTER TABLE sessions_v1 RENAME TO sessions;
 
 ALTER TABLE events ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
 DROP INDEX IF EXISTS events_session;
-CREATE INDEX events_session ON events(project, session, seq);
+CREATE INDEX events_by_session ON events(project, session, seq);
+-- A shard from before projects must not open this database: it would see
+-- every project's objects as one, and its inserts lack the project. Its
+-- schema's first statement that fails here is CREATE INDEX events_session
+-- ("there is already a table named events_session").
+CREATE TABLE events_session (why TEXT NOT NULL);
+INSERT INTO events_session VALUES ('this database has projects (schema 1): a shard from before them must not open it');
 
 ALTER TABLE checkpoints ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
 
@@ -75,6 +81,11 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	if v > schemaVersion {
 		return fmt.Errorf("the database is of schema %d, newer than this shard's %d: use a newer shard", v, schemaVersion)
+	}
+	if v == 0 { // new, or from before projects
+		if _, err := db.ExecContext(ctx, schema); err != nil {
+			return err
+		}
 	}
 	for ; v < schemaVersion; v++ {
 		tx, err := db.BeginTx(ctx, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +106,26 @@ func TestMigrateToProjects(t *testing.T) {
 	}
 	// Opening again does not migrate twice.
 	s.Close()
-	openStore(t, path)
+	openStore(t, path).Close()
+
+	// A shard from before projects refuses the database: the schema it
+	// runs at every open (this package's schema, unchanged) fails on it,
+	// where it would have seen every project's objects as one.
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := old.Exec(schema); err == nil || !strings.Contains(err.Error(), "events_session") {
+		t.Errorf("the old schema on a migrated database: err = %v, want it refused", err)
+	}
+	// And this shard refuses a database newer than it knows.
+	if _, err := old.Exec(`PRAGMA user_version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("Open of schema 99: err = %v, want refused as newer", err)
+	}
 }
 
 func proj[T any](r *T, err error, p func() string) (string, error) {

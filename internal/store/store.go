@@ -89,6 +89,8 @@ type Event struct {
 	Data      json.RawMessage `json:"data,omitempty"`
 }
 
+// schema is the database before projects (version 0), where every
+// database starts; migrations (project.go) bring it to schemaVersion.
 const schema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id TEXT PRIMARY KEY,
@@ -146,10 +148,6 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// One writer at a time is SQLite's rule anyway; one connection keeps
 	// transactions simple and avoids SQLITE_BUSY between our own goroutines.
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("init %s: %w", path, err)
-	}
 	if err := migrate(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
