@@ -34,6 +34,9 @@ func newListCmd(a *app) *cobra.Command {
 			if a.json {
 				return printJSON(all)
 			}
+			if len(all) == 0 && !allProjects {
+				a.warnEmptyProject(cmd.Context(), c)
+			}
 			if quiet {
 				for _, sb := range all {
 					termsafe.Println(sb.ID)

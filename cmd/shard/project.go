@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/termsafe"
 )
 
@@ -56,4 +58,27 @@ sees its own.`,
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	cmd.AddCommand(ls)
 	return cmd
+}
+
+// warnEmptyProject says on stderr when the project a command named (with
+// --project or SHARD_PROJECT) holds nothing at all: a mistyped name acts in
+// a project of its own, and its empty list would look like a real one.
+func (a *app) warnEmptyProject(ctx context.Context, c *client.Client) {
+	named := a.project
+	if named == "" {
+		named = os.Getenv("SHARD_PROJECT")
+	}
+	if named == "" {
+		return
+	}
+	ps, err := c.Projects(ctx)
+	if err != nil {
+		return
+	}
+	for _, p := range ps {
+		if p.Name == named && (p.Sandboxes+p.Sessions+p.Checkpoints+p.Snapshots+p.Environments+p.Secrets+p.Tokens) > 0 {
+			return
+		}
+	}
+	termsafe.Fprintf(os.Stderr, "shard: project %s holds nothing yet (is its name right? shard project ls lists those that hold something)\n", named)
 }
