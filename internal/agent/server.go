@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -84,6 +85,15 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		// Before it listens: once the host reaches it, the bounds hold.
 		if err := s.setupBounds(); err != nil {
 			return err
+		}
+		// The sandbox's commands run as root too: without this they read
+		// the agent's memory and its first environment (its token) through
+		// /proc/1 and may ptrace it, and so forge what it reports. A
+		// process that is not dumpable is theirs to trace only with
+		// CAP_SYS_PTRACE, which no sandbox has; their own execs are
+		// dumpable again (execve resets it).
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("agent: not dumpable: %w", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)

@@ -177,14 +177,16 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 				}
 			})
 			client := clientAddr(r.RemoteAddr)
-			if d := s.authFails.wait(client); d > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(retryAfter(d)))
-				s.writeError(w, r, errdefs.New(errdefs.KindTooMany, "too_many_requests", "too many failed API keys from %s: try again in %s", client, d.Round(time.Second)))
-				return
-			}
 			var err error
 			if p, err = s.Tokens.Authenticate(r.Context(), key); err != nil {
+				// Only failures are limited: a valid key gets through
+				// from an address others fail from (a NAT, a proxy).
 				if errdefs.Is(err, errdefs.KindUnauth) {
+					if d := s.authFails.wait(client); d > 0 {
+						w.Header().Set("Retry-After", strconv.Itoa(retryAfter(d)))
+						s.writeError(w, r, errdefs.New(errdefs.KindTooMany, "too_many_requests", "too many failed API keys from %s: try again in %s", client, d.Round(time.Second)))
+						return
+					}
 					s.authFails.failed(client)
 				}
 				s.writeError(w, r, err)

@@ -11,10 +11,12 @@ import (
 
 // Failed API keys are limited per client address: a client may fail
 // AuthBurst times at once, then once every AuthEvery; past that every
-// request of its that carries a key is a 429 (too_many_requests) without
-// the key being checked, until it is back under. Clients at other
-// addresses, valid keys among them, are not slowed. Each client's failures
-// are logged at most once a minute, with their count, never the key.
+// failed key of its is a 429 (too_many_requests) instead of a 401, until it
+// is back under. A valid key always gets through, from that address too: a
+// NAT or a proxy puts many clients behind one address, and one of them
+// sending wrong keys locked the others out. Each client's failures are
+// logged at most once a minute, with their count, never the key; a burst
+// that stops is logged when its minute ends.
 const (
 	// AuthBurst leaves room for a client's honest mistakes and for a test
 	// that tries a bad key on every route (about 100); 2000 wrong keys at

@@ -206,8 +206,9 @@ type windowLog struct {
 }
 
 type windowCount struct {
-	last time.Time // of the last line
-	n    int       // times since
+	last  time.Time   // of the last line
+	n     int         // times since
+	flush *time.Timer // writes the count when the window ends, if any
 }
 
 func newWindowLog(log *slog.Logger, window time.Duration) *windowLog {
@@ -236,11 +237,35 @@ func (w *windowLog) note(client, msg string, args ...any) {
 	}
 	c.n++
 	if !c.last.IsZero() && now.Sub(c.last) < w.window {
+		// A burst that stops must be told too: when the window ends.
+		if c.flush == nil {
+			c.flush = time.AfterFunc(c.last.Add(w.window).Sub(now), func() { w.flushCount(client, msg, args) })
+		}
 		w.mu.Unlock()
 		return
 	}
 	n := c.n
 	c.last, c.n = now, 0
+	w.mu.Unlock()
+	w.log.Warn(msg, append([]any{"client", client, "count", n, "window", w.window}, args...)...)
+}
+
+// flushCount writes the count of client's events since its last line, if
+// there were any, at the end of a window.
+func (w *windowLog) flushCount(client, msg string, args []any) {
+	w.mu.Lock()
+	c := w.seen[client]
+	if c == nil {
+		w.mu.Unlock()
+		return
+	}
+	c.flush = nil
+	n := c.n
+	if n == 0 {
+		w.mu.Unlock()
+		return
+	}
+	c.last, c.n = w.now(), 0
 	w.mu.Unlock()
 	w.log.Warn(msg, append([]any{"client", client, "count", n, "window", w.window}, args...)...)
 }

@@ -98,3 +98,24 @@ func TestSandboxHardening(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentNotTraceable: a sandbox's commands, root as they are, cannot
+// read the agent's memory or its first environment (its token) through
+// /proc/1, nor so forge what it reports: the agent is not dumpable, and no
+// sandbox has CAP_SYS_PTRACE. On runc both were readable.
+func TestAgentNotTraceable(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			out := execOK(t, sb.ID, "sh", "-c", `tr '\0' '\n' </proc/1/environ 2>/dev/null | grep -c SHARD_AGENT_TOKEN; `+
+				`dd if=/proc/1/mem bs=1 count=4 skip=$((0x$(head -1 /proc/1/maps 2>/dev/null | cut -d- -f1))) 2>/dev/null | od -An -c; `+
+				`cat /proc/self/status | grep -c '^Name'; true`)
+			if strings.Contains(out, "E   L   F") || strings.HasPrefix(out, "1\n") {
+				t.Errorf("a command reads the agent's environ or memory:\n%s", out)
+			}
+			if !strings.HasSuffix(strings.TrimSpace(out), "1") {
+				t.Errorf("the command's own /proc/self is not readable (its execs must stay dumpable):\n%s", out)
+			}
+		})
+	}
+}
