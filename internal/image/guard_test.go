@@ -170,28 +170,49 @@ func TestPullHopsChecked(t *testing.T) {
 		name    string
 		handler http.HandlerFunc
 		msg     string
+		listed  []string // hosts the admin lists besides the registry
 	}{
 		{"redirect https", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				return
 			}
 			http.Redirect(w, r, "https://localhost:"+tport+"/v2/_catalog", http.StatusTemporaryRedirect)
-		}, "sent the pull on to a loopback address"},
+		}, "sent the pull on to a loopback address", nil},
 		{"redirect plain http", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				return
 			}
 			http.Redirect(w, r, "http://localhost:"+tport+"/v2/_catalog", http.StatusTemporaryRedirect)
-		}, "plain HTTP"},
-		{"token realm", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="https://localhost:`+tport+`/token",service="x"`)
+		}, "plain HTTP", nil},
+		{"token realm 127.0.0.1", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://127.0.0.1:`+tport+`/token",service="x"`)
 			w.WriteHeader(http.StatusUnauthorized)
-		}, "sent the pull on to a loopback address"},
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm http 127.0.0.1", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="http://127.0.0.1:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm IPv4-mapped", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://[::ffff:127.0.0.1]:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm 10/8, no port", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://10.11.12.13/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a private address", nil},
+		{"token realm unquoted", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm=https://127.0.0.1:`+tport+`/token,service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm listed, refused by ggcr", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://127.0.0.1:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a token service", []string{"127.0.0.1:" + tport}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := newCountingServer(t, tt.handler)
-			s := openStore(t, t.TempDir(), func(o *Options) { o.Insecure = []string{reg.hostport()} })
+			s := openStore(t, t.TempDir(), func(o *Options) { o.Insecure = append([]string{reg.hostport()}, tt.listed...) })
 			_, err := s.Pull(ctx, reg.hostport()+"/x/y:1", nil)
 			if errdefs.KindOf(err) != errdefs.KindForbidden || errdefs.CodeOf(err) != codeNotAllowed || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("err = %v (%s/%s), want forbidden/%s saying %q", err, errdefs.KindOf(err), errdefs.CodeOf(err), codeNotAllowed, tt.msg)

@@ -319,6 +319,9 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if e, ok := refusedFor(err, what, registry); ok {
 		return e
 	}
+	if e, ok := realmRefusedFor(err, what, registry); ok {
+		return e
+	}
 	cls := func(kind errdefs.Kind, code, format string, args ...any) error {
 		return &errdefs.Error{Kind: kind, Code: code, Msg: fmt.Sprintf(format, args...), Err: err}
 	}
