@@ -40,7 +40,7 @@ import (
 //   - Dial, TLS handshake and response headers each have a bound, and a
 //     whole pull has Options.PullTimeout.
 //   - No error shows what a registry sent: a status and a short code at
-//     most (classify); the full error is logged.
+//     most (classify); the full error is logged (Store.pullFailed).
 
 // DefaultPullTimeout is Options.PullTimeout when it is not set.
 const DefaultPullTimeout = 30 * time.Minute
