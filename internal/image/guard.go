@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +40,7 @@ import (
 //   - Dial, TLS handshake and response headers each have a bound, and a
 //     whole pull has Options.PullTimeout.
 //   - No error shows what a registry sent: a status and a short code at
-//     most (classify); the full error is logged.
+//     most (classify); the full error is logged (Store.pullFailed).
 
 // DefaultPullTimeout is Options.PullTimeout when it is not set.
 const DefaultPullTimeout = 30 * time.Minute
@@ -145,13 +147,17 @@ func (g *guard) refusal(addr netip.Addr) string {
 
 // refusedError is a connection a pull may not make.
 type refusedError struct {
-	host string // as dialled, host:port
-	addr string // the address refused, or "" for plain HTTP
-	why  string
+	host  string // as dialled, host:port
+	addr  string // the address refused, or "" for plain HTTP
+	why   string
+	realm string // the token realm a 401 named, when that is what was refused
 }
 
 func (e *refusedError) Error() string {
-	if e.addr == "" {
+	switch {
+	case e.realm != "":
+		return fmt.Sprintf("token realm %q refused: %s", e.realm, e.why)
+	case e.addr == "":
 		return fmt.Sprintf("plain HTTP to %s refused", e.host)
 	}
 	return fmt.Sprintf("connect to %s (%s) refused: %s", e.host, e.addr, e.why)
@@ -224,7 +230,54 @@ func (t guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &refusedError{host: req.URL.Host, why: "plain HTTP"}
 	}
-	return t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		return resp, err
+	}
+	if re := t.g.realmRefused(resp.Header.Values("WWW-Authenticate")); re != nil {
+		resp.Body.Close()
+		return nil, re
+	}
+	return resp, nil
+}
+
+// realmRe finds the realm parameters of WWW-Authenticate challenges,
+// quoted or not.
+var realmRe = regexp.MustCompile(`(?i)(?:^|[\s,])realm\s*=\s*(?:"([^"]*)"|([^\s,]+))`)
+
+// realmRefused refuses a 401 whose token realm is an IP literal a pull
+// does not connect to. A realm named by a host name is checked when it is
+// dialled; an IP literal is checked here, before go-containerregistry
+// refuses a private one itself with an error of no type.
+func (g *guard) realmRefused(challenges []string) *refusedError {
+	for _, c := range challenges {
+		for _, m := range realmRe.FindAllStringSubmatch(c, -1) {
+			realm := m[1] + m[2]
+			u, err := url.Parse(realm)
+			if err != nil {
+				continue // go-containerregistry refuses it (classify)
+			}
+			ip, err := netip.ParseAddr(u.Hostname())
+			if err != nil {
+				continue
+			}
+			hostport := u.Host
+			if u.Port() == "" {
+				port := "443"
+				if u.Scheme == "http" {
+					port = "80"
+				}
+				hostport = net.JoinHostPort(u.Hostname(), port)
+			}
+			if g.isListed(hostport) {
+				continue
+			}
+			if why := g.refusal(ip); why != "" {
+				return &refusedError{host: hostport, addr: ip.String(), why: why, realm: realm}
+			}
+		}
+	}
+	return nil
 }
 
 // transport is a transport whose every connection the guard checks;
@@ -321,10 +374,35 @@ func refusedFor(err error, what, registry string) (error, bool) {
 		msg = fmt.Sprintf("cannot pull %q: registry %s is not listed as insecure, so it is not reached over plain HTTP (shard serve --insecure-registry %s)", what, registryShown(registry), registryShown(registry))
 	case re.addr == "":
 		msg = fmt.Sprintf("cannot pull %q: registry %s sent the pull on to a plain HTTP address, which this server does not follow", what, registryShown(registry))
-	case strings.EqualFold(host, regHost):
+	case re.realm == "" && strings.EqualFold(host, regHost):
 		msg = fmt.Sprintf("cannot pull %q from registry %s: it resolves to %s; an admin may allow it with shard serve --allowed-registry %s", what, registryShown(registry), re.why, registryShown(registry))
 	default:
 		msg = fmt.Sprintf("cannot pull %q: registry %s sent the pull on to %s (a redirect or token service), which this server does not connect to", what, registryShown(registry), re.why)
 	}
 	return &errdefs.Error{Kind: errdefs.KindForbidden, Code: codeNotAllowed, Msg: msg, Err: err}, true
+}
+
+// ggcrRealmRefusals are the texts of go-containerregistry's own refusals
+// of a token service (pkg/v1/remote/transport/bearer.go, v0.22:
+// fromChallenge's "invalid realm in www-authenticate: %w" and
+// realmRedirectCheck's "refusing token-server redirect to %q: %w", each
+// of validateRealmURL's "realm host %q is a private or link-local
+// address" or "realm scheme %q not allowed ..."). They have no type, so
+// their text is matched; guardedTransport refuses the IP literals of the
+// first before go-containerregistry sees them, and these are what is left:
+// a realm the admin listed, plain HTTP for a secure registry, a token
+// service's redirect.
+var ggcrRealmRefusals = []string{"invalid realm in www-authenticate: ", "refusing token-server redirect to "}
+
+// realmRefusedFor classifies go-containerregistry's refusal of a token
+// service the registry named while pulling what.
+func realmRefusedFor(err error, what, registry string) (error, bool) {
+	text := err.Error()
+	for _, r := range ggcrRealmRefusals {
+		if strings.Contains(text, r) {
+			return &errdefs.Error{Kind: errdefs.KindForbidden, Code: codeNotAllowed, Err: err,
+				Msg: fmt.Sprintf("cannot pull %q: registry %s sent the pull on to a token service at a private or link-local address, or over plain HTTP, which this server does not connect to", what, registryShown(registry))}, true
+		}
+	}
+	return nil, false
 }

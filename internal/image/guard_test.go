@@ -1,17 +1,21 @@
 package image
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // countingServer is an HTTP server on loopback that counts the
@@ -170,28 +174,49 @@ func TestPullHopsChecked(t *testing.T) {
 		name    string
 		handler http.HandlerFunc
 		msg     string
+		listed  []string // hosts the admin lists besides the registry
 	}{
 		{"redirect https", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				return
 			}
 			http.Redirect(w, r, "https://localhost:"+tport+"/v2/_catalog", http.StatusTemporaryRedirect)
-		}, "sent the pull on to a loopback address"},
+		}, "sent the pull on to a loopback address", nil},
 		{"redirect plain http", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				return
 			}
 			http.Redirect(w, r, "http://localhost:"+tport+"/v2/_catalog", http.StatusTemporaryRedirect)
-		}, "plain HTTP"},
-		{"token realm", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="https://localhost:`+tport+`/token",service="x"`)
+		}, "plain HTTP", nil},
+		{"token realm 127.0.0.1", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://127.0.0.1:`+tport+`/token",service="x"`)
 			w.WriteHeader(http.StatusUnauthorized)
-		}, "sent the pull on to a loopback address"},
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm http 127.0.0.1", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="http://127.0.0.1:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm IPv4-mapped", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://[::ffff:127.0.0.1]:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm 10/8, no port", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://10.11.12.13/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a private address", nil},
+		{"token realm unquoted", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm=https://127.0.0.1:`+tport+`/token,service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a loopback address", nil},
+		{"token realm listed, refused by ggcr", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://127.0.0.1:`+tport+`/token",service="x"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, "sent the pull on to a token service", []string{"127.0.0.1:" + tport}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := newCountingServer(t, tt.handler)
-			s := openStore(t, t.TempDir(), func(o *Options) { o.Insecure = []string{reg.hostport()} })
+			s := openStore(t, t.TempDir(), func(o *Options) { o.Insecure = append([]string{reg.hostport()}, tt.listed...) })
 			_, err := s.Pull(ctx, reg.hostport()+"/x/y:1", nil)
 			if errdefs.KindOf(err) != errdefs.KindForbidden || errdefs.CodeOf(err) != codeNotAllowed || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("err = %v (%s/%s), want forbidden/%s saying %q", err, errdefs.KindOf(err), errdefs.CodeOf(err), codeNotAllowed, tt.msg)
@@ -304,4 +329,100 @@ func TestPullErrorShowsNoBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuf is a log destination tests read while the store writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestPullFailureLogged: a failed pull, whose error the API sends in its
+// stream (or as create's answer), is logged once at warn with its
+// reference, its project and the cause its message leaves out, bounded.
+func TestPullFailureLogged(t *testing.T) {
+	ctx := project.With(context.Background(), "pa")
+	realm := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="https://127.0.0.1:9/token"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	cut := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		c, _, _ := http.NewResponseController(w).Hijack()
+		c.Close()
+	}))
+	huge := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest) // not tried again
+		w.Write([]byte(strings.Repeat("x", 60<<10)))
+	}))
+	unlisted := newCountingServer(t, http.NotFoundHandler())
+	tests := []struct {
+		name  string
+		pull  func(s *Store, ref string) error
+		ref   string
+		cause string // in the log, not in the error
+	}{
+		{"token realm refused", pull, realm.hostport() + "/x/y:1", `token realm \"https://127.0.0.1:9/token\" refused: a loopback address`},
+		{"connection cut", pull, cut.hostport() + "/x/y:1", "EOF"},
+		{"create's pull", ensure, realm.hostport() + "/x/y:2", "refused: a loopback address"},
+		{"error body bounded", pull, huge.hostport() + "/x/y:1", "unexpected status code 400 Bad Request: xxx"},
+		{"refused before the pull", func(s *Store, ref string) error { return s.CheckPull(ctx, ref) }, unlisted.hostport() + "/x/y:1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf syncBuf
+			s := openStore(t, t.TempDir(), func(o *Options) {
+				o.Insecure = []string{realm.hostport(), cut.hostport(), huge.hostport()}
+				o.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+			})
+			err := tt.pull(s, tt.ref)
+			if err == nil {
+				t.Fatal("the pull did not fail")
+			}
+			var lines []string
+			for _, l := range strings.Split(buf.String(), "\n") {
+				if strings.Contains(l, `msg="pull failed"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d lines say the pull failed, want 1; log:\n%s", len(lines), buf.String())
+			}
+			l := lines[0]
+			for _, want := range []string{"level=WARN", "image=" + tt.ref, "project=pa", "code=" + errdefs.CodeOf(err), tt.cause} {
+				if !strings.Contains(l, want) {
+					t.Errorf("log line %s\ndoes not say %s", l, want)
+				}
+			}
+			if tt.cause != "" && strings.Contains(err.Error(), tt.cause) {
+				t.Errorf("err = %v: the test's cause is in the message too", err)
+			}
+			if len(l) > 2*maxPullLog {
+				t.Errorf("log line is %d bytes", len(l))
+			}
+		})
+	}
+}
+
+func pull(s *Store, ref string) error {
+	_, err := s.Pull(project.With(context.Background(), "pa"), ref, nil)
+	return err
+}
+
+func ensure(s *Store, ref string) error {
+	_, err := s.Ensure(project.With(context.Background(), "pa"), ref, nil)
+	return err
 }

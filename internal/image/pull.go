@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Pull fetches ref from its registry (through the mirrors, for Docker Hub)
@@ -29,15 +30,44 @@ import (
 // to now; layers already unpacked are reused, not downloaded again.
 func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
 	img, err := s.pull(ctx, ref, progress)
+	if err != nil {
+		s.pullFailed(ctx, ref, err)
+	}
 	return img, s.public(err, nil)
 }
 
 // CheckPull refuses, before anything is connected, a pull of ref that
 // cannot be made: a malformed reference (400), a registry this server does
-// not pull from (403 registry_not_allowed). Pull checks the same.
+// not pull from (403 registry_not_allowed, logged). Pull checks the same.
 func (s *Store) CheckPull(ctx context.Context, ref string) error {
 	_, err := s.checkPull(ctx, ref)
+	if errdefs.Is(err, errdefs.KindForbidden) {
+		s.pullFailed(ctx, ref, err)
+	}
 	return err
+}
+
+// maxPullLog bounds what a failed pull logs of its error (which may hold
+// up to go-containerregistry's bound of a registry's error answer).
+const maxPullLog = 2048
+
+// pullFailed logs a failed pull: its error reaches the user in a stream
+// or a create's answer, in words that leave the cause out (a refused
+// address, what a network error was), and the operator sees it here.
+func (s *Store) pullFailed(ctx context.Context, ref string, err error) {
+	text := err.Error()
+	if e, ok := errdefs.As(err); ok && e.Err != nil && e.Msg != "" {
+		text += ": " + e.Err.Error()
+	}
+	s.log.Warn("pull failed", "image", clip(ref, 256), "project", project.Of(ctx), "code", errdefs.CodeOf(err), "err", clip(text, maxPullLog))
+}
+
+// clip is s cut to at most n bytes, saying how long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("...[%d bytes]", len(s))
 }
 
 func (s *Store) checkPull(ctx context.Context, ref string) (name.Reference, error) {
@@ -64,9 +94,8 @@ func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (
 	defer cancel()
 	img, err := s.pullRef(ctx, r, what, progress)
 	if err != nil && errors.Is(context.Cause(ctx), errPullTimeout) {
-		s.log.Warn("pull timed out", "image", what, "after", s.pullTime, "err", err)
-		return nil, errdefs.New(errdefs.KindUnavailable, codeTimeout,
-			"pulling %q timed out after %s (shard serve --pull-timeout)", what, s.pullTime)
+		return nil, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: codeTimeout, Err: err, // logged by Pull
+			Msg: fmt.Sprintf("pulling %q timed out after %s (shard serve --pull-timeout)", what, s.pullTime)}
 	}
 	return img, err
 }
@@ -317,6 +346,9 @@ func classify(ctx context.Context, err error, what, registry string) error {
 		return e
 	}
 	if e, ok := refusedFor(err, what, registry); ok {
+		return e
+	}
+	if e, ok := realmRefusedFor(err, what, registry); ok {
 		return e
 	}
 	cls := func(kind errdefs.Kind, code, format string, args ...any) error {
