@@ -603,7 +603,7 @@ func TestResumeReappliesGrantsAndPolicy(t *testing.T) {
 	}
 
 	// The session's grants and policy are carried: a key needs their scopes.
-	write := token(t, "rr-write", auth.SandboxWrite)
+	write := token(t, "rr-write", auth.SandboxWrite, auth.SandboxRead) // a resume shows history: sandbox:read too
 	if status, ce := tcpCall(t, "POST", "/v0/ledger/sessions/rr-src/resume", write, []byte("{}")); status != 403 || !strings.Contains(ce.Message, "secret:*") {
 		t.Fatalf("resume of a session with grants, without secret:*: %d %+v", status, ce)
 	}
