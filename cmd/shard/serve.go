@@ -49,6 +49,7 @@ type serveOptions struct {
 	idleTimeout, bodyTimeout        time.Duration
 	maxClientConns                  int
 	ledgerRetention                 time.Duration
+	ledgerMinFree                   string
 	maxMemory, maxCPU               string
 	maxPids                         int64
 }
@@ -102,6 +103,7 @@ under the data directory (secret.key, root only).`,
 	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that (counting only the time spent waiting for the client); bodies and streams that move are never cut")
 	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
 	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
+	f.StringVar(&o.ledgerMinFree, "ledger-min-free", "256MiB", "free space the data directory's filesystem keeps for the database: below it, requests that add to the ledger (exec, create, fork, restore, resume, checkpoint, snapshot, start, grant, policy) are refused (507) before anything is written; stops, removals and the ends of running commands are still recorded (auto: 1GiB or 5% of the filesystem, the larger, as for images; 0: no floor)")
 	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
 	f.StringVar(&o.maxCPU, "max-cpu", "host", "the most cpu one sandbox may have, e.g. 2 or 500m (host: this host's cpus; more is refused)")
 	f.Int64Var(&o.maxPids, "max-pids", sandbox.MaxPids, "the most processes one sandbox may have (at most 4194304, the kernel's limit)")
@@ -132,6 +134,23 @@ func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
 	}
 	l.Pids, l.PidsFrom = o.maxPids, "shard serve --max-pids"
 	return l, nil
+}
+
+// ledgerFloorFlag reads --ledger-min-free as sandbox.Config's LedgerMinFree:
+// auto is 0 (the image store's reserve), 0 is no floor. A floor larger
+// than the disk is taken: it refuses every request that adds to the ledger.
+func ledgerFloorFlag(s string) (int64, error) {
+	if s == "auto" {
+		return 0, nil
+	}
+	n, err := units.ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("--ledger-min-free: %w, or auto", err)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }
 
 func serve(ctx context.Context, o *serveOptions) error {
@@ -185,6 +204,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
 	case o.maxClientConns < 0:
 		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+	}
+	ledgerMinFree, err := ledgerFloorFlag(o.ledgerMinFree)
+	if err != nil {
+		return err
 	}
 	limits, err := sandboxLimits(o)
 	if err != nil {
@@ -254,7 +277,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention, Limits: limits,
+		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Limits: limits,
 	})
 	if err != nil {
 		return err

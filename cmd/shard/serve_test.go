@@ -47,3 +47,30 @@ func TestSandboxLimitsFlags(t *testing.T) {
 		})
 	}
 }
+
+// --ledger-min-free: auto is the default floor (0), 0 turns it off (< 0),
+// a size is taken as given, however large.
+func TestLedgerFloorFlag(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"auto", 0, false},
+		{"0", -1, false},
+		{"2GiB", 2 << 30, false},
+		{"1PiB", 1 << 50, false},
+		{"lots", 0, true},
+		{"-1GiB", 0, true},
+		{"", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ledgerFloorFlag(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("ledgerFloorFlag(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--ledger-min-free") {
+			t.Errorf("ledgerFloorFlag(%q) = %v: the error does not name the flag", tt.in, err)
+		}
+	}
+}

@@ -87,8 +87,17 @@ func statfs(dir string) (diskSpace, error) {
 	return diskSpace{avail: st.Bavail * bs, total: st.Blocks * bs, ffree: st.Ffree, files: st.Files}, nil
 }
 
-// reserve is what the store leaves free on a filesystem of total bytes.
-func reserve(total uint64) uint64 { return max(minReserveBytes, total/reserveShare) }
+// Reserve is what the store leaves free on a filesystem of total bytes:
+// 1 GiB or 5% of it, the larger. The ledger's floor (sandbox.Config's
+// LedgerMinFree) is the same by default.
+func Reserve(total uint64) uint64 { return max(minReserveBytes, total/reserveShare) }
+
+// FreeSpace is what statfs says of dir's filesystem: the bytes available to
+// unprivileged users, and its size.
+func FreeSpace(dir string) (avail, total uint64, err error) {
+	d, err := statfs(dir)
+	return d.avail, d.total, err
+}
 
 // checkDisk fails when the store's filesystem is down to its reserve.
 // what names what was being written, for the message.
@@ -97,7 +106,7 @@ func (s *Store) checkDisk(what string) error {
 	if err != nil {
 		return s.storeErr("measure its free space", err)
 	}
-	if r := reserve(d.total); d.avail < r {
+	if r := Reserve(d.total); d.avail < r {
 		return errdefs.New(errdefs.KindNoSpace, codeNoSpace,
 			"not enough disk space for %s: the server keeps %s (5%% of its disk, at least 1GiB) free for everything else, and has %s left; free space (remove images, sandboxes, snapshots or checkpoints) and try again",
 			what, units.FormatSize(int64(r)), units.FormatSize(int64(d.avail)))

@@ -37,6 +37,9 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 		return nil, err
 	}
 	defer unlock()
+	if err := s.floor.check("checkpoint sandbox " + src.Name); err != nil {
+		return nil, err
+	}
 	ckID := newID()
 	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "a checkpoint of "+src.Name)
 	if err != nil {
@@ -173,6 +176,9 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
 	}
 	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
+		return nil, err
+	}
+	if err := s.floor.check("restore checkpoint " + ck.ID); err != nil {
 		return nil, err
 	}
 	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)

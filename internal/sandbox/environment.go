@@ -209,6 +209,9 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 	if err := validName(name); err != nil {
 		return nil, err
 	}
+	if err := s.floor.check("create a sandbox from environment " + env); err != nil {
+		return nil, err
+	}
 	// A rebuild stores the environment's new checkpoint, then drops the
 	// old one: a create that finds the checkpoint it read gone looks again.
 	for try := 0; ; try++ {

@@ -100,6 +100,9 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 }
 
 func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
+	if err := s.floor.check("run a command in sandbox " + sb.Name); err != nil {
+		return nil, nil, err
+	}
 	started.Exec = randomHex(8)
 	if err := s.cfg.Store.AddEvent(ctx, sb, &store.EventSpec{Type: ledger.ExecStarted, Data: started}); err != nil {
 		return nil, nil, err

@@ -68,6 +68,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 	defer unlock()
+	if err := s.floor.check("fork sandbox " + src.Name); err != nil {
+		return nil, err
+	}
 	if err := checkInherited("sandbox "+src.Name, s.Limits(), src.MemoryBytes, src.CPUMillis, src.Pids); err != nil {
 		return nil, fmt.Errorf("a fork takes its source's bounds: %w", err)
 	}

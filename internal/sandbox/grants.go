@@ -63,6 +63,9 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		return nil, err
 	}
 	defer unlock()
+	if err := s.floor.check("grant secret " + req.Secret + " to sandbox " + sb.Name); err != nil {
+		return nil, err
+	}
 	old := grantOf(sb, req.Secret)
 	if req.File != "" || (old != nil && old.File != "") {
 		if sb.State != StateRunning {

@@ -30,6 +30,9 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 		return nil, err
 	}
 	defer unlock()
+	if err := s.floor.check("set the policy of sandbox " + sb.Name); err != nil {
+		return nil, err
+	}
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
 		return nil, err

@@ -57,6 +57,9 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
+	if err := s.floor.check("resume ledger session " + session); err != nil {
+		return nil, err
+	}
 	var events []store.Event
 	for after := int64(0); ; {
 		page, err := s.cfg.Store.Events(ctx, session, after, 1000)

@@ -55,6 +55,7 @@ type Config struct {
 	MaxSandboxes    int           // most sandboxes at once, forks included (0: no limit)
 	DefaultDisk     int64         // disk bound of a create that gives none (0: DefaultDisk)
 	LedgerRetention time.Duration // ledger sessions left this long after their sandbox are removed (0: kept)
+	LedgerMinFree   int64         // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: image.Reserve; < 0: no floor)
 	Limits          Limits        // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 }
 
@@ -75,10 +76,11 @@ type Service struct {
 	sparesClosed bool              // at shutdown: stage no more; guarded by sparesMu
 	sparesWG     sync.WaitGroup    // spares being staged
 
-	host  hostSpace  // the host disk promised to memory images being written
-	execs execSet    // running execs, ended when their sandbox stops
-	watch *watcher   // notices sandboxes that end on their own
-	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
+	host  hostSpace    // the host disk promised to memory images being written
+	execs execSet      // running execs, ended when their sandbox stops
+	watch *watcher     // notices sandboxes that end on their own
+	mem   memWatches   // gVisor sandboxes' memory cgroups, for their OOM guards
+	floor *ledgerFloor // nil in tests that make a Service by hand: no floor
 
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per-sandbox lifecycle locks; guarded by locksMu
@@ -97,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, locks: map[string]*sync.Mutex{}, ckUses: map[string]*ckUse{},
-		reserved: map[string]bool{}, spares: map[string]*spare{}, watch: newWatcher()}
+		reserved: map[string]bool{}, spares: map[string]*spare{}, watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree)}
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider
@@ -260,6 +262,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 		req.DiskBytes = snap.DiskBytes
 	}
 	if err := s.validate(&req); err != nil {
+		return nil, err
+	}
+	if err := s.floor.check("create a sandbox"); err != nil {
 		return nil, err
 	}
 	// Checked again when the files are made; here so that a create that
@@ -826,6 +831,9 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 	defer unlock()
 	if c := s.caps[sb.Provider]; !c.Available {
 		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
+	}
+	if err := s.floor.check("start sandbox " + sb.Name); err != nil {
+		return nil, err
 	}
 	// A start is a fresh boot: it runs this server's agent.
 	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir }); err != nil {

@@ -24,6 +24,9 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 		return nil, err
 	}
 	defer unlock()
+	if err := s.floor.check("snapshot sandbox " + sb.Name); err != nil {
+		return nil, err
+	}
 	switch sb.State {
 	case StateStopped, StateFailed:
 	case StateRunning, StateFreezing:
