@@ -23,24 +23,8 @@ import (
 // none) and returns the status and the error code of the answer.
 func tcpCall(t *testing.T, method, path, key string, body []byte) (int, client.Error) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+need(t).tcp+path, bytes.NewReader(body))
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var e client.Error
-	json.Unmarshal(b, &e)
-	return resp.StatusCode, e
+	status, e, _ := projCall(t, method, path, key, "", body)
+	return status, e
 }
 
 func token(t *testing.T, name string, scopes ...string) string {

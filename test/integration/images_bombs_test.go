@@ -172,6 +172,12 @@ func pushBomb(t *testing.T, e *env, tag string, blob []byte) string {
 // a file of content.
 func dockerSave(t *testing.T, content []byte) []byte {
 	t.Helper()
+	return dockerSaveAs(t, "localhost/bombs/upload:1", content)
+}
+
+// dockerSaveAs is dockerSave of an image named ref.
+func dockerSaveAs(t *testing.T, ref string, content []byte) []byte {
+	t.Helper()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(tarBytes(t, "data", content))), nil
 	})
@@ -182,7 +188,7 @@ func dockerSave(t *testing.T, content []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, err := name.NewTag("localhost/bombs/upload:1")
+	tag, err := name.NewTag(ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,15 +7,9 @@ package integration
 import (
 	"bytes"
 	"context"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/useshards/shard/client"
 )
@@ -133,12 +127,12 @@ func TestImportsStayInTheirProject(t *testing.T) {
 	ctx := ctxT(t)
 	pa, pb := projectClient(t, "red-a"), projectClient(t, "red-b")
 	const ref = "localhost/red/shared:1"
-	ia, err := pa.ImportImage(ctx, bytes.NewReader(redSave(t, ref, []byte("pa's"))), ref)
+	ia, err := pa.ImportImage(ctx, bytes.NewReader(dockerSaveAs(t, ref, []byte("pa's"))), ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pa.RemoveImage(context.Background(), ref) })
-	ib, err := pb.ImportImage(ctx, bytes.NewReader(redSave(t, ref, []byte("pb's"))), ref)
+	ib, err := pb.ImportImage(ctx, bytes.NewReader(dockerSaveAs(t, ref, []byte("pb's"))), ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,34 +148,11 @@ func TestImportsStayInTheirProject(t *testing.T) {
 			t.Errorf("%s after both imports: %+v, %v; want digest %s", ref, got, err, c.want)
 		}
 	}
-	_, err = pb.ImportImage(ctx, bytes.NewReader(redSave(t, "busybox:latest", []byte("planted"))), "busybox:latest")
+	_, err = pb.ImportImage(ctx, bytes.NewReader(dockerSaveAs(t, "busybox:latest", []byte("planted"))), "busybox:latest")
 	if ce, ok := err.(*client.Error); !ok || ce.Status != 400 {
 		t.Errorf("pb's import as busybox:latest: %v, want a 400", err)
 	}
 	if out := execOK(t, create(t, client.CreateRequest{Image: busybox}).ID, "sh", "-c", "test ! -e /data && echo clean"); strings.TrimSpace(out) != "clean" {
 		t.Errorf("a create of busybox after pb's try runs %q", out)
 	}
-}
-
-func redSave(t *testing.T, ref string, content []byte) []byte {
-	t.Helper()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(tarBytes(t, "data", content))), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := tarball.Write(tag, img, &buf); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }

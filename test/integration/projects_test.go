@@ -21,7 +21,9 @@ import (
 func projCall(t *testing.T, method, path, key, proj string, body []byte) (int, client.Error, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, "http://"+need(t).tcp+path, bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	if proj != "" {
 		req.Header.Set(client.ProjectHeader, proj)
 	}
@@ -73,14 +75,7 @@ func projectToken(t *testing.T, name, proj string, scopes ...string) string {
 func TestProjectMatrix(t *testing.T) {
 	e := need(t)
 	ctx := ctxT(t)
-	pa, err := client.New(client.Options{Socket: e.socket, Project: "pa"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := client.New(client.Options{Socket: e.socket, Project: "pb"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pa, pb := projectClient(t, "pa"), projectClient(t, "pb")
 	keyA := projectToken(t, "pm-a", "pa", auth.All)
 	keyB := projectToken(t, "pm-b", "pb", auth.All)
 	keyAll := projectToken(t, "pm-all", "*", auth.All)
