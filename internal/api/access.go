@@ -36,12 +36,17 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 	switch req.Project {
 	case "", proj:
 	case store.AllProjects:
-		if p := auth.From(r.Context()); p != nil && !p.AllProjects() {
+		if !isAdmin(r.Context()) {
+			p := auth.From(r.Context())
 			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project makes one", p.Name, p.Project)
 		}
 		proj = store.AllProjects
 	default:
-		if p := auth.From(r.Context()); p != nil && !p.AllProjects() {
+		if err := project.Check(req.Project); err != nil { // before it is echoed
+			return nil, 0, err
+		}
+		if !isAdmin(r.Context()) {
+			p := auth.From(r.Context())
 			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot make a key of project %s", p.Name, p.Project, req.Project)
 		}
 		proj = req.Project
@@ -59,7 +64,7 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 // of every project, else the key's own.
 func (s *Server) listProjects(r *http.Request) (any, int, error) {
 	ctx := r.Context()
-	if p := auth.From(ctx); p == nil || p.AllProjects() {
+	if isAdmin(ctx) {
 		ctx = project.With(ctx, "")
 	}
 	all, err := s.Sandboxes.Store().Projects(ctx)
@@ -81,7 +86,7 @@ func (s *Server) listProjects(r *http.Request) (any, int, error) {
 // them all, unless its request names a project; a project's key sees its
 // project's.
 func tokenContext(r *http.Request) context.Context {
-	if p := auth.From(r.Context()); (p == nil || p.AllProjects()) && requestedProject(r) == "" {
+	if isAdmin(r.Context()) && requestedProject(r) == "" {
 		return project.With(r.Context(), "")
 	}
 	return r.Context()

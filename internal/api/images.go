@@ -1,13 +1,11 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/project"
@@ -16,10 +14,6 @@ import (
 func imageView(i *image.Image) Image {
 	return Image{Name: i.Name, Ref: i.Ref, Project: i.Project, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
 }
-
-// isAdmin reports whether the request may act on every project's images
-// (remove a pulled, shared one): a key of every project, or the socket.
-func isAdmin(ctx context.Context) bool { p := auth.From(ctx); return p == nil || p.AllProjects() }
 
 func (s *Server) listImages(r *http.Request) (any, int, error) {
 	all, err := s.Images.List(r.Context())

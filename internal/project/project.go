@@ -44,11 +44,17 @@ func Of(ctx context.Context) string {
 	return Default
 }
 
+// OrDefault is p, or Default for a record that names none (one made
+// before projects, or not yet stored).
+func OrDefault(p string) string {
+	if p == "" {
+		return Default
+	}
+	return p
+}
+
 // Visible reports whether an object of project p may be seen under ctx.
 func Visible(ctx context.Context, p string) bool {
 	want, ok := From(ctx)
-	if p == "" {
-		p = Default
-	}
-	return !ok || want == p
+	return !ok || want == OrDefault(p)
 }

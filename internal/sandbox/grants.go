@@ -210,10 +210,7 @@ func (s *Service) grantEnv(ctx context.Context, sb *store.Sandbox) ([]string, er
 // inProject scopes ctx to sb's project: what sb names (secrets,
 // environments) is looked up there, whoever asks.
 func inProject(ctx context.Context, sb *store.Sandbox) context.Context {
-	if sb.Project == "" {
-		return project.With(ctx, project.Default)
-	}
-	return project.With(ctx, sb.Project)
+	return project.With(ctx, project.OrDefault(sb.Project))
 }
 
 func copyGrants(g []store.Grant) []store.Grant { return slices.Clone(g) }

@@ -117,10 +117,7 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 // envKey names an environment among every project's: the key of its lock
 // and of its spare.
 func envKey(proj, name string) string {
-	if proj == "" {
-		proj = project.Default
-	}
-	return "env:" + proj + "/" + name
+	return "env:" + project.OrDefault(proj) + "/" + name
 }
 
 // takeSpare hands out env's spare (by envKey) if it is staged for

@@ -332,12 +332,8 @@ func addEventSeq(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) (i
 		}
 		data = string(b)
 	}
-	proj := sb.Project
-	if proj == "" {
-		proj = project.Default
-	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO events(project, session, type, sandbox_id, at, data) VALUES(?,?,?,?,?,?)`,
-		proj, session, ev.Type, sb.ID, ts(time.Now()), data)
+		project.OrDefault(sb.Project), session, ev.Type, sb.ID, ts(time.Now()), data)
 	if err != nil {
 		return 0, err
 	}
