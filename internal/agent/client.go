@@ -134,9 +134,15 @@ type hostFrame struct {
 	err error
 }
 
-// stdinChunk is the most stdin one frame carries: an older agent queues
-// up to 1024 frames, so small frames bound what it holds (32 MiB).
+// stdinChunk is the most stdin one frame carries to an agent that grants
+// no window: an older agent queues up to 1024 frames, so small frames bound
+// what it holds (32 MiB). With a window, a frame is up to the window.
 const stdinChunk = 32 << 10
+
+// creditChunk is the most stdin one frame carries within a window: fewer,
+// larger writes into the command's pipe (each a trip through gVisor's
+// Sentry).
+const creditChunk = 256 << 10
 
 // ErrSessionClosed is what Stdin returns once the session is closed.
 var ErrSessionClosed = errors.New("agent: the exec session is closed")
@@ -287,6 +293,9 @@ func (s *Session) Stdin(p []byte) error {
 	}
 	for len(p) > 0 {
 		n := min(len(p), stdinChunk)
+		if s.credit {
+			n = min(len(p), creditChunk)
+		}
 		s.smu.Lock()
 		for s.credit && s.window == 0 && !s.stopped {
 			s.scond.Wait()

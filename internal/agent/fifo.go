@@ -288,9 +288,9 @@ func (h *HostIO) started() error {
 		return nil
 	}
 	if h.in != nil {
-		if err := swap(&h.in, ".0", unix.O_WRONLY); err != nil {
-			return err
-		}
+		// Fails (ENXIO) when the command is gone already: then the
+		// read-write end stays, and what is written to it goes nowhere.
+		swap(&h.in, ".0", unix.O_WRONLY)
 	}
 	for i, s := range []string{".1", ".2"} {
 		if err := swap(&h.out[i], s, unix.O_RDONLY); err != nil {

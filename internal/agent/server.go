@@ -362,7 +362,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	var wg sync.WaitGroup
 	pump := func(r io.Reader, typ byte) {
 		defer wg.Done()
-		buf := make([]byte, 32<<10)
+		buf := make([]byte, outputChunk)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
@@ -370,6 +370,12 @@ func (s *Server) exec(c net.Conn, req *Request) {
 			}
 			if err != nil {
 				return
+			}
+			if n > 0 && n < len(buf) {
+				// Output is flowing: let it gather in the pipe before
+				// the next read (see bigPipe). Output after a quiet
+				// spell is read at once: this read was waiting for it.
+				time.Sleep(outputGather)
 			}
 		}
 	}
@@ -434,10 +440,35 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	s.renewIODir()
 }
 
+// Reading a command's output. In gVisor every wake-up of one of the
+// sandbox's processes by another costs a trip through the Sentry: a command
+// writing 4 KiB at a time into a pipe that the agent waited on (Go's poller)
+// moved 100 MiB in 9-13 s, against 2-3 s into /dev/null. So the pipes are
+// plain blocking ones of 1 MiB, outside Go's poller (no wake-up per write
+// through epoll), and a reader that got output lets the next gather for
+// outputGather before it reads again: 100 MiB in about 3.5 s, in frames of
+// up to outputChunk.
+const (
+	outputChunk  = 1 << 20
+	outputGather = 2 * time.Millisecond
+	pipeSize     = 1 << 20
+)
+
+// bigPipe is a blocking pipe of pipeSize (or the system's default, where it
+// cannot be made that big), close-on-exec.
+func bigPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, pipeSize)
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
+}
+
 // stdinWindow is the stdin a client may send ahead of the command reading
 // it (see FrameCredit): small, so that a command that does not read holds up
 // its client rather than filling the sandbox's memory.
-const stdinWindow = 256 << 10
+const stdinWindow = 1 << 20
 
 // stdinHardCap bounds what is queued even from a client that ignores the
 // window: past it the reader waits, as it would on a pipe.
@@ -666,7 +697,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	} else {
 		var stdinR *os.File
 		if req.Stdin {
-			r, w, err := os.Pipe()
+			r, w, err := bigPipe()
 			if err != nil {
 				return nil, startErr("internal", "pipe: %v", err)
 			}
@@ -678,11 +709,11 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 			}
 			stdinR = f
 		}
-		outR, outW, err := os.Pipe()
+		outR, outW, err := bigPipe()
 		if err != nil {
 			return nil, startErr("internal", "pipe: %v", err)
 		}
-		errR, errW, err := os.Pipe()
+		errR, errW, err := bigPipe()
 		if err != nil {
 			return nil, startErr("internal", "pipe: %v", err)
 		}
