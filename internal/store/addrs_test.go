@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/useshards/shard/internal/project"
@@ -76,4 +77,37 @@ func TestAddrIndex(t *testing.T) {
 	s.Close()
 	s2 := openStore(t, path)
 	check(s2, 2, []string{"10.88.0.3", "10.88.0.4"}, []string{"10.88.0.2"})
+}
+
+// TestLookupsUseIndexes: the server's own lookup of a sandbox by id or name
+// (unscoped) and the checkpoints of a session, scoped or not, search an
+// index instead of reading every row.
+func TestLookupsUseIndexes(t *testing.T) {
+	s, _ := newStore(t)
+	for _, q := range []string{
+		`SELECT project, doc FROM sandboxes WHERE (id = ?1 OR name = ?1) LIMIT 2`,
+		`SELECT project, doc FROM sandboxes WHERE (id = ?1 OR name = ?1) AND project = ? LIMIT 2`,
+		`SELECT project, doc FROM checkpoints WHERE 1 AND project = ? AND session = ?`,
+		`SELECT project, doc FROM checkpoints WHERE 1 AND session = ?`,
+	} {
+		rows, err := s.db.Query(`EXPLAIN QUERY PLAN `+q, "x", "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		for _, p := range plan {
+			if strings.HasPrefix(p, "SCAN") {
+				t.Errorf("%s: reads every row: %v", q, plan)
+			}
+		}
+	}
 }
