@@ -298,20 +298,15 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	return nil
 }
 
+// forgetNeighbour deletes the bridge's neighbour entry for ip, if it has
+// one: by its key (device and address), not by listing the table, which
+// holds an entry for every sandbox the host talked to.
 func (m *Manager) forgetNeighbour(ip netip.Addr) {
 	br, err := netlink.LinkByName(m.cfg.Bridge)
 	if err != nil {
 		return
 	}
-	neighs, err := netlink.NeighList(br.Attrs().Index, netlink.FAMILY_V4)
-	if err != nil {
-		return
-	}
-	for _, n := range neighs {
-		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
-			netlink.NeighDel(&n)
-		}
-	}
+	netlink.NeighDel(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: netlink.FAMILY_V4, IP: ip.AsSlice()}) // ENOENT: none
 }
 
 // newNamedNetns creates a network namespace and bind-mounts it at path, on a
