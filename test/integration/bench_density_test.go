@@ -45,6 +45,10 @@ import (
 //
 //	SHARD_INTEGRATION=1 go test ./test/integration -run '^$' -bench Density -benchtime 1x -timeout 2h
 //
+// (About 6 minutes at the default Ns. 200 sandboxes need a store of about
+// 4.5GiB, allocated in full; on a disk with less free than that plus
+// the image floor, run it with TMPDIR=/dev/shm SHARD_IT_STORAGE_SIZE=5GiB.)
+//
 // A measurement (apart from the clean-up check): nothing fails on a number.
 func BenchmarkDensity(b *testing.B) {
 	e := need(b)
