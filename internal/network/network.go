@@ -201,7 +201,7 @@ func hostVeth(name string) string {
 func (m *Manager) Create(ctx context.Context, name string, ip netip.Addr) (string, error) {
 	// The address may have belonged to a sandbox that is gone: forget its
 	// MAC, or the host keeps sending to it until the entry goes stale
-	// (tens of seconds of silence).
+	// (tens of seconds of silence). plumb sets the new one.
 	m.forgetNeighbour(ip)
 	path := m.Path(name)
 	if err := m.newNamedNetns(path); err != nil {
@@ -285,6 +285,18 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	if err := netlink.LinkSetFlood(host, false); err != nil {
 		return fmt.Errorf("no unicast flood to %s: %w", la.Name, err)
 	}
+	// The host knows the sandbox's MAC for its address from the start (the
+	// only MAC its port takes, above), and never asks for it: an ARP
+	// request is a broadcast to every sandbox port, and every sandbox's
+	// netstack wakes for it (with 200 sandboxes, one such round cost the
+	// host tens of ms of CPU, on every create and on each exec to a sandbox
+	// whose entry the kernel had dropped; the table keeps 128 cheaply).
+	// Permanent entries are never dropped nor counted for that; Delete
+	// removes it, and the address's next holder replaces it.
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: la.MasterIndex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: ip.AsSlice(), HardwareAddr: eth.Attrs().HardwareAddr}); err != nil {
+		return fmt.Errorf("neighbour entry of %s: %w", ip, err)
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
 	if err := h.AddrAdd(eth, addr); err != nil {
 		return fmt.Errorf("address %s: %w", ip, err)
@@ -298,20 +310,15 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	return nil
 }
 
+// forgetNeighbour deletes the bridge's neighbour entry for ip, if it has
+// one: by its key (device and address), not by listing the table, which
+// holds an entry for every sandbox the host talked to.
 func (m *Manager) forgetNeighbour(ip netip.Addr) {
 	br, err := netlink.LinkByName(m.cfg.Bridge)
 	if err != nil {
 		return
 	}
-	neighs, err := netlink.NeighList(br.Attrs().Index, netlink.FAMILY_V4)
-	if err != nil {
-		return
-	}
-	for _, n := range neighs {
-		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
-			netlink.NeighDel(&n)
-		}
-	}
+	netlink.NeighDel(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: netlink.FAMILY_V4, IP: ip.AsSlice()}) // ENOENT: none
 }
 
 // newNamedNetns creates a network namespace and bind-mounts it at path, on a
@@ -363,6 +370,7 @@ func (m *Manager) Delete(name string) error {
 	if ip, ok := m.fw.delPort(hostVeth(name)); ok {
 		// What it resolved was for the process that is gone.
 		m.fw.forget(ip)
+		m.forgetNeighbour(ip) // its MAC: gone with its eth0
 	}
 	path := m.Path(name)
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {

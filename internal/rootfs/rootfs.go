@@ -163,7 +163,23 @@ func (s *Storage) backImage(img string) {
 	}
 }
 
+// isMountPoint reports whether dir is the root of a mount: by statx's
+// STATX_ATTR_MOUNT_ROOT (Linux 5.8), one call whatever the host mounts;
+// the mount table, whose every line the kernel writes out for a read (a
+// few per sandbox), only where the kernel does not tell.
 func isMountPoint(dir string) (bool, error) {
+	var st unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_BASIC_STATS, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err == nil && st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0:
+		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
+	}
+	return isMountPointByTable(dir)
+}
+
+func isMountPointByTable(dir string) (bool, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false, err

@@ -273,7 +273,7 @@ func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, cr
 	defer s.allocMu.Unlock()
 	var out []*store.Sandbox
 	for _, r := range protos {
-		ip, err := s.allocate(ctx)
+		ip, err := s.allocate()
 		if err != nil {
 			return s.undoRecords(ctx, out, err)
 		}

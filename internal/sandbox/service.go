@@ -30,7 +30,6 @@ import (
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/oci"
-	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/secrets"
@@ -334,56 +333,59 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	return out, nil
 }
 
-// allSandboxes lists every project's sandboxes, whoever asks: addresses
-// and the server's limit are the server's, not a project's (a project's
-// list gave two projects' sandboxes one address, and each project a limit
-// of its own).
-func (s *Service) allSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
-	return s.cfg.Store.ListSandboxes(project.With(ctx, ""))
+// checkLimit refuses one more sandbox past the server's limit. Every
+// project's count, whoever asks: the limit is the server's, not a
+// project's (a project's list gave each project a limit of its own).
+// Caller holds allocMu.
+func (s *Service) checkLimit() error {
+	if s.cfg.MaxSandboxes > 0 && s.cfg.Store.SandboxCount() >= s.cfg.MaxSandboxes {
+		return errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
+	}
+	return nil
 }
 
 // allocate picks the next free address after the last one handed out.
 // Caller holds allocMu.
-func (s *Service) allocate(ctx context.Context) (netip.Addr, error) {
-	all, err := s.allSandboxes(ctx)
+func (s *Service) allocate() (netip.Addr, error) {
+	if err := s.checkLimit(); err != nil {
+		return netip.Addr{}, err
+	}
+	// Every project's addresses are taken, whoever asks (a project's list
+	// gave two projects' sandboxes one address): the store keeps them all
+	// (no list of every record per create), and spares hold theirs.
+	used := func(ip string) bool { return s.reserved[ip] || s.cfg.Store.AddrInUse(ip) }
+	ip, err := nextFree(s.cfg.Net.Subnet(), s.cfg.Net.Gateway(), s.lastIP, used)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	if s.cfg.MaxSandboxes > 0 && len(all) >= s.cfg.MaxSandboxes {
-		return netip.Addr{}, errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
-	}
-	usedIP := map[string]bool{}
-	for _, sb := range all {
-		usedIP[sb.IP] = true
-	}
-	for ip := range s.reserved {
-		usedIP[ip] = true
-	}
-	// Round robin from the last address handed out: an address just freed
-	// is the last to be reused, so stale neighbour entries and connections
-	// to a removed sandbox never reach a new one.
-	subnet := s.cfg.Net.Subnet()
-	first := s.cfg.Net.Gateway().Next()
-	ip := s.lastIP.Next()
-	if !s.lastIP.IsValid() || !subnet.Contains(ip) {
+	s.lastIP = ip
+	return ip, nil
+}
+
+// nextFree is the first address after last (round robin in subnet, past
+// the gateway, never the broadcast address) that used does not claim.
+// Round robin from the last address handed out: an address just freed is
+// the last to be reused, so stale neighbour entries and connections to a
+// removed sandbox never reach a new one.
+func nextFree(subnet netip.Prefix, gateway, last netip.Addr, used func(string) bool) (netip.Addr, error) {
+	first := gateway.Next()
+	ip := last.Next()
+	if !last.IsValid() || !subnet.Contains(ip) {
 		ip = first
 	}
 	for tries := 0; ; tries++ {
-		last := !subnet.Contains(ip.Next()) // the broadcast address
-		if last {
+		if !subnet.Contains(ip.Next()) { // the broadcast address
 			ip = first
 			continue
 		}
-		if !usedIP[ip.String()] {
-			break
+		if !used(ip.String()) {
+			return ip, nil
 		}
 		if tries > 1<<20 {
 			return netip.Addr{}, errdefs.Unavailable("no_addresses", "no free address left in %s", subnet)
 		}
 		ip = ip.Next()
 	}
-	s.lastIP = ip
-	return ip, nil
 }
 
 func (s *Service) runDir(id string) string { return filepath.Join(s.cfg.DataDir, "run", id) }

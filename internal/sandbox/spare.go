@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/project"
@@ -79,7 +78,7 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 		return nil, err
 	}
 	s.allocMu.Lock()
-	ip, err := s.allocate(ctx)
+	ip, err := s.allocate()
 	if err == nil {
 		s.reserved[ip.String()] = true
 	}
@@ -191,12 +190,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	sp.st.t0 = time.Now() // boot phases from here: the spare was staged long ago
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
 	s.allocMu.Lock()
-	var err error
-	if all, lerr := s.allSandboxes(ctx); lerr != nil {
-		err = lerr
-	} else if s.cfg.MaxSandboxes > 0 && len(all) >= s.cfg.MaxSandboxes {
-		err = errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
-	}
+	err := s.checkLimit()
 	if err == nil {
 		err = s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: ledger.CreatedData{
 			Image: rec.Image, Digest: rec.ImageDigest, Provider: rec.Provider, MemoryBytes: rec.MemoryBytes,

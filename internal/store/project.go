@@ -72,8 +72,20 @@ ALTER TABLE environments_v1 RENAME TO environments;
 `,
 }
 
+// indexes are made at every open, outside the schema's versions: a shard
+// of the same schema without them reads and writes the database as well.
+// sandboxes_by_name serves the server's own lookups by id or name (a
+// project's use the (project, name) index; the server's scanned every
+// sandbox), checkpoints_by_session the checkpoints of a session (listed by
+// resume and checkpoint ls; also scanned all).
+const indexes = `
+CREATE INDEX IF NOT EXISTS sandboxes_by_name ON sandboxes(name);
+CREATE INDEX IF NOT EXISTS checkpoints_by_session ON checkpoints(session, project);
+`
+
 // migrate runs the migrations the database has not had, each in one
-// transaction with its new user_version, so a crash leaves it at a version.
+// transaction with its new user_version, so a crash leaves it at a version;
+// then it makes the indexes.
 func migrate(ctx context.Context, db *sql.DB) error {
 	var v int
 	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
@@ -104,7 +116,8 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			return err
 		}
 	}
-	return nil
+	_, err := db.ExecContext(ctx, indexes)
+	return err
 }
 
 // scope is the SQL condition that keeps ctx's project's rows (" AND

@@ -28,6 +28,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed (and replaced) when events are appended; guarded by mu
+
+	addrMu sync.Mutex
+	addrs  addrIndex // guarded by addrMu
 }
 
 // Sandbox is the persisted record of a sandbox.
@@ -152,7 +155,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &Store{db: db, changed: make(chan struct{})}, nil
+	s := &Store{db: db, changed: make(chan struct{})}
+	if err := s.addrs.load(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // Close closes the database.
@@ -208,8 +216,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) e
 	})
 	if err != nil {
 		sb.Session = want
+		return err
 	}
-	return err
+	s.indexAddr(sb.ID, sb.IP)
+	return nil
 }
 
 // UpdateSandbox reads the record, applies fn, and writes it back with the
@@ -238,12 +248,15 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		out = sb
 		return addEvent(ctx, tx, sb, ev)
 	})
+	if err == nil {
+		s.indexAddr(out.ID, out.IP)
+	}
 	return out, err
 }
 
 // DeleteSandbox removes the record, writing ev in the same transaction.
 func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		sb, err := getTx(ctx, tx, `id = ?1`, id)
 		if err != nil {
 			return err
@@ -253,6 +266,10 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) err
 		}
 		return addEvent(ctx, tx, sb, ev)
 	})
+	if err == nil {
+		s.unindexAddr(id)
+	}
+	return err
 }
 
 // GetSandbox finds a sandbox by id or name.

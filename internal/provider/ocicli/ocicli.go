@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -22,6 +23,54 @@ import (
 type CLI struct {
 	Binary string
 	Global []string // e.g. --root DIR, --platform systrap
+
+	ids idLocks // state, kill and delete of one container, one at a time
+}
+
+// idLocks serialises the calls that name one container. runsc's state (or
+// kill) of a container being deleted meanwhile finds its state file, then
+// takes its lock (flock, creating the lock file) after the delete removed
+// both, and leaves a lock file behind for ever: seen when a sandbox was
+// removed while the watcher still asked for its pid.
+type idLocks struct {
+	mu sync.Mutex
+	m  map[string]*idLock // guarded by mu
+}
+
+type idLock struct {
+	sync.Mutex
+	users int // holders and waiters; guarded by idLocks.mu
+}
+
+// lock holds id's lock until the returned func is called.
+func (l *idLocks) lock(id string) func() {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*idLock{}
+	}
+	k := l.m[id]
+	if k == nil {
+		k = &idLock{}
+		l.m[id] = k
+	}
+	k.users++
+	l.mu.Unlock()
+	k.Lock()
+	return func() {
+		k.Unlock()
+		l.mu.Lock()
+		if k.users--; k.users == 0 {
+			delete(l.m, id)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// runID is Run of a call about container id, serialised with the others
+// about it (see idLocks).
+func (c *CLI) runID(ctx context.Context, id string, args ...string) ([]byte, error) {
+	defer c.ids.lock(id)()
+	return c.Run(ctx, args...)
 }
 
 // Run runs the runtime with args and returns its stdout; stderr goes into
@@ -112,7 +161,7 @@ type state struct {
 
 // Status asks `state ID`.
 func (c *CLI) Status(ctx context.Context, id string) (provider.Status, error) {
-	out, err := c.Run(ctx, "state", id)
+	out, err := c.runID(ctx, id, "state", id)
 	if err != nil {
 		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
 			strings.Contains(err.Error(), "cannot load container") {
@@ -156,7 +205,7 @@ func (c *CLI) List(ctx context.Context) ([]string, error) {
 
 // Delete force-deletes; an absent container is fine.
 func (c *CLI) Delete(ctx context.Context, id string) error {
-	_, err := c.Run(ctx, "delete", "--force", id)
+	_, err := c.runID(ctx, id, "delete", "--force", id)
 	if err != nil && (strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
 		strings.Contains(err.Error(), "cannot load container")) {
 		return nil
@@ -166,7 +215,7 @@ func (c *CLI) Delete(ctx context.Context, id string) error {
 
 // Kill sends a signal to the init process.
 func (c *CLI) Kill(ctx context.Context, id string, sig int) error {
-	_, err := c.Run(ctx, "kill", id, fmt.Sprint(sig))
+	_, err := c.runID(ctx, id, "kill", id, fmt.Sprint(sig))
 	return err
 }
 
@@ -201,7 +250,7 @@ func (r Runtime) List(ctx context.Context) ([]string, error) { return r.CLI.List
 // InitPID returns the host pid whose end means the container ended (runc:
 // the container's init; runsc: the sandbox process).
 func (r Runtime) InitPID(ctx context.Context, id string) (int, error) {
-	out, err := r.CLI.Run(ctx, "state", id)
+	out, err := r.CLI.runID(ctx, id, "state", id)
 	if err != nil {
 		return 0, err
 	}
