@@ -228,11 +228,12 @@ test("stdin from a Readable, kill() sends a K frame, and a run without a stream 
       assert.deepEqual(r, { stdout: "abcd", stderr: "", exitCode: 130, signal: 2 });
       assert.equal(run.kill(), false); // it ended
       const ex = f.requests.find((q) => q.path.endsWith("/exec"))!;
+      const sent = ex.frames!.filter((x) => !(x.type === "I" && x.payload.length === 0)); // the closing I may come before or after K
       assert.deepEqual(
-        ex.frames!.map((x) => x.type),
-        ["Q", "I", "I", "I", "K"],
+        sent.map((x) => x.type),
+        ["Q", "I", "I", "K"],
       );
-      assert.deepEqual(JSON.parse(ex.frames![4]!.payload.toString()), { signal: 2 });
+      assert.deepEqual(JSON.parse(sent[3]!.payload.toString()), { signal: 2 });
 
       // [] is no stdin, and still a framed body that kill() can use; a
       // signal asked for before the start goes once it started.
