@@ -249,7 +249,19 @@ export class ExecRun implements PromiseLike<ExecResult> {
   private async send(type: number, payload: Uint8Array | string): Promise<boolean> {
     const b = this.body;
     if (!b || b.destroyed || b.writableEnded) return false;
-    if (b.write(encodeFrame(type, payload))) return true;
+    let ok: boolean;
+    if (typeof payload !== "string" && payload.length > 64 << 10) {
+      // A big payload is not copied: its header, then itself (the server
+      // reads a byte stream; HTTP chunks need not match frames).
+      const head = Buffer.allocUnsafe(5);
+      head[0] = type;
+      head.writeUInt32BE(payload.length, 1);
+      b.cork();
+      b.write(head);
+      ok = b.write(payload);
+      b.uncork();
+    } else ok = b.write(encodeFrame(type, payload));
+    if (ok) return true;
     await drained(b);
     return !b.destroyed && !this.ended;
   }
