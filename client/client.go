@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -303,12 +304,136 @@ func (c *Client) Exec(ctx context.Context, idOrName string, req ExecRequest) (*E
 // ExecStream runs a command, writing its output to stdout and stderr as it
 // arrives.
 func (c *Client) ExecStream(ctx context.Context, idOrName string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
-	resp, err := c.do(ctx, "POST", "/sandboxes/"+esc(idOrName)+"/exec", req)
+	return c.ExecPipe(ctx, idOrName, req, nil, stdout, stderr)
+}
+
+// ExecPipe runs a command with its stdin read from stdin as the command
+// takes it (nil: req.Stdin, or none), writing its output to stdout and
+// stderr as it arrives. Output comes in the binary stream (StreamMediaType);
+// stdin goes in a framed request body, sent while the output comes back.
+// When the command ends first, stdin is read no further (a Read already
+// waiting on stdin returns in its own time).
+func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+	path := "/sandboxes/" + esc(idOrName) + "/exec"
+	var body io.Reader
+	ctype := "application/json"
+	var stop func()
+	if stdin == nil {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	} else {
+		if req.Stdin != nil {
+			return nil, errors.New("exec: give stdin as the reader or in the request, not both")
+		}
+		b, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		pr, pw := io.Pipe()
+		go sendFramedBody(pw, b, stdin)
+		body, ctype, stop = pr, StreamMediaType, func() { pr.CloseWithError(errExecEnded) }
+		defer stop()
+	}
+	hreq, err := c.newRequest(ctx, "POST", path, body)
 	if err != nil {
 		return nil, err
 	}
+	hreq.Header.Set("Content-Type", ctype)
+	hreq.Header.Set("Accept", StreamMediaType+", application/x-ndjson;q=0.5")
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return nil, c.connErr(err)
+	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	if resp.StatusCode >= 300 {
+		return nil, readError(resp)
+	}
+	if ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) == "application/x-ndjson" {
+		return readNDJSONExec(resp.Body, stdout, stderr) // a server from before the binary stream
+	}
+	return readFramedExec(resp.Body, stdout, stderr)
+}
+
+var errExecEnded = errors.New("the command ended")
+
+// sendFramedBody writes the request frame, then stdin in frames, then an
+// empty stdin frame (stdin's end).
+func sendFramedBody(pw *io.PipeWriter, req []byte, stdin io.Reader) {
+	if err := writeFrame(pw, FrameRequest, req); err != nil {
+		pw.CloseWithError(err)
+		return
+	}
+	buf := make([]byte, stdinChunk)
+	for {
+		n, err := stdin.Read(buf)
+		if n > 0 {
+			if werr := writeFrame(pw, FrameStdin, buf[:n]); werr != nil {
+				return // the exec ended
+			}
+		}
+		if err != nil {
+			// EOF or a broken stdin: either way the command's stdin ends.
+			writeFrame(pw, FrameStdin, nil)
+			pw.Close()
+			return
+		}
+	}
+}
+
+// execEnd is the exit frame's payload.
+type execEnd struct {
+	Code     int    `json:"exit_code"`
+	Signal   int    `json:"signal"`
+	TimedOut bool   `json:"timed_out"`
+	OOM      bool   `json:"oom_killed"`
+	Error    string `json:"error"`
+}
+
+func (e execEnd) result() *ExecResult {
+	return &ExecResult{ExitCode: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOM: e.OOM, Error: e.Error}
+}
+
+func readFramedExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+	fr := &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+	for {
+		typ, p, err := fr.next()
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			return nil, fmt.Errorf("exec stream: %w", err)
+		}
+		switch typ {
+		case FrameStdout, FrameStderr:
+			w := stdout
+			if typ == FrameStderr {
+				w = stderr
+			}
+			if w != nil {
+				w.Write(p)
+			}
+		case FrameExit:
+			var ex execEnd
+			if err := json.Unmarshal(p, &ex); err != nil {
+				return nil, fmt.Errorf("exec stream: exit: %w", err)
+			}
+			return ex.result(), nil
+		case FrameError:
+			e := &Error{Status: 502}
+			if json.Unmarshal(p, e) != nil || e.Message == "" {
+				e.Code, e.Message = "sandbox_unreachable", string(p)
+			}
+			return nil, e
+		}
+	}
+	return nil, &Error{Status: 502, Code: "stream_ended", Message: "the exec stream ended before the command did"}
+}
+
+func readNDJSONExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		var ev ExecEvent

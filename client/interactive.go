@@ -12,16 +12,8 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Frame types of the WebSocket exec stream (one byte before each payload).
-const (
-	FrameStdin   byte = 'I'
-	FrameResize  byte = 'R'
-	FrameSignal  byte = 'K'
-	FrameStarted byte = 'S'
-	FrameStdout  byte = 'O'
-	FrameStderr  byte = 'E'
-	FrameExit    byte = 'X'
-)
+// The WebSocket exec stream's messages are a frame-type byte (the binary
+// stream's, see StreamMediaType) and the payload.
 
 // ExecSession is an interactive exec over a WebSocket: stdin, resize and
 // signals go in while output comes out.
@@ -110,16 +102,10 @@ func (s *ExecSession) Run(ctx context.Context, stdin io.Reader, stdout, stderr i
 				stderr.Write(msg[1:])
 			}
 		case FrameExit:
-			var ex struct {
-				Code     int    `json:"exit_code"`
-				Signal   int    `json:"signal"`
-				TimedOut bool   `json:"timed_out"`
-				OOM      bool   `json:"oom_killed"`
-				Error    string `json:"error"`
-			}
+			var ex execEnd
 			json.Unmarshal(msg[1:], &ex)
 			s.ws.Close(websocket.StatusNormalClosure, "")
-			return &ExecResult{ExitCode: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error}, nil
+			return ex.result(), nil
 		}
 	}
 }

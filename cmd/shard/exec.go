@@ -58,9 +58,13 @@ kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 			ctx := cmd.Context()
 			stdinFwd := interactive || tty || stdinIsData()
 			var res *client.ExecResult
-			if !stdinFwd {
+			switch {
+			case !stdinFwd:
 				res, err = c.ExecStream(ctx, args[0], req, os.Stdout, os.Stderr)
-			} else {
+			case !tty:
+				// The binary stream both ways: stdin as the command reads it.
+				res, err = c.ExecPipe(ctx, args[0], req, os.Stdin, os.Stdout, os.Stderr)
+			default:
 				if tty {
 					if !term.IsTerminal(int(os.Stdin.Fd())) {
 						return fmt.Errorf("-t needs a terminal on stdin (drop -t to pipe input)")

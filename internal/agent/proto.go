@@ -105,6 +105,10 @@ type Request struct {
 	Cols      uint16   `json:"cols,omitempty"`
 	Stdin     bool     `json:"stdin,omitempty"`      // the client will send stdin frames; otherwise stdin is empty
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: no timeout
+	// IO: the command's stdio are these FIFOs (see fifo.go), if the agent
+	// can open them (then Started.Caps has CapDirectIO); otherwise pipes
+	// to the agent, as without it. An older agent ignores it.
+	IO *DirectIO `json:"io,omitempty"`
 
 	// grant_file and ungrant_file
 	Path    string   `json:"path,omitempty"`
@@ -188,14 +192,24 @@ func WriteFrame(w io.Writer, typ byte, payload []byte) error {
 }
 
 // ReadFrame reads one frame.
-func ReadFrame(r io.Reader) (byte, []byte, error) {
+func ReadFrame(r io.Reader) (byte, []byte, error) { return ReadFrameMax(r, MaxFrame) }
+
+// ErrFrameTooBig is what ReadFrameMax returns for a frame past its bound.
+type ErrFrameTooBig struct{ Size, Max uint32 }
+
+func (e *ErrFrameTooBig) Error() string {
+	return fmt.Sprintf("a frame of %d bytes exceeds the limit of %d", e.Size, e.Max)
+}
+
+// ReadFrameMax reads one frame whose payload is at most max bytes.
+func ReadFrameMax(r io.Reader, max uint32) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > MaxFrame {
-		return 0, nil, fmt.Errorf("agent: frame of %d bytes exceeds the limit", n)
+	if n > max {
+		return 0, nil, &ErrFrameTooBig{n, max}
 	}
 	if n == 0 {
 		return hdr[0], nil, nil

@@ -41,6 +41,8 @@ type Server struct {
 	pids      int64  // EnvPids: the process bound to enforce inside (0: none)
 	pidsTasks string // EnvPidsTasks
 	tmpOnDisk bool   // EnvTmpOnDisk
+
+	renewIO atomic.Bool // IODir was listed inside: make it anew (renewIODir)
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -95,6 +97,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			return fmt.Errorf("agent: not dumpable: %w", err)
 		}
+		setupIODir()
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -304,7 +307,15 @@ func (s *Server) exec(c net.Conn, req *Request) {
 		return
 	}
 	p.credit = func(n int) { out.sendJSON(FrameCredit, Credit{Bytes: n}) }
-	out.sendJSON(FrameStarted, Started{PID: p.pid, Caps: []string{CapDetach, CapStdinCredit}, StdinWindow: stdinWindow})
+	caps := []string{CapDetach, CapStdinCredit}
+	if p.direct != nil {
+		caps = append(caps, CapDirectIO)
+		// The host reads the FIFOs until it lets go (it closed the
+		// connection, or said nobody reads); from then on this drains
+		// them, so the command never blocks on output nobody reads.
+		defer p.direct.drain()
+	}
+	out.sendJSON(FrameStarted, Started{PID: p.pid, Caps: caps, StdinWindow: stdinWindow})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).
@@ -341,6 +352,9 @@ func (s *Server) exec(c net.Conn, req *Request) {
 				// full pipe nobody reads) and drop it: the host does no
 				// work for output nobody wants.
 				out.detached.Store(true)
+				if p.direct != nil {
+					p.direct.drain()
+				}
 			}
 		}
 	}()
@@ -417,6 +431,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// closed by then is cut off by the deadline.
 	c.SetReadDeadline(time.Now().Add(closeWait))
 	<-clientGone
+	s.renewIODir()
 }
 
 // stdinWindow is the stdin a client may send ahead of the command reading
@@ -435,6 +450,7 @@ type proc struct {
 	outputs []io.Reader // stdout, stderr (only stdout for a TTY)
 	stdin   *os.File    // nil when there is none; owned by the stdin writer
 	tty     *os.File    // pty master, or nil
+	direct  *directIO   // the command's stdio are the host's FIFOs (Request.IO), or nil
 	credit  func(n int) // tells the client n stdin bytes left the queue
 
 	stdinOnce sync.Once
@@ -629,6 +645,24 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		p.tty = master
 		p.stdin = master
 		p.outputs = []io.Reader{master}
+	} else if files, dio, derr := s.openDirect(req); derr == nil {
+		attr.Files = []*os.File{files[0], files[1], files[2]}
+		if files[0] == nil {
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				for _, f := range files {
+					if f != nil {
+						f.Close()
+					}
+				}
+				dio.drain()
+				return nil, startErr("internal", "open %s: %v", os.DevNull, err)
+			}
+			attr.Files[0] = null
+		}
+		attr.Sys.Setpgid = true
+		closeAfter = append(closeAfter, attr.Files...)
+		p.direct = dio
 	} else {
 		var stdinR *os.File
 		if req.Stdin {
@@ -662,6 +696,9 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		f.Close()
 	}
 	if err != nil {
+		if p.direct != nil {
+			p.direct.drain()
+		}
 		for _, r := range p.outputs {
 			r.(*os.File).Close()
 		}

@@ -397,6 +397,12 @@ func decode(r *http.Request, v any) error {
 		}
 		return errdefs.Invalid("read request body: %v", err)
 	}
+	return decodeJSON(b, v)
+}
+
+// decodeJSON decodes b as decode does a body: no unknown fields, one value,
+// empty as {}.
+func decodeJSON(b []byte, v any) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		b = []byte("{}")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/sandbox"
 )
 
 // agentRequest checks an exec request (both forms) and makes the agent's.
@@ -50,7 +53,15 @@ const streamStall = 20 * time.Second
 const maxWSMessage = 1 << 20
 
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
-	ar, stdin, err := parseExec(r)
+	framed := mediaType(r.Header.Get("Content-Type")) == StreamMediaType
+	var ar agent.Request
+	var stdin []byte
+	var err error
+	if framed {
+		ar, err = parseFramedExec(r)
+	} else {
+		ar, stdin, err = parseExec(r)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -63,7 +74,14 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	// If the client leaves (or stalls), the command keeps running and the
 	// sandbox drops its output; the ledger still gets its end.
 	defer sess.Close()
-	if ar.Stdin {
+	rc := http.NewResponseController(w)
+	switch {
+	case framed:
+		// The body is read while the response is written: stdin, signals
+		// and resizes come as the command runs.
+		rc.EnableFullDuplex()
+		go s.pumpFramedBody(r, sess)
+	case ar.Stdin:
 		go func() {
 			// Only as fast as the command reads it (see agent.Session.Stdin).
 			if sess.Stdin(stdin) == nil {
@@ -73,46 +91,217 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	}
 	stop := context.AfterFunc(r.Context(), func() { sess.Close() })
 	defer stop()
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	var out execWriter
+	if framed || acceptsStream(r) {
+		out = &frameWriter{w: w, rc: rc}
+		w.Header().Set("Content-Type", StreamMediaType)
+	} else {
+		out = &ndjsonWriter{enc: json.NewEncoder(w), rc: rc}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	send := func(ev ExecEvent) error {
-		rc.SetWriteDeadline(time.Now().Add(streamStall))
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if send(ExecEvent{Type: "started", PID: sess.PID}) != nil {
+	if out.started(sess.PID) != nil {
 		return
 	}
 	for {
 		typ, p, err := sess.Recv()
 		if err != nil {
 			if r.Context().Err() == nil {
-				send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte("lost the connection to the sandbox: " + err.Error()))})
+				out.lost("lost the connection to the sandbox: " + err.Error())
 			}
 			return
 		}
 		switch typ {
 		case agent.FrameStdout, agent.FrameStderr:
-			t := "stdout"
-			if typ == agent.FrameStderr {
-				t = "stderr"
-			}
-			if send(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)}) != nil {
+			if out.output(typ, p) != nil {
 				return // the client is gone or stalled
 			}
 		case agent.FrameExit:
 			var ex agent.Exit
 			json.Unmarshal(p, &ex)
-			code := ex.Code
-			send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
+			out.exit(ex)
 			return
 		}
 	}
+}
+
+// StreamMediaType is the binary exec stream (docs/exec-stream.md): frames
+// of a type byte, a 4-byte big-endian length and the payload, both ways.
+const StreamMediaType = client.StreamMediaType
+
+// maxClientFrame bounds one frame of a framed request body past its first
+// (the request, bounded like a JSON body).
+const maxClientFrame = 1 << 20
+
+// parseFramedExec reads a framed body's first frame, the request, and
+// checks it as a JSON body is checked. The rest of the body (stdin,
+// signals, resizes) is left to pumpFramedBody.
+func parseFramedExec(r *http.Request) (agent.Request, error) {
+	typ, p, err := agent.ReadFrameMax(r.Body, MaxBody)
+	var big *agent.ErrFrameTooBig
+	switch {
+	case errors.As(err, &big):
+		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, "body_too_large", "the request frame is larger than %d bytes", MaxBody)
+	case err != nil:
+		return agent.Request{}, errdefs.Invalid("read the request frame: %v", err)
+	case typ != client.FrameRequest:
+		return agent.Request{}, errdefs.Invalid("a framed exec body starts with a %q frame holding the request, not %q", client.FrameRequest, typ)
+	}
+	var req ExecRequest
+	if err := decodeJSON(p, &req); err != nil {
+		return agent.Request{}, err
+	}
+	if req.Stdin != nil {
+		return agent.Request{}, errdefs.Invalid("a framed exec body sends stdin in %q frames, not in the request's \"stdin\"", client.FrameStdin)
+	}
+	ar, err := agentRequest(&req)
+	if err != nil {
+		return ar, err
+	}
+	// The request came: what follows is stdin, which may rightly be
+	// quiet for as long as the command runs.
+	if b, ok := r.Body.(interface{ lift() }); ok {
+		b.lift()
+	}
+	ar.Stdin = true
+	return ar, nil
+}
+
+// pumpFramedBody hands a framed body's stdin, signals and resizes to the
+// command, one frame at a time: the next frame is read only once the last
+// reached the sandbox, so stdin moves as fast as the command reads it.
+func (s *Server) pumpFramedBody(r *http.Request, sess *sandbox.ExecSession) {
+	defer sess.CloseStdin()
+	for {
+		typ, p, err := agent.ReadFrameMax(r.Body, maxClientFrame)
+		if err != nil {
+			var big *agent.ErrFrameTooBig
+			if errors.As(err, &big) {
+				// A broken client: its stdin is not what it meant.
+				s.Log.Warn("exec: framed body", "sandbox", r.PathValue("id"), "err", err)
+				sess.Close()
+			}
+			return // io.EOF: the body's end closes stdin
+		}
+		switch typ {
+		case client.FrameStdin:
+			if len(p) == 0 {
+				sess.CloseStdin()
+				continue
+			}
+			if sess.Stdin(p) != nil {
+				return
+			}
+		case client.FrameSignal:
+			var sg agent.Signal
+			if json.Unmarshal(p, &sg) == nil {
+				sess.Signal(sg.Signal)
+			}
+		case client.FrameResize:
+			var rz agent.Resize
+			if json.Unmarshal(p, &rz) == nil {
+				sess.Resize(rz.Rows, rz.Cols)
+			}
+		}
+	}
+}
+
+// acceptsStream reports whether the request's Accept names the binary
+// stream.
+func acceptsStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			if mediaType(part) == StreamMediaType {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mediaType is a header value's media type, lower case, without parameters.
+func mediaType(v string) string {
+	v, _, _ = strings.Cut(v, ";")
+	return strings.ToLower(strings.TrimSpace(v))
+}
+
+// execWriter writes one exec's stream in the form the client asked for.
+type execWriter interface {
+	started(pid int) error
+	output(typ byte, p []byte) error
+	exit(ex agent.Exit) error
+	lost(msg string) error
+}
+
+// ndjsonWriter is the simple form: a JSON event a line, bytes in base64.
+type ndjsonWriter struct {
+	enc *json.Encoder
+	rc  *http.ResponseController
+}
+
+func (n *ndjsonWriter) send(ev ExecEvent) error {
+	n.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	if err := n.enc.Encode(ev); err != nil {
+		return err
+	}
+	return n.rc.Flush()
+}
+
+func (n *ndjsonWriter) started(pid int) error { return n.send(ExecEvent{Type: "started", PID: pid}) }
+
+func (n *ndjsonWriter) output(typ byte, p []byte) error {
+	t := "stdout"
+	if typ == agent.FrameStderr {
+		t = "stderr"
+	}
+	return n.send(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)})
+}
+
+func (n *ndjsonWriter) exit(ex agent.Exit) error {
+	code := ex.Code
+	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
+}
+
+func (n *ndjsonWriter) lost(msg string) error {
+	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(msg))})
+}
+
+// frameWriter is the binary form: the bytes as they are, in frames.
+type frameWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f *frameWriter) send(typ byte, p []byte) error {
+	f.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	if err := agent.WriteFrame(f.w, typ, p); err != nil {
+		return err
+	}
+	return f.rc.Flush()
+}
+
+func (f *frameWriter) sendJSON(typ byte, v any) error {
+	b, _ := json.Marshal(v)
+	return f.send(typ, b)
+}
+
+func (f *frameWriter) started(pid int) error {
+	return f.sendJSON(client.FrameStarted, agent.Started{PID: pid})
+}
+
+func (f *frameWriter) output(typ byte, p []byte) error {
+	t := client.FrameStdout
+	if typ == agent.FrameStderr {
+		t = client.FrameStderr
+	}
+	return f.send(t, p)
+}
+
+func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
+
+func (f *frameWriter) lost(msg string) error {
+	return f.sendJSON(client.FrameError, Error{Code: "sandbox_unreachable", Message: msg})
 }
 
 // execWebSocket is the interactive form: GET with ?request=<ExecRequest JSON>

@@ -94,6 +94,14 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// lift ends the deadline for the rest of the body: a framed exec body's
+// stdin may rightly be quiet for as long as its command runs (it ends with
+// the command, as a WebSocket's messages do).
+func (b *deadlineBody) lift() {
+	b.ended = true
+	b.rc.SetReadDeadline(time.Time{})
+}
+
 // MaxLogValue bounds what a log line carries of any one value a request
 // gives (its path, its query, a header): a 500KB path must not be 500KB of
 // log per request.

@@ -163,3 +163,69 @@ func TestExecTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A framed exec body (docs/exec-stream.md) is checked as the JSON body is,
+// and its first frame must be the request: each of these is refused before
+// the server does anything.
+func TestFramedExecRefusesBadInput(t *testing.T) {
+	frame := func(typ byte, p string) string {
+		n := len(p)
+		return string([]byte{typ, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}) + p
+	}
+	tests := []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"stdin first", frame('I', "x"), 400, "starts with a 'Q' frame"},
+		{"empty body", "", 400, "read the request frame"},
+		{"cut header", "Q\x00\x00", 400, "read the request frame"},
+		{"cut payload", "Q\x00\x00\x00\x10{}", 400, "read the request frame"},
+		{"stdin in the request", frame('Q', `{"argv":["cat"],"stdin":"eA=="}`), 400, `not in the request's "stdin"`},
+		{"not JSON", frame('Q', `{argv`), 400, "not valid JSON"},
+		{"unknown field", frame('Q', `{"argv":["cat"],"cmd":1}`), 400, "unknown field"},
+		{"argv NUL", frame('Q', `{"argv":["a\u0000"]}`), 400, "NUL"},
+		{"no argv", frame('Q', `{}`), 400, "no command"},
+		{"request frame too big", "Q\x00\x20\x00\x00", 413, "larger than"},
+	}
+	s, _ := testServer(t)
+	h := s.Handler()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/v0/sandboxes/x/exec", strings.NewReader(tt.body))
+			r.Header.Set("Content-Type", StreamMediaType)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, admin(r))
+			var got Error
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+				t.Fatalf("body %q is not the error JSON: %v", w.Body, err)
+			}
+			if w.Code != tt.status || !strings.Contains(got.Message, tt.want) {
+				t.Fatalf("= %d %+v; want %d saying %q", w.Code, got, tt.status, tt.want)
+			}
+		})
+	}
+}
+
+func TestAcceptsStream(t *testing.T) {
+	tests := []struct {
+		accept []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{"application/x-ndjson"}, false},
+		{[]string{"application/vnd.shard.stream"}, true},
+		{[]string{"application/json, Application/Vnd.Shard.Stream; q=0.9"}, true},
+		{[]string{"text/plain", "application/vnd.shard.stream"}, true},
+		{[]string{"application/vnd.shard.streamx"}, false},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("POST", "/", nil)
+		for _, a := range tt.accept {
+			r.Header.Add("Accept", a)
+		}
+		if got := acceptsStream(r); got != tt.want {
+			t.Errorf("acceptsStream(%q) = %v, want %v", tt.accept, got, tt.want)
+		}
+	}
+}
