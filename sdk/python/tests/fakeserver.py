@@ -1,6 +1,8 @@
 """A fake shard server for the unit tests: http.server in a thread, on TCP or
 a Unix socket, answering routes the test declares and recording every
-request."""
+request. A framed request body (Content-Type application/vnd.shard.stream,
+chunked) is read as it comes: its Q frame before the route runs, the rest
+through ``Handler.client_frames()`` while the route writes its answer."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 # The tests use the source tree, installed or not.
@@ -28,8 +30,10 @@ class Recorded:
     path: str
     query: Dict[str, List[str]]
     headers: Dict[str, str]
-    body: bytes
+    body: bytes  # for a framed body: its Q frame's payload
     conn: int  # which connection it came on
+    frames: List[Tuple[bytes, bytes]] = field(default_factory=list)  # a framed body's, Q first, as they come
+    body_ended: bool = False  # a framed body's final chunk came
 
     @property
     def json(self) -> Any:
@@ -37,6 +41,13 @@ class Recorded:
 
 
 Route = Callable[["Handler", Recorded], None]
+
+STREAM = "application/vnd.shard.stream"
+
+
+def frame(typ: bytes, payload: bytes = b"") -> bytes:
+    """One frame, encoded here (not by the SDK) so the tests check the wire."""
+    return typ + len(payload).to_bytes(4, "big") + payload
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -64,10 +75,22 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         fake: FakeServer = self.server.fake
-        n = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(n) if n else b""
         u = urlsplit(self.path)
-        rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, body, self.conn_no)
+        self._frames: Optional[Iterator[Tuple[bytes, bytes]]] = None
+        if (self.headers.get("Content-Type") or "").split(";")[0] == STREAM:
+            rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, b"", self.conn_no)
+            self._rec = rec
+            self._frames = self._read_frames()
+            typ, body = next(self._frames, (b"", b""))
+            if typ != b"Q":
+                self.send_json(400, {"code": "invalid_argument", "message": "the first frame must be Q"})
+                self.close_connection = True
+                return
+            rec.body = body
+        else:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, body, self.conn_no)
         with fake.lock:
             fake.requests.append(rec)
             route = fake.routes.get((self.command, u.path))
@@ -75,8 +98,74 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"code": "not_found", "message": f"no such endpoint: {self.command} {u.path}"})
             return
         route(self, rec)
+        if self._frames is not None:
+            # Read the body to its end (as a server that keeps the
+            # connection must), unless the route already did.
+            self.connection.settimeout(2)
+            try:
+                for _ in self._frames:
+                    pass
+            except OSError:
+                self.close_connection = True
         if fake.close_after_each:
             self.close_connection = True
+
+    # -- a framed request body -------------------------------------------------
+
+    def _chunks(self) -> Iterator[bytes]:
+        """The chunks of a chunked request body, as they come."""
+        while True:
+            line = self.rfile.readline()
+            if not line:
+                raise OSError("the body ended without its final chunk")
+            n = int(line.split(b";")[0].strip(), 16)
+            if n == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                self._rec.body_ended = True
+                return
+            data = self.rfile.read(n)
+            self.rfile.read(2)
+            yield data
+
+    def _read_frames(self) -> Iterator[Tuple[bytes, bytes]]:
+        buf = b""
+        for c in self._chunks():
+            buf += c
+            while len(buf) >= 5:
+                n = int.from_bytes(buf[1:5], "big")
+                if n > 1 << 20:
+                    raise OSError(f"a client frame of {n} bytes: more than 1 MiB")
+                if len(buf) < 5 + n:
+                    break
+                f = (buf[0:1], buf[5 : 5 + n])
+                buf = buf[5 + n :]
+                self._rec.frames.append(f)
+                yield f
+        if buf:
+            raise OSError(f"the body ended inside a frame ({len(buf)} bytes left)")
+
+    def client_frames(self) -> Iterator[Tuple[bytes, bytes]]:
+        """The framed body's frames after Q, as they arrive (nothing for a JSON body)."""
+        if self._frames is None:
+            return iter(())
+        return self._frames
+
+    # -- the binary exec stream ------------------------------------------------
+
+    def start_frames(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", STREAM)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def write_bytes(self, data: bytes) -> None:
+        """Raw bytes of the answer's body, as one HTTP chunk."""
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def write_frame(self, typ: bytes, payload: bytes = b"") -> None:
+        self.write_bytes(frame(typ, payload))
 
     # -- answers -------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 // SandboxClient are built on it; it is exported for what they do not cover.
 
 import { ShardError } from "./errors.js";
+import { FRAME, STREAM_TYPE, encodeFrame } from "./frames.js";
 import { Transport, seg, type ConnectionOptions, type RawResponse } from "./transport.js";
 import type {
   Checkpoint,
@@ -102,9 +103,19 @@ export class ShardApi {
     await this.transport.json("DELETE", `/sandboxes/${seg(idOrName)}?force=${force ? "true" : "false"}`);
   }
 
-  /** Starts a command; the answer's body is the NDJSON event stream. */
-  execRaw(idOrName: string, req: ExecRequest): Promise<RawResponse> {
-    return retryFrozen(() => this.transport.request("POST", `/sandboxes/${seg(idOrName)}/exec`, req));
+  /**
+   * Starts a command. The answer asks for the binary exec stream
+   * (`application/vnd.shard.stream`, see docs/exec-stream.md); an older
+   * server answers NDJSON (`application/x-ndjson`): its Content-Type says
+   * which. With `framed`, the request body is frames too: its `Q` frame
+   * (req, without stdin) is sent, and `RawResponse.request` is the body,
+   * left open for the caller's `I`/`K` frames.
+   */
+  execRaw(idOrName: string, req: ExecRequest, o: { framed?: boolean } = {}): Promise<RawResponse> {
+    const path = `/sandboxes/${seg(idOrName)}/exec`;
+    if (!o.framed) return retryFrozen(() => this.transport.request("POST", path, req, { accept: STREAM_TYPE }));
+    const first = encodeFrame(FRAME.request, JSON.stringify(req));
+    return retryFrozen(() => this.transport.request("POST", path, undefined, { accept: STREAM_TYPE, framed: { contentType: STREAM_TYPE, first } }));
   }
 
   forkSandbox(idOrName: string, req: ForkRequest = {}): Promise<SandboxInfo> {

@@ -7,6 +7,8 @@
  * - `closed` (status 0): the client was closed before or during the call.
  * - `exit_status` (status 0): a command run through `SandboxHandle.exec`
  *   exited non-zero; `exitCode`, `stdout` and `stderr` tell how.
+ * - `stdin_failed` (status 0): the stream given as an exec's stdin failed;
+ *   the exec was let go (the command runs on in the sandbox).
  * - `sandbox_unreachable` / `stream_ended` (status 502): the exec stream
  *   was lost before the command's exit arrived; its fate is unknown.
  */

@@ -36,6 +36,25 @@ export interface RawResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
   body: http.IncomingMessage;
+  /**
+   * With `RequestOptions.framed`: the request, its body still open. The
+   * caller writes the rest of the body to it while it reads `body`, and
+   * ends it (or destroys it).
+   */
+  request?: http.ClientRequest;
+}
+
+/** How to send one request (beyond its method, path and JSON body). */
+export interface RequestOptions {
+  /** The Accept header. Default "application/json, application/x-ndjson". */
+  accept?: string;
+  /**
+   * A framed body (`Content-Type: application/vnd.shard.stream`, sent
+   * chunked): these bytes are its start, written at once, and the body is
+   * left open for the caller (`RawResponse.request`) once a 2xx answer's
+   * head is in. The JSON body argument is ignored.
+   */
+  framed?: { contentType: string; first: Buffer };
 }
 
 /** The header that names the project a request acts in. */
@@ -62,6 +81,8 @@ export class Transport {
   private readonly agent: http.Agent;
   private closed = false;
   private readonly inflight = new Set<http.ClientRequest>();
+  /** Framed requests answered, whose body is still being written. */
+  private readonly open = new Set<http.ClientRequest>();
 
   constructor(o: ConnectionOptions = {}) {
     const r = resolveConnection(o);
@@ -99,6 +120,10 @@ export class Transport {
     this.closed = true;
     for (const req of this.inflight) req.destroy(new ShardError("closed", "the shard client was closed"));
     this.inflight.clear();
+    // Their answer came: it breaks (and its reader says the client was
+    // closed); an error on the request itself would reach no one.
+    for (const req of this.open) req.destroy();
+    this.open.clear();
     this.agent.destroy();
   }
 
@@ -123,12 +148,16 @@ export class Transport {
    * headers are in, when it is 2xx. Any other answer becomes a ShardError
    * from the body's {code, message}.
    */
-  async request(method: string, path: string, body?: unknown): Promise<RawResponse> {
+  async request(method: string, path: string, body?: unknown, o: RequestOptions = {}): Promise<RawResponse> {
     if (this.closed) throw new ShardError("closed", "the shard client was closed");
-    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const framed = o.framed;
+    const payload = framed || body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const prefix = this.socket ? "" : this.url.pathname.replace(/\/+$/, "");
-    const headers: http.OutgoingHttpHeaders = { Accept: "application/json, application/x-ndjson", ...this.authHeaders() };
-    if (payload) {
+    const headers: http.OutgoingHttpHeaders = { Accept: o.accept ?? "application/json, application/x-ndjson", ...this.authHeaders() };
+    if (framed) {
+      // No Content-Length: node sends the body chunked, as it is written.
+      headers["Content-Type"] = framed.contentType;
+    } else if (payload) {
       headers["Content-Type"] = "application/json";
       headers["Content-Length"] = payload.length;
     } else if (method !== "GET" && method !== "HEAD") {
@@ -146,12 +175,16 @@ export class Transport {
       opts.port = this.url.port || (this.url.protocol === "https:" ? 443 : 80);
       opts.protocol = this.url.protocol;
     }
+    let req!: http.ClientRequest;
     const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-      const req = this.mod.request(opts, (res) => {
+      req = this.mod.request(opts, (res) => {
         this.inflight.delete(req);
+        // A framed body is still being written: close() ends it too.
+        if (framed && !req.destroyed) this.open.add(req);
         resolve(res);
       });
       this.inflight.add(req);
+      if (framed) req.on("close", () => this.open.delete(req));
       req.on("error", (err: Error & { code?: string }) => {
         this.inflight.delete(req);
         if (err instanceof ShardError) return reject(err);
@@ -161,7 +194,10 @@ export class Transport {
           }),
         );
       });
-      req.end(payload);
+      if (framed) {
+        req.setNoDelay(true);
+        req.write(framed.first);
+      } else req.end(payload);
     });
     const status = res.statusCode ?? 0;
     if (status < 200 || status >= 300) {
@@ -169,9 +205,10 @@ export class Transport {
         (b) => b.toString("utf8"),
         () => "",
       );
+      if (framed) req.destroy(); // its body was never finished: the connection is not reused
       throw errorFromBody(status, res.statusMessage ?? "", text);
     }
-    return { status, headers: res.headers, body: res };
+    return framed ? { status, headers: res.headers, body: res, request: req } : { status, headers: res.headers, body: res };
   }
 
   /** A request whose 2xx answer is JSON (or nothing). */

@@ -1,4 +1,6 @@
-// Exec over the NDJSON stream, against the fake server.
+// Exec against the fake server: the binary exec stream by default, NDJSON
+// where the fake plays an older server (f.ndjson). More on the binary
+// stream and streamed stdin in stream.test.ts.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -6,8 +8,9 @@ import { Writable } from "node:stream";
 import { SandboxClient, Shard, ShardError } from "useshards";
 import { Collector, sleep, withFake } from "./fake.js";
 
-test("exec NDJSON: stdout and stderr collected apart, base64 decoded, UTF-8 kept whole", () =>
+test("exec NDJSON (an older server): stdout and stderr collected apart, base64 decoded, UTF-8 kept whole", () =>
   withFake(async (f) => {
+    f.ndjson = true;
     f.onExec = (argv, w) => {
       const euro = Buffer.from("€"); // 3 bytes, split across two events
       w.stdout("a\n");
@@ -26,6 +29,8 @@ test("exec NDJSON: stdout and stderr collected apart, base64 decoded, UTF-8 kept
       const ex = f.requests.find((q) => q.path.endsWith("/exec"))!;
       assert.deepEqual(ex.body, { argv: ["python", "-c", "print(1)"] });
       assert.equal(ex.path, `/v0/sandboxes/${sb.id}/exec`);
+      assert.equal(ex.headers.accept, "application/vnd.shard.stream"); // asked for, and NDJSON came
+      assert.equal(ex.headers["content-type"], "application/json");
     } finally {
       shard.close();
     }

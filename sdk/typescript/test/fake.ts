@@ -1,6 +1,10 @@
 // A tiny in-memory stand-in for `shard serve`, made with node:http, for the
 // unit tests: sandboxes, fork, checkpoints, environments, secrets and grants,
-// and exec as an NDJSON stream whose events a test scripts (with delays).
+// and exec whose events a test scripts (with delays): the binary exec stream
+// when the client asks for it (or sends a framed body), NDJSON otherwise or
+// when `ndjson` is set (an older server). A framed request body is read as
+// it comes, while the answer is written: its frames after `Q` reach the
+// script as `w.input`.
 
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -9,18 +13,60 @@ export interface Recorded {
   method: string;
   path: string;
   headers: http.IncomingHttpHeaders;
+  /** The JSON body; for a framed body, its Q frame's JSON. */
   body: any;
   at: number;
+  /** A framed body: every frame it had, Q first (filled in as they come). */
+  frames?: ClientFrame[];
+}
+
+export const STREAM = "application/vnd.shard.stream";
+
+/** One frame of a framed request body. */
+export interface ClientFrame {
+  type: string;
+  payload: Buffer;
+}
+
+/** Encodes one frame (written here, not taken from the SDK, so the tests check the wire). */
+export function frame(type: string, payload: Buffer | string = Buffer.alloc(0)): Buffer {
+  const p = typeof payload === "string" ? Buffer.from(payload) : payload;
+  const h = Buffer.alloc(5);
+  h.write(type, 0, "latin1");
+  h.writeUInt32BE(p.length, 1);
+  return Buffer.concat([h, p]);
+}
+
+/** The frames of a request body, as they arrive. */
+async function* readFrames(req: http.IncomingMessage): AsyncGenerator<ClientFrame> {
+  let buf = Buffer.alloc(0);
+  for await (const c of req) {
+    buf = Buffer.concat([buf, c as Buffer]);
+    while (buf.length >= 5) {
+      const n = buf.readUInt32BE(1);
+      if (n > 1 << 20) throw new Error(`client frame of ${n} bytes: more than 1 MiB`);
+      if (buf.length < 5 + n) break;
+      yield { type: String.fromCharCode(buf[0]!), payload: buf.subarray(5, 5 + n) };
+      buf = buf.subarray(5 + n);
+    }
+  }
+  if (buf.length) throw new Error(`the body ended inside a frame (${buf.length} bytes left)`);
 }
 
 /** What a scripted exec can do. */
 export interface ExecWriter {
-  stdout(s: string): void;
-  stderr(s: string): void;
+  stdout(s: string | Buffer): void;
+  stderr(s: string | Buffer): void;
   exit(code: number, extra?: Record<string, unknown>): void;
   error(msg: string): void;
-  /** Raw line, for malformed-stream tests. */
+  /** Raw line (NDJSON), for malformed-stream tests. */
   raw(line: string): void;
+  /** Raw bytes of the answer (binary stream), for split and unknown frames. */
+  bytes(b: Buffer): void;
+  /** Whether the answer is the binary stream. */
+  binary: boolean;
+  /** The framed request body's frames after Q (nothing for a JSON body). */
+  input: AsyncIterable<ClientFrame>;
   /** performance.now() when each event type was last written. */
   sentAt: Record<string, number>;
 }
@@ -42,6 +88,8 @@ export class FakeShard {
   failWith?: { status: number; code?: string; message?: string; raw?: string };
   /** Delay before answering a create or fork, in ms. */
   createDelay = 0;
+  /** Answer exec with NDJSON whatever the client asks (an older server). */
+  ndjson = false;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
     w.exit(0);
@@ -96,18 +144,41 @@ export class FakeShard {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString("utf8");
     let body: any;
-    try {
-      body = text ? JSON.parse(text) : undefined;
-    } catch {
-      body = text;
+    let frames: AsyncGenerator<ClientFrame> | undefined;
+    const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now() };
+    if ((req.headers["content-type"] ?? "").split(";")[0] === STREAM) {
+      // A framed body: the Q frame now, the rest while the answer goes out.
+      rec.frames = [];
+      const all = readFrames(req);
+      const first = await all.next();
+      if (first.done || first.value.type !== "Q") {
+        res.writeHead(400, { "Content-Type": "application/json" });
+        return void res.end(JSON.stringify({ code: "invalid_argument", message: "the first frame must be Q" }));
+      }
+      rec.frames.push(first.value);
+      body = JSON.parse(first.value.payload.toString("utf8"));
+      frames = (async function* () {
+        for await (const f of all) {
+          rec.frames!.push(f);
+          yield f;
+        }
+      })();
+    } else {
+      const chunks: Buffer[] = [];
+      for await (const c of req) chunks.push(c as Buffer);
+      const text = Buffer.concat(chunks).toString("utf8");
+      try {
+        body = text ? JSON.parse(text) : undefined;
+      } catch {
+        body = text;
+      }
     }
     const url = new URL(req.url ?? "/", "http://x");
     const path = url.pathname;
-    this.requests.push({ method: req.method ?? "", path: path + url.search, headers: req.headers, body, at: performance.now() });
+    rec.path = path + url.search;
+    rec.body = body;
+    this.requests.push(rec);
     const json = (status: number, v: unknown) => {
       const b = Buffer.from(JSON.stringify(v));
       res.writeHead(status, { "Content-Type": "application/json", "Content-Length": b.length });
@@ -181,7 +252,7 @@ export class FakeShard {
         sb.grants = sb.grants.filter((g: any) => g.secret !== decodeURIComponent(p![3]!));
         return json(200, sb);
       }
-      if (verb === "exec" && m === "POST") return this.exec(sb, body, res);
+      if (verb === "exec" && m === "POST") return this.exec(sb, body, req, res, frames);
     }
     if ((p = /^\/v0\/checkpoints\/([^/]+)\/restore$/.exec(path)) && m === "POST") {
       const ck = this.checkpoints.find((c) => c.id === p![1]);
@@ -234,32 +305,55 @@ export class FakeShard {
     return ck;
   }
 
-  private async exec(sb: any, body: any, res: http.ServerResponse): Promise<void> {
+  private async exec(sb: any, body: any, req: http.IncomingMessage, res: http.ServerResponse, input?: AsyncGenerator<ClientFrame>): Promise<void> {
     if (sb.state !== "running") {
       const b = JSON.stringify({ code: "sandbox_not_running", message: `sandbox ${sb.name} is not running` });
       res.writeHead(409, { "Content-Type": "application/json" });
       return void res.end(b);
     }
-    res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+    const binary = !this.ndjson && (input !== undefined || (req.headers.accept ?? "").includes(STREAM));
+    res.writeHead(200, { "Content-Type": binary ? STREAM : "application/x-ndjson" });
     res.flushHeaders();
     const sentAt: Record<string, number> = {};
     let ended = false;
+    const names: Record<string, string> = { S: "started", O: "stdout", E: "stderr", X: "exit", F: "error" };
     const line = (o: object) => {
       if (ended) return;
       res.write(JSON.stringify(o) + "\n");
       sentAt[(o as any).type] = performance.now();
     };
-    const w: ExecWriter = {
-      stdout: (s) => line({ type: "stdout", data: Buffer.from(s).toString("base64") }),
-      stderr: (s) => line({ type: "stderr", data: Buffer.from(s).toString("base64") }),
-      exit: (code, extra) => line({ type: "exit", exit_code: code, ...extra }),
-      error: (msg) => line({ type: "error", data: Buffer.from(msg).toString("base64") }),
-      raw: (l) => {
-        res.write(l + "\n");
-      },
-      sentAt,
+    const fr = (t: string, p: Buffer | string) => {
+      if (ended) return;
+      res.write(frame(t, p));
+      sentAt[names[t] ?? t] = performance.now();
     };
-    line({ type: "started", pid: 42 });
+    const w: ExecWriter = binary
+      ? {
+          stdout: (s) => fr("O", Buffer.from(s)),
+          stderr: (s) => fr("E", Buffer.from(s)),
+          exit: (code, extra) => fr("X", JSON.stringify({ exit_code: code, ...extra })),
+          error: (msg) => fr("F", JSON.stringify({ code: "sandbox_unreachable", message: msg })),
+          raw: (l) => res.write(l + "\n"),
+          bytes: (b) => res.write(b),
+          binary,
+          input: input ?? (async function* () {})(),
+          sentAt,
+        }
+      : {
+          stdout: (s) => line({ type: "stdout", data: Buffer.from(s).toString("base64") }),
+          stderr: (s) => line({ type: "stderr", data: Buffer.from(s).toString("base64") }),
+          exit: (code, extra) => line({ type: "exit", exit_code: code, ...extra }),
+          error: (msg) => line({ type: "error", data: Buffer.from(msg).toString("base64") }),
+          raw: (l) => {
+            res.write(l + "\n");
+          },
+          bytes: (b) => res.write(b),
+          binary,
+          input: input ?? (async function* () {})(),
+          sentAt,
+        };
+    if (binary) fr("S", JSON.stringify({ pid: 42 }));
+    else line({ type: "started", pid: 42 });
     try {
       await this.onExec(body.argv, w, sb, body);
     } finally {

@@ -11,10 +11,10 @@ import os
 import ssl
 import threading
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
 
 from ._errors import ShardError
-from ._transport import DEFAULT_SOCKET, Response, Transport, esc
+from ._transport import DEFAULT_SOCKET, STREAM_TYPE, FramedBody, Response, Transport, esc
 from ._types import (
     Checkpoint,
     Chunk,
@@ -44,6 +44,88 @@ Size = Union[int, str]
 
 SetupFn = Callable[["Sandbox"], Any]
 """An environment's setup: called once with a fresh sandbox to prepare."""
+
+Stdin = Union[str, bytes, bytearray, memoryview, Any, Iterable[Union[bytes, str]], None]
+"""A command's stdin: all of it (bytes, or str sent as UTF-8), or a stream:
+a file-like object with ``read()`` (``open(path, "rb")``,
+``sys.stdin.buffer``) or an iterable of bytes (or str), sent as it is read."""
+
+INLINE_STDIN_MAX = 256 << 10
+"""Stdin given whole up to this size goes base64 in the JSON request (which
+any server takes); more, or a stream, goes in a framed request body."""
+
+STDIN_CHUNK = 256 << 10
+"""The most stdin one I frame carries (the server takes at most 1 MiB)."""
+
+MAX_FRAME = 4 << 20
+"""The largest payload of a server frame."""
+
+_SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGKILL": 9, "SIGUSR1": 10, "SIGUSR2": 12, "SIGTERM": 15, "SIGCONT": 18, "SIGSTOP": 19}
+
+
+def _frame(typ: bytes, payload: bytes) -> bytes:
+    return typ + len(payload).to_bytes(4, "big") + payload
+
+
+def _chunks(source: Any) -> Iterator[bytes]:
+    """The bytes of a stdin stream, as it gives them (none empty)."""
+    read = getattr(source, "read", None)
+    if callable(read):
+        while True:
+            data = read(STDIN_CHUNK)
+            if data is None:  # a non-blocking file with nothing yet
+                continue
+            if not data:
+                return
+            yield data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        return
+    for data in source:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        elif not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"stdin gave a {type(data).__name__}, not bytes or str")
+        if data:
+            yield bytes(data)
+
+
+class _StdinPump:
+    """Sends a command's stdin as I frames of at most STDIN_CHUNK bytes, then
+    an empty one (EOF), from its own thread, while the answer is read."""
+
+    def __init__(self, body: FramedBody, source: Any, on_fail: Callable[[], None]) -> None:
+        self._body = body
+        self._source = source
+        self._on_fail = on_fail
+        self.error: Optional[ShardError] = None
+        self.closed_stdin = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="useshards-stdin", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        body = self._body
+        chunks = iter([self._source]) if isinstance(self._source, bytes) else _chunks(self._source)
+        try:
+            while True:
+                try:
+                    data = next(chunks, None)
+                except Exception as e:  # reading the caller's source failed
+                    if not body.ended:
+                        self.error = ShardError("stdin_failed", f"reading the command's stdin: {e}")
+                        self._on_fail()
+                    return
+                if data is None:
+                    break
+                view = memoryview(data)
+                for off in range(0, len(view), STDIN_CHUNK):
+                    if not body.send(b"I", view[off : off + STDIN_CHUNK]):  # type: ignore[arg-type]
+                        return
+            if body.send(b"I", b""):
+                self.closed_stdin.set()
+        except OSError:
+            return  # the connection is gone: the reader says so
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
 
 def _argv(argv: Argv) -> List[str]:
@@ -98,30 +180,127 @@ class ExecStream(Iterator[Chunk]):
     ...         print(chunk.stream, chunk.text, end="")
     ... print(s.result.exit_code)
 
+    The output comes as the binary exec stream (docs/exec-stream.md), or
+    NDJSON from an older server. When stdin was given as a stream, it is
+    sent from a thread while the output is read, and :meth:`send_signal`
+    (:meth:`terminate`, :meth:`kill`) can signal the command.
+
     Raises :class:`ShardError` while iterating if the server loses the
-    sandbox (``sandbox_unreachable``) or the stream breaks (``unreachable``,
-    ``stream_ended``).
+    sandbox (``sandbox_unreachable``), the stream breaks (``unreachable``,
+    ``stream_ended``) or reading the stdin given failed (``stdin_failed``).
     """
 
     pid: Optional[int]
     """The command's pid inside the sandbox, once the server said it started."""
 
-    def __init__(self, response: Response) -> None:
+    def __init__(self, response: Response, body: Optional[FramedBody] = None, stdin: Any = None) -> None:
         self._resp = response
         self._result: Optional[ExitStatus] = None
         self._closed = False
+        self._binary = response.content_type == STREAM_TYPE
+        self._body = body
+        self._pump: Optional[_StdinPump] = None
         self.pid = None
+        if body is not None and stdin is not None:
+            self._pump = _StdinPump(body, stdin, self._stdin_failed)
+
+    def _stdin_failed(self) -> None:
+        if self._body is not None:
+            self._body.abandon()
+        self._resp.shutdown()  # the reader wakes, closes and raises the pump's error
 
     def __iter__(self) -> "ExecStream":
         return self
 
     def __next__(self) -> Chunk:
+        try:
+            return self._next_frame() if self._binary else self._next_line()
+        except ShardError as e:
+            if self._pump is not None and self._pump.error is not None and e.code in ("unreachable", "stream_ended"):
+                raise self._pump.error from None
+            raise
+
+    def _ended(self) -> None:
+        """The command's end was read: gives the connection back when the
+        request body could be ended cleanly too."""
+        self._closed = True
+        body = self._body
+        if body is None:
+            self._resp.release()
+            return
+        # A body whose stdin is still being sent (the command ended before
+        # reading it all) cannot be ended here: the connection goes.
+        if self._pump is not None and not self._pump.closed_stdin.is_set():
+            body.abandon()
+            self._resp.close()
+        elif body.finish(timeout=1.0):
+            self._resp.release()
+        else:
+            self._resp.close()
+
+    def _fail(self, err: ShardError) -> ShardError:
+        self.close()
+        return err
+
+    def _next_frame(self) -> Chunk:
+        while not self._closed:
+            head = self._resp.read(5)
+            if len(head) < 5:
+                raise self._fail(ShardError("stream_ended", "the exec stream ended before the command did", 502))
+            typ = head[0:1]
+            n = int.from_bytes(head[1:5], "big")
+            if n > MAX_FRAME:
+                raise self._fail(ShardError("bad_response", f"exec stream: a frame of {n} bytes, more than the {MAX_FRAME} allowed", 502))
+            payload = self._resp.read(n) if n else b""
+            if len(payload) < n:
+                raise self._fail(ShardError("stream_ended", "the exec stream ended inside a frame, before the command did", 502))
+            if typ == b"O" or typ == b"E":
+                if payload:
+                    return Chunk(stream="stdout" if typ == b"O" else "stderr", data=payload)
+            elif typ == b"S":
+                pid = as_object(self._json(payload, "started") or {})
+                p = pid.get("pid") if pid is not None else None
+                self.pid = p if isinstance(p, int) else None
+            elif typ == b"X":
+                self._result = self._exit(as_object(self._json(payload, "exit")) or {})
+                self._ended()
+            elif typ == b"F":
+                e = as_object(self._json(payload, "failure")) or {}
+                code = e.get("code")
+                msg = e.get("message")
+                raise self._fail(
+                    ShardError(
+                        code if isinstance(code, str) and code else "sandbox_unreachable",
+                        msg if isinstance(msg, str) and msg else "the connection to the sandbox was lost",
+                        502,
+                    )
+                )
+            # Other types are newer than this SDK: skip them.
+        raise StopIteration
+
+    def _json(self, payload: bytes, what: str) -> Any:
+        try:
+            return json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._fail(ShardError("bad_response", f"exec stream: the {what} frame is not JSON: {e}", 502)) from None
+
+    @staticmethod
+    def _exit(ev: JSONObject) -> ExitStatus:
+        code = ev.get("exit_code", 0)
+        sig = ev.get("signal")
+        return ExitStatus(
+            exit_code=code if isinstance(code, int) else -1,
+            signal=sig if isinstance(sig, int) and sig else None,
+            timed_out=bool(ev.get("timed_out")),
+            oom_killed=bool(ev.get("oom_killed")),
+            error=str(ev.get("error") or ""),
+        )
+
+    def _next_line(self) -> Chunk:
         while not self._closed:
             line = self._resp.readline()
             if not line:
-                self._closed = True
-                self._resp.close()
-                raise ShardError("stream_ended", "the exec stream ended before the command did", 502)
+                raise self._fail(ShardError("stream_ended", "the exec stream ended before the command did", 502))
             line = line.strip()
             if not line:
                 continue
@@ -142,22 +321,52 @@ class ExecStream(Iterator[Chunk]):
                 self.pid = pid if isinstance(pid, int) else None
             elif kind == "exit":
                 code = ev.get("exit_code")
-                sig = ev.get("signal")
-                self._result = ExitStatus(
-                    exit_code=code if isinstance(code, int) else -1,
-                    signal=sig if isinstance(sig, int) and sig else None,
-                    timed_out=bool(ev.get("timed_out")),
-                    oom_killed=bool(ev.get("oom_killed")),
-                    error=str(ev.get("error") or ""),
-                )
-                self._closed = True
-                self._resp.release()
+                self._result = self._exit(dict(ev, exit_code=code if isinstance(code, int) else -1))
+                self._ended()
             elif kind == "error":
                 msg = self._data(ev).decode("utf-8", errors="replace") or "the connection to the sandbox was lost"
                 self.close()
                 raise ShardError("sandbox_unreachable", msg, 502)
             # Other types are newer than this SDK: skip them.
         raise StopIteration
+
+    def send_signal(self, sig: Union[int, str] = 15, timeout: Optional[float] = 30.0) -> bool:
+        """Sends signal ``sig`` (a number, or a name like ``"SIGINT"``) to the
+        command's process group, as a K frame of the request body. Only for
+        a command whose stdin was given as a stream (``stdin=[]`` for none).
+        The signal goes behind the stdin already sent: it waits up to
+        ``timeout`` seconds for the body (a command that does not read its
+        stdin holds it up; then ShardError ``stdin_blocked``). Returns False
+        when the command has ended."""
+        if isinstance(sig, str):
+            name = sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()
+            if name not in _SIGNALS:
+                raise ValueError(f"unknown signal {sig!r}: give its number")
+            sig = _SIGNALS[name]
+        if not isinstance(sig, int) or not 0 < sig <= 64:
+            raise ValueError(f"{sig!r} is not a signal number")
+        if self._body is None:
+            raise ShardError(
+                "invalid_argument",
+                "signals travel in the exec's framed request body: start the command with stdin as a stream (a file or an iterable; [] for none)",
+            )
+        if self._closed:
+            return False
+        try:
+            sent = self._body.send(b"K", json.dumps({"signal": sig}).encode(), timeout=timeout)
+        except OSError:
+            return False
+        if not sent and not self._body.ended:
+            raise ShardError("stdin_blocked", f"signal {sig} not sent in {timeout} s: the command is not reading the stdin sent before it")
+        return sent
+
+    def terminate(self) -> bool:
+        """Sends SIGTERM (see :meth:`send_signal`)."""
+        return self.send_signal(15)
+
+    def kill(self) -> bool:
+        """Sends SIGKILL (see :meth:`send_signal`)."""
+        return self.send_signal(9)
 
     def _data(self, ev: JSONObject) -> bytes:
         d = ev.get("data")
@@ -196,6 +405,8 @@ class ExecStream(Iterator[Chunk]):
         command itself keeps running in the sandbox."""
         if not self._closed:
             self._closed = True
+            if self._body is not None:
+                self._body.abandon()
             self._resp.close()
 
     def __enter__(self) -> "ExecStream":
@@ -325,7 +536,7 @@ class Sandbox:
         workdir: Optional[str] = None,
         user: Optional[str] = None,
         timeout: Optional[float] = None,
-        stdin: Union[str, bytes, None] = None,
+        stdin: Stdin = None,
         tty: bool = False,
     ) -> ExecResult:
         """Runs a command and waits for it; returns its exit status and output.
@@ -334,9 +545,10 @@ class Sandbox:
         string, which runs as ``sh -c STRING``. ``env`` adds variables for
         this command; ``workdir`` (absolute) and ``user`` (name, uid,
         name:group) say where and as whom; ``timeout`` (seconds) kills it
-        with SIGKILL after that long; ``stdin`` is all of its input (then
-        EOF; at most about 1 MiB); ``tty`` runs it in a terminal (all output
-        is then stdout).
+        with SIGKILL after that long; ``stdin`` is its input (then EOF): all
+        of it as bytes or str (any size), or a stream, sent as the command
+        reads it: a file-like object with ``read()`` or an iterable of bytes;
+        ``tty`` runs it in a terminal (all output is then stdout).
 
         A non-zero exit is not an exception: check ``exit_code``. Errors
         before the command starts (not running, command not found, ...)
@@ -366,14 +578,17 @@ class Sandbox:
         workdir: Optional[str] = None,
         user: Optional[str] = None,
         timeout: Optional[float] = None,
-        stdin: Union[str, bytes, None] = None,
+        stdin: Stdin = None,
         tty: bool = False,
     ) -> ExecStream:
         """Starts a command and returns its output as an :class:`ExecStream`
         of chunks, yielded as they arrive; the arguments are :meth:`exec`'s.
 
         The request is sent (and errors before the start raised) here, not
-        at the first iteration.
+        at the first iteration. Stdin given as a stream (or more than 256
+        KiB of bytes) goes in a framed request body, from a thread, while
+        the output is read; then the stream's :meth:`ExecStream.send_signal`
+        works too (``stdin=[]``: no stdin, and signals).
         """
         payload: Dict[str, Any] = {"argv": _argv(argv)}
         e = _env(env)
@@ -387,12 +602,26 @@ class Sandbox:
             if timeout <= 0:
                 raise ValueError("timeout must be positive")
             payload["timeout"] = timeout
-        if stdin is not None:
+        source: Any = None
+        if isinstance(stdin, (str, bytes, bytearray, memoryview)):
             raw = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
-            payload["stdin"] = base64.b64encode(raw).decode("ascii")
+            if len(raw) <= INLINE_STDIN_MAX:
+                payload["stdin"] = base64.b64encode(raw).decode("ascii")
+            else:
+                source = raw
+        elif stdin is not None:
+            if not callable(getattr(stdin, "read", None)) and not hasattr(stdin, "__iter__"):
+                raise TypeError("stdin must be bytes, str, a file-like object with read(), or an iterable of bytes")
+            source = stdin
         if tty:
             payload["tty"] = True
-        return ExecStream(self._shard._t.stream("POST", f"/sandboxes/{esc(self.id)}/exec", payload))
+        path = f"/sandboxes/{esc(self.id)}/exec"
+        t = self._shard._t
+        if source is None:
+            return ExecStream(t.stream("POST", path, payload, accept=STREAM_TYPE))
+        first = _frame(b"Q", json.dumps(payload, separators=(",", ":")).encode("utf-8"))
+        resp, body = t.stream_framed("POST", path, first)
+        return ExecStream(resp, body, source)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -14,7 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from ._errors import ShardError, unreachable
 
-__all__ = ["Transport", "Response", "DEFAULT_SOCKET", "PROJECT_HEADER", "esc"]
+__all__ = ["Transport", "Response", "FramedBody", "DEFAULT_SOCKET", "PROJECT_HEADER", "STREAM_TYPE", "esc"]
 
 DEFAULT_SOCKET = "/run/shard/shard.sock"
 """Where ``shard serve`` listens by default: the administrator's way in."""
@@ -23,6 +23,9 @@ USER_AGENT = "useshards-python"
 
 PROJECT_HEADER = "Shard-Project"
 """The header that names the project a request acts in."""
+
+STREAM_TYPE = "application/vnd.shard.stream"
+"""The binary exec stream's media type (docs/exec-stream.md), both ways."""
 
 _Conn = http.client.HTTPConnection
 
@@ -64,10 +67,34 @@ class Response:
         self.raw = resp
         self.status = resp.status
 
+    @property
+    def content_type(self) -> str:
+        """The answer's media type, lower case, without parameters."""
+        return (self.raw.getheader("Content-Type") or "").split(";")[0].strip().lower()
+
     def readline(self) -> bytes:
         """One line of the body, with its newline; b"" at the end."""
         try:
             return self.raw.readline()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise unreachable(self._transport.where, e) from None
+
+    def read(self, n: int) -> bytes:
+        """n bytes of the body, fewer only at its end."""
+        try:
+            data = self.raw.read(n)
+            if len(data) == n or not data:
+                return data
+            parts = [data]
+            got = len(data)
+            while got < n:
+                more = self.raw.read(n - got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            return b"".join(parts)
         except (OSError, http.client.HTTPException) as e:
             self.close()
             raise unreachable(self._transport.where, e) from None
@@ -85,11 +112,89 @@ class Response:
             return
         self._transport._put(conn, self.raw)
 
+    def shutdown(self) -> None:
+        """Shuts the connection's socket down, from any thread: a read or a
+        send blocked on it returns (the reader then closes the stream)."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         """Drops the connection (for a stream left before its end)."""
         conn, self._conn = self._conn, None
         if conn is not None:
+            sock = conn.sock
+            if sock is not None:
+                try:  # wakes a thread blocked sending the request body
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             conn.close()
+
+
+class FramedBody:
+    """The open body of a request sent with ``Content-Type:
+    application/vnd.shard.stream`` and ``Transfer-Encoding: chunked``: each
+    frame goes as one chunk, from any thread, while the answer is read."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self.ended = False  # guarded by _lock: the final chunk was sent (or the body was given up)
+
+    def send(self, typ: bytes, payload: bytes, timeout: Optional[float] = None) -> bool:
+        """Sends one frame; False if the body has ended or could not take it
+        within timeout (None: waits). Raises OSError if the connection broke."""
+        frame = typ + len(payload).to_bytes(4, "big")
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
+            if self.ended:
+                return False
+            sock = self._conn.sock
+            if sock is None:
+                self.ended = True
+                return False
+            n = 5 + len(payload)
+            if n <= 65536:
+                sock.sendall(b"%x\r\n%s%s\r\n" % (n, frame, payload))
+            else:  # no copy of a big payload
+                sock.sendall(b"%x\r\n%s" % (n, frame))
+                sock.sendall(payload)
+                sock.sendall(b"\r\n")
+            return True
+        except OSError:
+            self.ended = True
+            raise
+        finally:
+            self._lock.release()
+
+    def finish(self, timeout: float) -> bool:
+        """Sends the final chunk, unless a frame is still being sent after
+        timeout seconds; says whether the body ended cleanly."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
+            if self.ended:
+                return False
+            self.ended = True
+            sock = self._conn.sock
+            if sock is None:
+                return False
+            sock.sendall(b"0\r\n\r\n")
+            return True
+        except OSError:
+            return False
+        finally:
+            self._lock.release()
+
+    def abandon(self) -> None:
+        """Marks the body given up (its connection is being closed)."""
+        self.ended = True
 
 
 class Transport:
@@ -192,10 +297,10 @@ class Transport:
 
     # -- requests ------------------------------------------------------------
 
-    def _headers(self, has_body: bool, accept: str) -> Dict[str, str]:
+    def _headers(self, has_body: bool, accept: str, content_type: str = "application/json") -> Dict[str, str]:
         h = {"User-Agent": USER_AGENT, "Accept": accept}
         if has_body:
-            h["Content-Type"] = "application/json"
+            h["Content-Type"] = content_type
         if self._api_key:
             h["Authorization"] = "Bearer " + self._api_key
         if self._project:
@@ -255,11 +360,60 @@ class Transport:
                 raise ShardError("bad_response", f"the server's answer to {method} {path} is not JSON: {e}", resp.status) from None
         return (resp.status, out) if want_status else out
 
-    def stream(self, method: str, path: str, payload: Any) -> Response:
-        """Sends a JSON request whose answer is a stream (NDJSON); no read
-        timeout applies. A non-2xx answer raises :class:`ShardError`."""
+    def stream(self, method: str, path: str, payload: Any, accept: str = "application/x-ndjson") -> Response:
+        """Sends a JSON request whose answer is a stream (NDJSON, or the
+        binary exec stream); no read timeout applies. A non-2xx answer
+        raises :class:`ShardError`."""
         body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-        conn, resp = self._send(method, path, body, "application/x-ndjson", None)
+        conn, resp = self._send(method, path, body, accept, None)
+        return self._streamed(conn, resp)
+
+    def stream_framed(self, method: str, path: str, first: bytes, accept: str = STREAM_TYPE) -> Tuple[Response, FramedBody]:
+        """Sends a request whose body is frames (``Content-Type:
+        application/vnd.shard.stream``, chunked): its head and ``first`` (the
+        Q frame) now, the rest through the returned :class:`FramedBody`,
+        from another thread while the answer's body is read (full duplex).
+        Waits for the answer's head; a non-2xx answer raises
+        :class:`ShardError` (and the connection, its body unfinished, is
+        dropped)."""
+        headers = self._headers(True, accept, STREAM_TYPE)
+        headers["Transfer-Encoding"] = "chunked"
+        url = "/v0" + path
+        for attempt in (0, 1):
+            conn, reused = self._get()
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                assert conn.sock is not None
+                conn.sock.settimeout(None)
+                conn.putrequest(method, url, skip_accept_encoding=True)
+                for k, v in headers.items():
+                    conn.putheader(k, v)
+                conn.endheaders()
+                conn.send(b"%x\r\n%s\r\n" % (len(first), first))
+                resp = conn.getresponse()
+                break
+            except _STALE as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise unreachable(self.where, e) from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise unreachable(self.where, e) from None
+            except BaseException:
+                conn.close()
+                raise
+        if resp.status >= 300:
+            try:
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                data = b""
+            conn.close()
+            raise ShardError.from_response(resp.status, resp.reason, data)
+        return Response(self, conn, resp), FramedBody(conn)
+
+    def _streamed(self, conn: _Conn, resp: http.client.HTTPResponse) -> Response:
         if resp.status >= 300:
             try:
                 data = resp.read()
