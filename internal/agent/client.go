@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Client talks to one sandbox's agent from the host.
@@ -118,20 +115,6 @@ type Session struct {
 	stopped bool       // Close: Stdin gives up
 
 	received atomic.Int64 // stdout and stderr bytes received
-
-	// With direct IO (CapDirectIO): output is read from the FIFOs and
-	// merged with the connection's frames into merged.
-	io       *HostIO
-	merged   chan hostFrame
-	quit     chan struct{} // closed by Close: the merging goroutines give up
-	quitOnce sync.Once
-	ioOnce   sync.Once
-}
-
-type hostFrame struct {
-	typ byte
-	p   []byte
-	err error
 }
 
 // stdinChunk is the most stdin one frame carries to an agent that grants
@@ -148,28 +131,11 @@ const creditChunk = 256 << 10
 var ErrSessionClosed = errors.New("agent: the exec session is closed")
 
 // Exec starts a command. It returns once the command started, or an
-// *ErrStart if it could not. With hio (made by MakeHostIO; nil: none) the
-// command's stdio are those FIFOs when the agent can; the session owns hio
-// either way.
-func (c *Client) Exec(ctx context.Context, req Request, hio *HostIO) (*Session, error) {
-	if hio != nil && req.TTY {
-		hio.Close() // a terminal is the agent's to give
-		hio = nil
-	}
+// *ErrStart if it could not.
+func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
-		if hio != nil {
-			hio.Close()
-		}
 		return nil, err
-	}
-	if hio != nil {
-		req.IO = hio.Paths()
-		defer func() {
-			if hio != nil {
-				hio.Close()
-			}
-		}()
 	}
 	req.Op = OpExec
 	if err := c.send(conn, req); err != nil {
@@ -193,22 +159,10 @@ func (c *Client) Exec(ctx context.Context, req Request, hio *HostIO) (*Session, 
 	case FrameStarted:
 		var st Started
 		json.Unmarshal(p, &st)
-		s := &Session{conn: conn, PID: st.PID, Caps: st.Caps, quit: make(chan struct{})}
+		s := &Session{conn: conn, PID: st.PID, Caps: st.Caps}
 		s.scond = sync.NewCond(&s.smu)
 		if s.Has(CapStdinCredit) && st.StdinWindow > 0 {
 			s.credit, s.window = true, st.StdinWindow
-		}
-		if hio != nil && s.Has(CapDirectIO) {
-			if err := hio.started(); err != nil {
-				// The sandbox took its FIFOs away (it may: they are in
-				// its root). Its command runs on, its output drained
-				// inside; this exec has nothing to show for it.
-				s.write(FrameDetach, nil)
-				s.Close()
-				return nil, fmt.Errorf("agent: the exec's FIFOs: %w", err)
-			}
-			s.io, hio = hio, nil
-			s.startMerge()
 		}
 		return s, nil
 	case FrameError:
@@ -229,18 +183,6 @@ func (s *Session) Has(c string) bool { return slices.Contains(s.Caps, c) }
 // Stdin credit is taken here, never returned: a session's stdin moves only
 // while someone receives.
 func (s *Session) Recv() (byte, []byte, error) {
-	if s.io != nil {
-		select {
-		case f := <-s.merged:
-			return f.typ, f.p, f.err
-		case <-s.quit:
-			return 0, nil, ErrSessionClosed
-		}
-	}
-	return s.recvConn()
-}
-
-func (s *Session) recvConn() (byte, []byte, error) {
 	for {
 		typ, p, err := ReadFrame(s.conn)
 		if err != nil {
@@ -281,16 +223,6 @@ func (s *Session) Stdin(p []byte) error {
 	if len(p) == 0 {
 		return s.CloseStdin()
 	}
-	if s.io != nil {
-		if s.io.in == nil {
-			return nil // the command has no stdin: dropped, as the agent does
-		}
-		_, err := s.io.in.Write(p)
-		if errors.Is(err, os.ErrClosed) {
-			return ErrSessionClosed
-		}
-		return err
-	}
 	for len(p) > 0 {
 		n := min(len(p), stdinChunk)
 		if s.credit {
@@ -318,15 +250,7 @@ func (s *Session) Stdin(p []byte) error {
 }
 
 // CloseStdin closes the command's stdin.
-func (s *Session) CloseStdin() error {
-	if s.io != nil {
-		if s.io.in != nil {
-			s.io.in.Close()
-		}
-		return nil
-	}
-	return s.write(FrameStdin, nil)
-}
+func (s *Session) CloseStdin() error { return s.write(FrameStdin, nil) }
 
 // Resize changes the TTY size.
 func (s *Session) Resize(rows, cols uint16) error {
@@ -345,11 +269,6 @@ func (s *Session) Signal(sig int) error {
 // It reports false when the agent cannot (an older one): its output keeps
 // coming, for the caller to drop. Stdin, signals and the exit are as before.
 func (s *Session) Detach() bool {
-	if s.io != nil {
-		// The host stops reading; the agent, told so, drains what the
-		// command still writes.
-		s.closeIO()
-	}
 	if !s.Has(CapDetach) {
 		return false
 	}
@@ -362,121 +281,9 @@ func (s *Session) Detach() bool {
 
 // Close drops the connection. The command keeps running.
 func (s *Session) Close() error {
-	s.quitOnce.Do(func() { close(s.quit) })
-	if s.io != nil {
-		s.closeIO()
-	}
 	s.smu.Lock()
 	s.stopped = true
 	s.scond.Broadcast()
 	s.smu.Unlock()
 	return s.conn.Close()
-}
-
-// closeIO lets go of the FIFOs: the host's ends closed and the FIFOs
-// removed (the agent drains them for a command that still writes).
-func (s *Session) closeIO() { s.ioOnce.Do(s.io.Close) }
-
-// coalesce is how long a FIFO reader lets flowing output gather before it
-// reads again: a command writing 4 KiB at a time otherwise makes a frame
-// (and a flush to the client) per write.
-const coalesce = 2 * time.Millisecond
-
-// readMore reads into buf, waiting for the first bytes, then takes what
-// else is there without waiting.
-func readMore(f *os.File, buf []byte) (int, error) {
-	n, err := f.Read(buf)
-	if err != nil || n == len(buf) {
-		return n, err
-	}
-	rc, rerr := f.SyscallConn()
-	if rerr != nil {
-		return n, nil
-	}
-	rc.Read(func(fd uintptr) bool {
-		for n < len(buf) {
-			m, e := unix.Read(int(fd), buf[n:])
-			if m <= 0 || e != nil {
-				break
-			}
-			n += m
-		}
-		return true // never wait here
-	})
-	return n, nil
-}
-
-// startMerge reads the output FIFOs and the connection into merged. The
-// exit frame is handed on only after the output that came before it: once
-// the agent says the command ended, the FIFOs are read until every writer
-// is gone, or for as long as output keeps coming (see tailQuiet).
-func (s *Session) startMerge() {
-	s.merged = make(chan hostFrame)
-	exited := make(chan struct{})
-	var wg sync.WaitGroup
-	send := func(f hostFrame) bool {
-		select {
-		case s.merged <- f:
-			return true
-		case <-s.quit:
-			return false
-		}
-	}
-	for i, f := range s.io.out {
-		typ := FrameStdout
-		if i == 1 {
-			typ = FrameStderr
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var tail time.Duration
-			buf := make([]byte, 256<<10)
-			for n := 0; ; {
-				if n > 0 {
-					// Output is flowing: let it gather (the FIFO holds
-					// 1 MiB) so it goes on in fewer, larger frames. The
-					// first bytes after a quiet spell go at once.
-					time.Sleep(coalesce)
-				}
-				t0 := time.Now()
-				var err error
-				n, err = readMore(f, buf)
-				ended := false
-				select {
-				case <-exited:
-					ended = true
-					tail += time.Since(t0)
-				default:
-				}
-				if n > 0 {
-					s.received.Add(int64(n))
-					if !send(hostFrame{typ: typ, p: append([]byte(nil), buf[:n]...)}) {
-						return
-					}
-				}
-				if err != nil || tail >= tailMost {
-					return // EOF: every writer is gone; or the host let go, or a background child talks on
-				}
-				if ended {
-					f.SetReadDeadline(time.Now().Add(tailQuiet))
-				}
-			}
-		}()
-	}
-	go func() {
-		for {
-			typ, p, err := s.recvConn()
-			if err == nil && typ == FrameExit {
-				close(exited)
-				for _, f := range s.io.out {
-					f.SetReadDeadline(time.Now().Add(tailQuiet))
-				}
-				wg.Wait()
-			}
-			if !send(hostFrame{typ, p, err}) || err != nil || typ == FrameExit {
-				return
-			}
-		}
-	}()
 }

@@ -105,10 +105,6 @@ type Request struct {
 	Cols      uint16   `json:"cols,omitempty"`
 	Stdin     bool     `json:"stdin,omitempty"`      // the client will send stdin frames; otherwise stdin is empty
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: no timeout
-	// IO: the command's stdio are these FIFOs (see fifo.go), if the agent
-	// can open them (then Started.Caps has CapDirectIO); otherwise pipes
-	// to the agent, as without it. An older agent ignores it.
-	IO *DirectIO `json:"io,omitempty"`
 
 	// grant_file and ungrant_file
 	Path    string   `json:"path,omitempty"`

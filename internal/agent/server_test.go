@@ -93,7 +93,7 @@ func startExec(t *testing.T, c *Client, req Request) *Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := c.Exec(ctx, req, nil)
+	s, err := c.Exec(ctx, req)
 	if err != nil {
 		t.Fatalf("Exec(%q) error = %v, want nil", req.Argv, err)
 	}
@@ -463,7 +463,7 @@ func TestExecStartErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			s, err := c.Exec(ctx, tt.req, nil)
+			s, err := c.Exec(ctx, tt.req)
 			if err == nil {
 				s.Close()
 				t.Fatalf("Exec(%+v) = started pid %d, want an *ErrStart", tt.req, s.PID)
@@ -487,7 +487,7 @@ func TestBadToken(t *testing.T) {
 	for _, tok := range []string{"", "wrong", testToken + testToken, testToken + " "} {
 		c := &Client{Addr: good.Addr, Token: tok}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		s, err := c.Exec(ctx, Request{Argv: []string{"true"}}, nil)
+		s, err := c.Exec(ctx, Request{Argv: []string{"true"}})
 		if err == nil {
 			s.Close()
 			t.Errorf("Exec with token %q = started, want an error", tok)
@@ -579,7 +579,7 @@ func TestExecConcurrent(t *testing.T) {
 			for i := range each {
 				code := (w*each + i) % 100
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				s, err := c.Exec(ctx, Request{Argv: sh(fmt.Sprintf("echo %d; exit %d", code, code))}, nil)
+				s, err := c.Exec(ctx, Request{Argv: sh(fmt.Sprintf("echo %d; exit %d", code, code))})
 				cancel()
 				if err != nil {
 					errs <- fmt.Sprintf("Exec(exit %d) = %v", code, err)

@@ -174,7 +174,7 @@ func TestSessionWithOldAgent(t *testing.T) {
 	c, seen := oldAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := c.Exec(ctx, Request{Argv: []string{"cat"}, Stdin: true}, nil)
+	s, err := c.Exec(ctx, Request{Argv: []string{"cat"}, Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -124,7 +123,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || leaving(cur.State) {
 		e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 	}
-	sess, err := s.agentFor(sb).Exec(dctx, req, s.hostIO(sb, req))
+	sess, err := s.agentFor(sb).Exec(dctx, req)
 	cancel()
 	if err == nil {
 		e.connMu.Lock()
@@ -386,19 +385,4 @@ func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Reque
 			return ex.Code, nil
 		}
 	}
-}
-
-// hostIO makes an exec's stdio FIFOs in the sandbox's root (see
-// agent.HostIO), or returns nil: a terminal, or FIFOs that cannot be made
-// (an older agent, a full disk), get the agent's pipes.
-func (s *Service) hostIO(sb *store.Sandbox, req agent.Request) *agent.HostIO {
-	if req.TTY {
-		return nil
-	}
-	h, err := agent.MakeHostIO(filepath.Join(s.runDir(sb.ID), "rootfs"), req.Stdin)
-	if err != nil {
-		s.cfg.Log.Debug("exec: no FIFOs, output through the agent", "sandbox", sb.ID, "err", err)
-		return nil
-	}
-	return h
 }

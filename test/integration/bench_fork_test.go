@@ -166,7 +166,7 @@ func benchFork(b *testing.B, mib int) {
 		}
 		ac := &agent.Client{Addr: "10.99.0.2:4951", Token: token}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		sess, err := ac.Exec(rctx, agent.Request{Argv: []string{"true"}}, nil)
+		sess, err := ac.Exec(rctx, agent.Request{Argv: []string{"true"}})
 		if err != nil {
 			b.Fatalf("exec in the raw restore: %v", err)
 		}

@@ -109,7 +109,7 @@ func agentExec(b *testing.B, token, addr string) {
 	ac := &agent.Client{Addr: addr, Token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sess, err := ac.Exec(ctx, agent.Request{Argv: []string{"true"}}, nil)
+	sess, err := ac.Exec(ctx, agent.Request{Argv: []string{"true"}})
 	if err != nil {
 		b.Fatalf("exec through the agent at %s: %v", addr, err)
 	}

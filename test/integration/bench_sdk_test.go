@@ -124,7 +124,7 @@ func BenchmarkSDKStream(b *testing.B) {
 	sb := create(b, client.CreateRequest{Image: busybox, Memory: jsonRaw("512MiB"), Provider: "gvisor"})
 	env := append(os.Environ(), "SHARD_REMOTE=http://"+e.tcp, "SHARD_API_KEY="+tc.Key, "SHARD_BENCH_SANDBOX="+sb.ID)
 	n := strconv.Itoa(streamBytes)
-	runsc := fmt.Sprintf("runsc --root %s --platform systrap --network sandbox --overlay2 none --host-fifo open exec %s",
+	runsc := fmt.Sprintf("runsc --root %s --platform systrap --network sandbox --overlay2 none exec %s",
 		filepath.Join(e.runDir, "runsc"), sb.ID)
 	cli := fmt.Sprintf("%s --socket %s exec %s", e.bin, e.socket, sb.ID)
 	// Each shell pipeline prints wc's count, which must be the bytes sent.

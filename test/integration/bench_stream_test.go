@@ -54,7 +54,7 @@ func BenchmarkExecThroughput(b *testing.B) {
 				return exec.Command("runc", append([]string{"--root", filepath.Join(e.runDir, "runc"), "exec", sb.ID}, argv...)...)
 			}
 			return exec.Command("runsc", append([]string{"--root", filepath.Join(e.runDir, "runsc"), "--platform", "systrap",
-				"--network", "sandbox", "--overlay2", "none", "--host-fifo", "open", "exec", sb.ID}, argv...)...)
+				"--network", "sandbox", "--overlay2", "none", "exec", sb.ID}, argv...)...)
 		}
 		cli := func(argv ...string) *exec.Cmd {
 			return exec.Command(e.bin, append([]string{"--socket", e.socket, "exec", sb.ID}, argv...)...)

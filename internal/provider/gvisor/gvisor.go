@@ -53,12 +53,7 @@ func New(opts Options) *Provider {
 			opts.Runsc = "runsc"
 		}
 	}
-	// --host-fifo=open: a FIFO on the sandbox's root filesystem is a host
-	// FIFO, written with one host syscall. Each exec's stdio is one
-	// (agent.HostIO): a pipe inside the Sentry costs several times more.
-	// The root is the sandbox's own overlay, so a FIFO there is never
-	// shared with another sandbox.
-	global := []string{"--root", opts.Root, "--platform", opts.Platform, "--network", "sandbox", "--overlay2", "none", "--host-fifo", "open"}
+	global := []string{"--root", opts.Root, "--platform", opts.Platform, "--network", "sandbox", "--overlay2", "none"}
 	if opts.DebugLog != "" {
 		global = append(global, "--debug", "--debug-log", opts.DebugLog)
 	}
