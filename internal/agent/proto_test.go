@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -166,5 +168,34 @@ func TestWriteFrameSingleWrite(t *testing.T) {
 		if w.writes != 1 {
 			t.Errorf("WriteFrame(%q) made %d writes, want 1", p, w.writes)
 		}
+	}
+}
+
+// waitTail ends when the output is drained, and otherwise only after the
+// pumps spent tailQuiet not held up by the client: a slow client holds it
+// (so nothing written before the exit is cut), a quiet background child
+// does not.
+func TestWaitTail(t *testing.T) {
+	drained := make(chan struct{})
+	close(drained)
+	start := time.Now()
+	waitTail(drained, func() bool { return true })
+	if d := time.Since(start); d > tailQuiet {
+		t.Errorf("drained: waited %v", d)
+	}
+
+	var held atomic.Bool
+	held.Store(true)
+	time.AfterFunc(300*time.Millisecond, func() { held.Store(false) })
+	start = time.Now()
+	waitTail(make(chan struct{}), held.Load)
+	if d := time.Since(start); d < 300*time.Millisecond+tailQuiet {
+		t.Errorf("a client held the pumps for 300ms: waited only %v, want at least %v", d, 300*time.Millisecond+tailQuiet)
+	}
+
+	start = time.Now()
+	waitTail(make(chan struct{}), func() bool { return false })
+	if d := time.Since(start); d < tailQuiet {
+		t.Errorf("nothing held: waited %v, want %v", d, tailQuiet)
 	}
 }

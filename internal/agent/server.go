@@ -346,18 +346,21 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	}()
 
 	var wg sync.WaitGroup
+	var sending atomic.Int32 // pumps handing output on (held up by a slow client)
 	pump := func(r io.Reader, typ byte) {
 		defer wg.Done()
 		buf := make([]byte, outputChunk)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
+				sending.Add(1)
 				out.send(typ, buf[:n])
+				sending.Add(-1)
 			}
 			if err != nil {
 				return
 			}
-			if n > 0 && n < len(buf) {
+			if n > 0 && n < len(buf) && p.tty == nil {
 				// Output is flowing: let it gather in the pipe before
 				// the next read (see bigPipe). Output after a quiet
 				// spell is read at once: this read was waiting for it.
@@ -396,10 +399,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// such a child never blocks or gets SIGPIPE.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(100 * time.Millisecond):
-	}
+	waitTail(drained, func() bool { return sending.Load() > 0 })
 	p.closeTTY(drained)
 	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut}
 	if ws.Signaled() {
@@ -448,6 +448,31 @@ func bigPipe() (r, w *os.File, err error) {
 	}
 	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, pipeSize)
 	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
+}
+
+// tailQuiet bounds the wait, after a command's exit, for the output it
+// wrote before: a background child may hold the pipes open for ever.
+const tailQuiet = 100 * time.Millisecond
+
+// waitTail waits until drained closes (every writer of the output is gone
+// and all of it went out), or until the pumps have spent tailQuiet not
+// handing output on. Time a pump is held up by a slow client does not
+// count: output the command wrote before its exit is never cut for a client
+// that reads slowly (it was, at 100 ms flat, with exit 0 and no error).
+func waitTail(drained <-chan struct{}, sending func() bool) {
+	const tick = 10 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for quiet := time.Duration(0); quiet < tailQuiet; {
+		select {
+		case <-drained:
+			return
+		case <-t.C:
+			if !sending() {
+				quiet += tick
+			}
+		}
+	}
 }
 
 // stdinWindow is the stdin a client may send ahead of the command reading
@@ -646,9 +671,11 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		if err != nil {
 			return nil, startErr("internal", "open a tty: %v", err)
 		}
-		if req.Rows > 0 && req.Cols > 0 {
-			pty.Setsize(master, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
+		rows, cols := req.Rows, req.Cols
+		if rows == 0 || cols == 0 {
+			rows, cols = 24, 80 // a terminal of no size breaks programs that ask
 		}
+		pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
 		attr.Files = []*os.File{slave, slave, slave}
 		attr.Sys.Setsid = true
 		attr.Sys.Setctty = true

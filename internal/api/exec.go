@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -75,12 +76,25 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	// sandbox drops its output; the ledger still gets its end.
 	defer sess.Close()
 	rc := http.NewResponseController(w)
+	var body *framedBody
 	switch {
 	case framed:
 		// The body is read while the response is written: stdin, signals
 		// and resizes come as the command runs.
 		rc.EnableFullDuplex()
-		go s.pumpFramedBody(r, sess)
+		body = &framedBody{done: make(chan struct{})}
+		go body.pump(r, sess)
+		// The body is never read once the handler returned (net/http
+		// forbids it): a body still open at the command's end is cut, and
+		// its connection closes.
+		defer func() {
+			select {
+			case <-body.done:
+			default:
+				rc.SetReadDeadline(time.Now())
+				<-body.done
+			}
+		}()
 	case ar.Stdin:
 		go func() {
 			// Only as fast as the command reads it (see agent.Session.Stdin).
@@ -100,6 +114,14 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if framed {
+		// A full-duplex body may end after the response does, or never:
+		// the connection serves no other request. (Kept alive, net/http
+		// read the rest of such a body for the next request's sake while
+		// a read of its own was pending: a panic in its connection loop,
+		// or a plain-text 400 to the next request.)
+		w.Header().Set("Connection", "close")
+	}
 	w.WriteHeader(http.StatusOK)
 	if out.started(sess.PID) != nil {
 		return
@@ -107,7 +129,10 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	for {
 		typ, p, err := sess.Recv()
 		if err != nil {
-			if r.Context().Err() == nil {
+			switch {
+			case body != nil && body.bad.Load() != nil:
+				out.refused(body.bad.Load().Error())
+			case r.Context().Err() == nil:
 				out.lost("lost the connection to the sandbox: " + err.Error())
 			}
 			return
@@ -168,18 +193,27 @@ func parseFramedExec(r *http.Request) (agent.Request, error) {
 	return ar, nil
 }
 
-// pumpFramedBody hands a framed body's stdin, signals and resizes to the
-// command, one frame at a time: the next frame is read only once the last
-// reached the sandbox, so stdin moves as fast as the command reads it.
-func (s *Server) pumpFramedBody(r *http.Request, sess *sandbox.ExecSession) {
+// framedBody is a framed exec body's stdin, signals and resizes on their
+// way to the command.
+type framedBody struct {
+	done chan struct{}                        // closed when pump returned
+	bad  atomic.Pointer[agent.ErrFrameTooBig] // the client broke the framing: the stream ends saying so
+}
+
+// pump hands the body's frames to the command one at a time: the next frame
+// is read only once the last reached the sandbox, so stdin moves as fast as
+// the command reads it.
+func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
+	defer close(b.done)
 	defer sess.CloseStdin()
 	for {
 		typ, p, err := agent.ReadFrameMax(r.Body, maxClientFrame)
 		if err != nil {
 			var big *agent.ErrFrameTooBig
 			if errors.As(err, &big) {
-				// A broken client: its stdin is not what it meant.
-				s.Log.Warn("exec: framed body", "sandbox", r.PathValue("id"), "err", err)
+				// The client's stdin is not what it meant: the command
+				// is let go (it runs on, its end in the ledger).
+				b.bad.Store(big)
 				sess.Close()
 			}
 			return // io.EOF: the body's end closes stdin
@@ -232,6 +266,7 @@ type execWriter interface {
 	output(typ byte, p []byte) error
 	exit(ex agent.Exit) error
 	lost(msg string) error
+	refused(msg string) error // the client broke a framed body
 }
 
 // ndjsonWriter is the simple form: a JSON event a line, bytes in base64.
@@ -262,6 +297,9 @@ func (n *ndjsonWriter) exit(ex agent.Exit) error {
 	code := ex.Code
 	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
 }
+
+// refused is only for a framed body, which is always answered in frames.
+func (n *ndjsonWriter) refused(msg string) error { return n.lost(msg) }
 
 func (n *ndjsonWriter) lost(msg string) error {
 	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(msg))})
@@ -299,6 +337,10 @@ func (f *frameWriter) output(typ byte, p []byte) error {
 }
 
 func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
+
+func (f *frameWriter) refused(msg string) error {
+	return f.sendJSON(client.FrameError, Error{Code: "invalid_argument", Message: "the request body: " + msg + "; the command was let go (it runs on)"})
+}
 
 func (f *frameWriter) lost(msg string) error {
 	return f.sendJSON(client.FrameError, Error{Code: "sandbox_unreachable", Message: msg})

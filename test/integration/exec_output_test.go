@@ -1,11 +1,18 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,4 +152,126 @@ func TestExecOutputForkMidStream(t *testing.T) {
 		ps := execOK(t, fk.ID, "ps", "-o", "args")
 		return !strings.Contains(ps, "line$i")
 	})
+}
+
+// rawFramedExec sends a framed exec body over a raw HTTP/1.1 connection to
+// the server's socket (chunked, one chunk a frame), as a client that sends
+// what it likes, and returns the connection and its reader.
+func rawFramedExec(t *testing.T, id string, frames ...[]byte) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("unix", need(t).socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /v0/sandboxes/%s/exec HTTP/1.1\r\nHost: shard\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n", id, client.StreamMediaType)
+	for _, f := range frames {
+		fmt.Fprintf(c, "%x\r\n%s\r\n", len(f), f)
+	}
+	return c, bufio.NewReader(c)
+}
+
+func rawFrame(typ byte, p []byte) []byte {
+	f := make([]byte, 5, 5+len(p))
+	f[0] = typ
+	binary.BigEndian.PutUint32(f[1:], uint32(len(p)))
+	return append(f, p...)
+}
+
+// TestExecFramedBodyBroken: a stdin frame past 1 MiB ends the stream with
+// an error that blames the request (invalid_argument), the server neither
+// panics nor stops serving; a framed body left open after the command's
+// end has its connection closed (no plain-text answer to what follows on
+// it), and the server serves on. Both were found by a red team: the first
+// logged a panic in net/http on every try.
+func TestExecFramedBodyBroken(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox})
+	logFrom := int64(0)
+	if st, err := os.Stat(e.serveLog); err == nil {
+		logFrom = st.Size()
+	}
+	q, _ := json.Marshal(client.ExecRequest{Argv: []string{"sh", "-c", "cat >/dev/null; echo done"}})
+	c, br := rawFramedExec(t, sb.ID, rawFrame('Q', q))
+	big := append([]byte{'I', 0, 0x10, 0, 1}, bytes.Repeat([]byte("y"), 1000)...) // declares 1 MiB + 1
+	fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(big), big)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !bytes.Contains(body, []byte(`"invalid_argument"`)) || !bytes.Contains(body, []byte("exceeds the limit")) {
+		t.Errorf("the stream after an oversized stdin frame: %q, want an F frame with invalid_argument", body)
+	}
+
+	q, _ = json.Marshal(client.ExecRequest{Argv: []string{"echo", "hi"}})
+	c, br = rawFramedExec(t, sb.ID, rawFrame('Q', q))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if !bytes.Contains(body, []byte("hi\n")) {
+		t.Errorf("echo hi: %q", body)
+	}
+	// A framed exec's connection serves nothing after it (the body may
+	// end after the response, or never): it says so, and whatever comes
+	// next on it meets a closed connection, not a plain-text 400.
+	if !resp.Close {
+		t.Errorf("a framed exec's answer does not say Connection: close")
+	}
+	fmt.Fprintf(c, "5\r\n%s\r\n0\r\n\r\nGET /v0/sandboxes HTTP/1.1\r\nHost: shard\r\n\r\n", rawFrame('I', nil))
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		t.Errorf("after a framed exec left open: %s %q, want the connection closed", resp.Status, b)
+	}
+	if out := execOK(t, sb.ID, "echo", "still"); out != "still\n" {
+		t.Errorf("exec after: %q", out)
+	}
+	if b, _ := os.ReadFile(e.serveLog); int64(len(b)) > logFrom && bytes.Contains(b[logFrom:], []byte("panic")) {
+		t.Errorf("shard serve logged a panic:\n%s", b[logFrom:])
+	}
+}
+
+// stallAfter is an output writer that stops for a while once n bytes came:
+// a client that reads slowly while the command ends.
+type stallAfter struct {
+	n, got int
+	sum    []byte
+	stall  time.Duration
+}
+
+func (w *stallAfter) Write(p []byte) (int, error) {
+	if w.got < w.n && w.got+len(p) >= w.n {
+		time.Sleep(w.stall)
+	}
+	w.got += len(p)
+	w.sum = append(w.sum, p...)
+	return len(p), nil
+}
+
+// TestExecOutputSlowClient: a client that stops reading for 3 s while the
+// command writes its last megabytes and exits still gets all of its output
+// before the exit (a red team found the last chunk cut, with exit 0, when
+// the agent waited a flat 100 ms for its output after the exit).
+func TestExecOutputSlowClient(t *testing.T) {
+	e := need(t)
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: p, Memory: jsonRaw("512MiB")})
+			want := strings.Fields(execOK(t, sb.ID, "sh", "-c", "head -c 40000000 /dev/urandom > /tmp/y && sha256sum /tmp/y"))[0]
+			for i := 0; i < 3; i++ {
+				w := &stallAfter{n: 20 << 20, stall: 3 * time.Second}
+				res, err := e.c.ExecStream(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"cat", "/tmp/y"}}, w, io.Discard)
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("try %d: %+v %v", i, res, err)
+				}
+				if len(w.sum) != 40000000 || sha(w.sum) != want {
+					t.Fatalf("try %d: %d bytes, sha %s; want 40000000, %s", i, len(w.sum), sha(w.sum), want)
+				}
+			}
+		})
+	}
 }
