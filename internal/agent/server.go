@@ -460,8 +460,7 @@ const tailQuiet = 100 * time.Millisecond
 // count: output the command wrote before its exit is never cut for a client
 // that reads slowly (it was, at 100 ms flat, with exit 0 and no error).
 func waitTail(drained <-chan struct{}, sending func() bool) {
-	const tick = 10 * time.Millisecond
-	t := time.NewTicker(tick)
+	t := time.NewTicker(tailTick)
 	defer t.Stop()
 	for quiet := time.Duration(0); quiet < tailQuiet; {
 		select {
@@ -469,11 +468,14 @@ func waitTail(drained <-chan struct{}, sending func() bool) {
 			return
 		case <-t.C:
 			if !sending() {
-				quiet += tick
+				quiet += tailTick
 			}
 		}
 	}
 }
+
+// tailTick is how often waitTail looks at the pumps.
+const tailTick = 10 * time.Millisecond
 
 // stdinWindow is the stdin a client may send ahead of the command reading
 // it (see FrameCredit): small, so that a command that does not read holds up
