@@ -90,11 +90,13 @@ func TestExecOutputBackgroundChild(t *testing.T) {
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: p})
 			start := time.Now()
 			res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c",
-				"(i=0; while [ $i -lt 300 ]; do head -c 65536 /dev/zero; i=$((i+1)); sleep 0.01; done; touch /tmp/child-done) & echo parent"}})
+				"(i=0; while [ $i -lt 300 ]; do head -c 65536 /dev/zero; i=$((i+1)); sleep 0.05; done; touch /tmp/child-done) & echo parent"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			// The child runs for 15 s or more: an exec that waited for it
+			// would take that long.
+			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("the exec took %v, want it to end with its command, not its child", d)
 			}
 			if !strings.HasPrefix(string(res.Stdout), "parent\n") {
