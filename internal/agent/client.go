@@ -124,8 +124,9 @@ const stdinChunk = 32 << 10
 
 // creditChunk is the most stdin one frame carries within a window: fewer,
 // larger writes into the command's pipe (each a trip through gVisor's
-// Sentry).
-const creditChunk = 256 << 10
+// Sentry), and still two frames to a window, so one is on its way while
+// the other is written.
+const creditChunk = 128 << 10
 
 // ErrSessionClosed is what Stdin returns once the session is closed.
 var ErrSessionClosed = errors.New("agent: the exec session is closed")

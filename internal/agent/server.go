@@ -480,7 +480,7 @@ const tailTick = 10 * time.Millisecond
 // stdinWindow is the stdin a client may send ahead of the command reading
 // it (see FrameCredit): small, so that a command that does not read holds up
 // its client rather than filling the sandbox's memory.
-const stdinWindow = 1 << 20
+const stdinWindow = 256 << 10
 
 // stdinHardCap bounds what is queued even from a client that ignores the
 // window: past it the reader waits, as it would on a pipe.
