@@ -9,7 +9,7 @@ import select
 import socket
 import ssl
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 from ._errors import ShardError, unreachable
@@ -310,10 +310,17 @@ class Transport:
     def _send(
         self, method: str, path: str, body: Optional[bytes], accept: str, read_timeout: Optional[float]
     ) -> Tuple[_Conn, http.client.HTTPResponse]:
-        """Sends one request and reads the answer's head. A reused
-        connection the server had closed is replaced once, transparently."""
+        """Sends one request and reads the answer's head."""
         headers = self._headers(body is not None, accept)
         url = "/v0" + path
+        return self._exchange(lambda conn: conn.request(method, url, body=body, headers=headers), read_timeout)
+
+    def _exchange(
+        self, write: Callable[[_Conn], None], read_timeout: Optional[float]
+    ) -> Tuple[_Conn, http.client.HTTPResponse]:
+        """Sends a request with ``write`` on a pooled connection and reads the
+        answer's head. A reused connection the server had closed is replaced
+        once, transparently."""
         for attempt in (0, 1):
             conn, reused = self._get()
             try:
@@ -321,7 +328,7 @@ class Transport:
                     conn.connect()
                 assert conn.sock is not None
                 conn.sock.settimeout(read_timeout)
-                conn.request(method, url, body=body, headers=headers)
+                write(conn)
                 return conn, conn.getresponse()
             except _STALE as e:
                 conn.close()
@@ -379,31 +386,15 @@ class Transport:
         headers = self._headers(True, accept, STREAM_TYPE)
         headers["Transfer-Encoding"] = "chunked"
         url = "/v0" + path
-        for attempt in (0, 1):
-            conn, reused = self._get()
-            try:
-                if conn.sock is None:
-                    conn.connect()
-                assert conn.sock is not None
-                conn.sock.settimeout(None)
-                conn.putrequest(method, url, skip_accept_encoding=True)
-                for k, v in headers.items():
-                    conn.putheader(k, v)
-                conn.endheaders()
-                conn.send(b"%x\r\n%s\r\n" % (len(first), first))
-                resp = conn.getresponse()
-                break
-            except _STALE as e:
-                conn.close()
-                if reused and attempt == 0:
-                    continue
-                raise unreachable(self.where, e) from None
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                raise unreachable(self.where, e) from None
-            except BaseException:
-                conn.close()
-                raise
+
+        def write(conn: _Conn) -> None:
+            conn.putrequest(method, url, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            conn.send(b"%x\r\n%s\r\n" % (len(first), first))
+
+        conn, resp = self._exchange(write, None)
         if resp.status >= 300:
             try:
                 data = resp.read()
