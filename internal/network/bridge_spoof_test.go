@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -72,22 +69,8 @@ func ipv4Frame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr) []byte {
 func TestBridgeMACSpoof(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, a bridge and nftables")
 	const br = "shmacsp0"
-	for _, l := range []string{br, hostVeth("macsp-a"), hostVeth("macsp-b")} {
-		delLink(l)
-	}
-	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	t.Cleanup(func() {
-		if len(fwd) > 0 {
-			os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
-		}
-	})
-	t.Cleanup(func() { delTables(br); delLink(br) })
 	ctx := context.Background()
-	m, err := New(ctx, Config{Bridge: br, Subnet: netip.MustParsePrefix("10.97.0.0/24"), NetnsDir: filepath.Join(t.TempDir(), "netns"),
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := testManager(t, br, "10.97.0.0/24", hostVeth("macsp-a"), hostVeth("macsp-b"))
 	if err := m.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,19 +18,7 @@ import (
 func TestForgetNeighbour(t *testing.T) {
 	testenv.RequireRoot(t, "a bridge and nftables")
 	const br = "shneigh0"
-	delLink(br)
-	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	t.Cleanup(func() {
-		if len(fwd) > 0 {
-			os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
-		}
-	})
-	t.Cleanup(func() { delTables(br); delLink(br) })
-	m, err := New(context.Background(), Config{Bridge: br, Subnet: netip.MustParsePrefix("10.94.0.0/24"), NetnsDir: filepath.Join(t.TempDir(), "netns"),
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := testManager(t, br, "10.94.0.0/24")
 	l, err := netlink.LinkByName(br)
 	if err != nil {
 		t.Fatal(err)
@@ -76,21 +64,8 @@ func TestForgetNeighbour(t *testing.T) {
 func TestSandboxNeighbourIsPermanent(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, a bridge and nftables")
 	const br = "shneigh1"
-	delLink(br)
-	delLink(hostVeth("neigh-a"))
-	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	t.Cleanup(func() {
-		if len(fwd) > 0 {
-			os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
-		}
-	})
-	t.Cleanup(func() { delTables(br); delLink(br) })
 	ctx := context.Background()
-	m, err := New(ctx, Config{Bridge: br, Subnet: netip.MustParsePrefix("10.94.1.0/24"), NetnsDir: filepath.Join(t.TempDir(), "netns"),
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := testManager(t, br, "10.94.1.0/24", hostVeth("neigh-a"))
 	l, err := netlink.LinkByName(br)
 	if err != nil {
 		t.Fatal(err)
@@ -138,4 +113,27 @@ func TestSandboxNeighbourIsPermanent(t *testing.T) {
 	if n := entry(); n != nil {
 		t.Errorf("the entry outlived the sandbox: %+v", n)
 	}
+}
+
+// testManager makes a Manager on a bridge of its own for a root test:
+// leftovers of an interrupted run (the bridge and links) go first, and the
+// bridge, its tables and ip_forward are put back at the end.
+func testManager(t *testing.T, br, subnet string, links ...string) *Manager {
+	t.Helper()
+	for _, l := range append([]string{br}, links...) {
+		delLink(l)
+	}
+	fwd, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	t.Cleanup(func() {
+		if len(fwd) > 0 {
+			os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644)
+		}
+	})
+	t.Cleanup(func() { delTables(br); delLink(br) })
+	m, err := New(context.Background(), Config{Bridge: br, Subnet: netip.MustParsePrefix(subnet), NetnsDir: filepath.Join(t.TempDir(), "netns"),
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
