@@ -49,15 +49,16 @@ func BenchmarkExecThroughput(b *testing.B) {
 	in := []string{"wc", "-c"}
 	for _, prov := range providers {
 		sb := create(b, client.CreateRequest{Image: busybox, Provider: prov, Memory: jsonRaw("512MiB")})
-		raw := func(argv ...string) *exec.Cmd {
+		// A command line (program first) each run starts afresh.
+		raw := func(argv ...string) []string {
 			if prov == "runc" {
-				return exec.Command("runc", append([]string{"--root", filepath.Join(e.runDir, "runc"), "exec", sb.ID}, argv...)...)
+				return append([]string{"runc", "--root", filepath.Join(e.runDir, "runc"), "exec", sb.ID}, argv...)
 			}
-			return exec.Command("runsc", append([]string{"--root", filepath.Join(e.runDir, "runsc"), "--platform", "systrap",
-				"--network", "sandbox", "--overlay2", "none", "exec", sb.ID}, argv...)...)
+			return append([]string{"runsc", "--root", filepath.Join(e.runDir, "runsc"), "--platform", "systrap",
+				"--network", "sandbox", "--overlay2", "none", "exec", sb.ID}, argv...)
 		}
-		cli := func(argv ...string) *exec.Cmd {
-			return exec.Command(e.bin, append([]string{"--socket", e.socket, "exec", sb.ID}, argv...)...)
+		cli := func(argv ...string) []string {
+			return append([]string{e.bin, "--socket", e.socket, "exec", sb.ID}, argv...)
 		}
 		// A variant moves streamBytes one way and says how many came.
 		type variant struct {
@@ -65,19 +66,19 @@ func BenchmarkExecThroughput(b *testing.B) {
 			shard bool
 			run   func() (int64, error)
 		}
-		stdoutOf := func(c *exec.Cmd) func() (int64, error) {
+		stdoutOf := func(cmd []string) func() (int64, error) {
 			return func() (int64, error) {
 				var n counter
-				c := exec.Command(c.Path, c.Args[1:]...)
+				c := exec.Command(cmd[0], cmd[1:]...)
 				c.Stdout = &n
 				err := c.Run()
 				return n.n.Load(), err
 			}
 		}
-		stdinOf := func(c *exec.Cmd) func() (int64, error) {
+		stdinOf := func(cmd []string) func() (int64, error) {
 			return func() (int64, error) {
 				var o bytes.Buffer
-				c := exec.Command(c.Path, c.Args[1:]...)
+				c := exec.Command(cmd[0], cmd[1:]...)
 				c.Stdin, c.Stdout = io.LimitReader(zeros{}, streamBytes), &o
 				err := c.Run()
 				n, _ := strconv.ParseInt(strings.TrimSpace(o.String()), 10, 64)
