@@ -332,9 +332,8 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 		if err != nil {
 			return nil, err
 		}
-		pr, pw := io.Pipe()
-		go sendFramedBody(pw, b, stdin)
-		body, ctype, stop = pr, StreamMediaType, func() { pr.CloseWithError(errExecEnded) }
+		fb := newFramedBody(b, stdin)
+		body, ctype, stop = fb, StreamMediaType, func() { fb.Close() }
 		defer stop()
 	}
 	hreq, err := c.newRequest(ctx, "POST", path, body)
@@ -358,30 +357,6 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 }
 
 var errExecEnded = errors.New("the command ended")
-
-// sendFramedBody writes the request frame, then stdin in frames, then an
-// empty stdin frame (stdin's end).
-func sendFramedBody(pw *io.PipeWriter, req []byte, stdin io.Reader) {
-	if err := writeFrame(pw, FrameRequest, req); err != nil {
-		pw.CloseWithError(err)
-		return
-	}
-	buf := make([]byte, stdinChunk)
-	for {
-		n, err := stdin.Read(buf)
-		if n > 0 {
-			if werr := writeFrame(pw, FrameStdin, buf[:n]); werr != nil {
-				return // the exec ended
-			}
-		}
-		if err != nil {
-			// EOF or a broken stdin: either way the command's stdin ends.
-			writeFrame(pw, FrameStdin, nil)
-			pw.Close()
-			return
-		}
-	}
-}
 
 // execEnd is the exit frame's payload.
 type execEnd struct {

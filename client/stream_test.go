@@ -61,13 +61,11 @@ func TestReadFramedExec(t *testing.T) {
 	}
 }
 
-// TestSendFramedBody: the request frame, stdin in frames of at most
+// TestSendFramedBody (through Read, the fallback): the request frame, stdin in frames of at most
 // stdinChunk, and the empty frame that closes stdin.
 func TestSendFramedBody(t *testing.T) {
-	pr, pw := io.Pipe()
 	stdin := strings.Repeat("x", stdinChunk+10)
-	go sendFramedBody(pw, []byte(`{"argv":["cat"]}`), strings.NewReader(stdin))
-	fr := &frameReader{r: pr}
+	fr := &frameReader{r: newFramedBody([]byte(`{"argv":["cat"]}`), strings.NewReader(stdin))}
 	var types []byte
 	var got strings.Builder
 	lastLen := -1
@@ -95,5 +93,36 @@ func TestSendFramedBody(t *testing.T) {
 	}
 	if types[0] != FrameRequest || types[len(types)-1] != FrameStdin || lastLen != 0 || got.String() != stdin {
 		t.Errorf("frames %q, stdin %d bytes; want Q first, stdin whole, an empty I last", types, got.Len())
+	}
+}
+
+// frameWrites checks that every Write is exactly one whole frame.
+type frameWrites struct {
+	t     *testing.T
+	stdin strings.Builder
+	types []byte
+}
+
+func (w *frameWrites) Write(p []byte) (int, error) {
+	if len(p) < 5 || int(binary.BigEndian.Uint32(p[1:5])) != len(p)-5 {
+		w.t.Fatalf("a write of %d bytes is not one frame", len(p))
+	}
+	w.types = append(w.types, p[0])
+	if p[0] == FrameStdin {
+		w.stdin.Write(p[5:])
+	}
+	return len(p), nil
+}
+
+// TestFramedBodyWriteTo: what net/http's transport uses sends each frame in
+// one write (one chunk for the server to read), stdin whole and closed.
+func TestFramedBodyWriteTo(t *testing.T) {
+	stdin := strings.Repeat("y", 3*stdinChunk+7)
+	w := &frameWrites{t: t}
+	if _, err := newFramedBody([]byte(`{}`), strings.NewReader(stdin)).WriteTo(w); err != nil {
+		t.Fatal(err)
+	}
+	if w.types[0] != FrameRequest || w.types[len(w.types)-1] != FrameStdin || w.stdin.String() != stdin {
+		t.Errorf("frames %q, stdin %d bytes; want Q first, stdin whole", w.types, w.stdin.Len())
 	}
 }

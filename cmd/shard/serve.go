@@ -52,6 +52,7 @@ type serveOptions struct {
 	ledgerMinFree                   string
 	maxMemory, maxCPU               string
 	maxPids                         int64
+	mtu                             int
 }
 
 func newServeCmd() *cobra.Command {
@@ -86,6 +87,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.defaultProvider, "default-provider", "gvisor", "provider for sandboxes that do not name one")
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
+	f.IntVar(&o.mtu, "mtu", network.DefaultMTU, fmt.Sprintf("MTU of the bridge and the sandboxes' links (%d to %d): large, so streams between the host and a sandbox (exec, ports) move in few packets; traffic leaving the host keeps its path's MTU", network.MinMTU, network.MaxMTU))
 	f.StringVar(&o.storageSize, "storage-size", "auto", "size of the XFS image holding the sandboxes' files, allocated on the host when it is made (auto: 3/4 of the data directory's free space, at most 64GiB); every sandbox's --disk is reserved from it")
 	f.StringVar(&o.defaultDisk, "default-disk", "2GiB", "disk bound of a sandbox whose create gives none (reserved in full in the store)")
 	f.StringVar(&o.runsc, "runsc", "", "path of runsc (default: on PATH)")
@@ -256,7 +258,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("sandbox storage: %w", err)
 	}
-	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, NetnsDir: filepath.Join(o.runDir, "netns"), Log: log})
+	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"), Log: log})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}

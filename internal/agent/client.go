@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -104,6 +105,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 // finally a FrameExit; the methods that send are safe for concurrent use.
 type Session struct {
 	conn net.Conn
+	rd   io.Reader // conn, waking once per frame (see lowatReader)
 	PID  int
 	Caps []string // what the agent can do beyond the first protocol (Started.Caps)
 	wmu  sync.Mutex
@@ -160,7 +162,7 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 	case FrameStarted:
 		var st Started
 		json.Unmarshal(p, &st)
-		s := &Session{conn: conn, PID: st.PID, Caps: st.Caps}
+		s := &Session{conn: conn, rd: newLowatReader(conn), PID: st.PID, Caps: st.Caps}
 		s.scond = sync.NewCond(&s.smu)
 		if s.Has(CapStdinCredit) && st.StdinWindow > 0 {
 			s.credit, s.window = true, st.StdinWindow
@@ -183,9 +185,12 @@ func (s *Session) Has(c string) bool { return slices.Contains(s.Caps, c) }
 // Recv returns the next frame: FrameStdout, FrameStderr or FrameExit.
 // Stdin credit is taken here, never returned: a session's stdin moves only
 // while someone receives.
-func (s *Session) Recv() (byte, []byte, error) {
+func (s *Session) Recv() (byte, []byte, error) { return s.RecvInto(nil) }
+
+// RecvInto is Recv reading a frame's payload into buf when it fits.
+func (s *Session) RecvInto(buf []byte) (byte, []byte, error) {
 	for {
-		typ, p, err := ReadFrame(s.conn)
+		typ, p, err := ReadFrameInto(s.rd, MaxFrame, buf)
 		if err != nil {
 			return typ, p, err
 		}

@@ -313,7 +313,12 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	go func() {
 		defer close(clientGone)
 		for {
-			typ, b, err := ReadFrame(c)
+			var buf []byte
+			select {
+			case buf = <-p.spare:
+			default:
+			}
+			typ, b, err := ReadFrameInto(c, MaxFrame, buf)
 			if err != nil {
 				p.queueStdin(nil)
 				out.mu.Lock()
@@ -350,6 +355,8 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	pump := func(r io.Reader, typ byte) {
 		defer wg.Done()
 		buf := make([]byte, outputChunk)
+		size := pipeSizeOf(r)
+		var pc pace
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
@@ -360,11 +367,13 @@ func (s *Server) exec(c net.Conn, req *Request) {
 			if err != nil {
 				return
 			}
-			if n > 0 && n < len(buf) && p.tty == nil {
+			if p.tty == nil && size > 0 {
 				// Output is flowing: let it gather in the pipe before
-				// the next read (see bigPipe). Output after a quiet
-				// spell is read at once: this read was waiting for it.
-				time.Sleep(outputGather)
+				// the next read (see pace). Output after a quiet spell
+				// is read at once: this read was waiting for it.
+				if d := pc.afterRead(n, size); d > 0 {
+					time.Sleep(d)
+				}
 			}
 		}
 	}
@@ -425,19 +434,26 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	<-clientGone
 }
 
-// Reading a command's output. In gVisor every wake-up of one of the
-// sandbox's processes by another costs a trip through the Sentry: a command
-// writing 4 KiB at a time into a pipe that the agent waited on (Go's poller)
-// moved 100 MiB in 9-13 s, against 2-3 s into /dev/null. So the pipes are
-// plain blocking ones of 1 MiB, outside Go's poller (no wake-up per write
-// through epoll), and a reader that got output lets the next gather for
-// outputGather before it reads again, in frames of up to outputChunk: the
-// agent alone then reads those 100 MiB in about 3.9 s.
+// A command's output and stdin pass through plain pipes of 1 MiB (gVisor's
+// most), outside Go's poller (no wake-up per write through epoll), which the
+// pumps move at a pace (see pace), in frames of up to outputChunk.
 const (
-	outputChunk  = 1 << 20
-	outputGather = 2 * time.Millisecond
-	pipeSize     = 1 << 20
+	outputChunk = pipeSize
+	pipeSize    = 1 << 20
 )
+
+// pipeSizeOf is the size of the pipe r reads, or 0 when r is none.
+func pipeSizeOf(r any) int {
+	f, ok := r.(*os.File)
+	if !ok {
+		return 0
+	}
+	n, err := unix.FcntlInt(f.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		return 0
+	}
+	return n
+}
 
 // bigPipe is a blocking pipe of pipeSize (or the system's default, where it
 // cannot be made that big), close-on-exec.
@@ -492,8 +508,14 @@ type proc struct {
 	done    chan syscall.WaitStatus
 	outputs []io.Reader // stdout, stderr (only stdout for a TTY)
 	stdin   *os.File    // nil when there is none; owned by the stdin writer
-	tty     *os.File    // pty master, or nil
-	credit  func(n int) // tells the client n stdin bytes left the queue
+	// A stdin pipe's write end is non-blocking, written at a pace:
+	stdinFD   int  // its descriptor
+	stdinSize int  // its size; 0 for a terminal (written as is)
+	stdinPace pace // the stdin writer's
+
+	spare  chan []byte // stdin buffers written out, for the next frames
+	tty    *os.File    // pty master, or nil
+	credit func(n int) // tells the client n stdin bytes left the queue
 
 	stdinOnce sync.Once
 	stdinMu   sync.Mutex
@@ -573,6 +595,16 @@ func (p *proc) giveCredit(n int) {
 	}
 }
 
+// writeStdin hands b to the command: at a pace into a pipe (see pace), as
+// it comes into a terminal.
+func (p *proc) writeStdin(b []byte) error {
+	if p.stdinSize == 0 {
+		_, err := p.stdin.Write(b)
+		return err
+	}
+	return writePaced(p.stdinFD, b, p.stdinSize, &p.stdinPace)
+}
+
 func (p *proc) stdinWriter() {
 	var last byte = '\n'
 	broken := false // the command closed its stdin: the rest is dropped
@@ -598,11 +630,15 @@ func (p *proc) stdinWriter() {
 			return
 		}
 		if !broken {
-			if _, err := p.stdin.Write(b); err != nil {
+			if err := p.writeStdin(b); err != nil {
 				broken = true
 			} else {
 				last = b[len(b)-1]
 			}
+		}
+		select {
+		case p.spare <- b[:0]: // read into again (fresh buffers cost page faults)
+		default:
 		}
 		p.stdinMu.Lock()
 		p.queued -= len(b)
@@ -665,7 +701,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		return nil, startErr("invalid_argument", "working directory %s does not exist in the sandbox", dir)
 	}
 
-	p := &proc{done: make(chan syscall.WaitStatus, 1)}
+	p := &proc{done: make(chan syscall.WaitStatus, 1), spare: make(chan []byte, 4)}
 	attr := &os.ProcAttr{Dir: dir, Env: env, Sys: &syscall.SysProcAttr{Credential: cred}}
 	var closeAfter []*os.File
 	if req.TTY {
@@ -697,6 +733,10 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 				return nil, startErr("internal", "pipe: %v", err)
 			}
 			stdinR, p.stdin = r, w
+			p.stdinFD = int(w.Fd())
+			if n := pipeSizeOf(r); n > 0 && unix.SetNonblock(p.stdinFD, true) == nil {
+				p.stdinSize = n
+			}
 		} else {
 			f, err := os.Open(os.DevNull)
 			if err != nil {

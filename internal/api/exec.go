@@ -206,8 +206,12 @@ type framedBody struct {
 func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
 	defer close(b.done)
 	defer sess.CloseStdin()
+	var buf []byte // each frame is sent on before the next is read
 	for {
-		typ, p, err := agent.ReadFrameMax(r.Body, maxClientFrame)
+		typ, p, err := agent.ReadFrameInto(r.Body, maxClientFrame, buf)
+		if cap(p) > cap(buf) {
+			buf = p[:0]
+		}
 		if err != nil {
 			var big *agent.ErrFrameTooBig
 			if errors.As(err, &big) {

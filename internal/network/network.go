@@ -35,6 +35,7 @@ type Config struct {
 	Bridge   string       // e.g. shard0
 	Subnet   netip.Prefix // e.g. 10.88.0.0/16; the bridge takes the first address
 	NetnsDir string       // where namespaces are bind-mounted, e.g. /run/shard/netns
+	MTU      int          // of the bridge and the sandboxes' links; 0 is DefaultMTU
 	Log      *slog.Logger
 }
 
@@ -55,6 +56,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Subnet = netip.MustParsePrefix("10.88.0.0/16")
 	}
 	cfg.Subnet = cfg.Subnet.Masked()
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if cfg.MTU < MinMTU || cfg.MTU > MaxMTU {
+		return nil, fmt.Errorf("MTU %d: want %d to %d", cfg.MTU, MinMTU, MaxMTU)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -128,6 +135,20 @@ func (m *Manager) SetPolicy(ip netip.Addr, p *Policy) error {
 	return m.fw.setPolicy(ip, p)
 }
 
+// The links between the host and its sandboxes carry packets of up to 64
+// KiB by default: a stream between the host and a sandbox (an exec's
+// output, a forwarded port) then moves in a fortieth of the packets it
+// takes at 1500, and in gVisor every packet costs the netstack work and
+// wake-ups (100 MiB of exec output: 0.79-0.88x of runsc exec's speed at
+// 1500, 0.95-1.0x at 65535). Traffic leaving the host is unaffected: TCP
+// agrees on segments no larger than the far end's, and sandboxes do not
+// reach each other on the bridge.
+const (
+	DefaultMTU = 65535
+	MinMTU     = 1280 // IPv6's minimum
+	MaxMTU     = 65535
+)
+
 // Gateway is the bridge's address, the sandboxes' default route.
 func (m *Manager) Gateway() netip.Addr { return m.gateway }
 
@@ -155,6 +176,13 @@ func (m *Manager) setupBridge() error {
 	if mac := bridgeMAC(m.cfg.Bridge); !bytes.Equal(br.Attrs().HardwareAddr, mac) {
 		if err := netlink.LinkSetHardwareAddr(br, mac); err != nil {
 			return fmt.Errorf("set the MAC of %s: %w", m.cfg.Bridge, err)
+		}
+	}
+	if br.Attrs().MTU != m.cfg.MTU {
+		// Sandboxes made before keep their links' MTU: TCP with them
+		// agrees on the smaller one.
+		if err := netlink.LinkSetMTU(br, m.cfg.MTU); err != nil {
+			return fmt.Errorf("set the MTU of %s to %d: %w", m.cfg.Bridge, m.cfg.MTU, err)
 		}
 	}
 	want := &netlink.Addr{IPNet: &net.IPNet{IP: m.gateway.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}}
@@ -227,7 +255,7 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	la := netlink.NewLinkAttrs()
 	la.Name = hostVeth(name)
 	la.MasterIndex = br.Attrs().Index
-	la.MTU = br.Attrs().MTU
+	la.MTU = m.cfg.MTU // both ends
 	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth %s: %w", la.Name, err)

@@ -213,8 +213,15 @@ func (e *ExecSession) pump() {
 	defer close(e.frames)
 	defer e.Session.Close()
 	defer e.s.execs.remove(e.sb.ID, e)
-	for {
-		typ, p, err := e.Session.Recv()
+	// Output is read into two buffers in turn: a frame handed on is
+	// written by the reader before it asks for the next (see Recv), and
+	// that next one was read into the other buffer.
+	var bufs [2][]byte
+	for i := 0; ; i ^= 1 {
+		typ, p, err := e.Session.RecvInto(bufs[i])
+		if cap(p) > cap(bufs[i]) && (typ == agent.FrameStdout || typ == agent.FrameStderr) {
+			bufs[i] = p[:0]
+		}
 		if err != nil && !e.isAborted() {
 			// A sandbox killed under a command closes its connection a
 			// moment before the stop, removal or death is handled: give
@@ -260,7 +267,8 @@ func (e *ExecSession) pump() {
 }
 
 // Recv returns the next frame, as agent.Session's does (its end already
-// recorded when it is the exit frame).
+// recorded when it is the exit frame). The payload is the caller's until it
+// calls Recv again: it is written over after that.
 func (e *ExecSession) Recv() (byte, []byte, error) {
 	select {
 	case f, ok := <-e.frames:

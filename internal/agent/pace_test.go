@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestPaceAfterRead(t *testing.T) {
+	const size = 1 << 20
+	tests := []struct {
+		name string
+		from time.Duration
+		n    int
+		want time.Duration
+	}{
+		{"nothing came: read at once", 10 * time.Millisecond, 0, 0},
+		{"a trickle: soon", 30 * time.Millisecond, 100, paceMin},
+		{"flowing from quiet", 0, 64 << 10, paceMin},
+		{"a quarter pipe: wait twice as long", 8 * time.Millisecond, size / 4, 16 * time.Millisecond},
+		{"a crumb per wait: at most 4x longer", 2 * time.Millisecond, 8 << 10, 8 * time.Millisecond},
+		{"bounded above", 32 * time.Millisecond, size / 8, paceMax},
+		{"the pipe filled: halve", 16 * time.Millisecond, size, 8 * time.Millisecond},
+		{"filled at the floor", paceMin, size, paceMin},
+		{"three quarters: a bit shorter", 12 * time.Millisecond, size * 3 / 4, 8 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pace{d: tt.from}
+			if got := p.afterRead(tt.n, size); got != tt.want {
+				t.Errorf("afterRead(%d) from %v = %v, want %v", tt.n, tt.from, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPaceDrained(t *testing.T) {
+	const size = 1 << 20
+	tests := []struct {
+		name string
+		from time.Duration
+		left int
+		want time.Duration
+	}{
+		{"ran dry: halve", 8 * time.Millisecond, 0, 4 * time.Millisecond},
+		{"ran dry at the floor", paceMin, 0, paceMin},
+		{"hardly moved: double", 8 * time.Millisecond, size * 3 / 4, 16 * time.Millisecond},
+		{"bounded above", paceMax, size, paceMax},
+		{"about half: keep", 8 * time.Millisecond, size / 3, 8 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pace{d: tt.from}
+			p.drained(tt.left, size)
+			if p.d != tt.want {
+				t.Errorf("drained(%d) from %v = %v, want %v", tt.left, tt.from, p.d, tt.want)
+			}
+		})
+	}
+}
+
+// TestWritePaced: everything reaches a reader slower than the writer, in
+// order, through a full non-blocking pipe; a closed reader is an error.
+func TestWritePaced(t *testing.T) {
+	r, w, err := bigPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	size := pipeSizeOf(r)
+	if size == 0 {
+		t.Fatal("pipeSizeOf: 0 for a pipe")
+	}
+	if err := unix.SetNonblock(int(w.Fd()), true); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 3*size+12345)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	got := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				got <- b.Bytes()
+				return
+			}
+			if b.Len()%(256<<10) < 4096 {
+				time.Sleep(time.Millisecond) // a slow reader
+			}
+		}
+	}()
+	var p pace
+	if err := writePaced(int(w.Fd()), want, size, &p); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if g := <-got; !bytes.Equal(g, want) {
+		t.Fatalf("the reader got %d bytes, not the %d written", len(g), len(want))
+	}
+	if p.d < paceMin || p.d > paceMax {
+		t.Errorf("pace %v out of [%v, %v]", p.d, paceMin, paceMax)
+	}
+
+	// A reader that is gone: the write fails (EPIPE), it does not spin.
+	r2, w2, err := bigPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	unix.SetNonblock(int(w2.Fd()), true)
+	r2.Close()
+	if err := writePaced(int(w2.Fd()), want, size, &p); err == nil {
+		t.Error("writePaced to a closed pipe: no error")
+	}
+}
