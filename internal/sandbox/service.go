@@ -312,7 +312,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	// From here on the record exists: a failure must remove every piece.
 	bg := context.WithoutCancel(ctx)
 	if snap != nil {
-		err = s.cfg.Storage.CreateFrom(snapshotKey(snap.ID), sb.ID)
+		err = s.filesFromSnapshot(ctx, snap, sb)
 	} else {
 		err = s.cfg.Storage.Create(ctx, sb.ID, req.DiskBytes)
 	}

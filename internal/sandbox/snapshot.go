@@ -74,11 +74,32 @@ func (s *Service) RemoveSnapshot(ctx context.Context, idOrName string) (*store.S
 	if err != nil {
 		return nil, err
 	}
+	unlock := s.lock(snapshotLock(sn.ID))
+	defer unlock()
 	if err := s.cfg.Store.DeleteSnapshot(ctx, sn.ID); err != nil {
 		return nil, err
 	}
 	return sn, s.cfg.Storage.RemoveSaved(snapshotKey(sn.ID))
 }
+
+// filesFromSnapshot gives sandbox sb a copy of snapshot snap's files. The
+// snapshot is held meanwhile: a removal waits for the copy (a reflink,
+// quick), and one that came first is a clear 404, not a missing file.
+func (s *Service) filesFromSnapshot(ctx context.Context, snap *store.Snapshot, sb *store.Sandbox) error {
+	unlock := s.lock(snapshotLock(snap.ID))
+	defer unlock()
+	if _, err := s.cfg.Store.GetSnapshot(ctx, snap.ID); err != nil {
+		if errdefs.Is(err, errdefs.KindNotFound) {
+			return errdefs.NotFound("snapshot_not_found", "snapshot %s was removed while sandbox %s was being made from it", snap.Name, sb.Name)
+		}
+		return err
+	}
+	return s.cfg.Storage.CreateFrom(snapshotKey(snap.ID), sb.ID)
+}
+
+// snapshotLock is the key of snapshot id in Service.lock (sandbox ids are
+// bare, so the two never meet).
+func snapshotLock(id string) string { return "snapshot/" + id }
 
 // SnapshotSize is the bytes a snapshot's files take on disk.
 func (s *Service) SnapshotSize(id string) int64 { return s.cfg.Storage.SavedUsage(snapshotKey(id)) }

@@ -100,6 +100,62 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSnapshotRemovedDuringCreate: a snapshot removed while sandboxes are
+// being made from it. Each create either gets the snapshot's files or a 404
+// snapshot_not_found, never a 500 for a file gone under it (the soak found
+// one: "open .../saved/sn-....img: no such file or directory").
+func TestSnapshotRemovedDuringCreate(t *testing.T) {
+	e := need(t)
+	src := create(t, client.CreateRequest{Image: busybox, Provider: "runc", Disk: jsonRaw("256MiB")})
+	execOK(t, src.ID, "sh", "-c", "echo base > /root/base")
+	if _, err := e.c.Stop(ctxT(t), src.ID); err != nil {
+		t.Fatal(err)
+	}
+	made, refused := 0, 0
+	for round := 0; round < 12; round++ {
+		sn, err := e.c.CreateSnapshot(ctxT(t), client.SnapshotRequest{Sandbox: src.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			sb  *client.Sandbox
+			err error
+		}
+		const creates = 4
+		res := make(chan result, creates)
+		start := make(chan struct{})
+		for range creates {
+			go func() {
+				<-start
+				sb, err := e.c.Create(ctxT(t), client.CreateRequest{FromSnapshot: sn.ID, Provider: "runc"})
+				res <- result{sb, err}
+			}()
+		}
+		close(start)
+		// The removal lands somewhere between the lookups and the copies.
+		time.Sleep(time.Duration(round) * 500 * time.Microsecond)
+		if err := e.c.RemoveSnapshot(ctxT(t), sn.ID); err != nil {
+			t.Fatalf("round %d: remove the snapshot: %v", round, err)
+		}
+		for range creates {
+			r := <-res
+			if r.err != nil {
+				wantCode(t, "a create from a snapshot being removed", r.err, 404, "snapshot_not_found", "snapshot")
+				refused++
+				continue
+			}
+			made++
+			if got := execOK(t, r.sb.ID, "cat", "/root/base"); got != "base\n" {
+				t.Fatalf("round %d: a sandbox from the removed snapshot has %q", round, got)
+			}
+			if err := e.c.Remove(ctxT(t), r.sb.ID, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("%d sandboxes made, %d creates refused", made, refused)
+}
+
 // events reads a whole session.
 func events(t *testing.T, session string) []client.Event {
 	t.Helper()
