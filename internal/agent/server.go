@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -310,6 +311,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// command keeps running (background work must survive a disconnect).
 	// clientGone closes when the client has closed its end (see awaitClose).
 	clientGone := make(chan struct{})
+	in := bufio.NewReaderSize(c, 256<<10) // a frame and its header in one read
 	go func() {
 		defer close(clientGone)
 		for {
@@ -318,7 +320,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 			case buf = <-p.spare:
 			default:
 			}
-			typ, b, err := ReadFrameInto(c, MaxFrame, buf)
+			typ, b, err := ReadFrameInto(in, MaxFrame, buf)
 			if err != nil {
 				p.queueStdin(nil)
 				out.mu.Lock()
