@@ -174,6 +174,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
 		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
 	}
+	if o.mtu < network.MinMTU || o.mtu > network.MaxMTU {
+		return fmt.Errorf("--mtu %d: give one from %d to %d", o.mtu, network.MinMTU, network.MaxMTU)
+	}
 	defaultDisk, err := units.ParseSize(o.defaultDisk)
 	if err != nil || defaultDisk < sandbox.MinDisk || defaultDisk > sandbox.MaxDisk {
 		return fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))

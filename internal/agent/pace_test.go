@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"io"
 	"testing"
 	"time"
 
@@ -118,5 +119,50 @@ func TestWritePaced(t *testing.T) {
 	r2.Close()
 	if err := writePaced(int(w2.Fd()), want, size, &p); err == nil {
 		t.Error("writePaced to a closed pipe: no error")
+	}
+}
+
+// TestWritePacedStuckReader: a reader that holds the pipe and never reads
+// gets the rest written blocking (no wake-up every paceMax for as long as
+// it lives), and once it reads, all of it comes and the pipe end is
+// non-blocking again.
+func TestWritePacedStuckReader(t *testing.T) {
+	r, w, err := bigPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	fd := int(w.Fd())
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	size := pipeSizeOf(r)
+	want := bytes.Repeat([]byte("z"), 2*size+99)
+	done := make(chan error, 1)
+	go func() {
+		var p pace
+		done <- writePaced(fd, want, size, &p)
+	}()
+	blocking := func() bool {
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		return err == nil && fl&unix.O_NONBLOCK == 0
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !blocking() {
+		if time.Now().After(deadline) {
+			t.Fatal("a writer to a reader that never reads is still pacing (polling) after 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got, err := io.ReadAll(io.LimitReader(r, int64(len(want))))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if blocking() {
+		t.Error("the pipe end was left blocking")
 	}
 }
