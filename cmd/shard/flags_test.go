@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/useshards/shard/internal/network"
 	"io"
 	"os"
 	"path/filepath"
@@ -77,7 +78,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
-		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto",
+		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU,
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -100,6 +101,8 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.ledgerMinFree = "lots" }, "--ledger-min-free"},
 		{func(o *serveOptions) { o.maxMemory = "1PiB" }, "--max-memory"},
 		{func(o *serveOptions) { o.maxCPU = "100000" }, "--max-cpu"},
+		{func(o *serveOptions) { o.mtu = 100 }, "--mtu 100"},
+		{func(o *serveOptions) { o.mtu = 70000 }, "--mtu 70000"},
 	} {
 		o := base
 		tt.set(&o)
