@@ -90,7 +90,9 @@ func TestExecOutputBackgroundChild(t *testing.T) {
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: p})
 			start := time.Now()
 			res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c",
-				"(i=0; while [ $i -lt 300 ]; do head -c 65536 /dev/zero; i=$((i+1)); sleep 0.05; done; touch /tmp/child-done) & echo parent"}})
+				// parent is written before the child starts: after it, the
+				// child could write first.
+				"echo parent; (i=0; while [ $i -lt 300 ]; do head -c 65536 /dev/zero; i=$((i+1)); sleep 0.05; done; touch /tmp/child-done) &"}})
 			if err != nil {
 				t.Fatal(err)
 			}
