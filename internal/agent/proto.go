@@ -174,7 +174,8 @@ type Reply struct {
 // WriteFrame writes one frame. It is not safe for concurrent use: callers
 // serialise writes to one connection.
 func WriteFrame(w io.Writer, typ byte, payload []byte) error {
-	hdr := make([]byte, 5, 5+smallFrame)
+	// A small payload goes in the header's buffer, in one write.
+	hdr := make([]byte, 5, 5+min(len(payload), smallFrame))
 	hdr[0] = typ
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
 	if len(payload) <= smallFrame {
