@@ -85,16 +85,7 @@ func TestBridgeMACSpoof(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Delete("macsp-b") })
-	var macB net.HardwareAddr
-	if err := inNetns(nsB, func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err == nil {
-			macB = l.Attrs().HardwareAddr
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	macB := eth0(t, nsB).HardwareAddr
 	bridge, err := netlink.LinkByName(br)
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,22 @@ var (
 
 // inNetns runs fn on an OS thread in the namespace at path: sockets made
 // there belong to that namespace for good.
+// eth0 is the attributes of the sandbox's eth0 in the namespace at path.
+func eth0(t *testing.T, path string) netlink.LinkAttrs {
+	t.Helper()
+	var a netlink.LinkAttrs
+	if err := inNetns(path, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err == nil {
+			a = *l.Attrs()
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func inNetns(path string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {

@@ -40,16 +40,7 @@ func TestLinksTakeTheMTU(t *testing.T) {
 	if got := mtu(hostVeth("mtu-a")); got != DefaultMTU {
 		t.Errorf("host end MTU %d, want %d", got, DefaultMTU)
 	}
-	var inside int
-	if err := inNetns(ns, func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err == nil {
-			inside = l.Attrs().MTU
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	inside := eth0(t, ns).MTU
 	if inside != DefaultMTU {
 		t.Errorf("the sandbox's eth0 MTU %d, want %d", inside, DefaultMTU)
 	}

@@ -93,16 +93,7 @@ func TestSandboxNeighbourIsPermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Delete("neigh-a") })
-	var mac net.HardwareAddr
-	if err := inNetns(ns, func() error {
-		eth, err := netlink.LinkByName("eth0")
-		if err == nil {
-			mac = eth.Attrs().HardwareAddr
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	mac := eth0(t, ns).HardwareAddr
 	n := entry()
 	if n == nil || n.State != netlink.NUD_PERMANENT || n.HardwareAddr.String() != mac.String() {
 		t.Fatalf("the bridge's entry for %s = %+v, want permanent at eth0's %s", ip, n, mac)
