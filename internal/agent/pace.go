@@ -61,7 +61,9 @@ func (p *pace) drained(left, size int) {
 // command that never reads its stdin, or a background child holding it):
 // the rest of b is written blocking, which costs nothing while it waits,
 // where looking every paceMax cost a gVisor sandbox ~6% of a CPU each.
-func writePaced(fd int, b []byte, size int, p *pace) error {
+// It returns how much of b went in.
+func writePaced(fd int, b []byte, size int, p *pace) (int, error) {
+	total := len(b)
 	for len(b) > 0 {
 		n, err := unix.Write(fd, b)
 		if n > 0 {
@@ -71,7 +73,7 @@ func writePaced(fd int, b []byte, size int, p *pace) error {
 		case err == nil, err == unix.EINTR:
 			continue
 		case err != unix.EAGAIN:
-			return err
+			return total - len(b), err
 		}
 		if p.d == 0 {
 			p.d = paceMin
@@ -83,28 +85,30 @@ func writePaced(fd int, b []byte, size int, p *pace) error {
 			continue
 		}
 		if left >= size && waited >= paceMax {
-			return writeBlocking(fd, b)
+			n, err := writeBlocking(fd, b)
+			return total - len(b) + n, err
 		}
 		p.drained(left, size)
 	}
-	return nil
+	return total, nil
 }
 
 // writeBlocking writes b whole to the non-blocking fd in blocking mode, and
-// puts it back.
-func writeBlocking(fd int, b []byte) error {
+// puts it back. It returns how much of b went in.
+func writeBlocking(fd int, b []byte) (int, error) {
 	if err := unix.SetNonblock(fd, false); err != nil {
-		return err
+		return 0, err
 	}
 	defer unix.SetNonblock(fd, true)
+	total := len(b)
 	for len(b) > 0 {
 		n, err := unix.Write(fd, b)
 		if n > 0 {
 			b = b[n:]
 		}
 		if err != nil && err != unix.EINTR {
-			return err
+			return total - len(b), err
 		}
 	}
-	return nil
+	return total, nil
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -98,8 +99,8 @@ func TestWritePaced(t *testing.T) {
 		}
 	}()
 	var p pace
-	if err := writePaced(int(w.Fd()), want, size, &p); err != nil {
-		t.Fatal(err)
+	if n, err := writePaced(int(w.Fd()), want, size, &p); err != nil || n != len(want) {
+		t.Fatalf("writePaced = %d, %v; want %d, nil", n, err, len(want))
 	}
 	w.Close()
 	if g := <-got; !bytes.Equal(g, want) {
@@ -117,8 +118,8 @@ func TestWritePaced(t *testing.T) {
 	defer w2.Close()
 	unix.SetNonblock(int(w2.Fd()), true)
 	r2.Close()
-	if err := writePaced(int(w2.Fd()), want, size, &p); err == nil {
-		t.Error("writePaced to a closed pipe: no error")
+	if n, err := writePaced(int(w2.Fd()), want, size, &p); err == nil || n != 0 {
+		t.Errorf("writePaced to a closed pipe = %d, %v; want 0 and an error", n, err)
 	}
 }
 
@@ -142,7 +143,11 @@ func TestWritePacedStuckReader(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var p pace
-		done <- writePaced(fd, want, size, &p)
+		n, err := writePaced(fd, want, size, &p)
+		if err == nil && n != len(want) {
+			err = fmt.Errorf("writePaced wrote %d of %d", n, len(want))
+		}
+		done <- err
 	}()
 	blocking := func() bool {
 		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)

@@ -147,6 +147,13 @@ type Exit struct {
 	TimedOut bool   `json:"timed_out,omitempty"` // ended by the exec's timeout
 	OOM      bool   `json:"oom_killed,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// What moved through the command's stdio by its exit, as the agent
+	// counted it: written into its stdin, read from its stdout and stderr
+	// (a terminal's output is all stdout). Output dropped for a client
+	// that let go is counted too: it is what the command wrote.
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 }
 
 // ErrorInfo says why a command could not start (unknown program, bad user...).

@@ -353,8 +353,9 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	}()
 
 	var wg sync.WaitGroup
-	var sending atomic.Int32 // pumps handing output on (held up by a slow client)
-	pump := func(r io.Reader, typ byte) {
+	var sending atomic.Int32  // pumps handing output on (held up by a slow client)
+	var moved [2]atomic.Int64 // bytes read from stdout, stderr
+	pump := func(r io.Reader, typ byte, moved *atomic.Int64) {
 		defer wg.Done()
 		buf := make([]byte, outputChunk)
 		size := pipeSizeOf(r)
@@ -362,6 +363,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
+				moved.Add(int64(n))
 				sending.Add(1)
 				out.send(typ, buf[:n])
 				sending.Add(-1)
@@ -385,7 +387,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 		if i == 1 {
 			typ = FrameStderr
 		}
-		go pump(r, typ)
+		go pump(r, typ, &moved[i])
 	}
 
 	var timeout <-chan time.Time
@@ -412,7 +414,8 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	go func() { wg.Wait(); close(drained) }()
 	waitTail(drained, func() bool { return sending.Load() > 0 })
 	p.closeTTY(drained)
-	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut}
+	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut,
+		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
 		ex.Code = 128 + ex.Signal
@@ -514,6 +517,8 @@ type proc struct {
 	stdinFD   int  // its descriptor
 	stdinSize int  // its size; 0 for a terminal (written as is)
 	stdinPace pace // the stdin writer's
+	// stdinBytes is what went into the command's stdin so far.
+	stdinBytes atomic.Int64
 
 	spare  chan []byte // stdin buffers written out, for the next frames
 	tty    *os.File    // pty master, or nil
@@ -599,10 +604,10 @@ func (p *proc) giveCredit(n int) {
 
 // writeStdin hands b to the command: at a pace into a pipe (see pace), as
 // it comes into a terminal.
-func (p *proc) writeStdin(b []byte) error {
+// It returns how much of b went in.
+func (p *proc) writeStdin(b []byte) (int, error) {
 	if p.stdinSize == 0 {
-		_, err := p.stdin.Write(b)
-		return err
+		return p.stdin.Write(b)
 	}
 	return writePaced(p.stdinFD, b, p.stdinSize, &p.stdinPace)
 }
@@ -632,7 +637,9 @@ func (p *proc) stdinWriter() {
 			return
 		}
 		if !broken {
-			if err := p.writeStdin(b); err != nil {
+			n, err := p.writeStdin(b)
+			p.stdinBytes.Add(int64(n))
+			if err != nil {
 				broken = true
 			} else {
 				last = b[len(b)-1]

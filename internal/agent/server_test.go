@@ -230,7 +230,9 @@ func TestExec(t *testing.T) {
 			if r.stderr != tt.wantErr {
 				t.Errorf("Exec(%q) stderr = %q, want %q", tt.req.Argv, r.stderr, tt.wantErr)
 			}
-			want := Exit{Code: tt.wantCode, Signal: tt.wantSignal}
+			// The counts: what the command took and wrote, as the agent saw it.
+			want := Exit{Code: tt.wantCode, Signal: tt.wantSignal, StdinBytes: int64(len(strings.Join(tt.stdin, ""))),
+				StdoutBytes: int64(len(tt.wantOut)), StderrBytes: int64(len(tt.wantErr))}
 			if r.exit != want {
 				t.Errorf("Exec(%q) exit = %+v, want %+v", tt.req.Argv, r.exit, want)
 			}
@@ -302,7 +304,7 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 func TestExecNoTimeoutWhenFast(t *testing.T) {
 	c := testAgent(t)
 	r := run(t, c, Request{Argv: sh("echo ok"), TimeoutMS: 5000})
-	if want := (Exit{}); r.exit != want || r.stdout != "ok\n" {
+	if want := (Exit{StdoutBytes: 3}); r.exit != want || r.stdout != "ok\n" {
 		t.Errorf("Exec(echo ok, timeout 5s) = %q, %+v; want %q, %+v", r.stdout, r.exit, "ok\n", want)
 	}
 }
@@ -338,7 +340,7 @@ func TestExecBackgroundChildDoesNotDelayExit(t *testing.T) {
 		}
 	})
 	r := collect(t, s, start)
-	if r.stdout != "hi\n" || r.exit != (Exit{}) {
+	if r.stdout != "hi\n" || r.exit != (Exit{StdoutBytes: 3}) {
 		t.Errorf("Exec(sleep 5 & echo hi) = %q, %+v; want %q, exit 0", r.stdout, r.exit, "hi\n")
 	}
 	if r.elapsed > time.Second {

@@ -38,8 +38,9 @@ func TestExecDetachDropsOutputInside(t *testing.T) {
 	if after := s.Received() - at; after > inFlight {
 		t.Errorf("after Detach() the agent still sent %d bytes of output, want at most %d (in flight)", after, inFlight)
 	}
-	if want := (Exit{Code: 137, Signal: 9, TimedOut: true}); r.exit != want {
-		t.Errorf("detached `yes` with a 1.5s timeout: exit = %+v, want %+v (the exit still comes)", r.exit, want)
+	// Output dropped inside is still counted: it is what the command wrote.
+	if want := (Exit{Code: 137, Signal: 9, TimedOut: true, StdoutBytes: r.exit.StdoutBytes}); r.exit != want || r.exit.StdoutBytes <= s.Received() {
+		t.Errorf("detached `yes` with a 1.5s timeout: exit = %+v, want %+v with stdout_bytes above the %d received (the exit still comes)", r.exit, want, s.Received())
 	}
 }
 
@@ -54,8 +55,8 @@ func TestExecDetachedCommandFinishes(t *testing.T) {
 		t.Fatal("Detach() = false")
 	}
 	r := collect(t, s, start)
-	if r.exit != (Exit{}) {
-		t.Errorf("detached command exit = %+v, want 0", r.exit)
+	if r.exit != (Exit{StdoutBytes: n}) {
+		t.Errorf("detached command exit = %+v, want 0 with stdout_bytes %d (all it wrote, dropped or not)", r.exit, n)
 	}
 	if len(r.stdout) >= n {
 		t.Errorf("detached command: all %d bytes of output came through, want them dropped", len(r.stdout))
@@ -119,8 +120,8 @@ func TestExecStdinThroughWindow(t *testing.T) {
 		}
 	}()
 	r := collect(t, s, start)
-	if got := strings.Fields(r.stdout); len(got) == 0 || got[0] != fmt.Sprint(n) || r.exit != (Exit{}) {
-		t.Errorf("wc -c of %d bytes of stdin = %q, exit %+v; want %d, exit 0", n, r.stdout, r.exit, n)
+	if got := strings.Fields(r.stdout); len(got) == 0 || got[0] != fmt.Sprint(n) || r.exit.Code != 0 || r.exit.StdinBytes != int64(n) {
+		t.Errorf("wc -c of %d bytes of stdin = %q, exit %+v; want %d, exit 0 with stdin_bytes %d", n, r.stdout, r.exit, n, n)
 	}
 }
 
@@ -269,7 +270,7 @@ func TestExecStdinHardCap(t *testing.T) {
 		if typ == FrameExit {
 			var ex Exit
 			json.Unmarshal(p, &ex)
-			if ex != (Exit{}) {
+			if ex.Code != 0 || ex.Signal != 0 || ex.Error != "" {
 				t.Errorf("exit = %+v, want 0", ex)
 			}
 			return

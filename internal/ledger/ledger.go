@@ -79,6 +79,11 @@ type ExecFinishedData struct {
 	OOM        bool   `json:"oom_killed,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+	// Bytes the command read from its stdin and wrote to its stdout and
+	// stderr, as the sandbox counted them (see agent.Exit).
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 }
 
 // CheckpointData is what sandbox.checkpoint_created records.

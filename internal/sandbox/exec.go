@@ -251,7 +251,8 @@ func (e *ExecSession) pump() {
 			var ex agent.Exit
 			json.Unmarshal(p, &ex)
 			code := ex.Code
-			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM})
+			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM,
+				StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes})
 			// Close first, before the frame is handed on: the agent
 			// waits for this (see agent.awaitClose).
 			e.Session.Close()

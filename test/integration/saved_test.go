@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -217,9 +218,10 @@ func TestLedger(t *testing.T) {
 	}()
 	defer stopFollow()
 
-	res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}, Workdir: "/tmp",
-		Env: json.RawMessage(`{"SECRET_TOKEN":"hunter2-do-not-log"}`)})
-	if err != nil || res.ExitCode != 3 {
+	in := base64.StdEncoding.EncodeToString([]byte("abc"))
+	res, err := e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", "cat; echo err >&2; exit 3"}, Workdir: "/tmp",
+		Env: json.RawMessage(`{"SECRET_TOKEN":"hunter2-do-not-log"}`), Stdin: &in})
+	if err != nil || res.ExitCode != 3 || string(res.Stdout) != "abc" {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
 	_, err = e.c.Exec(ctxT(t), sb.ID, client.ExecRequest{Argv: []string{"no-such-command"}})
@@ -276,11 +278,12 @@ func TestLedger(t *testing.T) {
 		t.Errorf("created: %v", d)
 	}
 	st, fin := data(t, evs[1]), data(t, evs[2])
-	if !slices.Equal(toStrings(st["argv"]), []string{"sh", "-c", "exit 3"}) || st["cwd"] != "/tmp" ||
+	if !slices.Equal(toStrings(st["argv"]), []string{"sh", "-c", "cat; echo err >&2; exit 3"}) || st["cwd"] != "/tmp" ||
 		!slices.Equal(toStrings(st["env_names"]), []string{"SECRET_TOKEN"}) || st["exec"] == "" {
 		t.Errorf("exec_started: %v", st)
 	}
-	if fin["exec"] != st["exec"] || fin["exit_code"] != 3.0 || fin["duration_ms"] == nil {
+	if fin["exec"] != st["exec"] || fin["exit_code"] != 3.0 || fin["duration_ms"] == nil ||
+		fin["stdin_bytes"] != 3.0 || fin["stdout_bytes"] != 3.0 || fin["stderr_bytes"] != 4.0 {
 		t.Errorf("exec_finished: %v", fin)
 	}
 	if d := data(t, evs[4]); d["exit_code"] != nil || !strings.Contains(d["error"].(string), "no-such-command") {

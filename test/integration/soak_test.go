@@ -721,7 +721,9 @@ func (s *soak) doExec(rng *rand.Rand) bool {
 		return true
 	}
 	if code != wantCode || (wantOut != "" && string(res.Stdout) != wantOut) {
-		s.problem("%s %q in %s (%s): exit %d stdout %q stderr %q; want exit %d stdout %q", kind, marker, sb.name, sb.id, code, res.Stdout, res.Stderr, wantCode, wantOut)
+		// The ledger's record of the exec says which side lost what: the
+		// bytes the sandbox saw go in and come out.
+		s.problem("%s %q in %s (%s): exit %d stdout %q stderr %q; want exit %d stdout %q; the ledger: %s", kind, marker, sb.name, sb.id, code, res.Stdout, res.Stderr, wantCode, wantOut, s.execRecord(session, argv))
 		return true
 	}
 	if file != "" {
@@ -730,6 +732,40 @@ func (s *soak) doExec(rng *rand.Rand) bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// execRecord is the data of the ledger's exec_started and exec_finished of
+// the exec of argv in session, for a report.
+func (s *soak) execRecord(session string, argv []string) string {
+	ctx, cancel := opCtx()
+	defer cancel()
+	var evs []client.Event
+	for after := int64(0); ; {
+		page, err := s.c.Events(ctx, session, after, 1000)
+		if err != nil {
+			return "(events: " + err.Error() + ")"
+		}
+		evs = append(evs, page.Events...)
+		if !page.More {
+			break
+		}
+		after = page.Next
+	}
+	execID, out := "", ""
+	for _, x := range evs {
+		if x.Type == "sandbox.exec_started" && soakField(x, "argv") == soakJSON(argv) {
+			execID, out = soakField(x, "exec"), "started "+string(x.Data)
+		}
+	}
+	for _, x := range evs {
+		if execID != "" && x.Type == "sandbox.exec_finished" && soakField(x, "exec") == execID {
+			out += ", finished " + string(x.Data)
+		}
+	}
+	if out == "" {
+		return "(no exec_started)"
+	}
+	return out
 }
 
 func soakJSON(v any) string {
