@@ -101,7 +101,28 @@ func Open(ctx context.Context, opts Options) (*Storage, error) {
 			return nil, err
 		}
 	}
+	// A .tmp file is a copy or a mkfs that a crash cut short (files are
+	// made under that name and renamed when whole). Nothing else lists
+	// them, so they would hold their blocks for ever; and nothing is
+	// making one now: the server that opens the store is only starting.
+	for _, d := range []string{"sandboxes", "templates", "saved"} {
+		if n := removeTemps(filepath.Join(opts.Dir, d)); n > 0 {
+			s.log.Info("store: removed files a crash left half-made", "dir", d, "files", n)
+		}
+	}
 	return s, nil
+}
+
+// removeTemps removes the *.tmp files of dir and returns how many.
+func removeTemps(dir string) int {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	n := 0
+	for _, t := range tmps {
+		if os.Remove(t) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Mount options. The store holds only filesystem images; a sandbox's own

@@ -185,3 +185,32 @@ func TestTemplatesBounded(t *testing.T) {
 		t.Errorf("%d templates kept, want %d", n, maxTemplates)
 	}
 }
+
+// TestOpenRemovesHalfMadeFiles: the .tmp files a crash left in the store
+// (a copy or mkfs cut short) are removed when the store is opened again;
+// whole files stay.
+func TestOpenRemovesHalfMadeFiles(t *testing.T) {
+	s := newStore(t, 1<<30)
+	half := []string{"saved/ck-0123456789ab.img.tmp", "sandboxes/0123456789ab.img.tmp", "templates/ext4-1.img.tmp"}
+	whole := "saved/ck-ba9876543210.img"
+	for _, f := range append(half, whole) {
+		if err := os.WriteFile(filepath.Join(s.dir, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Unmount(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(context.Background(), Options{Dir: s.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range half {
+		if _, err := os.Stat(filepath.Join(s2.dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after a reopen: %v, want it removed", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s2.dir, whole)); err != nil {
+		t.Errorf("%s after a reopen: %v, want it kept", whole, err)
+	}
+}
