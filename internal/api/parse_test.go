@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
 )
 
 // admin sends r as the Unix socket's administrator does.
@@ -119,12 +120,12 @@ func TestParseCreateKeepsBounds(t *testing.T) {
 	}{
 		{`{"image":"busybox"}`, sandbox.CreateRequest{Image: "busybox"}},
 		{`{"image":"busybox","memory":"512MiB","cpu":0.5,"disk":"1GiB","pids":100}`,
-			sandbox.CreateRequest{Image: "busybox", MemoryBytes: 512 << 20, CPUMillis: 500, DiskBytes: 1 << 30, Pids: 100}},
+			sandbox.CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 512 << 20, CPUMillis: 500, DiskBytes: 1 << 30, Pids: 100}}},
 		{`{"image":"busybox","memory":1073741824,"cpu":"250m","disk":2147483648}`,
-			sandbox.CreateRequest{Image: "busybox", MemoryBytes: 1 << 30, CPUMillis: 250, DiskBytes: 2 << 30}},
+			sandbox.CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 1 << 30, CPUMillis: 250, DiskBytes: 2 << 30}}},
 		{`{"image":"busybox","memory_mib":8192,"cpu":4,"pids":4194304}`,
-			sandbox.CreateRequest{Image: "busybox", MemoryBytes: 8 << 30, CPUMillis: 4000, Pids: 4194304}},
-		{`{"image":"busybox","cpu":0.01,"memory":1e9}`, sandbox.CreateRequest{Image: "busybox", CPUMillis: 10, MemoryBytes: 1e9}},
+			sandbox.CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 8 << 30, CPUMillis: 4000, Pids: 4194304}}},
+		{`{"image":"busybox","cpu":0.01,"memory":1e9}`, sandbox.CreateRequest{Image: "busybox", Bounds: store.Bounds{CPUMillis: 10, MemoryBytes: 1e9}}},
 		{`{"image":"busybox","env":{"B":"2","A":"1=x"}}`, sandbox.CreateRequest{Image: "busybox", Env: []string{"A=1=x", "B=2"}}},
 		{`{"from_snapshot":"snap","name":"work"}`, sandbox.CreateRequest{FromSnapshot: "snap", Name: "work"}},
 	}

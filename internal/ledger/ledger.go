@@ -39,13 +39,10 @@ type GrantData struct {
 // CreatedData is what sandbox.created records: enough to make the sandbox
 // again (resume with no checkpoint starts from here).
 type CreatedData struct {
-	Image        string `json:"image"`
-	Digest       string `json:"digest,omitempty"`
-	Provider     string `json:"provider"`
-	MemoryBytes  int64  `json:"memory_bytes,omitempty"`
-	CPUMillis    int64  `json:"cpu_millis,omitempty"`
-	DiskBytes    int64  `json:"disk_bytes,omitempty"`
-	Pids         int64  `json:"pids,omitempty"`
+	Image    string `json:"image"`
+	Digest   string `json:"digest,omitempty"`
+	Provider string `json:"provider"`
+	store.Bounds
 	Checkpoint   string `json:"checkpoint,omitempty"` // the sandbox started from this checkpoint
 	ForkedFrom   string `json:"forked_from,omitempty"`
 	ParentName   string `json:"parent_name,omitempty"`
@@ -53,6 +50,13 @@ type CreatedData struct {
 	ResumedFrom  string `json:"resumed_from,omitempty"` // a session
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	Environment  string `json:"environment,omitempty"`
+}
+
+// CreatedOf is the sandbox.created data of a sandbox of shape sh (its
+// environment is left out: values may be secrets); the caller adds where
+// it came from.
+func CreatedOf(sh store.Shape) CreatedData {
+	return CreatedData{Image: sh.Image, Digest: sh.ImageDigest, Provider: sh.Provider, Bounds: sh.Bounds}
 }
 
 // ExecStartedData is what sandbox.exec_started records. Env values are

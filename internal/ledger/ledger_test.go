@@ -33,7 +33,7 @@ func ev(t *testing.T, seq int64, typ string, data any) store.Event {
 func intp(n int) *int { return &n }
 
 func created(ck string) CreatedData {
-	return CreatedData{Image: "alpine:3", Digest: "sha256:abc", Provider: "gvisor", MemoryBytes: 256 << 20, Checkpoint: ck}
+	return CreatedData{Image: "alpine:3", Digest: "sha256:abc", Provider: "gvisor", Checkpoint: ck, Bounds: store.Bounds{MemoryBytes: 256 << 20}}
 }
 
 func started(id string, argv ...string) ExecStartedData {
@@ -462,6 +462,15 @@ func TestDataJSONNames(t *testing.T) {
 		{ExecFinishedData{Exec: "x1", Error: LostError},
 			fmt.Sprintf(`{"exec":"x1","duration_ms":0,"error":%q}`, LostError)},
 		{checkpoint("ck1"), `{"checkpoint":"ck1","kind":"checkpoint","freeze_ms":12}`},
+		{ExecFinishedData{Exec: "x1", ExitCode: intp(0), DurationMS: 3, StdinBytes: 1, StdoutBytes: 2, StderrBytes: 3},
+			`{"exec":"x1","exit_code":0,"duration_ms":3,"stdin_bytes":1,"stdout_bytes":2,"stderr_bytes":3}`},
+		// The bounds at the top level, zero ones left out, env never.
+		{func() CreatedData {
+			d := CreatedOf(store.Shape{Image: "alpine:3", ImageDigest: "sha256:abc", Provider: "gvisor",
+				Bounds: store.Bounds{MemoryBytes: 256, Pids: 8}, Env: []string{"SECRET=x"}})
+			d.ForkedFrom = "src"
+			return d
+		}(), `{"image":"alpine:3","digest":"sha256:abc","provider":"gvisor","memory_bytes":256,"pids":8,"forked_from":"src"}`},
 		{ExecStartedData{Exec: "x1", Argv: []string{"a"}, EnvNames: []string{"K"}, Replay: true},
 			`{"exec":"x1","argv":["a"],"env_names":["K"],"replay":true}`},
 	}

@@ -89,9 +89,7 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 	}
 	ck := &store.Checkpoint{
 		ID: ckID, Kind: kind, Tag: tag, SandboxID: src.ID, SandboxName: src.Name, Session: src.Session,
-		Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
-		MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes, Pids: src.Pids,
-		Env: src.Env, Token: src.Token, AgentDir: src.AgentDir,
+		Shape: src.Shape.Clone(), Token: src.Token, AgentDir: src.AgentDir,
 		Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		FreezeMS: frozen.Milliseconds(), CreatedAt: time.Now().UTC(),
 	}
@@ -185,17 +183,10 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err != nil {
 		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
 	}
-	proto := &store.Sandbox{
-		Name: o.Name, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
-		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Pids: ck.Pids,
-		Env: append([]string(nil), ck.Env...), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
-		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy),
-	}
-	recs, err := s.insertRecords(ctx, []*store.Sandbox{proto}, func(r *store.Sandbox) (string, ledger.CreatedData) {
-		return "", ledger.CreatedData{
-			Image: r.Image, Digest: r.ImageDigest, Provider: r.Provider, MemoryBytes: r.MemoryBytes,
-			CPUMillis: r.CPUMillis, DiskBytes: r.DiskBytes, Pids: r.Pids,
-			Checkpoint: ck.ID, RestoredFrom: ck.ID, Environment: o.Environment, ResumedFrom: o.ResumedFrom}
+	recs, err := s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
+		d := ledger.CreatedOf(r.Shape)
+		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom = ck.ID, ck.ID, o.Environment, o.ResumedFrom
+		return "", d
 	})
 	if err != nil {
 		return nil, err
@@ -214,6 +205,16 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	}
 	log.Info("restored", "checkpoint", ck.ID)
 	return out, nil
+}
+
+// fromCheckpoint is the record of a new sandbox (named name) started from
+// ck: its shape, and the agent, grants and policy that live on in its
+// memory and files.
+func fromCheckpoint(ck *store.Checkpoint, name string) *store.Sandbox {
+	return &store.Sandbox{
+		Name: name, Shape: ck.Shape.Clone(), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy),
+	}
 }
 
 // GetCheckpoint returns one checkpoint.

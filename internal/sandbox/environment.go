@@ -147,8 +147,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		return nil, fmt.Errorf("environment %s: %w", name, err)
 	}
 	env := &store.Environment{
-		Name: name, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
-		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Env: ck.Env,
+		Name: name, Shape: ck.Shape.Clone(),
 		Setup: setup, Fingerprint: fp, Checkpoint: ck.ID, CreatedAt: time.Now().UTC(),
 	}
 	old, oldErr := s.cfg.Store.GetEnvironment(ctx, name)

@@ -92,9 +92,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	protos := make([]*store.Sandbox, len(names))
 	for i, n := range names {
 		protos[i] = &store.Sandbox{
-			Name: n, Image: src.Image, ImageDigest: src.ImageDigest, Provider: src.Provider,
-			MemoryBytes: src.MemoryBytes, CPUMillis: src.CPUMillis, DiskBytes: src.DiskBytes,
-			Pids: src.Pids, Env: append([]string(nil), src.Env...),
+			Name: n, Shape: src.Shape.Clone(),
 			// The fork's memory holds the source's agent (and its token),
 			// running from the source's /.shard: the fork must mount the
 			// very same files.
@@ -105,10 +103,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		}
 	}
 	forks, err := s.insertRecords(ctx, protos, func(f *store.Sandbox) (string, ledger.CreatedData) {
-		return "fork-" + src.Name + "-" + f.ID[:6], ledger.CreatedData{
-			Image: f.Image, Digest: f.ImageDigest, Provider: f.Provider, MemoryBytes: f.MemoryBytes,
-			CPUMillis: f.CPUMillis, DiskBytes: f.DiskBytes, Pids: f.Pids,
-			Checkpoint: ckID, ForkedFrom: src.ID, ParentName: src.Name}
+		d := ledger.CreatedOf(f.Shape)
+		d.Checkpoint, d.ForkedFrom, d.ParentName = ckID, src.ID, src.Name
+		return "fork-" + src.Name + "-" + f.ID[:6], d
 	})
 	if err != nil {
 		return nil, err
@@ -141,7 +138,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	stagedForks := make([]*staged, len(forks))
 	stageErrs := make([]error, len(forks))
 	var staging sync.WaitGroup
-	ckProto := &store.Checkpoint{ID: ckID, Provider: src.Provider}
+	ckProto := &store.Checkpoint{ID: ckID, Shape: store.Shape{Provider: src.Provider}}
 	thawed := func() {
 		for i, f := range forks {
 			staging.Add(1)

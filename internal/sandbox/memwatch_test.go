@@ -42,7 +42,7 @@ func TestMemThresholds(t *testing.T) {
 }
 
 func TestGvisorAgentBounds(t *testing.T) {
-	sb := &store.Sandbox{Pids: 321, MemoryBytes: 1 << 30}
+	sb := &store.Sandbox{Shape: store.Shape{Bounds: store.Bounds{Pids: 321, MemoryBytes: 1 << 30}}}
 	a := oci.Build(oci.Options{Rootfs: "/r"})
 	gvisorAgentBounds(a, sb)
 	b := oci.Build(oci.Options{Rootfs: "/r"})

@@ -102,8 +102,8 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 	default:
 		c := plan.Created
 		res.Sandbox, err = s.Create(ctx, CreateRequest{
-			Name: name, Image: c.Image, Digest: c.Digest, MemoryBytes: c.MemoryBytes, CPUMillis: c.CPUMillis,
-			DiskBytes: c.DiskBytes, Pids: c.Pids, Provider: c.Provider, FromSnapshot: c.FromSnapshot, ResumedFrom: session,
+			Name: name, Image: c.Image, Digest: c.Digest, Bounds: c.Bounds,
+			Provider: c.Provider, FromSnapshot: c.FromSnapshot, ResumedFrom: session,
 		})
 	}
 	if err != nil {

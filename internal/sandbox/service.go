@@ -162,14 +162,11 @@ func (s *Service) lock(id string) func() {
 
 // CreateRequest is what a user asks for.
 type CreateRequest struct {
-	Name        string
-	Image       string
-	MemoryBytes int64
-	CPUMillis   int64
-	DiskBytes   int64
-	Pids        int64
-	Env         []string
-	Provider    string
+	Name  string
+	Image string
+	store.Bounds
+	Env      []string
+	Provider string
 	// FromSnapshot starts the sandbox with a snapshot's files (and its
 	// image and disk size) instead of empty ones.
 	FromSnapshot string
@@ -293,16 +290,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	if !envlist.Has(env, "PATH") {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
-	created := ledger.CreatedData{
-		Image: req.Image, Digest: img.Digest, Provider: req.Provider, MemoryBytes: req.MemoryBytes,
-		CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes, Pids: req.Pids, ResumedFrom: req.ResumedFrom}
+	shape := store.Shape{Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider, Bounds: req.Bounds, Env: env}
+	created := ledger.CreatedOf(shape)
+	created.ResumedFrom = req.ResumedFrom
 	if snap != nil {
 		created.FromSnapshot = snap.ID
 	}
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{{
-		Name: req.Name, Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider,
-		MemoryBytes: req.MemoryBytes, CPUMillis: req.CPUMillis, DiskBytes: req.DiskBytes,
-		Pids: req.Pids, Env: env, Token: newToken(), AgentDir: s.agentDir,
+		Name: req.Name, Shape: shape, Token: newToken(), AgentDir: s.agentDir,
 	}}, func(*store.Sandbox) (string, ledger.CreatedData) { return "", created })
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -45,8 +46,10 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 		return nil, err
 	}
 	sn := &store.Snapshot{
-		ID: id, Name: name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageDigest: sb.ImageDigest,
-		Provider: sb.Provider, DiskBytes: sb.DiskBytes, Env: sb.Env, CreatedAt: time.Now().UTC(),
+		ID: id, Name: name, SandboxID: sb.ID, SandboxName: sb.Name, CreatedAt: time.Now().UTC(),
+		// The files only: a sandbox made from it takes its bounds anew.
+		Shape: store.Shape{Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
+			Bounds: store.Bounds{DiskBytes: sb.DiskBytes}, Env: slices.Clone(sb.Env)},
 	}
 	err = s.cfg.Store.AddSnapshot(ctx, sn, sb, &store.EventSpec{Type: ledger.SnapshotCreated, Data: map[string]string{"snapshot": id, "name": name}})
 	if err != nil {

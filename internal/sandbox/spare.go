@@ -87,12 +87,8 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 		return nil, err
 	}
 	id := newID()
-	rec := &store.Sandbox{
-		ID: id, Name: id, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
-		MemoryBytes: ck.MemoryBytes, CPUMillis: ck.CPUMillis, DiskBytes: ck.DiskBytes, Pids: ck.Pids,
-		Env: append([]string(nil), ck.Env...), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
-		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy), IP: ip.String(), State: StateCreating,
-	}
+	rec := fromCheckpoint(ck, id)
+	rec.ID, rec.IP, rec.State = id, ip.String(), StateCreating
 	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
 	if sp.st, err = s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
 		s.dropSpare(sp)
@@ -192,10 +188,9 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	s.allocMu.Lock()
 	err := s.checkLimit()
 	if err == nil {
-		err = s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: ledger.CreatedData{
-			Image: rec.Image, Digest: rec.ImageDigest, Provider: rec.Provider, MemoryBytes: rec.MemoryBytes,
-			CPUMillis: rec.CPUMillis, DiskBytes: rec.DiskBytes, Pids: rec.Pids,
-			Checkpoint: ck.ID, RestoredFrom: ck.ID, Environment: env}})
+		d := ledger.CreatedOf(rec.Shape)
+		d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
+		err = s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d})
 	}
 	if err == nil {
 		delete(s.reserved, rec.IP) // the record holds the address now

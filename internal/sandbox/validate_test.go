@@ -29,25 +29,25 @@ func TestValidateBounds(t *testing.T) {
 		want string // part of the message; "" for success
 	}{
 		{"defaults", CreateRequest{Image: "busybox"}, ""},
-		{"all given", CreateRequest{Image: "busybox", MemoryBytes: 64 << 20, CPUMillis: 500, DiskBytes: 1 << 30, Pids: 100}, ""},
-		{"least", CreateRequest{Image: "busybox", MemoryBytes: MinMemory, CPUMillis: MinCPU, DiskBytes: MinDisk, Pids: MinPids}, ""},
-		{"most", CreateRequest{Image: "busybox", MemoryBytes: host.MemoryBytes, CPUMillis: host.CPUMillis, DiskBytes: MaxDisk, Pids: MaxPids}, ""},
+		{"all given", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 64 << 20, CPUMillis: 500, DiskBytes: 1 << 30, Pids: 100}}, ""},
+		{"least", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: MinMemory, CPUMillis: MinCPU, DiskBytes: MinDisk, Pids: MinPids}}, ""},
+		{"most", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: host.MemoryBytes, CPUMillis: host.CPUMillis, DiskBytes: MaxDisk, Pids: MaxPids}}, ""},
 		// Old code: accepted, and the host got 2n+512 wrapped (510).
-		{"pids max int64", CreateRequest{Image: "busybox", Pids: math.MaxInt64}, "from 8 to 4194304"},
+		{"pids max int64", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: math.MaxInt64}}, "from 8 to 4194304"},
 		// Old code: accepted, and runc failed (a 500).
-		{"pids 2^31", CreateRequest{Image: "busybox", Pids: 1 << 31}, "from 8 to 4194304"},
-		{"pids past pid_max", CreateRequest{Image: "busybox", Pids: MaxPids + 1}, "from 8 to 4194304"},
-		{"pids too few", CreateRequest{Image: "busybox", Pids: 7}, "from 8"},
-		{"pids negative", CreateRequest{Image: "busybox", Pids: -1}, "from 8"},
-		{"memory past the host", CreateRequest{Image: "busybox", MemoryBytes: host.MemoryBytes + 1<<20}, "more than this host can give"},
-		{"memory max int64", CreateRequest{Image: "busybox", MemoryBytes: math.MaxInt64}, "at most"},
-		{"memory negative", CreateRequest{Image: "busybox", MemoryBytes: -1}, "too small"},
-		{"memory too small", CreateRequest{Image: "busybox", MemoryBytes: 1 << 20}, "at least 32MiB"},
-		{"cpu past the host", CreateRequest{Image: "busybox", CPUMillis: host.CPUMillis + 1}, "more than this host has"},
-		{"cpu too little", CreateRequest{Image: "busybox", CPUMillis: 9}, "at least 0.01"},
-		{"disk too large", CreateRequest{Image: "busybox", DiskBytes: MaxDisk + 1}, "at most 1PiB"},
-		{"disk max int64", CreateRequest{Image: "busybox", DiskBytes: math.MaxInt64}, "too large"},
-		{"disk too small", CreateRequest{Image: "busybox", DiskBytes: 1 << 20}, "at least 16MiB"},
+		{"pids 2^31", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: 1 << 31}}, "from 8 to 4194304"},
+		{"pids past pid_max", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: MaxPids + 1}}, "from 8 to 4194304"},
+		{"pids too few", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: 7}}, "from 8"},
+		{"pids negative", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: -1}}, "from 8"},
+		{"memory past the host", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: host.MemoryBytes + 1<<20}}, "more than this host can give"},
+		{"memory max int64", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: math.MaxInt64}}, "at most"},
+		{"memory negative", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: -1}}, "too small"},
+		{"memory too small", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 1 << 20}}, "at least 32MiB"},
+		{"cpu past the host", CreateRequest{Image: "busybox", Bounds: store.Bounds{CPUMillis: host.CPUMillis + 1}}, "more than this host has"},
+		{"cpu too little", CreateRequest{Image: "busybox", Bounds: store.Bounds{CPUMillis: 9}}, "at least 0.01"},
+		{"disk too large", CreateRequest{Image: "busybox", Bounds: store.Bounds{DiskBytes: MaxDisk + 1}}, "at most 1PiB"},
+		{"disk max int64", CreateRequest{Image: "busybox", Bounds: store.Bounds{DiskBytes: math.MaxInt64}}, "too large"},
+		{"disk too small", CreateRequest{Image: "busybox", Bounds: store.Bounds{DiskBytes: 1 << 20}}, "at least 16MiB"},
 		{"env with NUL", CreateRequest{Image: "busybox", Env: []string{"A=b\x00c"}}, "NUL"},
 		{"env not K=V", CreateRequest{Image: "busybox", Env: []string{"A"}}, "not KEY=VALUE"},
 		{"env bad name", CreateRequest{Image: "busybox", Env: []string{"A-B=1"}}, "not KEY=VALUE"},
@@ -92,11 +92,11 @@ func TestCheckCreateLeavesRequest(t *testing.T) {
 	if req.DiskBytes != 0 || req.MemoryBytes != 0 {
 		t.Fatalf("CheckCreate filled in the caller's request: %+v", req)
 	}
-	err := CheckCreate(CreateRequest{MemoryBytes: 2 << 30}, Limits{MemoryBytes: 1 << 30, MemoryFrom: "test", CPUMillis: 2000})
+	err := CheckCreate(CreateRequest{Bounds: store.Bounds{MemoryBytes: 2 << 30}}, Limits{MemoryBytes: 1 << 30, MemoryFrom: "test", CPUMillis: 2000})
 	if err == nil || !strings.Contains(err.Error(), "at most 1GiB (test)") {
 		t.Fatalf("CheckCreate(2GiB on a 1GiB host) = %v", err)
 	}
-	err = CheckCreate(CreateRequest{CPUMillis: 2001}, Limits{MemoryBytes: 1 << 30, CPUMillis: 2000})
+	err = CheckCreate(CreateRequest{Bounds: store.Bounds{CPUMillis: 2001}}, Limits{MemoryBytes: 1 << 30, CPUMillis: 2000})
 	if err == nil || !strings.Contains(err.Error(), "at most 2 (its cpus)") {
 		t.Fatalf("CheckCreate(2.001 cpus on 2) = %v", err)
 	}
@@ -150,10 +150,10 @@ func TestServerLimits(t *testing.T) {
 		req  CreateRequest
 		want string
 	}{
-		{"memory past --max-memory", CreateRequest{Image: "busybox", MemoryBytes: 512 << 20}, "--max-memory"},
-		{"cpu past --max-cpu", CreateRequest{Image: "busybox", CPUMillis: 1000}, "--max-cpu"},
-		{"pids past --max-pids", CreateRequest{Image: "busybox", Pids: 101}, "from 8 to 100 (shard serve --max-pids)"},
-		{"at the bounds", CreateRequest{Image: "busybox", MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 100}, ""},
+		{"memory past --max-memory", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 512 << 20}}, "--max-memory"},
+		{"cpu past --max-cpu", CreateRequest{Image: "busybox", Bounds: store.Bounds{CPUMillis: 1000}}, "--max-cpu"},
+		{"pids past --max-pids", CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: 101}}, "from 8 to 100 (shard serve --max-pids)"},
+		{"at the bounds", CreateRequest{Image: "busybox", Bounds: store.Bounds{MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 100}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestServerLimits(t *testing.T) {
 		})
 	}
 	t.Run("defaults lowered", func(t *testing.T) {
-		req := CreateRequest{Image: "busybox", Pids: 50}
+		req := CreateRequest{Image: "busybox", Bounds: store.Bounds{Pids: 50}}
 		if err := s.validate(&req); err != nil {
 			t.Fatalf("validate of a create with default memory and cpu = %v, want them lowered to the bounds", err)
 		}
@@ -188,9 +188,9 @@ func TestServerLimits(t *testing.T) {
 	t.Run("restore of a checkpoint past the bounds", func(t *testing.T) {
 		s.caps["gvisor"] = provider.Capabilities{Name: "gvisor", Available: true, Checkpoint: true}
 		for _, ck := range []*store.Checkpoint{
-			{ID: "ck-mem", Provider: "gvisor", MemoryBytes: 1 << 30, CPUMillis: 100, Pids: 10},
-			{ID: "ck-cpu", Provider: "gvisor", MemoryBytes: 64 << 20, CPUMillis: 2000, Pids: 10},
-			{ID: "ck-pids", Provider: "gvisor", MemoryBytes: 64 << 20, CPUMillis: 100, Pids: 4096},
+			{ID: "ck-mem", Shape: store.Shape{Provider: "gvisor", Bounds: store.Bounds{MemoryBytes: 1 << 30, CPUMillis: 100, Pids: 10}}},
+			{ID: "ck-cpu", Shape: store.Shape{Provider: "gvisor", Bounds: store.Bounds{MemoryBytes: 64 << 20, CPUMillis: 2000, Pids: 10}}},
+			{ID: "ck-pids", Shape: store.Shape{Provider: "gvisor", Bounds: store.Bounds{MemoryBytes: 64 << 20, CPUMillis: 100, Pids: 4096}}},
 		} {
 			_, err := s.restore(context.Background(), ck, RestoreOptions{})
 			if errdefs.KindOf(err) != errdefs.KindInvalid || !strings.Contains(err.Error(), "checkpoint "+ck.ID) || !strings.Contains(err.Error(), "shard serve --max-") {

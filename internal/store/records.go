@@ -16,28 +16,21 @@ import (
 // copy of its files. It is self-contained: everything a restore needs is
 // here, so it outlives the sandbox it was taken of.
 type Checkpoint struct {
-	ID          string    `json:"id"`
-	Project     string    `json:"project,omitempty"`
-	Kind        string    `json:"kind"` // checkpoint, fork, environment
-	Tag         string    `json:"tag,omitempty"`
-	SandboxID   string    `json:"sandbox_id"`
-	SandboxName string    `json:"sandbox_name"`
-	Session     string    `json:"session"`
-	Seq         int64     `json:"seq"` // of its checkpoint_created event
-	Image       string    `json:"image"`
-	ImageDigest string    `json:"image_digest"`
-	Provider    string    `json:"provider"`
-	MemoryBytes int64     `json:"memory_bytes"`
-	CPUMillis   int64     `json:"cpu_millis"`
-	DiskBytes   int64     `json:"disk_bytes"`
-	Pids        int64     `json:"pids"`
-	Env         []string  `json:"env"`
-	Token       string    `json:"token"`     // the agent's, which lives on in the image's memory
-	AgentDir    string    `json:"agent_dir"` // the agent binary the image's memory maps
-	FreezeMS    int64     `json:"freeze_ms"`
-	Grants      []Grant   `json:"grants,omitempty"`
-	Policy      *Policy   `json:"policy,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
+	ID          string `json:"id"`
+	Project     string `json:"project,omitempty"`
+	Kind        string `json:"kind"` // checkpoint, fork, environment
+	Tag         string `json:"tag,omitempty"`
+	SandboxID   string `json:"sandbox_id"`
+	SandboxName string `json:"sandbox_name"`
+	Session     string `json:"session"`
+	Seq         int64  `json:"seq"` // of its checkpoint_created event
+	Shape
+	Token     string    `json:"token"`     // the agent's, which lives on in the image's memory
+	AgentDir  string    `json:"agent_dir"` // the agent binary the image's memory maps
+	FreezeMS  int64     `json:"freeze_ms"`
+	Grants    []Grant   `json:"grants,omitempty"`
+	Policy    *Policy   `json:"policy,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Snapshot is the files of a stopped sandbox.
@@ -47,25 +40,15 @@ type Snapshot struct {
 	Name        string    `json:"name"`
 	SandboxID   string    `json:"sandbox_id"`
 	SandboxName string    `json:"sandbox_name"`
-	Image       string    `json:"image"`
-	ImageDigest string    `json:"image_digest"`
-	Provider    string    `json:"provider"`
-	DiskBytes   int64     `json:"disk_bytes"`
-	Env         []string  `json:"env"`
+	Shape                 // the files' image and disk; no other bound
 	CreatedAt   time.Time `json:"created_at"`
 }
 
 // Environment is a named set-up state: a checkpoint creates start from.
 type Environment struct {
-	Name        string     `json:"name"`
-	Project     string     `json:"project,omitempty"`
-	Image       string     `json:"image"`
-	ImageDigest string     `json:"image_digest"`
-	Provider    string     `json:"provider"`
-	MemoryBytes int64      `json:"memory_bytes"`
-	CPUMillis   int64      `json:"cpu_millis"`
-	DiskBytes   int64      `json:"disk_bytes"`
-	Env         []string   `json:"env,omitempty"`
+	Name    string `json:"name"`
+	Project string `json:"project,omitempty"`
+	Shape
 	Setup       [][]string `json:"setup,omitempty"`
 	Fingerprint string     `json:"fingerprint"`
 	Checkpoint  string     `json:"checkpoint"`

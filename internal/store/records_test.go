@@ -130,12 +130,17 @@ func TestCreateSandboxFailureKeepsSession(t *testing.T) {
 
 func sampleCheckpoint(id string, sb *Sandbox, created time.Time) *Checkpoint {
 	return &Checkpoint{
-		ID: id, Kind: "checkpoint", Tag: "tag-" + id,
-		SandboxID: sb.ID, SandboxName: sb.Name, Session: sb.Session,
-		Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
-		MemoryBytes: sb.MemoryBytes, CPUMillis: sb.CPUMillis, DiskBytes: sb.DiskBytes, Pids: sb.Pids,
-		Env: sb.Env, Token: sb.Token, AgentDir: "/var/lib/shard/agent/" + sb.ID, FreezeMS: 42,
-		CreatedAt: created,
+		ID:          id,
+		Kind:        "checkpoint",
+		Tag:         "tag-" + id,
+		SandboxID:   sb.ID,
+		SandboxName: sb.Name,
+		Session:     sb.Session,
+		Token:       sb.Token,
+		AgentDir:    "/var/lib/shard/agent/" + sb.ID,
+		FreezeMS:    42,
+		CreatedAt:   created,
+		Shape:       Shape{Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider, Bounds: Bounds{MemoryBytes: sb.MemoryBytes, CPUMillis: sb.CPUMillis, DiskBytes: sb.DiskBytes, Pids: sb.Pids}, Env: sb.Env},
 	}
 }
 
@@ -257,9 +262,12 @@ func TestAddCheckpointAtomic(t *testing.T) {
 
 func sampleSnapshot(id, name string, sb *Sandbox, created time.Time) *Snapshot {
 	return &Snapshot{
-		ID: id, Name: name, SandboxID: sb.ID, SandboxName: sb.Name,
-		Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
-		DiskBytes: sb.DiskBytes, Env: sb.Env, CreatedAt: created,
+		ID:          id,
+		Name:        name,
+		SandboxID:   sb.ID,
+		SandboxName: sb.Name,
+		CreatedAt:   created,
+		Shape:       Shape{Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider, Bounds: Bounds{DiskBytes: sb.DiskBytes}, Env: sb.Env},
 	}
 }
 
@@ -353,10 +361,13 @@ func TestEnvironments(t *testing.T) {
 	ctx := context.Background()
 	env := func(name, ck string) *Environment {
 		return &Environment{
-			Name: name, Project: "default", Image: "python:3", ImageDigest: "sha256:def", Provider: "gvisor",
-			MemoryBytes: 1 << 30, CPUMillis: 2000, DiskBytes: 4 << 30,
-			Env: []string{"PIP_NO_CACHE_DIR=1"}, Setup: [][]string{{"pip", "install", "numpy"}, {"sh", "-c", "echo ok"}},
-			Fingerprint: "fp-" + ck, Checkpoint: ck, CreatedAt: t0,
+			Name:        name,
+			Project:     "default",
+			Setup:       [][]string{{"pip", "install", "numpy"}, {"sh", "-c", "echo ok"}},
+			Fingerprint: "fp-" + ck,
+			Checkpoint:  ck,
+			CreatedAt:   t0,
+			Shape:       Shape{Image: "python:3", ImageDigest: "sha256:def", Provider: "gvisor", Bounds: Bounds{MemoryBytes: 1 << 30, CPUMillis: 2000, DiskBytes: 4 << 30}, Env: []string{"PIP_NO_CACHE_DIR=1"}},
 		}
 	}
 	if list, err := s.ListEnvironments(ctx); err != nil || len(list) != 0 {

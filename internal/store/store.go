@@ -33,33 +33,54 @@ type Store struct {
 	addrs  addrIndex // guarded by addrMu
 }
 
+// Shape is what a sandbox is made of and bounded by: its image, runtime,
+// bounds and environment. Every record a sandbox can be made from (a
+// checkpoint, a snapshot, an environment) embeds it, as the sandbox's own
+// record does, so a make copies one value and a new bound is added here
+// only. A snapshot keeps the files only: its bounds are unset.
+type Shape struct {
+	Image       string `json:"image"`        // as the user gave it
+	ImageDigest string `json:"image_digest"` // manifest digest
+	Provider    string `json:"provider"`
+	Bounds
+	Env []string `json:"env"`
+}
+
+// Bounds are what a sandbox may use. The ledger's sandbox.created event
+// embeds them too (zero ones left out).
+type Bounds struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	CPUMillis   int64 `json:"cpu_millis,omitempty"` // 1000 = one cpu
+	DiskBytes   int64 `json:"disk_bytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty"`
+}
+
+// Clone is a copy of sh that shares no memory with it.
+func (sh Shape) Clone() Shape {
+	sh.Env = slices.Clone(sh.Env)
+	return sh
+}
+
 // Sandbox is the persisted record of a sandbox.
 type Sandbox struct {
-	ID          string            `json:"id"`
-	Name        string            `json:"name"`
-	Project     string            `json:"project,omitempty"`
-	Image       string            `json:"image"`        // as the user gave it
-	ImageDigest string            `json:"image_digest"` // manifest digest
-	Provider    string            `json:"provider"`
-	State       string            `json:"state"`
-	MemoryBytes int64             `json:"memory_bytes"`
-	CPUMillis   int64             `json:"cpu_millis"` // 1000 = one cpu
-	DiskBytes   int64             `json:"disk_bytes"`
-	Pids        int64             `json:"pids"`
-	Env         []string          `json:"env"`
-	IP          string            `json:"ip"`
-	Token       string            `json:"token"`               // agent token; never shown by the API
-	AgentDir    string            `json:"agent_dir,omitempty"` // host dir mounted at /.shard in the running instance
-	Error       string            `json:"error,omitempty"`
-	OOMKills    int64             `json:"oom_kills"`
-	ParentID    string            `json:"parent_id,omitempty"`
-	Session     string            `json:"session"` // ledger session name
-	Labels      map[string]string `json:"labels,omitempty"`
-	Grants      []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
-	Policy      *Policy           `json:"policy,omitempty"` // its egress network policy
-	CreatedAt   time.Time         `json:"created_at"`
-	StartedAt   time.Time         `json:"started_at"`
-	StoppedAt   time.Time         `json:"stopped_at"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Project string `json:"project,omitempty"`
+	Shape
+	State     string            `json:"state"`
+	IP        string            `json:"ip"`
+	Token     string            `json:"token"`               // agent token; never shown by the API
+	AgentDir  string            `json:"agent_dir,omitempty"` // host dir mounted at /.shard in the running instance
+	Error     string            `json:"error,omitempty"`
+	OOMKills  int64             `json:"oom_kills"`
+	ParentID  string            `json:"parent_id,omitempty"`
+	Session   string            `json:"session"` // ledger session name
+	Labels    map[string]string `json:"labels,omitempty"`
+	Grants    []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
+	Policy    *Policy           `json:"policy,omitempty"` // its egress network policy
+	CreatedAt time.Time         `json:"created_at"`
+	StartedAt time.Time         `json:"started_at"`
+	StoppedAt time.Time         `json:"stopped_at"`
 }
 
 // Grant makes a secret available inside a sandbox: as an environment

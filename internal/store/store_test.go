@@ -37,24 +37,17 @@ var t0 = time.Date(2025, 3, 4, 5, 6, 7, 890123456, time.UTC)
 // sample returns a sandbox with every field set.
 func sample(id, name string) *Sandbox {
 	return &Sandbox{
-		ID:          id,
-		Name:        name,
-		Image:       "alpine:3",
-		ImageDigest: "sha256:abc",
-		Provider:    "gvisor",
-		State:       "creating",
-		MemoryBytes: 512 << 20,
-		CPUMillis:   1500,
-		DiskBytes:   1 << 30,
-		Pids:        256,
-		Env:         []string{"A=1", "B=two words"},
-		IP:          "10.88.0.2",
-		Token:       "secret-" + id,
-		OOMKills:    0,
-		ParentID:    "",
-		Session:     "sess-" + id,
-		Labels:      map[string]string{"team": "x", "ünïcode": "✓"},
-		CreatedAt:   t0,
+		ID:        id,
+		Name:      name,
+		State:     "creating",
+		IP:        "10.88.0.2",
+		Token:     "secret-" + id,
+		OOMKills:  0,
+		ParentID:  "",
+		Session:   "sess-" + id,
+		Labels:    map[string]string{"team": "x", "ünïcode": "✓"},
+		CreatedAt: t0,
+		Shape:     Shape{Image: "alpine:3", ImageDigest: "sha256:abc", Provider: "gvisor", Bounds: Bounds{MemoryBytes: 512 << 20, CPUMillis: 1500, DiskBytes: 1 << 30, Pids: 256}, Env: []string{"A=1", "B=two words"}},
 	}
 }
 
@@ -540,5 +533,35 @@ func TestConcurrentUpdates(t *testing.T) {
 	}
 	if evs := events(t, s, sb.Session); len(evs) != n {
 		t.Errorf("after %d concurrent updates, %d events, want %d", n, len(evs), n)
+	}
+}
+
+// TestShapeJSON: records written before Shape was embedded (the same keys,
+// at the top level) read back the same, and a record writes them there.
+func TestShapeJSON(t *testing.T) {
+	old := `{"id":"i","name":"n","image":"alpine:3","image_digest":"sha256:abc","provider":"runc","state":"running",` +
+		`"memory_bytes":536870912,"cpu_millis":1500,"disk_bytes":1073741824,"pids":256,"env":["A=1"],"ip":"10.88.0.2"}`
+	var sb Sandbox
+	if err := json.Unmarshal([]byte(old), &sb); err != nil {
+		t.Fatal(err)
+	}
+	want := Shape{Image: "alpine:3", ImageDigest: "sha256:abc", Provider: "runc",
+		Bounds: Bounds{MemoryBytes: 512 << 20, CPUMillis: 1500, DiskBytes: 1 << 30, Pids: 256}, Env: []string{"A=1"}}
+	if !reflect.DeepEqual(sb.Shape, want) || sb.IP != "10.88.0.2" {
+		t.Fatalf("old record read as %+v", sb)
+	}
+	b, err := json.Marshal(&sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"image", "image_digest", "provider", "memory_bytes", "cpu_millis", "disk_bytes", "pids", "env"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("written record %s has no top-level %q", b, k)
+		}
+	}
+	if c := want.Clone(); &c.Env[0] == &want.Env[0] {
+		t.Error("Clone shares Env with the original")
 	}
 }
