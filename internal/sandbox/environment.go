@@ -44,7 +44,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, req EnvironmentRequest)
 			return nil, false, errdefs.Invalid("a setup command is empty")
 		}
 	}
-	unlock := s.lock(envKey(project.Of(ctx), req.Name))
+	unlock := s.locks.lock(envKey(project.Of(ctx), req.Name))
 	defer unlock()
 	if req.Sandbox != "" {
 		if len(req.Setup) > 0 || req.Create.Image != "" || req.Create.MemoryBytes != 0 || req.Create.CPUMillis != 0 || req.Create.DiskBytes != 0 || len(req.Create.Env) > 0 {
@@ -155,8 +155,8 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		s.dropCheckpoint(ctx, ck)
 		return nil, err
 	}
-	s.forgetSpare(envKey(project.Of(ctx), name))
-	s.stageSpare(env)
+	s.spares.forget(envKey(project.Of(ctx), name))
+	s.spares.stage(env)
 	if oldErr == nil && old.Checkpoint != ck.ID {
 		if ock, err := s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
 			s.dropCheckpoint(ctx, ock)
@@ -185,7 +185,7 @@ func (s *Service) Environments(ctx context.Context) ([]*store.Environment, error
 // RemoveEnvironment deletes an environment and its checkpoint. Sandboxes
 // started from it keep running with their own copies.
 func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
-	unlock := s.lock(envKey(project.Of(ctx), name))
+	unlock := s.locks.lock(envKey(project.Of(ctx), name))
 	defer unlock()
 	env, err := s.cfg.Store.GetEnvironment(ctx, name)
 	if err != nil {
@@ -194,7 +194,7 @@ func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
 	if err := s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
 		return err
 	}
-	s.forgetSpare(envKey(project.Of(ctx), name))
+	s.spares.forget(envKey(project.Of(ctx), name))
 	if ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
 		return s.dropCheckpoint(ctx, ck)
 	}
@@ -218,7 +218,7 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 		if err != nil {
 			return nil, err
 		}
-		release := s.useCheckpoint(e.Checkpoint)
+		release := s.cks.use(e.Checkpoint)
 		ck, err := s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
 		if errdefs.Is(err, errdefs.KindNotFound) && try < 3 {
 			release()
@@ -230,7 +230,7 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 		}
 		sb, err := s.fromEnvironment(ctx, e, ck, name)
 		release()
-		s.stageSpare(e)
+		s.spares.stage(e)
 		return sb, err
 	}
 }
@@ -243,7 +243,7 @@ func (s *Service) fromEnvironment(ctx context.Context, e *store.Environment, ck 
 			return nil, errdefs.Conflict("name_taken", "a sandbox named %s already exists", name)
 		}
 	}
-	if sp := s.takeSpare(envKey(e.Project, e.Name), ck.ID); sp != nil {
+	if sp := s.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {
 		return s.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
 	return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})

@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -158,7 +156,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	// The checkpoint is in use from its making until the forks are running
 	// and its image is on disk: an rm of it meanwhile waits.
-	release, handedOff := s.useCheckpoint(ckID), false
+	release, handedOff := s.cks.use(ckID), false
 	defer func() {
 		if !handedOff {
 			release()
@@ -225,151 +223,4 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		}
 	}
 	return out, nil
-}
-
-// lockRunning finds a running sandbox whose provider can checkpoint it, and
-// holds its lifecycle lock (one fork, checkpoint, stop or remove at a time)
-// until unlock. verb names what the caller wants in the errors.
-func (s *Service) lockRunning(ctx context.Context, idOrName, verb string) (*store.Sandbox, provider.Checkpointer, func(), error) {
-	src, unlock, err := s.lockSandbox(ctx, idOrName)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	switch src.State {
-	case StateRunning:
-	case StateStopped, StateFailed:
-		unlock()
-		if verb == "fork" {
-			return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: fork takes a running sandbox", src.Name)
-		}
-		return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: %s takes a running sandbox (to keep a stopped sandbox's files, take a snapshot)", src.Name, verb)
-	default:
-		unlock()
-		return nil, nil, nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", src.Name, src.State)
-	}
-	cp, ok := s.providers[src.Provider].(provider.Checkpointer)
-	c := s.caps[src.Provider]
-	if can := c.Checkpoint; verb == "fork" {
-		ok = ok && c.Fork
-	} else {
-		ok = ok && can
-	}
-	if !ok || !c.Available {
-		unlock()
-		return nil, nil, nil, errdefs.Unsupported("provider %s does not support %s on this host", src.Provider, verb)
-	}
-	return src, cp, unlock, nil
-}
-
-// insertRecords gives each of protos an id, a name (the id if it has none),
-// an address and a ledger session, and writes them in state creating with
-// their sandbox.created events. created returns the session's name ("" for
-// the sandbox's name) and the event's data.
-func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, created func(*store.Sandbox) (string, ledger.CreatedData)) ([]*store.Sandbox, error) {
-	s.allocMu.Lock()
-	defer s.allocMu.Unlock()
-	var out []*store.Sandbox
-	for _, r := range protos {
-		ip, err := s.allocate()
-		if err != nil {
-			return s.undoRecords(ctx, out, err)
-		}
-		r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
-		if r.Name == "" {
-			r.Name = r.ID
-		}
-		session, data := created(r)
-		r.Session = cmp.Or(session, r.Name)
-		if err := s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data}); err != nil {
-			return s.undoRecords(ctx, out, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err error) ([]*store.Sandbox, error) {
-	for _, r := range recs {
-		s.cfg.Store.DeleteSandbox(ctx, r.ID, nil)
-	}
-	return nil, err
-}
-
-// freeze pauses the source, writes its memory image to ckDir, saves a copy
-// of its files under the checkpoint's key, and thaws it, all within the
-// freeze timeout; then it calls thawed. It returns how long the source was frozen.
-// The source is thawed whatever happens.
-func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, ckDir string, thawed func()) (time.Duration, error) {
-	if _, err := s.move(ctx, src.ID, StateFreezing, nil, nil); err != nil {
-		return 0, err
-	}
-	fctx, cancel := context.WithTimeout(ctx, s.cfg.FreezeTimeout)
-	defer cancel()
-	start := time.Now()
-	var tPause, tCheckpoint, tFiles time.Duration
-	paused := false
-	err := func() error {
-		if err := os.MkdirAll(ckDir, 0o700); err != nil {
-			return err
-		}
-		// The pause gets its own deadline, not the freeze's: a pause cut
-		// short may still have paused the Sentry, and then nobody would
-		// know to thaw it. A pause that outlasts the freeze limit fails
-		// the freeze below, and is thawed.
-		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err := cp.Pause(pctx, src.ID)
-		pcancel()
-		if err != nil {
-			// The call may have paused it and lost the answer: a paused
-			// sandbox's agent does not answer, and then it is thawed below.
-			paused = !s.answers(context.WithoutCancel(ctx), src, 2*time.Second)
-			return err
-		}
-		paused = true
-		if fctx.Err() != nil {
-			return fctx.Err()
-		}
-		tPause = time.Since(start)
-		// While the source is paused its files and memory hold still.
-		// Memory first: gVisor's save flushes file data cached in the
-		// Sentry to the host, and the copy of the files must have it.
-		if err := cp.Checkpoint(fctx, src.ID, ckDir); err != nil {
-			return err
-		}
-		tCheckpoint = time.Since(start)
-		if err := s.cfg.Storage.Save(src.ID, checkpointKey(ckID)); err != nil {
-			return err
-		}
-		tFiles = time.Since(start)
-		return nil
-	}()
-	defer func() {
-		s.cfg.Log.Debug("fork: freeze phases", "source", src.ID, "paused", tPause, "checkpoint", tCheckpoint, "files", tFiles, "thawed", time.Since(start))
-	}()
-	// The deadline, not only fctx.Err(): a call cut by its connection's
-	// deadline can return a moment before the context's timer fires.
-	if dl, _ := fctx.Deadline(); fctx.Err() != nil || (err != nil && !time.Now().Before(dl)) {
-		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
-	}
-	// Thaw whatever happened after the pause (a fresh context: the freeze's
-	// may be over). Only then: gVisor panics on a resume without a pause.
-	var rerr error
-	if paused {
-		rerr = cp.Resume(context.WithoutCancel(ctx), src.ID)
-	}
-	frozen := time.Since(start)
-	if _, merr := s.move(context.WithoutCancel(ctx), src.ID, StateRunning, nil, nil); merr != nil && err == nil {
-		err = merr
-	}
-	if err != nil {
-		return frozen, err
-	}
-	if rerr != nil {
-		return frozen, fmt.Errorf("thaw %s: %w", src.Name, rerr)
-	}
-	// Only now: whatever thawed starts must not hold up the thaw.
-	if thawed != nil {
-		thawed()
-	}
-	return frozen, nil
 }

@@ -176,7 +176,7 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 			t.Fatal(err)
 		}
 	}
-	s := &Service{cfg: Config{Store: st, Secrets: sec, Log: slog.New(slog.DiscardHandler)}, locks: map[string]*sync.Mutex{}}
+	s := &Service{cfg: Config{Store: st, Secrets: sec, Log: slog.New(slog.DiscardHandler)}}
 	return s, fs
 }
 

@@ -145,7 +145,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	// Every environment gets its warm spare again.
 	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
 		for _, e := range envs {
-			s.stageSpare(e)
+			s.spares.stage(e)
 		}
 	}
 	return nil

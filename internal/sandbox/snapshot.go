@@ -77,7 +77,7 @@ func (s *Service) RemoveSnapshot(ctx context.Context, idOrName string) (*store.S
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(snapshotLock(sn.ID))
+	unlock := s.locks.lock(snapshotLock(sn.ID))
 	defer unlock()
 	if err := s.cfg.Store.DeleteSnapshot(ctx, sn.ID); err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func (s *Service) RemoveSnapshot(ctx context.Context, idOrName string) (*store.S
 // snapshot is held meanwhile: a removal waits for the copy (a reflink,
 // quick), and one that came first is a clear 404, not a missing file.
 func (s *Service) filesFromSnapshot(ctx context.Context, snap *store.Snapshot, sb *store.Sandbox) error {
-	unlock := s.lock(snapshotLock(snap.ID))
+	unlock := s.locks.lock(snapshotLock(snap.ID))
 	defer unlock()
 	if _, err := s.cfg.Store.GetSnapshot(ctx, snap.ID); err != nil {
 		if errdefs.Is(err, errdefs.KindNotFound) {

@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/ledger"
@@ -30,44 +32,105 @@ type spare struct {
 	st   *staged        // restored and paused
 }
 
-// stageSpare makes env's spare, if it has none (in the background). While
-// it is staged, a placeholder (no st) holds its place, so that a forget or a
+// sparePool holds one warm spare per environment (by envKey), made in the
+// background by make and taken down by drop.
+type sparePool struct {
+	make func(context.Context, *store.Environment) (*spare, error)
+	drop func(*spare)
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	m      map[string]*spare // envKey → its spare (no st: being staged); guarded by mu
+	closed bool              // at shutdown: stage no more; guarded by mu
+	wg     sync.WaitGroup    // spares being staged
+}
+
+func newSparePool(make func(context.Context, *store.Environment) (*spare, error), drop func(*spare), log *slog.Logger) *sparePool {
+	return &sparePool{make: make, drop: drop, log: log, m: map[string]*spare{}}
+}
+
+// stage makes env's spare, if it has none (in the background). While it
+// is staged, a placeholder (no st) holds its place, so that a forget or a
 // newer staging meanwhile wins over this one.
-func (s *Service) stageSpare(env *store.Environment) {
-	s.sparesMu.Lock()
+func (p *sparePool) stage(env *store.Environment) {
+	p.mu.Lock()
 	key := envKey(env.Project, env.Name)
-	if _, ok := s.spares[key]; ok || s.sparesClosed {
-		s.sparesMu.Unlock()
+	if _, ok := p.m[key]; ok || p.closed {
+		p.mu.Unlock()
 		return
 	}
-	s.sparesWG.Add(1)
+	p.wg.Add(1)
 	placeholder := &spare{env: env.Name, ckID: env.Checkpoint}
-	s.spares[key] = placeholder
-	s.sparesMu.Unlock()
+	p.m[key] = placeholder
+	p.mu.Unlock()
 	go func() {
-		defer s.sparesWG.Done()
-		sp, err := s.makeSpare(context.Background(), env)
-		s.sparesMu.Lock()
-		defer s.sparesMu.Unlock()
-		current := s.spares[key] == placeholder
+		defer p.wg.Done()
+		sp, err := p.make(context.Background(), env)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		current := p.m[key] == placeholder
 		if err != nil {
-			s.cfg.Log.Warn("environment: warm spare", "environment", env.Name, "err", err)
+			p.log.Warn("environment: warm spare", "environment", env.Name, "err", err)
 		}
 		if err != nil || !current {
 			if current {
-				delete(s.spares, key)
+				delete(p.m, key)
 			}
 			if sp != nil {
-				s.dropSpare(sp) // (sparesMu held: dropSpare takes only allocMu)
+				p.drop(sp) // (mu held: drop takes no lock of the pool)
 			}
 			return
 		}
-		s.spares[key] = sp
+		p.m[key] = sp
 	}()
 }
 
+// take hands out the spare of key (an envKey) if it is staged for
+// checkpoint ckID.
+func (p *sparePool) take(key, ckID string) *spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sp := p.m[key]
+	if sp == nil || sp.st == nil { // none, or still being staged
+		return nil
+	}
+	delete(p.m, key)
+	if sp.ckID != ckID {
+		go p.drop(sp)
+		return nil
+	}
+	return sp
+}
+
+// forget drops the spare of key (the environment was removed or rebuilt).
+func (p *sparePool) forget(key string) {
+	p.mu.Lock()
+	sp, ok := p.m[key]
+	delete(p.m, key)
+	p.mu.Unlock()
+	if ok && sp.st != nil {
+		p.drop(sp)
+	}
+}
+
+// close takes every spare down and stages no more (at shutdown); it waits
+// for spares being staged, which then drop themselves.
+func (p *sparePool) close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.m
+	p.m = map[string]*spare{}
+	p.mu.Unlock()
+	defer p.wg.Wait()
+	for _, sp := range all {
+		if sp.st != nil {
+			p.drop(sp)
+		}
+	}
+}
+
 func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare, error) {
-	release := s.useCheckpoint(env.Checkpoint)
+	release := s.cks.use(env.Checkpoint)
 	defer release()
 	ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint)
 	if err != nil {
@@ -77,12 +140,7 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	if err != nil {
 		return nil, err
 	}
-	s.allocMu.Lock()
-	ip, err := s.allocate()
-	if err == nil {
-		s.reserved[ip.String()] = true
-	}
-	s.allocMu.Unlock()
+	ip, err := s.addrs.Reserve()
 	if err != nil {
 		return nil, err
 	}
@@ -115,35 +173,6 @@ func envKey(proj, name string) string {
 	return "env:" + project.OrDefault(proj) + "/" + name
 }
 
-// takeSpare hands out env's spare (by envKey) if it is staged for
-// checkpoint ckID.
-func (s *Service) takeSpare(env, ckID string) *spare {
-	s.sparesMu.Lock()
-	defer s.sparesMu.Unlock()
-	sp := s.spares[env]
-	if sp == nil || sp.st == nil { // none, or still being staged
-		return nil
-	}
-	delete(s.spares, env)
-	if sp.ckID != ckID {
-		go s.dropSpare(sp)
-		return nil
-	}
-	return sp
-}
-
-// forgetSpare drops env's spare (by envKey; the environment was removed or
-// rebuilt).
-func (s *Service) forgetSpare(env string) {
-	s.sparesMu.Lock()
-	sp, ok := s.spares[env]
-	delete(s.spares, env)
-	s.sparesMu.Unlock()
-	if ok && sp.st != nil {
-		s.dropSpare(sp)
-	}
-}
-
 // dropSpare takes a spare down and frees its address.
 func (s *Service) dropSpare(sp *spare) {
 	if sp.st != nil {
@@ -154,26 +183,11 @@ func (s *Service) dropSpare(sp *spare) {
 	}
 	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
 	os.RemoveAll(s.runDir(sp.rec.ID))
-	s.allocMu.Lock()
-	delete(s.reserved, sp.rec.IP)
-	s.allocMu.Unlock()
+	s.addrs.Release(sp.rec.IP)
 }
 
-// DropSpares takes every spare down and stages no more (at shutdown); it
-// waits for spares being staged, which then drop themselves.
-func (s *Service) DropSpares() {
-	s.sparesMu.Lock()
-	s.sparesClosed = true
-	all := s.spares
-	s.spares = map[string]*spare{}
-	s.sparesMu.Unlock()
-	defer s.sparesWG.Wait()
-	for _, sp := range all {
-		if sp.st != nil {
-			s.dropSpare(sp)
-		}
-	}
-}
+// DropSpares takes every spare down and stages no more (at shutdown).
+func (s *Service) DropSpares() { s.spares.close() }
 
 // restoreFromSpare turns a spare into the sandbox named name: its record
 // (with the spare's id and address), then resumes it. The caller holds the
@@ -185,17 +199,11 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	}
 	sp.st.t0 = time.Now() // boot phases from here: the spare was staged long ago
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
-	s.allocMu.Lock()
-	err := s.checkLimit()
-	if err == nil {
-		d := ledger.CreatedOf(rec.Shape)
-		d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
-		err = s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d})
-	}
-	if err == nil {
-		delete(s.reserved, rec.IP) // the record holds the address now
-	}
-	s.allocMu.Unlock()
+	d := ledger.CreatedOf(rec.Shape)
+	d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
+	err := s.addrs.Claim(rec.IP, func() error { // the record holds the address now
+		return s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d})
+	})
 	if err != nil {
 		s.dropSpare(sp)
 		return nil, err

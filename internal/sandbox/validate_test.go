@@ -13,9 +13,8 @@ import (
 
 func testService() *Service {
 	return &Service{
-		cfg:    Config{DefaultProvider: "runc"},
-		caps:   map[string]provider.Capabilities{"runc": {Name: "runc", Available: true}},
-		ckUses: map[string]*ckUse{},
+		cfg:  Config{DefaultProvider: "runc"},
+		caps: map[string]provider.Capabilities{"runc": {Name: "runc", Available: true}},
 	}
 }
 

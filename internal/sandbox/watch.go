@@ -182,7 +182,7 @@ func processAlive(pid int) bool {
 // to run and its runtime agrees it does not (pid is the process that
 // ended; 0 when unknown).
 func (s *Service) markDead(ctx context.Context, id string, pid int) {
-	unlock := s.lock(id)
+	unlock := s.locks.lock(id)
 	defer unlock()
 	cur, err := s.cfg.Store.GetSandbox(ctx, id)
 	if err != nil || cur.State != StateRunning {

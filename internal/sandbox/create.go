@@ -1,0 +1,171 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/envlist"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
+)
+
+// CreateRequest is what a user asks for.
+type CreateRequest struct {
+	Name  string
+	Image string
+	store.Bounds
+	Env      []string
+	Provider string
+	// FromSnapshot starts the sandbox with a snapshot's files (and its
+	// image and disk size) instead of empty ones.
+	FromSnapshot string
+	// Internal: resume makes a sandbox of the very image (Digest) a session
+	// started with, and says so in its sandbox.created event.
+	Digest      string
+	ResumedFrom string
+}
+
+// Defaults for what a create leaves out.
+const (
+	DefaultMemory = 512 << 20
+	DefaultCPU    = 1000
+	DefaultDisk   = 2 << 30
+	DefaultPids   = 4096
+	MinMemory     = 32 << 20
+	MinDisk       = 16 << 20
+)
+
+// validName checks a sandbox name ("" is fine: the id becomes the name);
+// snapshots and environments follow the same rule (names.Name).
+func validName(name string) error {
+	if name == "" {
+		return nil
+	}
+	return names.Name("", name)
+}
+
+// validate fills in the bounds a create leaves out and refuses what this
+// host cannot honour (CheckCreate), then checks the image and provider.
+func (s *Service) validate(req *CreateRequest) error {
+	if req.DiskBytes == 0 && s.cfg.DefaultDisk > 0 {
+		req.DiskBytes = s.cfg.DefaultDisk
+	}
+	lim := s.Limits()
+	withDefaults(req, lim)
+	if err := checkCreate(req, lim); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Image) == "" {
+		return errdefs.Invalid("an image is required")
+	}
+	if req.Provider == "" {
+		req.Provider = s.cfg.DefaultProvider
+	}
+	if req.Provider == "gvisor" && req.CPUMillis < MinGvisorCPU {
+		return errdefs.Invalid("cpu %s is too little for gvisor: at least %s (its kernel runs in user space, and boots in minutes below that); runc takes from %s",
+			units.FormatCPU(req.CPUMillis), units.FormatCPU(MinGvisorCPU), units.FormatCPU(MinCPU))
+	}
+	c, ok := s.caps[req.Provider]
+	if !ok {
+		return errdefs.Invalid("unknown provider %q: shard capabilities lists them", req.Provider)
+	}
+	if !c.Available {
+		return errdefs.Unsupported("provider %s is not available on this host: %s", req.Provider, c.Reason)
+	}
+	return nil
+}
+
+// Create makes and starts a sandbox. On any failure nothing is left behind.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
+	var snap *store.Snapshot
+	if req.FromSnapshot != "" {
+		var err error
+		if snap, err = s.cfg.Store.GetSnapshot(ctx, req.FromSnapshot); err != nil {
+			return nil, err
+		}
+		if req.Image == "" {
+			req.Image = snap.Image
+		} else if req.Image != snap.Image && req.Image != snap.ImageDigest {
+			return nil, errdefs.Invalid("snapshot %s holds files over image %s: leave the image out, or give that one", snap.Name, snap.Image)
+		}
+		if req.DiskBytes != 0 && req.DiskBytes != snap.DiskBytes {
+			return nil, errdefs.Invalid("snapshot %s has a disk of %d bytes: a sandbox from it has that size (leave --disk out)", snap.Name, snap.DiskBytes)
+		}
+		req.DiskBytes = snap.DiskBytes
+	}
+	if err := s.validate(&req); err != nil {
+		return nil, err
+	}
+	if err := s.floor.check("create a sandbox"); err != nil {
+		return nil, err
+	}
+	// Checked again when the files are made; here so that a create that
+	// cannot fit leaves no record and pulls no image.
+	if err := s.cfg.Storage.Fits(req.DiskBytes, "a sandbox with a "+units.FormatSize(req.DiskBytes)+" disk"); err != nil {
+		return nil, err
+	}
+	var img *image.Image
+	var err error
+	if snap != nil {
+		// The snapshot's files sit over the very image they were made on,
+		// whatever its tag names today.
+		if img, err = s.cfg.Images.Get(ctx, snap.ImageDigest); err != nil {
+			return nil, fmt.Errorf("image %s of snapshot %s: %w", snap.Image, snap.Name, err)
+		}
+	} else if req.Digest != "" {
+		if img, err = s.cfg.Images.Get(ctx, req.Digest); err != nil {
+			return nil, fmt.Errorf("image %s (%s): %w", req.Image, req.Digest, err)
+		}
+	} else if img, err = s.cfg.Images.Ensure(ctx, req.Image, nil); err != nil {
+		return nil, err
+	}
+	env := envlist.Merge(img.Config.Env, req.Env)
+	if snap != nil {
+		env = envlist.Merge(snap.Env, req.Env)
+	}
+	if !envlist.Has(env, "PATH") {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	shape := store.Shape{Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider, Bounds: req.Bounds, Env: env}
+	created := ledger.CreatedOf(shape)
+	created.ResumedFrom = req.ResumedFrom
+	if snap != nil {
+		created.FromSnapshot = snap.ID
+	}
+	recs, err := s.insertRecords(ctx, []*store.Sandbox{{
+		Name: req.Name, Shape: shape, Token: newToken(), AgentDir: s.agentDir,
+	}}, func(*store.Sandbox) (string, ledger.CreatedData) { return "", created })
+	if err != nil {
+		return nil, err
+	}
+	sb := recs[0]
+	log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
+	// From here on the record exists: a failure must remove every piece.
+	bg := context.WithoutCancel(ctx)
+	if snap != nil {
+		err = s.filesFromSnapshot(ctx, snap, sb)
+	} else {
+		err = s.cfg.Storage.Create(ctx, sb.ID, req.DiskBytes)
+	}
+	if err != nil {
+		s.destroy(bg, sb, log)
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
+	}
+	if err := s.boot(ctx, sb, img.Layers); err != nil {
+		s.destroy(bg, sb, log)
+		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
+	}
+	out, err := s.move(bg, sb.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	if err != nil {
+		s.destroy(bg, sb, log)
+		return nil, err
+	}
+	log.Info("created", "image", req.Image, "provider", req.Provider, "ip", sb.IP)
+	return out, nil
+}

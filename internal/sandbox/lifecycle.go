@@ -1,0 +1,106 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// lockSandbox finds a sandbox by id or name and holds its lifecycle lock
+// until unlock; the record it returns is read under the lock, so no other
+// lifecycle step changed it since.
+func (s *Service) lockSandbox(ctx context.Context, idOrName string) (*store.Sandbox, func(), error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock := s.locks.lock(sb.ID)
+	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return sb, unlock, nil
+}
+
+// Get finds a sandbox by id or name, with live figures for a running one.
+func (s *Service) Get(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == StateRunning {
+		sb.OOMKills += s.oomKills(ctx, sb)
+	}
+	return sb, nil
+}
+
+// List returns every sandbox.
+func (s *Service) List(ctx context.Context) ([]*store.Sandbox, error) {
+	return s.cfg.Store.ListSandboxes(ctx)
+}
+
+// Stop ends a sandbox's processes; its files stay.
+func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = s.move(ctx, sb.ID, StateStopping, nil, nil); err != nil {
+		return nil, err
+	}
+	ooms := s.halt(context.WithoutCancel(ctx), sb, true)
+	s.endExecs(sb.ID, "sandbox "+sb.Name+" was stopped while the command ran")
+	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: "sandbox.stopped"}, func(r *store.Sandbox) {
+		r.StoppedAt = time.Now().UTC()
+		r.OOMKills += ooms
+		r.Error = ""
+	})
+}
+
+// Start boots a stopped sandbox again with its files.
+func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if c := s.caps[sb.Provider]; !c.Available {
+		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
+	}
+	if err := s.floor.check("start sandbox " + sb.Name); err != nil {
+		return nil, err
+	}
+	// A start is a fresh boot: it runs this server's agent.
+	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir }); err != nil {
+		return nil, err
+	}
+	bg := context.WithoutCancel(ctx)
+	if err := s.boot(bg, sb, nil); err != nil {
+		s.move(bg, sb.ID, StateStopped, nil, func(r *store.Sandbox) { r.Error = err.Error() })
+		return nil, fmt.Errorf("start sandbox %s: %w", sb.Name, err)
+	}
+	return s.move(bg, sb.ID, StateRunning, &store.EventSpec{Type: "sandbox.started"}, func(r *store.Sandbox) {
+		r.StartedAt = time.Now().UTC()
+		r.Error = ""
+	})
+}
+
+// Remove deletes a sandbox and its files. A running one needs force.
+func (s *Service) Remove(ctx context.Context, idOrName string, force bool) error {
+	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if sb.State == StateRunning && !force {
+		return errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
+	}
+	if sb, err = s.move(ctx, sb.ID, StateRemoving, nil, nil); err != nil {
+		return err
+	}
+	return s.destroy(context.WithoutCancel(ctx), sb, s.cfg.Log.With("sandbox", sb.ID))
+}

@@ -1,0 +1,87 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/netip"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newID is a sandbox (or checkpoint) id: 12 hex digits, a fixed length, so
+// that no id is a prefix of another (runsc matches ids by prefix).
+func newID() string { return randomHex(6) }
+
+func newToken() string { return randomHex(24) }
+
+// checkLimit refuses one more sandbox past the server's limit. Every
+// project's count, whoever asks: the limit is the server's, not a
+// project's (a project's list gave each project a limit of its own). The
+// address pool asks, holding itself, before it hands out an address.
+func (s *Service) checkLimit() error {
+	if s.cfg.MaxSandboxes > 0 && s.cfg.Store.SandboxCount() >= s.cfg.MaxSandboxes {
+		return errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
+	}
+	return nil
+}
+
+// move changes a sandbox's state if the table allows it.
+func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, also func(*store.Sandbox)) (*store.Sandbox, error) {
+	out, err := s.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) (*store.EventSpec, error) {
+		if !canMove(r.State, to) {
+			return nil, transitionErr(r.Name, r.State, to)
+		}
+		r.State = to
+		if also != nil {
+			also(r)
+		}
+		return ev, nil
+	})
+	if err == nil && to == StateRunning {
+		s.watchSandbox(id)
+	}
+	return out, err
+}
+
+// insertRecords gives each of protos an id, a name (the id if it has none),
+// an address and a ledger session, and writes them in state creating with
+// their sandbox.created events. created returns the session's name ("" for
+// the sandbox's name) and the event's data.
+func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, created func(*store.Sandbox) (string, ledger.CreatedData)) ([]*store.Sandbox, error) {
+	var out []*store.Sandbox
+	for _, r := range protos {
+		err := s.addrs.Take(func(ip netip.Addr) error {
+			r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
+			if r.Name == "" {
+				r.Name = r.ID
+			}
+			session, data := created(r)
+			r.Session = cmp.Or(session, r.Name)
+			return s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data})
+		})
+		if err != nil {
+			return s.undoRecords(ctx, out, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err error) ([]*store.Sandbox, error) {
+	for _, r := range recs {
+		s.cfg.Store.DeleteSandbox(ctx, r.ID, nil)
+	}
+	return nil, err
+}

@@ -1,0 +1,126 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/store"
+)
+
+// restoreInto starts the record rec (state creating) from checkpoint ck:
+// its own copy of the checkpoint's files, and the memory image. On error the
+// caller destroys rec.
+func (s *Service) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
+	st, err := s.stageRestore(ctx, ck, rec, layers)
+	if err != nil {
+		return err
+	}
+	return s.launchRestore(ctx, ck, st)
+}
+
+// stageRestore does everything a restore of ck into rec needs but the
+// restore itself: the files, rootfs, netns, and the runtime's sandbox
+// waiting for the memory image (a fork does this while its source is still
+// frozen, so only the restore is left after the thaw).
+func (s *Service) stageRestore(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) (*staged, error) {
+	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
+	if !ok || !s.caps[ck.Provider].Available {
+		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	if err := s.cfg.Storage.CreateFrom(checkpointKey(ck.ID), rec.ID); err != nil {
+		return nil, err
+	}
+	st, err := s.stage(ctx, rec, layers)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.Prepare(ctx, st.inst); err != nil {
+		st.abort()
+		return nil, err
+	}
+	st.phase(s, "prepared")
+	return st, nil
+}
+
+func (s *Service) launchRestore(ctx context.Context, ck *store.Checkpoint, st *staged) error {
+	return s.launch(ctx, st, func(p provider.Provider, inst *provider.Instance) error {
+		return p.(provider.Checkpointer).Restore(ctx, inst, s.checkpointDir(ck.ID))
+	})
+}
+
+// RestoreOptions name the sandbox a restore makes and what its
+// sandbox.created event says it came from.
+type RestoreOptions struct {
+	Name        string
+	Environment string // set by a create from an environment
+	ResumedFrom string // set by resume
+}
+
+// Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
+// checkpoint's memory, processes and files, its bounds, a new id, name,
+// address and session, and a clean exec history — nothing is replayed.
+func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*store.Sandbox, error) {
+	if err := validName(o.Name); err != nil {
+		return nil, err
+	}
+	release := s.cks.use(ckID)
+	defer release()
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, ckID)
+	if err != nil {
+		return nil, err
+	}
+	return s.restore(ctx, ck, o)
+}
+
+// restore is Restore of ck, whose use the caller holds.
+func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOptions) (*store.Sandbox, error) {
+	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
+		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
+		return nil, err
+	}
+	if err := s.floor.check("restore checkpoint " + ck.ID); err != nil {
+		return nil, err
+	}
+	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
+	if err != nil {
+		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
+	}
+	recs, err := s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
+		d := ledger.CreatedOf(r.Shape)
+		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom = ck.ID, ck.ID, o.Environment, o.ResumedFrom
+		return "", d
+	})
+	if err != nil {
+		return nil, err
+	}
+	rec := recs[0]
+	bg := context.WithoutCancel(ctx)
+	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
+		s.destroy(bg, rec, log)
+		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
+	}
+	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	if err != nil {
+		s.destroy(bg, rec, log)
+		return nil, err
+	}
+	log.Info("restored", "checkpoint", ck.ID)
+	return out, nil
+}
+
+// fromCheckpoint is the record of a new sandbox (named name) started from
+// ck: its shape, and the agent, grants and policy that live on in its
+// memory and files.
+func fromCheckpoint(ck *store.Checkpoint, name string) *store.Sandbox {
+	return &store.Sandbox{
+		Name: name, Shape: ck.Shape.Clone(), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy),
+	}
+}

@@ -1,0 +1,130 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/oci"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/store"
+)
+
+// sandboxHostname is a sandbox's host name: its name, when that is a valid
+// one, else its id.
+func sandboxHostname(sb *store.Sandbox) string {
+	if len(sb.Name) > 63 || strings.ContainsAny(sb.Name, "_.") {
+		return sb.ID
+	}
+	return sb.Name
+}
+
+// hostFiles are the contents of the sandbox's /etc/hosts and /etc/hostname
+// (bind mounts of files of these names in its run directory).
+func hostFiles(sb *store.Sandbox) map[string][]byte {
+	h := sandboxHostname(sb)
+	return map[string][]byte{
+		"hosts":    []byte(fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", sb.IP, h)),
+		"hostname": []byte(h + "\n"),
+	}
+}
+
+// instance writes the small files a sandbox mounts and builds its spec.
+func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provider.Instance, error) {
+	dir := s.runDir(sb.ID)
+	hostname := sandboxHostname(sb)
+	files := hostFiles(sb)
+	files["resolv.conf"] = s.cfg.Net.ResolvConf()
+	for n, b := range files {
+		if err := oci.WriteFile(filepath.Join(dir, n), b); err != nil {
+			return nil, err
+		}
+	}
+	cgroupLimit := sb.MemoryBytes
+	pids := sb.Pids
+	agentEnv := []string{agent.EnvToken + "=" + sb.Token}
+	if sb.Provider == "gvisor" {
+		// gVisor has no OOM killer of its own: the agent is the sandbox's
+		// OOM killer at the bound, and the host cgroup gets headroom so the
+		// host kernel never kills the whole sandbox first.
+		agentEnv = append(agentEnv, agent.EnvMemoryLimit+"="+strconv.FormatInt(sb.MemoryBytes, 10))
+		cgroupLimit = gvisorCgroupLimit(sb.MemoryBytes)
+		// The host pids cgroup also counts the Sentry's threads and the
+		// systrap stubs (about one per guest thread), and a Sentry that
+		// cannot make a thread hangs the whole sandbox: the bound becomes a
+		// backstop of twice the guest's plus room for the Sentry.
+		pids = GvisorPidsBackstop(sb.Pids)
+	}
+	agentDir := sb.AgentDir
+	if agentDir == "" {
+		agentDir = s.agentDir
+	}
+	spec := oci.Build(oci.Options{
+		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
+		AgentDir: agentDir, Netns: nsPath, CgroupsPath: cgroupsPath(sb.ID),
+		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
+		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
+		Devices: s.cfg.Images.Devices(sb.ImageDigest),
+	})
+	if sb.Provider == "gvisor" {
+		gvisorAgentBounds(spec, sb)
+	}
+	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
+}
+
+// gvisorCgroupLimit is the host memory cgroup's bound of a gVisor sandbox
+// whose guest may use mem: the bound plus headroom for the Sentry.
+func gvisorCgroupLimit(mem int64) int64 { return mem + max(64<<20, mem/4) }
+
+// GvisorPidsBackstop is the host pids bound of a gVisor sandbox whose guest
+// may have n processes.
+func GvisorPidsBackstop(n int64) int64 { return 2*n + 512 }
+
+// oomKills counts processes killed for memory in the running instance: by
+// the host kernel (memory cgroup) and, on gVisor, by the agent's guard.
+func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
+	return cgroupOOMKills(sb.ID) + s.agentOOMKills(ctx, sb)
+}
+
+// cgroupOOMKills is the host kernel's OOM kill count in the sandbox's
+// memory cgroup (gone once the runtime deletes the container).
+func cgroupOOMKills(id string) int64 {
+	var n int64
+	// runc's commands have a memory cgroup of their own below the
+	// container's (internal/provider/runc), and v1 counts a kill only
+	// where the limit was hit.
+	for _, sub := range []string{"", "/sandbox"} {
+		b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupsPath(id) + sub + "/memory.oom_control")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// agentOOMKills is what the agent's OOM guard killed (gVisor only).
+func (s *Service) agentOOMKills(ctx context.Context, sb *store.Sandbox) int64 {
+	if sb.Provider != "gvisor" {
+		return 0
+	}
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if r, err := s.agentFor(sb).Call(cctx, agent.OpStats); err == nil {
+		return r.OOMKills
+	}
+	return 0
+}
+
+// cgroupsPath is the sandbox's cgroup, under every v1 controller.
+func cgroupsPath(id string) string { return "/shard/" + id }
