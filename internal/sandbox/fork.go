@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -39,7 +42,59 @@ const MaxForkCount = 64
 // checkpoints) and a restore of that checkpoint per fork. The source is
 // frozen only while its memory and files are captured, then carries on. On
 // any failure the source runs on and no fork is left behind.
+//
+// The phases, in order: records for the forks (their names are taken before
+// the source is touched), the freeze (a checkpoint; the forks are staged as
+// soon as the source thaws), the restores, and the forks' move to running.
 func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([]*store.Sandbox, error) {
+	names, err := forkNames(req)
+	if err != nil {
+		return nil, err
+	}
+	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "fork")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	f, err := s.newFork(ctx, src, cp)
+	if err != nil {
+		return nil, err
+	}
+	defer f.releaseCheckpoint()
+	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseHost() // the image is on the disk (or gone) by the end
+	r := revert.New()
+	defer r.Fail()
+	if err := f.insertRecords(names, r); err != nil {
+		return nil, err
+	}
+	res, err := s.reserveCapture(src.ID, checkpointKey(f.ckID), f.ids(), fmt.Sprintf("%d fork(s) of %s", len(f.forks), src.Name))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Release()
+	if err := f.freeze(req.Tag, r); err != nil {
+		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
+	}
+	if err := f.restore(); err != nil {
+		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
+	}
+	out, err := f.running()
+	if err != nil {
+		return nil, err
+	}
+	r.Success()
+	f.persist()
+	f.tellSource(out, req.Tag)
+	return out, nil
+}
+
+// forkNames checks a fork request and returns the forks' names ("" each
+// when the request names none: the id becomes the name).
+func forkNames(req ForkRequest) ([]string, error) {
 	if req.Count == 0 {
 		req.Count = 1
 	}
@@ -49,23 +104,41 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err := names.Tag(req.Tag); err != nil {
 		return nil, err
 	}
-	names := make([]string, req.Count)
+	out := make([]string, req.Count)
 	if req.Name != "" {
-		for i := range names {
-			names[i] = req.Name
+		for i := range out {
+			out[i] = req.Name
 			if req.Count > 1 {
-				names[i] = fmt.Sprintf("%s-%d", req.Name, i+1)
+				out[i] = fmt.Sprintf("%s-%d", req.Name, i+1)
 			}
-			if err := validName(names[i]); err != nil {
+			if err := validName(out[i]); err != nil {
 				return nil, err
 			}
 		}
 	}
-	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "fork")
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
+	return out, nil
+}
+
+// forkOp is one fork request under way: what its phases share.
+type forkOp struct {
+	s    *Service
+	ctx  context.Context // without cancel: once begun, a fork ends in success or a full undo
+	src  *store.Sandbox  // its lock is held
+	cp   provider.Checkpointer
+	img  *image.Image
+	log  *slog.Logger
+	ckID string
+
+	forks     []*store.Sandbox // their records (state creating)
+	staged    []*staged        // each fork staged for its restore
+	stageErrs []error
+	staging   sync.WaitGroup
+	ck        *store.Checkpoint
+	release   func() // the fork's use of its checkpoint (see ckRefs); idempotent
+}
+
+// newFork checks that src may be forked here, and finds its image.
+func (s *Service) newFork(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer) (*forkOp, error) {
 	if err := s.floor.check("fork sandbox " + src.Name); err != nil {
 		return nil, err
 	}
@@ -76,17 +149,26 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err != nil {
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", src.Image, src.Name, err)
 	}
-	log := s.cfg.Log.With("source", src.ID, "name", src.Name)
-	bg := context.WithoutCancel(ctx)
-	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseHost() // the image is on the disk (or gone) by the end
-
-	// 1. Records for the forks (state creating): names are taken now, so a
-	// taken name fails before the source is touched.
 	ckID := newID()
+	return &forkOp{s: s, ctx: context.WithoutCancel(ctx), src: src, cp: cp, img: img, ckID: ckID,
+		log: s.cfg.Log.With("source", src.ID, "name", src.Name),
+		// The checkpoint is in use from its making until the forks are
+		// running and its image is on disk: an rm of it meanwhile waits.
+		release: s.cks.use(ckID)}, nil
+}
+
+func (f *forkOp) ids() []string {
+	ids := make([]string, len(f.forks))
+	for i, r := range f.forks {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// insertRecords writes the forks' records (state creating) with their
+// sandbox.created events; an undo removes every piece of them.
+func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
+	src := f.src
 	protos := make([]*store.Sandbox, len(names))
 	for i, n := range names {
 		protos[i] = &store.Sandbox{
@@ -100,127 +182,134 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 			Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		}
 	}
-	forks, err := s.insertRecords(ctx, protos, func(f *store.Sandbox) (string, ledger.CreatedData) {
-		d := ledger.CreatedOf(f.Shape)
-		d.Checkpoint, d.ForkedFrom, d.ParentName = ckID, src.ID, src.Name
-		return "fork-" + src.Name + "-" + f.ID[:6], d
+	forks, err := f.s.insertRecords(f.ctx, protos, func(fk *store.Sandbox) (string, ledger.CreatedData) {
+		d := ledger.CreatedOf(fk.Shape)
+		d.Checkpoint, d.ForkedFrom, d.ParentName = f.ckID, src.ID, src.Name
+		return "fork-" + src.Name + "-" + fk.ID[:6], d
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	forkIDs := make([]string, len(forks))
-	for i, f := range forks {
-		forkIDs[i] = f.ID
-	}
-	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), forkIDs, fmt.Sprintf("%d fork(s) of %s", len(forks), src.Name))
-	if err != nil {
-		s.undoRecords(bg, forks, err)
-		return nil, err
-	}
-	defer res.Release()
-	fail := func(err error) ([]*store.Sandbox, error) {
-		var wg sync.WaitGroup
-		for _, f := range forks {
-			wg.Add(1)
-			go func() { defer wg.Done(); s.destroy(bg, f, log) }()
-		}
-		wg.Wait()
-		return nil, err
-	}
+	f.forks = forks
+	r.Add(func() { f.s.undoRecords(f.ctx, forks, nil) })
+	return nil
+}
 
-	// 2. Freeze: files and memory from one instant, kept as a checkpoint.
-	// As soon as the source is thawed, each fork is staged (its copy of
-	// the files, rootfs, netns, and the runtime's sandbox waiting for a
-	// memory image). Not earlier: on two cores, staging beside the save
-	// slowed the save, and so the freeze, more than it gained.
-	stagedForks := make([]*staged, len(forks))
-	stageErrs := make([]error, len(forks))
-	var staging sync.WaitGroup
-	ckProto := &store.Checkpoint{ID: ckID, Shape: store.Shape{Provider: src.Provider}}
+// destroyForks removes every piece of the forks, records included.
+func (f *forkOp) destroyForks() {
+	var wg sync.WaitGroup
+	for _, fk := range f.forks {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.s.destroy(f.ctx, fk, f.log) }()
+	}
+	wg.Wait()
+}
+
+// freeze captures the source as the fork's checkpoint (files and memory
+// from one instant). As soon as the source is thawed, each fork is staged
+// (its copy of the files, rootfs, netns, and the runtime's sandbox waiting
+// for a memory image). Not earlier: on two cores, staging beside the save
+// slowed the save, and so the freeze, more than it gained. It returns once
+// every fork is staged.
+func (f *forkOp) freeze(tag string, r *revert.Reverter) error {
+	f.staged = make([]*staged, len(f.forks))
+	f.stageErrs = make([]error, len(f.forks))
+	proto := &store.Checkpoint{ID: f.ckID, Shape: store.Shape{Provider: f.src.Provider}}
 	thawed := func() {
-		for i, f := range forks {
-			staging.Add(1)
+		for i, fk := range f.forks {
+			f.staging.Add(1)
 			go func() {
-				defer staging.Done()
-				stagedForks[i], stageErrs[i] = s.stageRestore(bg, ckProto, f, img.Layers)
+				defer f.staging.Done()
+				f.staged[i], f.stageErrs[i] = f.s.stageRestore(f.ctx, proto, fk, f.img.Layers)
 			}()
 		}
 	}
-	abortStaged := func() {
-		staging.Wait()
-		for _, st := range stagedForks {
-			if st != nil {
-				st.abort() // idempotent: undo runs once
-			}
-		}
-	}
-	// The checkpoint is in use from its making until the forks are running
-	// and its image is on disk: an rm of it meanwhile waits.
-	release, handedOff := s.cks.use(ckID), false
-	defer func() {
-		if !handedOff {
-			release()
-		}
-	}()
-	ck, err := s.capture(bg, src, cp, ckID, "fork", req.Tag, thawed)
+	// Whatever fails from here destroys the forks, once their staged
+	// instances are down (a staging still under way is waited for).
+	r.Add(f.destroyForks, f.abortStaged)
+	ck, err := f.s.capture(f.ctx, f.src, f.cp, f.ckID, "fork", tag, thawed)
 	if err != nil {
-		abortStaged()
-		return fail(fmt.Errorf("fork of %s: %w", src.Name, err))
+		return err
 	}
-	log.Info("fork: source thawed", "freeze_ms", ck.FreezeMS, "forks", len(forks))
-	// From here a failure also takes the fork's checkpoint away: it was
-	// made for forks that did not come to be.
-	failAfter := func(err error) ([]*store.Sandbox, error) {
-		abortStaged()
-		out, err := fail(err)
-		release()
-		s.dropCheckpoint(bg, ck)
-		return out, err
-	}
-	staging.Wait()
-	if err := errors.Join(stageErrs...); err != nil {
-		return failAfter(fmt.Errorf("fork of %s: %w", src.Name, err))
-	}
+	f.ck = ck
+	f.log.Info("fork: source thawed", "freeze_ms", ck.FreezeMS, "forks", len(f.forks))
+	// A failure from here also takes the checkpoint away: it was made for
+	// forks that did not come to be. (Its drop waits for every use, so
+	// the fork's own goes first.)
+	r.Add(func() {
+		f.release()
+		f.s.dropCheckpoint(f.ctx, ck)
+	}, f.abortStaged)
+	f.staging.Wait()
+	return errors.Join(f.stageErrs...)
+}
 
-	// 3. Restore every fork from the one image, concurrently.
-	errs := make([]error, len(forks))
+// abortStaged takes down every fork staged so far (undo runs once each).
+func (f *forkOp) abortStaged() {
+	f.staging.Wait()
+	for _, st := range f.staged {
+		if st != nil {
+			st.abort()
+		}
+	}
+}
+
+// restore restores every fork from the one image, concurrently.
+func (f *forkOp) restore() error {
+	errs := make([]error, len(f.forks))
 	var wg sync.WaitGroup
-	for i := range forks {
+	for i := range f.forks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.launchRestore(bg, ck, stagedForks[i])
+			errs[i] = f.s.launchRestore(f.ctx, f.ck, f.staged[i])
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return failAfter(fmt.Errorf("fork of %s: %w", src.Name, err))
-	}
-	out := make([]*store.Sandbox, len(forks))
-	for i, f := range forks {
-		r, err := s.move(bg, f.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	return errors.Join(errs...)
+}
+
+// running moves every fork's record to running.
+func (f *forkOp) running() ([]*store.Sandbox, error) {
+	out := make([]*store.Sandbox, len(f.forks))
+	for i, fk := range f.forks {
+		r, err := f.s.move(f.ctx, fk.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 		if err != nil {
-			return failAfter(err)
+			return nil, err
 		}
 		out[i] = r
 	}
-	// The forks are running: now the image may go to disk (from RAM, if
-	// that is where the provider put it; not earlier, beside the restores).
-	if ip, ok := cp.(provider.ImagePersister); ok {
-		handedOff = true // to the copy (a second RLock could wait behind a drop)
-		go func() {
-			defer release()
-			if err := ip.Persisted(bg, s.checkpointDir(ckID)); err != nil {
-				log.Error("fork: checkpoint image to disk", "checkpoint", ckID, "err", err)
-			}
-		}()
+	return out, nil
+}
+
+// persist writes the checkpoint's image to disk, now that the forks are
+// running (from RAM, if that is where the provider put it; not earlier,
+// beside the restores), and then lets go of the checkpoint.
+func (f *forkOp) persist() {
+	ip, ok := f.cp.(provider.ImagePersister)
+	if !ok {
+		return
 	}
-	// The source's ledger tells of forks that exist.
-	for _, f := range out {
-		err := s.cfg.Store.AddEvent(bg, src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": f.ID, "name": f.Name, "checkpoint": ckID, "tag": req.Tag}})
+	use := f.release
+	f.release = func() {} // handed to the copy (a second use could wait behind a drop)
+	go func() {
+		defer use()
+		if err := ip.Persisted(f.ctx, f.s.checkpointDir(f.ckID)); err != nil {
+			f.log.Error("fork: checkpoint image to disk", "checkpoint", f.ckID, "err", err)
+		}
+	}()
+}
+
+// releaseCheckpoint lets go of the fork's use of its checkpoint, unless
+// persist handed it on.
+func (f *forkOp) releaseCheckpoint() { f.release() }
+
+// tellSource writes the forks that exist to the source's ledger.
+func (f *forkOp) tellSource(forks []*store.Sandbox, tag string) {
+	for _, fk := range forks {
+		err := f.s.cfg.Store.AddEvent(f.ctx, f.src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": fk.ID, "name": fk.Name, "checkpoint": f.ckID, "tag": tag}})
 		if err != nil {
-			log.Error("fork: ledger", "err", err)
+			f.log.Error("fork: ledger", "err", err)
 		}
 	}
-	return out, nil
 }
