@@ -171,24 +171,44 @@ func TestWriteFrameSingleWrite(t *testing.T) {
 }
 
 // waitTail ends when the output is drained, and otherwise only after the
-// pumps spent tailQuiet not held up by the client: a slow client holds it
-// (so nothing written before the exit is cut), a quiet background child
-// does not. Counted in looks at the pumps, not in wall time.
+// pumps spent tailQuiet not held up by the client nor leaving output in the
+// pipes (that up to tailPending): a slow client holds it (so nothing
+// written before the exit is cut), a quiet background child does not.
+// Counted in looks at the pumps, not in wall time.
 func TestWaitTail(t *testing.T) {
 	drained := make(chan struct{})
 	close(drained)
 	var looks atomic.Int32
-	waitTail(drained, func() bool { looks.Add(1); return true })
-	if n := looks.Load(); n > 1 {
-		t.Errorf("drained: looked at the pumps %d times, want it to end at once", n)
+	if cut := waitTail(drained, func() bool { looks.Add(1); return true }, func() bool { return true }); cut || looks.Load() > 1 {
+		t.Errorf("drained: looked at the pumps %d times (cut %v), want it to end at once, not cut", looks.Load(), cut)
 	}
 
 	quietLooks := int32(tailQuiet / tailTick)
-	for _, held := range []int32{0, 1, 30} {
+	pendingLooks := int32(tailPending / tailTick)
+	never := func() bool { return false }
+	for _, tt := range []struct {
+		name       string
+		sendingFor int32 // looks
+		pendingFor int32 // looks
+		want       int32
+	}{
+		{"quiet at once", 0, 0, quietLooks},
+		{"sending 1", 1, 0, 1 + quietLooks},
+		{"sending 30", 30, 0, 30 + quietLooks},
+		{"output left in a pipe for 20 looks", 0, 20, 20 + quietLooks},
+		// A pipe never empty (a background writer): waited for up to
+		// tailPending, then the quiet rule alone.
+		{"output left for ever", 0, 1 << 30, pendingLooks - 1 + quietLooks},
+	} {
 		looks.Store(0)
-		waitTail(make(chan struct{}), func() bool { return looks.Add(1) <= held })
-		if got, want := looks.Load(), held+quietLooks; got != want {
-			t.Errorf("pumps held for %d looks: waited %d looks, want %d (held, then tailQuiet)", held, got, want)
+		var pl atomic.Int32
+		pending := func() bool { return pl.Add(1) <= tt.pendingFor }
+		if tt.pendingFor == 0 {
+			pending = never
+		}
+		cut := waitTail(make(chan struct{}), func() bool { return looks.Add(1) <= tt.sendingFor }, pending)
+		if got := looks.Load(); got != tt.want || !cut {
+			t.Errorf("%s: waited %d looks (cut %v), want %d, cut", tt.name, got, cut, tt.want)
 		}
 	}
 }

@@ -412,9 +412,9 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// such a child never blocks or gets SIGPIPE.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	waitTail(drained, func() bool { return sending.Load() > 0 })
+	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending)
 	p.closeTTY(drained)
-	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut,
+	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
 		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
@@ -476,24 +476,38 @@ func bigPipe() (r, w *os.File, err error) {
 const tailQuiet = 100 * time.Millisecond
 
 // waitTail waits until drained closes (every writer of the output is gone
-// and all of it went out), or until the pumps have spent tailQuiet not
-// handing output on. Time a pump is held up by a slow client does not
-// count: output the command wrote before its exit is never cut for a client
-// that reads slowly (it was, at 100 ms flat, with exit 0 and no error).
-func waitTail(drained <-chan struct{}, sending func() bool) {
+// and all of it went out), or until the pumps have spent tailQuiet neither
+// handing output on nor leaving any in the pipes; it reports whether it
+// stopped before drained (output cut: a background process holds the
+// pipes). Time a pump is held up by a slow client does not count: output
+// the command wrote before its exit is never cut for a client that reads
+// slowly (it was, at 100 ms flat, with exit 0 and no error). Nor does time
+// output waits in a pipe, up to tailPending: a pump that the host's
+// scheduler keeps from running must not lose what the command wrote before
+// its exit (a loaded host once held one for the whole 100 ms; the exit came
+// with no output). A background child that writes on for ever has the pipes
+// never empty, hence the bound.
+func waitTail(drained <-chan struct{}, sending, pending func() bool) (cut bool) {
 	t := time.NewTicker(tailTick)
 	defer t.Stop()
+	looks := 0
 	for quiet := time.Duration(0); quiet < tailQuiet; {
 		select {
 		case <-drained:
-			return
+			return false
 		case <-t.C:
-			if !sending() {
+			looks++
+			waiting := time.Duration(looks)*tailTick < tailPending && pending()
+			if !sending() && !waiting {
 				quiet += tailTick
 			}
 		}
 	}
+	return true
 }
+
+// tailPending bounds the time waitTail waits for output left in the pipes.
+const tailPending = time.Second
 
 // tailTick is how often waitTail looks at the pumps.
 const tailTick = 10 * time.Millisecond
@@ -665,6 +679,19 @@ func (p *proc) resize(r Resize) {
 
 // closeTTY closes the pty master once output is drained (a pty, unlike a
 // pipe, reads EIO after the last holder of the slave exits).
+// outputPending reports whether an output pipe (or the terminal) holds
+// bytes not yet read.
+func (p *proc) outputPending() bool {
+	for _, r := range p.outputs {
+		if f, ok := r.(*os.File); ok {
+			if n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ); err == nil && n > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *proc) closeTTY(drained <-chan struct{}) {
 	if p.tty == nil {
 		return

@@ -88,6 +88,9 @@ type ExecFinishedData struct {
 	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	// OutputCut: a process the command left behind held its output open
+	// at its exit; what it wrote later was not sent (see agent.Exit).
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 // CheckpointData is what sandbox.checkpoint_created records.

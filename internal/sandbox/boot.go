@@ -18,6 +18,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/store"
 )
@@ -49,16 +50,12 @@ type staged struct {
 	sb   *store.Sandbox
 	p    provider.Provider
 	inst *provider.Instance
-	undo []func()
+	undo *revert.Reverter // takes down what stage made
 	t0   time.Time
 }
 
-func (st *staged) abort() {
-	for i := len(st.undo) - 1; i >= 0; i-- {
-		st.undo[i]()
-	}
-	st.undo = nil
-}
+// abort takes the staged instance down (once, however often it is called).
+func (st *staged) abort() { st.undo.Fail() }
 
 // stage mounts the rootfs, makes the network namespace and builds the spec.
 // On error it undoes its own steps.
@@ -70,7 +67,7 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 		}
 		layers = img.Layers
 	}
-	st := &staged{sb: sb, p: s.providers[sb.Provider], t0: time.Now()}
+	st := &staged{sb: sb, p: s.providers[sb.Provider], t0: time.Now(), undo: revert.New()}
 	defer func() {
 		if err != nil {
 			st.abort()
@@ -84,7 +81,7 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 	if err := s.cfg.Storage.Mount(ctx, sb.ID, layers, rootfsDir); err != nil {
 		return nil, err
 	}
-	st.undo = append(st.undo, func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
+	st.undo.Add(func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
 	st.phase(s, "rootfs")
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
@@ -101,13 +98,13 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 	if err != nil {
 		return nil, err
 	}
-	st.undo = append(st.undo, func() { s.cfg.Net.Delete(sb.ID) })
+	st.undo.Add(func() { s.cfg.Net.Delete(sb.ID) })
 	st.phase(s, "netns")
 	if st.inst, err = s.instance(sb, rootfsDir, nsPath); err != nil {
 		return nil, err
 	}
 	// From here the runtime may hold a container: take it down on undo.
-	st.undo = append(st.undo, func() { st.p.Delete(context.Background(), sb.ID) })
+	st.undo.Add(func() { st.p.Delete(context.Background(), sb.ID) })
 	return st, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
 )
@@ -83,21 +84,9 @@ func (s *Service) validate(req *CreateRequest) error {
 
 // Create makes and starts a sandbox. On any failure nothing is left behind.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
-	var snap *store.Snapshot
-	if req.FromSnapshot != "" {
-		var err error
-		if snap, err = s.cfg.Store.GetSnapshot(ctx, req.FromSnapshot); err != nil {
-			return nil, err
-		}
-		if req.Image == "" {
-			req.Image = snap.Image
-		} else if req.Image != snap.Image && req.Image != snap.ImageDigest {
-			return nil, errdefs.Invalid("snapshot %s holds files over image %s: leave the image out, or give that one", snap.Name, snap.Image)
-		}
-		if req.DiskBytes != 0 && req.DiskBytes != snap.DiskBytes {
-			return nil, errdefs.Invalid("snapshot %s has a disk of %d bytes: a sandbox from it has that size (leave --disk out)", snap.Name, snap.DiskBytes)
-		}
-		req.DiskBytes = snap.DiskBytes
+	snap, err := s.fromSnapshot(ctx, &req)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.validate(&req); err != nil {
 		return nil, err
@@ -110,29 +99,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	if err := s.cfg.Storage.Fits(req.DiskBytes, "a sandbox with a "+units.FormatSize(req.DiskBytes)+" disk"); err != nil {
 		return nil, err
 	}
-	var img *image.Image
-	var err error
-	if snap != nil {
-		// The snapshot's files sit over the very image they were made on,
-		// whatever its tag names today.
-		if img, err = s.cfg.Images.Get(ctx, snap.ImageDigest); err != nil {
-			return nil, fmt.Errorf("image %s of snapshot %s: %w", snap.Image, snap.Name, err)
-		}
-	} else if req.Digest != "" {
-		if img, err = s.cfg.Images.Get(ctx, req.Digest); err != nil {
-			return nil, fmt.Errorf("image %s (%s): %w", req.Image, req.Digest, err)
-		}
-	} else if img, err = s.cfg.Images.Ensure(ctx, req.Image, nil); err != nil {
+	img, err := s.createImage(ctx, req, snap)
+	if err != nil {
 		return nil, err
 	}
-	env := envlist.Merge(img.Config.Env, req.Env)
-	if snap != nil {
-		env = envlist.Merge(snap.Env, req.Env)
-	}
-	if !envlist.Has(env, "PATH") {
-		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	}
-	shape := store.Shape{Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider, Bounds: req.Bounds, Env: env}
+	shape := createShape(req, img, snap)
 	created := ledger.CreatedOf(shape)
 	created.ResumedFrom = req.ResumedFrom
 	if snap != nil {
@@ -148,24 +119,84 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox
 	log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 	// From here on the record exists: a failure must remove every piece.
 	bg := context.WithoutCancel(ctx)
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { s.destroy(bg, sb, log) })
 	if snap != nil {
 		err = s.filesFromSnapshot(ctx, snap, sb)
 	} else {
 		err = s.cfg.Storage.Create(ctx, sb.ID, req.DiskBytes)
 	}
 	if err != nil {
-		s.destroy(bg, sb, log)
 		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
 	}
 	if err := s.boot(ctx, sb, img.Layers); err != nil {
-		s.destroy(bg, sb, log)
 		return nil, fmt.Errorf("create sandbox %s: %w", sb.Name, err)
 	}
 	out, err := s.move(bg, sb.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
-		s.destroy(bg, sb, log)
 		return nil, err
 	}
+	r.Success()
 	log.Info("created", "image", req.Image, "provider", req.Provider, "ip", sb.IP)
 	return out, nil
+}
+
+// fromSnapshot finds the snapshot a create starts from, if it names one,
+// and takes its image and disk size into req (a request that gives other
+// ones is refused).
+func (s *Service) fromSnapshot(ctx context.Context, req *CreateRequest) (*store.Snapshot, error) {
+	if req.FromSnapshot == "" {
+		return nil, nil
+	}
+	snap, err := s.cfg.Store.GetSnapshot(ctx, req.FromSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	if req.Image == "" {
+		req.Image = snap.Image
+	} else if req.Image != snap.Image && req.Image != snap.ImageDigest {
+		return nil, errdefs.Invalid("snapshot %s holds files over image %s: leave the image out, or give that one", snap.Name, snap.Image)
+	}
+	if req.DiskBytes != 0 && req.DiskBytes != snap.DiskBytes {
+		return nil, errdefs.Invalid("snapshot %s has a disk of %d bytes: a sandbox from it has that size (leave --disk out)", snap.Name, snap.DiskBytes)
+	}
+	req.DiskBytes = snap.DiskBytes
+	return snap, nil
+}
+
+// createImage is the image a create starts from: a snapshot's files sit
+// over the very image they were made on (whatever its tag names today), a
+// resume asks for the digest its session began with, and anything else is
+// pulled if it is not here.
+func (s *Service) createImage(ctx context.Context, req CreateRequest, snap *store.Snapshot) (*image.Image, error) {
+	switch {
+	case snap != nil:
+		img, err := s.cfg.Images.Get(ctx, snap.ImageDigest)
+		if err != nil {
+			return nil, fmt.Errorf("image %s of snapshot %s: %w", snap.Image, snap.Name, err)
+		}
+		return img, nil
+	case req.Digest != "":
+		img, err := s.cfg.Images.Get(ctx, req.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("image %s (%s): %w", req.Image, req.Digest, err)
+		}
+		return img, nil
+	}
+	return s.cfg.Images.Ensure(ctx, req.Image, nil)
+}
+
+// createShape is the shape of a new sandbox: the request's image and
+// bounds, and the image's environment (or the snapshot's) under the
+// request's, with a PATH.
+func createShape(req CreateRequest, img *image.Image, snap *store.Snapshot) store.Shape {
+	env := envlist.Merge(img.Config.Env, req.Env)
+	if snap != nil {
+		env = envlist.Merge(snap.Env, req.Env)
+	}
+	if !envlist.Has(env, "PATH") {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return store.Shape{Image: req.Image, ImageDigest: img.Digest, Provider: req.Provider, Bounds: req.Bounds, Env: env}
 }

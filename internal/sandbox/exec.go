@@ -147,24 +147,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	}
 	if err != nil {
 		s.execs.remove(sb.ID, e)
-		if e.isAborted() {
-			e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
-			return nil, nil, errdefs.Conflict("sandbox_not_running", "%s", e.abortEx.Error)
-		}
-		var es *agent.ErrStart
-		if errors.As(err, &es) {
-			e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
-			kind := errdefs.KindInvalid
-			if es.Info.Code == "internal" {
-				kind = errdefs.KindInternal
-			}
-			return nil, nil, errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
-		}
-		e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
-		if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
-			return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
-		}
-		return nil, nil, errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
+		return nil, nil, e.startFailed(dctx, err, req)
 	}
 	e.Session = sess
 	if req.TimeoutMS > 0 {
@@ -178,6 +161,31 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	}
 	go e.pump()
 	return e, sb, nil
+}
+
+// startFailed records, and turns into the caller's error, why a command
+// could not start: the host ended it (a stop or removal), the agent refused
+// it, or the sandbox did not answer (within dctx).
+func (e *ExecSession) startFailed(dctx context.Context, err error, req agent.Request) error {
+	sb := e.sb
+	if e.isAborted() {
+		e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
+		return errdefs.Conflict("sandbox_not_running", "%s", e.abortEx.Error)
+	}
+	var es *agent.ErrStart
+	if errors.As(err, &es) {
+		e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
+		kind := errdefs.KindInvalid
+		if es.Info.Code == "internal" {
+			kind = errdefs.KindInternal
+		}
+		return errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
+	}
+	e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
+	if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
+	}
+	return errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 }
 
 // abort ends the session from the host, whatever the agent does: its
@@ -252,7 +260,7 @@ func (e *ExecSession) pump() {
 			json.Unmarshal(p, &ex)
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM,
-				StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes})
+				StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes, OutputCut: ex.OutputCut})
 			// Close first, before the frame is handed on: the agent
 			// waits for this (see agent.awaitClose).
 			e.Session.Close()

@@ -55,51 +55,74 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, sb := range all {
 		known[sb.ID] = true
-		log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
-		switch sb.State {
-		case StateCreating, StateRemoving:
-			log.Info("reconcile: finishing an interrupted create or remove")
-			s.destroy(ctx, sb, log)
-		case StateFreezing:
-			// The server died mid-fork: thaw the source; the forks (still
-			// creating) are finished off above or below.
-			s.thawInterrupted(ctx, sb, log)
-			if alive, _ := s.alive(ctx, sb); alive {
-				log.Info("reconcile: thawed a source frozen by an interrupted fork")
-				s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
-					r.State = StateRunning
-					return nil, nil
-				})
-				continue
-			}
-			fallthrough
-		case StateRunning, StateStarting, StateStopping:
-			if sb.State == StateRunning {
-				alive, err := s.alive(ctx, sb)
-				if err != nil {
-					// Not knowing is no reason to kill: the watcher looks again.
-					log.Warn("reconcile: cannot tell whether the sandbox runs; left as it is", "err", err)
-					continue
-				}
-				if alive {
-					continue
-				}
-			}
-			log.Warn("reconcile: sandbox is not running any more; marking it stopped", "was", sb.State)
-			ooms := s.halt(ctx, sb, false)
-			s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
-				r.State, r.StoppedAt = StateStopped, time.Now().UTC()
-				r.OOMKills += ooms
-				if sb.State == StateRunning {
-					r.Error = "the sandbox ended while the server was down"
-				}
-				return &store.EventSpec{Type: "sandbox.stopped", Data: map[string]string{"reason": "reconcile"}}, nil
-			})
-		case StateStopped, StateFailed:
-			s.halt(ctx, sb, false) // leftovers of a crash mid-stop
+		s.reconcileOne(ctx, sb)
+	}
+	s.removeUnknown(ctx, known)
+	s.reconcileSaved(ctx)
+	// Every environment gets its warm spare again.
+	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
+		for _, e := range envs {
+			s.spares.stage(e)
 		}
 	}
-	// Containers, mounts, namespaces and files nobody owns.
+	return nil
+}
+
+// reconcileOne makes sb's record and its instance agree, by its state.
+func (s *Service) reconcileOne(ctx context.Context, sb *store.Sandbox) {
+	log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
+	switch sb.State {
+	case StateCreating, StateRemoving:
+		log.Info("reconcile: finishing an interrupted create or remove")
+		s.destroy(ctx, sb, log)
+	case StateFreezing:
+		// The server died mid-fork: thaw the source; the forks (still
+		// creating) are finished off as interrupted creates.
+		s.thawInterrupted(ctx, sb, log)
+		if alive, _ := s.alive(ctx, sb); alive {
+			log.Info("reconcile: thawed a source frozen by an interrupted fork")
+			s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+				r.State = StateRunning
+				return nil, nil
+			})
+			return
+		}
+		s.markStopped(ctx, sb, log)
+	case StateRunning:
+		alive, err := s.alive(ctx, sb)
+		if err != nil {
+			// Not knowing is no reason to kill: the watcher looks again.
+			log.Warn("reconcile: cannot tell whether the sandbox runs; left as it is", "err", err)
+			return
+		}
+		if !alive {
+			s.markStopped(ctx, sb, log)
+		}
+	case StateStarting, StateStopping:
+		s.markStopped(ctx, sb, log)
+	case StateStopped, StateFailed:
+		s.halt(ctx, sb, false) // leftovers of a crash mid-stop
+	}
+}
+
+// markStopped takes down what is left of a sandbox that no longer runs and
+// records it stopped, with its files kept.
+func (s *Service) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+	log.Warn("reconcile: sandbox is not running any more; marking it stopped", "was", sb.State)
+	ooms := s.halt(ctx, sb, false)
+	s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+		r.State, r.StoppedAt = StateStopped, time.Now().UTC()
+		r.OOMKills += ooms
+		if sb.State == StateRunning {
+			r.Error = "the sandbox ended while the server was down"
+		}
+		return &store.EventSpec{Type: "sandbox.stopped", Data: map[string]string{"reason": "reconcile"}}, nil
+	})
+}
+
+// removeUnknown removes the containers, network namespaces, run
+// directories and files that no record owns (known holds the records' ids).
+func (s *Service) removeUnknown(ctx context.Context, known map[string]bool) {
 	for _, name := range s.order {
 		p := s.providers[name]
 		if !s.caps[name].Available {
@@ -141,14 +164,6 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	s.reconcileSaved(ctx)
-	// Every environment gets its warm spare again.
-	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
-		for _, e := range envs {
-			s.spares.stage(e)
-		}
-	}
-	return nil
 }
 
 // reconcileSaved removes checkpoint images and saved files that no record

@@ -8,6 +8,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -102,15 +103,17 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	rec := recs[0]
 	bg := context.WithoutCancel(ctx)
 	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { s.destroy(bg, rec, log) })
 	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
-		s.destroy(bg, rec, log)
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
-		s.destroy(bg, rec, log)
 		return nil, err
 	}
+	r.Success()
 	log.Info("restored", "checkpoint", ck.ID)
 	return out, nil
 }

@@ -60,29 +60,12 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 	if err := s.floor.check("resume ledger session " + session); err != nil {
 		return nil, err
 	}
-	var events []store.Event
-	for after := int64(0); ; {
-		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		events = append(events, page...)
-		if len(page) < 1000 {
-			break
-		}
-		after = page[len(page)-1].Seq
+	events, err := s.sessionEvents(ctx, session)
+	if err != nil {
+		return nil, err
 	}
 	if allow != nil {
-		cks, err := s.cfg.Store.ListCheckpoints(ctx, session)
-		if err != nil {
-			return nil, err
-		}
-		grants, policy := ledger.Carries(events)
-		for _, ck := range cks {
-			grants = grants || len(ck.Grants) > 0
-			policy = policy || ck.Policy != nil
-		}
-		if err := allow(grants, policy); err != nil {
+		if err := s.allowCarried(ctx, session, events, allow); err != nil {
 			return nil, err
 		}
 	}
@@ -94,14 +77,59 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 		return nil, errdefs.Conflict("session_unusable", "ledger session %s cannot be resumed: %v", session, err)
 	}
 	res := &ResumeResult{Checkpoint: plan.Checkpoint}
+	if res.Sandbox, err = s.resumeStart(ctx, plan, session, name); err != nil {
+		return nil, err
+	}
+	s.replay(ctx, res, plan)
+	s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed), "reapplied", len(res.Reapplied))
+	return res, nil
+}
+
+// sessionEvents reads every event of session.
+func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Event, error) {
+	var events []store.Event
+	for after := int64(0); ; {
+		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, page...)
+		if len(page) < 1000 {
+			return events, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// allowCarried asks allow whether the resumed sandbox may carry the grants
+// and policy the session's checkpoints or its events may give it.
+func (s *Service) allowCarried(ctx context.Context, session string, events []store.Event, allow func(grants, policy bool) error) error {
+	cks, err := s.cfg.Store.ListCheckpoints(ctx, session)
+	if err != nil {
+		return err
+	}
+	grants, policy := ledger.Carries(events)
+	for _, ck := range cks {
+		grants = grants || len(ck.Grants) > 0
+		policy = policy || ck.Policy != nil
+	}
+	return allow(grants, policy)
+}
+
+// resumeStart makes the sandbox a resume replays into: a restore of the
+// plan's checkpoint, or, with none, a create as the session's first
+// sandbox.created says.
+func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, name string) (*store.Sandbox, error) {
+	var sb *store.Sandbox
+	var err error
 	switch {
 	case plan.Checkpoint != "":
-		res.Sandbox, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session})
+		sb, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session})
 	case plan.Created.Checkpoint != "":
 		return nil, errdefs.Conflict("checkpoint_gone", "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from", session, plan.Created.Checkpoint)
 	default:
 		c := plan.Created
-		res.Sandbox, err = s.Create(ctx, CreateRequest{
+		sb, err = s.Create(ctx, CreateRequest{
 			Name: name, Image: c.Image, Digest: c.Digest, Bounds: c.Bounds,
 			Provider: c.Provider, FromSnapshot: c.FromSnapshot, ResumedFrom: session,
 		})
@@ -109,6 +137,12 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", session, err)
 	}
+	return sb, nil
+}
+
+// replay runs the plan's execs again in res.Sandbox, in order, with its
+// grant and policy changes made again in their places among them.
+func (s *Service) replay(ctx context.Context, res *ResumeResult, plan ledger.Plan) {
 	changes := plan.Changes
 	reapply := func(before int64) {
 		for len(changes) > 0 && changes[0].Seq < before {
@@ -118,37 +152,41 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow func(g
 	}
 	for _, pe := range plan.Execs {
 		reapply(pe.Seq)
-		r := Replayed{Argv: pe.Started.Argv}
-		if pe.Ended() && pe.Finished.ExitCode != nil {
-			r.RecordedExit = pe.Finished.ExitCode
-		}
-		req := agent.Request{Argv: pe.Started.Argv, Dir: pe.Started.Cwd, User: pe.Started.User, TimeoutMS: pe.Started.TimeoutMS}
-		// Granted secrets, as any exec gets them (values are never in the
-		// ledger, names are not recorded in the exec either).
-		if genv, err := s.grantEnv(ctx, res.Sandbox); err == nil {
-			req.Env = genv
-		}
-		started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Dir, User: req.User, TimeoutMS: req.TimeoutMS, Replay: true}
-		if pe.Ended() {
-			code, err := s.runReq(ctx, res.Sandbox, req, started, io.Discard)
-			if err != nil {
-				r.Error = err.Error()
-			} else {
-				r.ExitCode = &code
-			}
-		} else {
-			sess, _, err := s.exec(ctx, res.Sandbox, req, started)
-			if err != nil {
-				r.Error = err.Error()
-			} else {
-				sess.Close() // it runs on; its end is recorded when it comes
-			}
-		}
-		res.Replayed = append(res.Replayed, r)
+		res.Replayed = append(res.Replayed, s.replayExec(ctx, res.Sandbox, pe))
 	}
 	reapply(math.MaxInt64)
-	s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed), "reapplied", len(res.Reapplied))
-	return res, nil
+}
+
+// replayExec runs one planned exec again: waited for if it ended in the
+// session, else started and left running.
+func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.PlannedExec) Replayed {
+	r := Replayed{Argv: pe.Started.Argv}
+	if pe.Ended() && pe.Finished.ExitCode != nil {
+		r.RecordedExit = pe.Finished.ExitCode
+	}
+	req := agent.Request{Argv: pe.Started.Argv, Dir: pe.Started.Cwd, User: pe.Started.User, TimeoutMS: pe.Started.TimeoutMS}
+	// Granted secrets, as any exec gets them (values are never in the
+	// ledger, names are not recorded in the exec either).
+	if genv, err := s.grantEnv(ctx, sb); err == nil {
+		req.Env = genv
+	}
+	started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Dir, User: req.User, TimeoutMS: req.TimeoutMS, Replay: true}
+	if !pe.Ended() {
+		sess, _, err := s.exec(ctx, sb, req, started)
+		if err != nil {
+			r.Error = err.Error()
+		} else {
+			sess.Close() // it runs on; its end is recorded when it comes
+		}
+		return r
+	}
+	code, err := s.runReq(ctx, sb, req, started, io.Discard)
+	if err != nil {
+		r.Error = err.Error()
+	} else {
+		r.ExitCode = &code
+	}
+	return r
 }
 
 // reapply makes one grant or policy change again on res.Sandbox, and keeps

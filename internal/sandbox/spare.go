@@ -13,6 +13,7 @@ import (
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -148,8 +149,10 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	rec := fromCheckpoint(ck, id)
 	rec.ID, rec.IP, rec.State = id, ip.String(), StateCreating
 	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { s.dropSpare(sp) })
 	if sp.st, err = s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
-		s.dropSpare(sp)
 		return nil, err
 	}
 	// Restore it now and hold it paused: a create then only resumes it.
@@ -157,13 +160,12 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	// checkpoint left them, as they would be after a restore at create.
 	// (stageRestore took only a provider that checkpoints.)
 	if err := s.launchRestore(ctx, ck, sp.st); err != nil {
-		s.dropSpare(sp)
 		return nil, err
 	}
 	if err := sp.st.p.(provider.Checkpointer).Pause(ctx, rec.ID); err != nil {
-		s.dropSpare(sp)
 		return nil, err
 	}
+	r.Success()
 	return sp, nil
 }
 
@@ -208,26 +210,31 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 		s.dropSpare(sp)
 		return nil, err
 	}
+	// From here the record holds the spare's pieces: a failure removes
+	// them all with it.
+	bg := context.WithoutCancel(ctx)
+	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { s.destroy(bg, rec, log) })
 	// The hostname files were written for the spare's id.
 	if rec.Name != rec.ID {
 		s.rewriteHostFiles(rec)
 	}
 	sp.st.phase(s, "recorded")
-	bg := context.WithoutCancel(ctx)
-	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	if err := sp.st.p.(provider.Checkpointer).Resume(bg, rec.ID); err != nil {
 		// A spare can wait for hours: if its runtime died meanwhile, a
 		// plain restore still makes the sandbox.
 		log.Warn("warm spare failed; restoring without it", "err", err)
-		s.destroy(bg, rec, log)
+		r.Fail()
 		return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
 	}
 	sp.st.phase(s, "resumed")
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
-		s.destroy(bg, rec, log)
 		return nil, err
 	}
+	r.Success()
 	sp.st.phase(s, "running")
 	log.Info("restored from a warm spare", "environment", env, "checkpoint", ck.ID)
 	return out, nil
