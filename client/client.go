@@ -358,13 +358,19 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 
 var errExecEnded = errors.New("the command ended")
 
-// execEnd is the exit frame's payload.
+// execEnd is the exit frame's payload (openapi.json's ExecExit).
 type execEnd struct {
 	Code     int    `json:"exit_code"`
-	Signal   int    `json:"signal"`
-	TimedOut bool   `json:"timed_out"`
-	OOM      bool   `json:"oom_killed"`
-	Error    string `json:"error"`
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	OOM      bool   `json:"oom_killed,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// What went through the command's stdin, stdout and stderr, as the
+	// sandbox counted it; not in ExecResult (the ledger's exec_finished
+	// has them too).
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 }
 
 func (e execEnd) result() *ExecResult {
@@ -465,7 +471,7 @@ func (c *Client) Image(ctx context.Context, ref string) (*Image, error) {
 
 // Pull fetches an image into the server's cache, reporting progress.
 func (c *Client) Pull(ctx context.Context, ref string, progress func(PullEvent)) (*Image, error) {
-	resp, err := c.do(ctx, "POST", "/images/pull", map[string]string{"image": ref})
+	resp, err := c.do(ctx, "POST", "/images/pull", PullRequest{Image: ref})
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,11 @@ type Image struct {
 	Created time.Time `json:"created"`
 }
 
+// PullRequest is the body of POST /v0/images/pull.
+type PullRequest struct {
+	Image string `json:"image"`
+}
+
 // PullEvent is one line of the pull stream: progress, then done or error.
 type PullEvent struct {
 	Type   string `json:"type"` // progress, done, error
