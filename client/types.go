@@ -13,7 +13,7 @@ type Sandbox struct {
 	Image       string    `json:"image"`
 	ImageDigest string    `json:"image_digest"`
 	Provider    string    `json:"provider"`
-	State       string    `json:"state"` // creating, running, stopping, stopped, starting, removing, failed
+	State       string    `json:"state"` // creating, running, freezing, stopping, stopped, starting, removing, failed
 	MemoryBytes int64     `json:"memory_bytes"`
 	MemoryMiB   int64     `json:"memory_mib"`
 	CPU         float64   `json:"cpu"`
