@@ -7,7 +7,7 @@ import type * as http from "node:http";
 import { ShardError } from "./errors.js";
 import type { ShardApi } from "./api.js";
 import { FRAME, FrameDecoder, STDIN_CHUNK, STREAM_TYPE, encodeFrame } from "./frames.js";
-import type { EnvVars, ExecEvent, ExecRequest } from "./types.js";
+import type { EnvVars, ExecEvent, ExecExit, ExecRequest } from "./types.js";
 
 /**
  * A command's stdin: all of it as a string (UTF-8) or bytes, or a stream of
@@ -311,7 +311,7 @@ export class ExecRun implements PromiseLike<ExecResult> {
     return new ShardError("stream_ended", `the exec stream broke before the command ended: ${(err as Error).message}`, 502, { cause: err });
   }
 
-  private exitResult(ev: { exit_code?: number; signal?: number; timed_out?: boolean; oom_killed?: boolean; error?: string }): ExecResult {
+  private exitResult(ev: ExecExit | ExecEvent): ExecResult {
     const r: ExecResult = { stdout: this.text(1), stderr: this.text(2), exitCode: typeof ev.exit_code === "number" ? ev.exit_code : 0 };
     if (ev.signal) r.signal = ev.signal;
     if (ev.timed_out) r.timedOut = true;
