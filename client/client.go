@@ -586,15 +586,23 @@ func (c *Client) RemoveCheckpoint(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/checkpoints/"+esc(id), nil, nil)
 }
 
-// Restore starts a new sandbox from a checkpoint (restoreSnapshot): memory,
+// RestoreCheckpoint starts a new sandbox from a checkpoint (the API's
+// restoreCheckpoint; the product spec calls it restoreSnapshot): memory,
 // processes and files as they were, with a new id, its own ledger session
 // and a clean exec history; nothing is replayed (see Resume for that).
-func (c *Client) Restore(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
+func (c *Client) RestoreCheckpoint(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
 	var out Sandbox
 	if err := c.call(ctx, "POST", "/checkpoints/"+esc(checkpointID)+"/restore", req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Restore is RestoreCheckpoint under its first name.
+//
+// Deprecated: call RestoreCheckpoint, the name every client uses.
+func (c *Client) Restore(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
+	return c.RestoreCheckpoint(ctx, checkpointID, req)
 }
 
 // CreateSnapshot saves the files of a stopped sandbox as a snapshot, which

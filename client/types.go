@@ -173,7 +173,7 @@ type CheckpointRequest struct {
 }
 
 // RestoreRequest is the body of POST /v0/checkpoints/{id}/restore
-// (restoreSnapshot): a new sandbox from a checkpoint, clean exec history.
+// (restoreCheckpoint): a new sandbox from a checkpoint, clean exec history.
 type RestoreRequest struct {
 	Name string `json:"name,omitempty"`
 }

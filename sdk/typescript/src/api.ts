@@ -151,7 +151,7 @@ export class ShardApi {
     await this.transport.json("DELETE", `/checkpoints/${seg(id)}`);
   }
 
-  /** restoreSnapshot: a new sandbox from a checkpoint, nothing replayed. */
+  /** A new sandbox from a checkpoint, nothing replayed (the product spec's restoreSnapshot). */
   restoreCheckpoint(id: string, req: RestoreRequest = {}): Promise<SandboxInfo> {
     return this.transport.json("POST", `/checkpoints/${seg(id)}/restore`, req);
   }

@@ -198,7 +198,7 @@ class Checkpoint:
 
     Made by :meth:`Sandbox.checkpoint` (kind ``checkpoint``), by every
     :meth:`Sandbox.fork` (kind ``fork``) and by building an environment (kind
-    ``environment``). :meth:`Shard.restore_snapshot` starts a sandbox from one.
+    ``environment``). :meth:`Shard.restore_checkpoint` starts a sandbox from one.
     """
 
     id: str
