@@ -108,8 +108,8 @@ class Slots {
 
 /**
  * The handle-based client. Reaches the server at options.remote or
- * $SHARD_REMOTE (default http://127.0.0.1:7070) with options.apiKey or
- * $SHARD_API_KEY.
+ * $SHARD_REMOTE (default: its Unix socket, /run/shard/shard.sock) with
+ * options.apiKey or $SHARD_API_KEY.
  */
 export class SandboxClient {
   /** The typed REST calls underneath. */

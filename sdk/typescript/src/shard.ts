@@ -59,7 +59,8 @@ export function createRequest(o: CreateOptions): CreateRequest {
 
 /**
  * A client of one shard server, reached at options.remote or $SHARD_REMOTE
- * (default http://127.0.0.1:7070) with options.apiKey or $SHARD_API_KEY.
+ * (default: its Unix socket, /run/shard/shard.sock) with options.apiKey or
+ * $SHARD_API_KEY.
  * Call close() when done (idempotent): it closes keep-alive connections.
  */
 export class Shard {

@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SandboxClient, Shard, ShardError, DEFAULT_REMOTE, environmentFingerprint } from "useshards";
+import { SandboxClient, Shard, ShardError, DEFAULT_SOCKET, environmentFingerprint } from "useshards";
 import { sleep, withFake } from "./fake.js";
 
 function withEnv<T>(vars: Record<string, string | undefined>, fn: () => Promise<T> | T): Promise<T> {
@@ -138,12 +138,20 @@ test("tokens: createToken sends its project; listTokens and revokeToken", () =>
     }
   }));
 
-test("without SHARD_REMOTE the default is http://127.0.0.1:7070", () =>
+test("without remote, socket or SHARD_REMOTE the server is its Unix socket, as for the Go client and the Python SDK", () =>
   withEnv({ SHARD_REMOTE: undefined }, () => {
-    assert.equal(DEFAULT_REMOTE, "http://127.0.0.1:7070");
+    assert.equal(DEFAULT_SOCKET, "/run/shard/shard.sock");
     const shard = new Shard();
-    assert.equal(shard.remote, "http://127.0.0.1:7070");
+    assert.equal(shard.api.transport.socket, "/run/shard/shard.sock");
+    assert.equal(shard.remote, "unix:/run/shard/shard.sock");
     shard.close();
+    const tcp = new SandboxClient({ remote: "http://10.0.0.5:7070" });
+    assert.equal(tcp.api.transport.socket, undefined);
+    assert.equal(tcp.api.transport.base, "http://10.0.0.5:7070");
+    void tcp.close();
+    const other = new Shard({ socket: "/tmp/other.sock" });
+    assert.equal(other.remote, "unix:/tmp/other.sock");
+    other.close();
     assert.throws(() => new Shard({ remote: "ftp://x" }), (e: unknown) => e instanceof ShardError && e.code === "invalid_argument");
   }));
 
