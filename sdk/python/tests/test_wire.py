@@ -119,6 +119,12 @@ class WireTypesTest(unittest.TestCase):
         for key in sorted(LEFT_OUT | MAY_BE_NONE):
             schema, prop = key.split(".")
             self.assertIn(prop, self.schemas.get(schema, {}).get("properties", {}), f"{key} is not a property of openapi.json: drop it")
+        mirrored = {name: cls for cls, name in MIRRORS.items()}
+        for key in sorted(LEFT_OUT):
+            schema, prop = key.split(".")
+            cls = mirrored.get(schema)
+            self.assertIsNotNone(cls, f"LEFT_OUT names {key}, whose schema no dataclass mirrors: drop it")
+            self.assertNotIn(prop, {f.name for f in dataclasses.fields(cls)}, f"LEFT_OUT names {key}, which {cls.__name__} has now: drop it")
 
     def test_mirrors_match_openapi(self) -> None:
         for cls, name in sorted(MIRRORS.items(), key=lambda kv: kv[1]):

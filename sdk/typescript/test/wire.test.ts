@@ -197,6 +197,8 @@ test("every interface of types.ts is the copy of a schema in openapi.json", () =
     const [schema, prop] = key.split(".");
     const iface = [...interfaces.keys()].find((i) => schemaName(i) === schema);
     assert.ok(iface && schemas[schema!]?.properties?.[prop!], `LEFT_OUT names ${key}, which is not a property of a mirrored schema: drop it`);
+    const type = checker.getDeclaredTypeOfSymbol(checker.getSymbolAtLocation(interfaces.get(iface)!.name)!);
+    assert.ok(!type.getProperty(prop!), `LEFT_OUT names ${key}, which ${iface} has now: drop it`);
   }
 });
 
