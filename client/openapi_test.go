@@ -253,6 +253,12 @@ func checkType(t *testing.T, doc *openAPIDoc, at string, typ reflect.Type, s *sc
 		t.Errorf("%s is %v in openapi.json; the Go field is %s (%s)", at, got, typ, want)
 		return
 	}
+	switch {
+	case typ == timeType && s.Format != "date-time":
+		t.Errorf("%s is a time.Time in Go, but not a date-time in openapi.json", at)
+	case typ.Kind() == reflect.Slice && typ.Elem().Kind() == reflect.Uint8 && s.Format != "byte":
+		t.Errorf("%s is []byte (base64) in Go, but not format byte in openapi.json", at)
+	}
 	switch want {
 	case "object":
 		if ref != "" && typ.Kind() == reflect.Struct {
