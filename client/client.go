@@ -288,6 +288,9 @@ type ExecResult struct {
 	TimedOut bool
 	OOM      bool
 	Error    string // why the server ended the command, if it did (see ExecEvent.Error)
+	// OutputCut: a process the command left behind (sh -c 'server &')
+	// held its output open at its exit; what it wrote after is not here.
+	OutputCut bool
 }
 
 // Exec runs a command and collects its output.
@@ -358,17 +361,24 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 
 var errExecEnded = errors.New("the command ended")
 
-// execEnd is the exit frame's payload.
+// execEnd is the exit frame's payload (openapi.json's ExecExit).
 type execEnd struct {
 	Code     int    `json:"exit_code"`
-	Signal   int    `json:"signal"`
-	TimedOut bool   `json:"timed_out"`
-	OOM      bool   `json:"oom_killed"`
-	Error    string `json:"error"`
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	OOM      bool   `json:"oom_killed,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// What went through the command's stdin, stdout and stderr, as the
+	// sandbox counted it; not in ExecResult (the ledger's exec_finished
+	// has them too).
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	OutputCut   bool  `json:"output_cut,omitempty"`
 }
 
 func (e execEnd) result() *ExecResult {
-	return &ExecResult{ExitCode: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOM: e.OOM, Error: e.Error}
+	return &ExecResult{ExitCode: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOM: e.OOM, Error: e.Error, OutputCut: e.OutputCut}
 }
 
 func readFramedExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
@@ -465,7 +475,7 @@ func (c *Client) Image(ctx context.Context, ref string) (*Image, error) {
 
 // Pull fetches an image into the server's cache, reporting progress.
 func (c *Client) Pull(ctx context.Context, ref string, progress func(PullEvent)) (*Image, error) {
-	resp, err := c.do(ctx, "POST", "/images/pull", map[string]string{"image": ref})
+	resp, err := c.do(ctx, "POST", "/images/pull", PullRequest{Image: ref})
 	if err != nil {
 		return nil, err
 	}
@@ -580,15 +590,23 @@ func (c *Client) RemoveCheckpoint(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/checkpoints/"+esc(id), nil, nil)
 }
 
-// Restore starts a new sandbox from a checkpoint (restoreSnapshot): memory,
+// RestoreCheckpoint starts a new sandbox from a checkpoint (the API's
+// restoreCheckpoint; the product spec calls it restoreSnapshot): memory,
 // processes and files as they were, with a new id, its own ledger session
 // and a clean exec history; nothing is replayed (see Resume for that).
-func (c *Client) Restore(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
+func (c *Client) RestoreCheckpoint(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
 	var out Sandbox
 	if err := c.call(ctx, "POST", "/checkpoints/"+esc(checkpointID)+"/restore", req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Restore is RestoreCheckpoint under its first name.
+//
+// Deprecated: call RestoreCheckpoint, the name every client uses.
+func (c *Client) Restore(ctx context.Context, checkpointID string, req RestoreRequest) (*Sandbox, error) {
+	return c.RestoreCheckpoint(ctx, checkpointID, req)
 }
 
 // CreateSnapshot saves the files of a stopped sandbox as a snapshot, which

@@ -53,14 +53,14 @@ func Example() {
 }
 
 // Checkpoint a running sandbox, then start a new one from it.
-func ExampleClient_Restore() {
+func ExampleClient_RestoreCheckpoint() {
 	ctx := context.Background()
 	c, _ := client.New(client.Options{})
 	ck, err := c.Checkpoint(ctx, "base", client.CheckpointRequest{Tag: "after-install"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	sb, err := c.Restore(ctx, ck.ID, client.RestoreRequest{Name: "from-checkpoint"})
+	sb, err := c.RestoreCheckpoint(ctx, ck.ID, client.RestoreRequest{Name: "from-checkpoint"})
 	if err != nil {
 		log.Fatal(err)
 	}

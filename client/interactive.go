@@ -51,15 +51,26 @@ func (s *ExecSession) send(ctx context.Context, typ byte, p []byte) error {
 	return s.ws.Write(ctx, websocket.MessageBinary, append([]byte{typ}, p...))
 }
 
+// resizeFrame is a resize frame's payload (openapi.json's ExecResize).
+type resizeFrame struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// signalFrame is a signal frame's payload (openapi.json's ExecSignal).
+type signalFrame struct {
+	Signal int `json:"signal"`
+}
+
 // Resize changes the TTY's size.
 func (s *ExecSession) Resize(ctx context.Context, rows, cols uint16) error {
-	b, _ := json.Marshal(map[string]uint16{"rows": rows, "cols": cols})
+	b, _ := json.Marshal(resizeFrame{Rows: rows, Cols: cols})
 	return s.send(ctx, FrameResize, b)
 }
 
 // Signal sends a signal to the command's process group.
 func (s *ExecSession) Signal(ctx context.Context, sig int) error {
-	b, _ := json.Marshal(map[string]int{"signal": sig})
+	b, _ := json.Marshal(signalFrame{Signal: sig})
 	return s.send(ctx, FrameSignal, b)
 }
 

@@ -18,7 +18,7 @@ const (
 	FrameStarted byte = 'S' // JSON {"pid": N}
 	FrameStdout  byte = 'O' // raw bytes
 	FrameStderr  byte = 'E' // raw bytes
-	FrameExit    byte = 'X' // JSON: exit_code, signal, timed_out, oom_killed, error; the last frame
+	FrameExit    byte = 'X' // JSON ExecExit: exit_code, signal, timed_out, oom_killed, error, stdin/stdout/stderr_bytes; the last frame
 	FrameError   byte = 'F' // JSON Error: the stream lost the sandbox; the last frame
 
 	// Client to server, in a framed request body.

@@ -13,7 +13,7 @@ type Sandbox struct {
 	Image       string    `json:"image"`
 	ImageDigest string    `json:"image_digest"`
 	Provider    string    `json:"provider"`
-	State       string    `json:"state"` // creating, running, stopping, stopped, starting, removing, failed
+	State       string    `json:"state"` // creating, running, freezing, stopping, stopped, starting, removing, failed
 	MemoryBytes int64     `json:"memory_bytes"`
 	MemoryMiB   int64     `json:"memory_mib"`
 	CPU         float64   `json:"cpu"`
@@ -96,6 +96,11 @@ type Image struct {
 	Created time.Time `json:"created"`
 }
 
+// PullRequest is the body of POST /v0/images/pull.
+type PullRequest struct {
+	Image string `json:"image"`
+}
+
 // PullEvent is one line of the pull stream: progress, then done or error.
 type PullEvent struct {
 	Type   string `json:"type"` // progress, done, error
@@ -168,7 +173,7 @@ type CheckpointRequest struct {
 }
 
 // RestoreRequest is the body of POST /v0/checkpoints/{id}/restore
-// (restoreSnapshot): a new sandbox from a checkpoint, clean exec history.
+// (restoreCheckpoint): a new sandbox from a checkpoint, clean exec history.
 type RestoreRequest struct {
 	Name string `json:"name,omitempty"`
 }

@@ -28,6 +28,15 @@ echo "== go test -race (unit)"
 # stays static (CGO_ENABLED=0), as the agent it carries must be.
 CGO_ENABLED=1 go test -race -count=1 -timeout 15m "$@" ./internal/... ./client/... ./cmd/...
 
+# Each SDK's hand-written copy of the API's wire types against
+# internal/api/openapi.json, which the Go tests above tie to the server
+# (go test ./client checks the Go client's copy): no server needed. The
+# SDKs' whole suites run in the integration tests below
+# (test/integration/sdk_test.go), these tests among them.
+echo "== SDK wire types (TypeScript, Python) against openapi.json"
+(cd sdk/typescript && npm ci --no-audit --no-fund && npm run pretest && node --test dist-test/wire.test.js)
+(cd sdk/python && /usr/bin/python3 -m unittest discover -s tests -p test_wire.py -v)
+
 echo "== go test (unit and integration)"
 SHARD_INTEGRATION=1 CGO_ENABLED=0 go test -count=1 -timeout 30m "$@" ./...
 

@@ -11,7 +11,7 @@ func newRestoreCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore [--name NAME] CHECKPOINT",
 		Short: "Start a new sandbox from a checkpoint; prints its id",
-		Long: `Restore a checkpoint into a new running sandbox (the API's restoreSnapshot):
+		Long: `Restore a checkpoint into a new running sandbox (the API's restoreCheckpoint):
 its memory, processes and files as they were at the checkpoint, its bounds
 and image. The sandbox gets a new id, name and address, and its own ledger
 session with a clean exec history: nothing is replayed.
@@ -26,7 +26,7 @@ checkpoint and then runs again the execs the ledger recorded after it.`,
 			if err != nil {
 				return err
 			}
-			sb, err := c.Restore(cmd.Context(), args[0], req)
+			sb, err := c.RestoreCheckpoint(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/provider"
 )
 
 // routes is every METHOD and path Handler registers, in OpenAPI's spelling
@@ -297,7 +299,11 @@ func TestOpenAPISecurity(t *testing.T) {
 }
 
 // TestOpenAPISchemasMatchTypes checks that the schemas of the wire types
-// name exactly their JSON fields.
+// name exactly their JSON fields: some of the client package's (its own
+// test, client/openapi_test.go, checks them all, with their JSON types),
+// and the server's own types that the client does not share: the
+// providers' capabilities and the exec stream's frames, as the agent's
+// types that the server passes on.
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for name, v := range map[string]any{
@@ -305,6 +311,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Secret": Secret{}, "SecretRequest": SecretRequest{}, "Grant": Grant{}, "Policy": Policy{},
 		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
 		"Checkpoint": Checkpoint{}, "Snapshot": Snapshot{}, "Environment": Environment{},
+		"Capabilities": provider.Capabilities{},
+		"ExecExit":     agent.Exit{}, "ExecResize": agent.Resize{}, "ExecSignal": agent.Signal{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {

@@ -10,6 +10,7 @@ type (
 	ExecRequest   = client.ExecRequest
 	ExecEvent     = client.ExecEvent
 	Image         = client.Image
+	PullRequest   = client.PullRequest
 	PullEvent     = client.PullEvent
 	Error         = client.Error
 	ForkRequest   = client.ForkRequest
@@ -41,8 +42,3 @@ type (
 	Grant              = client.Grant
 	Policy             = client.Policy
 )
-
-// PullRequest is the body of POST /v0/images/pull.
-type PullRequest struct {
-	Image string `json:"image"`
-}

@@ -287,7 +287,7 @@ func TestForkImageInRAMAcrossRestart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	sb, err := e.c.Restore(ctxT(t), kept, client.RestoreRequest{})
+	sb, err := e.c.RestoreCheckpoint(ctxT(t), kept, client.RestoreRequest{})
 	if err != nil {
 		t.Fatalf("restore of the checkpoint copied after the restart: %v", err)
 	}

@@ -393,7 +393,7 @@ func TestCheckpointRestoreResume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := e.c.Restore(ctxT(t), ck.ID, client.RestoreRequest{Name: "crr-restored"})
+	r, err := e.c.RestoreCheckpoint(ctxT(t), ck.ID, client.RestoreRequest{Name: "crr-restored"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestCheckpointRestoreResume(t *testing.T) {
 	}
 	_, err = e.c.Resume(ctxT(t), "no-such-session", client.ResumeRequest{})
 	wantCode(t, "resume of an unknown session", err, 404, "session_not_found", "no-such-session")
-	_, err = e.c.Restore(ctxT(t), "000000000000", client.RestoreRequest{})
+	_, err = e.c.RestoreCheckpoint(ctxT(t), "000000000000", client.RestoreRequest{})
 	wantCode(t, "restore of an unknown checkpoint", err, 404, "checkpoint_not_found", "000000000000")
 
 	// Checkpoint refused: a stopped sandbox, and runc.

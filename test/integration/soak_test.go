@@ -900,7 +900,7 @@ func (s *soak) doRestore(rng *rand.Rand) bool {
 	ctx, cancel := opCtx()
 	defer cancel()
 	start := s.begin("restore")
-	sb, err := s.c.Restore(ctx, ck.ID, client.RestoreRequest{Name: s.next("soak-r")})
+	sb, err := s.c.RestoreCheckpoint(ctx, ck.ID, client.RestoreRequest{Name: s.next("soak-r")})
 	s.op("restore", start, err)
 	if err != nil {
 		return true

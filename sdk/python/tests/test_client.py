@@ -498,9 +498,10 @@ class CallsTest(Base):
                          [("sandbox.secret_granted", "KEY", None), ("sandbox.policy_set", None, None)])
         self.assertEqual(self.shard.resume("base").id, "222222222222")
 
-        rs = self.shard.restore_snapshot(cks[0], name="r")
+        rs = self.shard.restore_checkpoint(cks[0], name="r")
         self.assertEqual(rs.id, "333333333333")
         self.assertEqual(self.fake.last("POST", "/checkpoints/c0ffee000000/restore").json, {"name": "r"})
+        # restore_snapshot, the product spec's name, is the same call.
         self.shard.restore_snapshot("c0ffee000000")
         self.assertEqual(self.fake.last("POST", "/checkpoints/c0ffee000000/restore").json, {})
 

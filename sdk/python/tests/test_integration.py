@@ -220,7 +220,7 @@ class IntegrationTest(unittest.TestCase):
         cks = sb.list_checkpoints()
         self.assertIn((tag, "fork"), [(c.tag, c.kind) for c in cks])
 
-    def test_checkpoint_resume_vs_restore_snapshot(self) -> None:
+    def test_checkpoint_resume_vs_restore_checkpoint(self) -> None:
         sb = self.create(name="ck-" + self.uniq)
         self.assertEqual(sb.exec(["sh", "-c", "echo one > /root/one"]).exit_code, 0)
         cp = sb.checkpoint(tag="before-two")
@@ -230,14 +230,14 @@ class IntegrationTest(unittest.TestCase):
 
         resumed = self.track(self.shard.resume(sb.session, name="resumed-" + self.uniq))
         self.addCleanup(self.drop_checkpoints, resumed.session)
-        restored = self.track(self.shard.restore_snapshot(cp.id, name="restored-" + self.uniq))
+        restored = self.track(self.shard.restore_checkpoint(cp.id, name="restored-" + self.uniq))
         self.addCleanup(self.drop_checkpoints, restored.session)
 
         assert resumed.resume_result is not None
         self.assertEqual(resumed.resume_result.checkpoint, cp.id)
         self.assertEqual([r.argv for r in resumed.resume_result.replayed], [["sh", "-c", "echo two > /root/two"]])
         self.assertEqual(resumed.exec(["cat", "/root/one", "/root/two"]).stdout, "one\ntwo\n")
-        # restore_snapshot replays nothing: the later exec's file is not there.
+        # restore_checkpoint replays nothing: the later exec's file is not there.
         self.assertEqual(restored.exec(["cat", "/root/one"]).stdout, "one\n")
         self.assertEqual(restored.exec(["test", "-e", "/root/two"]).exit_code, 1)
         self.assertEqual(len({sb.id, resumed.id, restored.id}), 3)

@@ -6,6 +6,7 @@ import { FRAME, STREAM_TYPE, encodeFrame } from "./frames.js";
 import { Transport, seg, type ConnectionOptions, type RawResponse } from "./transport.js";
 import type {
   Checkpoint,
+  CheckpointRequest,
   CreateRequest,
   EnvironmentInfo,
   EnvironmentRequest,
@@ -13,6 +14,8 @@ import type {
   ForkRequest,
   Grant,
   Policy,
+  RestoreRequest,
+  ResumeRequest,
   ResumeResponse,
   SandboxInfo,
   SecretInfo,
@@ -125,7 +128,8 @@ export class ShardApi {
   // Checkpoints, restore, resume
 
   checkpoint(idOrName: string, tag?: string): Promise<Checkpoint> {
-    return retryFrozen(() => this.transport.json("POST", `/sandboxes/${seg(idOrName)}/checkpoints`, tag ? { tag } : {}));
+    const req: CheckpointRequest = tag ? { tag } : {};
+    return retryFrozen(() => this.transport.json("POST", `/sandboxes/${seg(idOrName)}/checkpoints`, req));
   }
 
   /** Checkpoints of one sandbox (id or name) or ledger session (name), oldest first. */
@@ -147,13 +151,13 @@ export class ShardApi {
     await this.transport.json("DELETE", `/checkpoints/${seg(id)}`);
   }
 
-  /** restoreSnapshot: a new sandbox from a checkpoint, nothing replayed. */
-  restoreCheckpoint(id: string, req: { name?: string } = {}): Promise<SandboxInfo> {
+  /** A new sandbox from a checkpoint, nothing replayed (the product spec's restoreSnapshot). */
+  restoreCheckpoint(id: string, req: RestoreRequest = {}): Promise<SandboxInfo> {
     return this.transport.json("POST", `/checkpoints/${seg(id)}/restore`, req);
   }
 
   /** A new sandbox from a ledger session, replaying its later execs. */
-  resumeSession(session: string, req: { name?: string } = {}): Promise<ResumeResponse> {
+  resumeSession(session: string, req: ResumeRequest = {}): Promise<ResumeResponse> {
     return this.transport.json("POST", `/ledger/sessions/${seg(session)}/resume`, req);
   }
 

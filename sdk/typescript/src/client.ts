@@ -1,6 +1,6 @@
 // SandboxClient: the handle-based form (seed 000): sandboxes with
 // Kubernetes-style resources, shell-string execs that reject on failure and
-// pipe live output, fork/checkpoint/resume/restoreSnapshot, warm
+// pipe live output, fork/checkpoint/resume/restoreCheckpoint, warm
 // environments built by a setup callback, credentials, and a bound on how
 // many sandboxes are live at once.
 
@@ -108,8 +108,8 @@ class Slots {
 
 /**
  * The handle-based client. Reaches the server at options.remote or
- * $SHARD_REMOTE (default http://127.0.0.1:7070) with options.apiKey or
- * $SHARD_API_KEY.
+ * $SHARD_REMOTE (default: its Unix socket, /run/shard/shard.sock) with
+ * options.apiKey or $SHARD_API_KEY.
  */
 export class SandboxClient {
   /** The typed REST calls underneath. */
@@ -194,11 +194,16 @@ export class SandboxClient {
   }
 
   /** A new sandbox from a checkpoint (id or object), with a clean exec history: nothing is replayed. */
-  async restoreSnapshot(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<SandboxHandle> {
+  async restoreCheckpoint(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<SandboxHandle> {
     const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
     return this.withSlot(async (release) =>
       this.adopt(await this.api.restoreCheckpoint(id, options.name ? { name: options.name } : {}), release),
     );
+  }
+
+  /** restoreCheckpoint by the product spec's name: the same call. */
+  restoreSnapshot(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<SandboxHandle> {
+    return this.restoreCheckpoint(checkpoint, options);
   }
 
   /**

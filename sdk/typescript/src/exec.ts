@@ -7,7 +7,7 @@ import type * as http from "node:http";
 import { ShardError } from "./errors.js";
 import type { ShardApi } from "./api.js";
 import { FRAME, FrameDecoder, STDIN_CHUNK, STREAM_TYPE, encodeFrame } from "./frames.js";
-import type { EnvVars, ExecEvent, ExecRequest } from "./types.js";
+import type { EnvVars, ExecEvent, ExecExit, ExecRequest } from "./types.js";
 
 /**
  * A command's stdin: all of it as a string (UTF-8) or bytes, or a stream of
@@ -59,6 +59,8 @@ export interface ExecResult {
   oomKilled?: boolean;
   /** Why the server ended it, when it did: its sandbox was stopped, removed or died while it ran. */
   error?: string;
+  /** A process it left behind (`sh -c 'server &'`) held its output open at its exit: what that wrote after is not here. */
+  outputCut?: boolean;
 }
 
 /** Anything output can be written to: process.stdout, a stream.Writable, ... */
@@ -311,12 +313,13 @@ export class ExecRun implements PromiseLike<ExecResult> {
     return new ShardError("stream_ended", `the exec stream broke before the command ended: ${(err as Error).message}`, 502, { cause: err });
   }
 
-  private exitResult(ev: { exit_code?: number; signal?: number; timed_out?: boolean; oom_killed?: boolean; error?: string }): ExecResult {
+  private exitResult(ev: ExecExit | ExecEvent): ExecResult {
     const r: ExecResult = { stdout: this.text(1), stderr: this.text(2), exitCode: typeof ev.exit_code === "number" ? ev.exit_code : 0 };
     if (ev.signal) r.signal = ev.signal;
     if (ev.timed_out) r.timedOut = true;
     if (ev.oom_killed) r.oomKilled = true;
     if (ev.error) r.error = ev.error;
+    if ("output_cut" in ev && ev.output_cut) r.outputCut = true;
     return r;
   }
 

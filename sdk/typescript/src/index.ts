@@ -2,11 +2,11 @@
 //
 //   import { Shard, SandboxClient, ShardError } from "useshards";
 //
-// Both clients reach the server at options.remote or $SHARD_REMOTE (default
-// http://127.0.0.1:7070) with the API key in options.apiKey or
-// $SHARD_API_KEY, sent as `Authorization: Bearer KEY`, acting in the project
-// options.project or $SHARD_PROJECT names (header `Shard-Project`; none: the
-// key's own project).
+// Both clients reach the server at options.remote or $SHARD_REMOTE (default:
+// its Unix socket, /run/shard/shard.sock) with the API key in
+// options.apiKey or $SHARD_API_KEY, sent as `Authorization: Bearer KEY`,
+// acting in the project options.project or $SHARD_PROJECT names (header
+// `Shard-Project`; none: the key's own project).
 
 export { Shard, Sandbox, createRequest } from "./shard.js";
 export type { ShardOptions, CreateOptions, SandboxExecOptions } from "./shard.js";
@@ -19,7 +19,7 @@ export type { Frame } from "./frames.js";
 export { ShardError, isShardError } from "./errors.js";
 export { ShardApi, retryFrozen } from "./api.js";
 export type { ListOptions } from "./api.js";
-export { Transport, DEFAULT_REMOTE, PROJECT_HEADER, resolveConnection, errorFromBody } from "./transport.js";
+export { Transport, DEFAULT_SOCKET, PROJECT_HEADER, resolveConnection, errorFromBody } from "./transport.js";
 export type { ConnectionOptions, RawResponse, RequestOptions } from "./transport.js";
 export { toMemory, toCpu, resourcesToRequest } from "./quantity.js";
 export type { Resources } from "./quantity.js";

@@ -59,7 +59,8 @@ export function createRequest(o: CreateOptions): CreateRequest {
 
 /**
  * A client of one shard server, reached at options.remote or $SHARD_REMOTE
- * (default http://127.0.0.1:7070) with options.apiKey or $SHARD_API_KEY.
+ * (default: its Unix socket, /run/shard/shard.sock) with options.apiKey or
+ * $SHARD_API_KEY.
  * Call close() when done (idempotent): it closes keep-alive connections.
  */
 export class Shard {
@@ -98,10 +99,20 @@ export class Shard {
     return (await this.api.listSandboxes(options)).map((info) => new Sandbox(this, info));
   }
 
-  /** A new sandbox from a checkpoint (restoreSnapshot): nothing is replayed. */
-  async restore(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<Sandbox> {
+  /** A new sandbox from a checkpoint (id or object), with a clean exec history: nothing is replayed. */
+  async restoreCheckpoint(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<Sandbox> {
     const id = typeof checkpoint === "string" ? checkpoint : checkpoint.id;
     return new Sandbox(this, await this.api.restoreCheckpoint(id, options.name ? { name: options.name } : {}));
+  }
+
+  /** restoreCheckpoint by the CLI verb's name (`shard restore`): the same call. */
+  restore(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<Sandbox> {
+    return this.restoreCheckpoint(checkpoint, options);
+  }
+
+  /** restoreCheckpoint by the product spec's name: the same call. */
+  restoreSnapshot(checkpoint: string | Checkpoint, options: { name?: string } = {}): Promise<Sandbox> {
+    return this.restoreCheckpoint(checkpoint, options);
   }
 
   /** Recreates a sandbox from a ledger session, replaying the execs after its latest checkpoint. */

@@ -5,14 +5,19 @@ import * as http from "node:http";
 import * as https from "node:https";
 import { ShardError } from "./errors.js";
 
-/** The address the SDK uses when neither options.remote nor SHARD_REMOTE is set. */
-export const DEFAULT_REMOTE = "http://127.0.0.1:7070";
+/**
+ * Where the SDK reaches the server when neither options.remote,
+ * options.socket nor SHARD_REMOTE says: the Unix socket `shard serve` listens
+ * on by default, as the Go client and the Python SDK do.
+ */
+export const DEFAULT_SOCKET = "/run/shard/shard.sock";
 
 /** How to reach the server. Empty fields come from the environment. */
 export interface ConnectionOptions {
   /**
    * Base URL of `shard serve --listen`, e.g. "http://10.0.0.5:7070".
-   * Default: $SHARD_REMOTE, else http://127.0.0.1:7070.
+   * Default: $SHARD_REMOTE; with neither, the server's Unix socket
+   * (DEFAULT_SOCKET).
    */
   remote?: string;
   /** API key, sent as `Authorization: Bearer KEY`. Default: $SHARD_API_KEY. */
@@ -27,7 +32,8 @@ export interface ConnectionOptions {
   project?: string;
   /**
    * Path of the server's Unix socket (the administrator's way in, root only),
-   * used instead of `remote` when given. Never taken from the environment.
+   * used instead of `remote` when given. Not taken from the environment;
+   * with neither it nor `remote` nor $SHARD_REMOTE, it is DEFAULT_SOCKET.
    */
   socket?: string;
 }
@@ -60,13 +66,17 @@ export interface RequestOptions {
 /** The header that names the project a request acts in. */
 export const PROJECT_HEADER = "Shard-Project";
 
-/** Resolves options against the environment. */
+/**
+ * Resolves options against the environment: options.socket, else
+ * options.remote or $SHARD_REMOTE, else the default socket.
+ */
 export function resolveConnection(o: ConnectionOptions = {}): { remote: string; apiKey: string; project: string; socket?: string } {
   const env = process.env;
-  const remote = (o.remote || env.SHARD_REMOTE || DEFAULT_REMOTE).trim();
+  const remote = (o.remote || env.SHARD_REMOTE || "").trim();
   const apiKey = o.apiKey ?? env.SHARD_API_KEY ?? "";
   const project = (o.project || env.SHARD_PROJECT || "").trim();
-  return o.socket ? { remote, apiKey, project, socket: o.socket } : { remote, apiKey, project };
+  const socket = o.socket || (remote ? undefined : DEFAULT_SOCKET);
+  return socket ? { remote, apiKey, project, socket } : { remote, apiKey, project };
 }
 
 export class Transport {
@@ -76,6 +86,8 @@ export class Transport {
   /** The project requests act in ("": none named, the key's own). */
   readonly project: string;
   readonly socket?: string;
+  /** No option or SHARD_REMOTE named the server: socket is DEFAULT_SOCKET. */
+  private readonly defaultSocket: boolean;
   private readonly url: URL;
   private readonly mod: typeof http | typeof https;
   private readonly agent: http.Agent;
@@ -86,6 +98,7 @@ export class Transport {
 
   constructor(o: ConnectionOptions = {}) {
     const r = resolveConnection(o);
+    this.defaultSocket = !o.socket && !r.remote;
     this.apiKey = r.apiKey;
     this.project = r.project;
     if (r.socket) {
@@ -139,6 +152,11 @@ export class Transport {
     return h;
   }
 
+  /** What to try when the default socket cannot be reached. */
+  private hint(): string {
+    return this.defaultSocket ? " (is `shard serve` running here, and may this process open its socket? Or set SHARD_REMOTE to its URL)" : "";
+  }
+
   private where(): string {
     return this.socket ? `the socket ${this.socket}` : this.base;
   }
@@ -189,7 +207,7 @@ export class Transport {
         this.inflight.delete(req);
         if (err instanceof ShardError) return reject(err);
         reject(
-          new ShardError("unreachable", `cannot reach the shard server at ${this.where()}: ${err.message || err.code || String(err)}`, 0, {
+          new ShardError("unreachable", `cannot reach the shard server at ${this.where()}: ${err.message || err.code || String(err)}${this.hint()}`, 0, {
             cause: err,
           }),
         );

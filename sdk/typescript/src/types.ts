@@ -1,5 +1,7 @@
 // Wire types of the shard REST API (/v0), as the server sends them: field
-// names are the API's own (snake_case). See GET /v0/openapi.json.
+// names are the API's own (snake_case). See GET /v0/openapi.json: every
+// interface here is the copy of one of its schemas, and test/wire.test.ts
+// checks it against internal/api/openapi.json.
 
 export type Provider = "gvisor" | "runc" | "firecracker" | "vz" | "sysbox";
 
@@ -86,6 +88,10 @@ export interface ExecRequest {
   timeout?: number | string;
   /** base64 of all of stdin. */
   stdin?: string;
+  /** A terminal; its size is rows × cols (resize frames change it). */
+  tty?: boolean;
+  rows?: number;
+  cols?: number;
 }
 
 /** One line of the exec NDJSON stream. */
@@ -99,6 +105,23 @@ export interface ExecEvent {
   oom_killed?: boolean;
   /** On an exit: why the server ended the command (its sandbox stopped, was removed or died). */
   error?: string;
+}
+
+/** The exit frame's payload (binary exec stream): how the command ended. */
+export interface ExecExit {
+  /** 128+signal when a signal ended it. */
+  exit_code: number;
+  signal?: number;
+  timed_out?: boolean;
+  oom_killed?: boolean;
+  /** Why the server ended the command, when it did (its sandbox stopped, was removed or died). */
+  error?: string;
+  /** What went through the command's stdin, stdout and stderr by its exit, as the sandbox counted it. */
+  stdin_bytes?: number;
+  stdout_bytes?: number;
+  stderr_bytes?: number;
+  /** A process the command left behind held its output open at its exit: what it wrote after is not sent. */
+  output_cut?: boolean;
 }
 
 /** The body of POST /v0/sandboxes/{id}/fork. */
@@ -125,6 +148,23 @@ export interface Checkpoint {
   size: number;
   freeze_ms: number;
   created_at: string;
+}
+
+/** The body of POST /v0/sandboxes/{id}/checkpoints. */
+export interface CheckpointRequest {
+  tag?: string;
+}
+
+/** The body of POST /v0/checkpoints/{id}/restore. */
+export interface RestoreRequest {
+  /** The new sandbox's name; default: its id. */
+  name?: string;
+}
+
+/** The body of POST /v0/ledger/sessions/{name}/resume. */
+export interface ResumeRequest {
+  /** The new sandbox's name; default: its id. */
+  name?: string;
 }
 
 /** One exec that resume ran again. */

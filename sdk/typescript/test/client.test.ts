@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SandboxClient, Shard, ShardError, DEFAULT_REMOTE, environmentFingerprint } from "useshards";
+import { SandboxClient, Shard, ShardError, DEFAULT_SOCKET, environmentFingerprint } from "useshards";
 import { sleep, withFake } from "./fake.js";
 
 function withEnv<T>(vars: Record<string, string | undefined>, fn: () => Promise<T> | T): Promise<T> {
@@ -138,12 +138,20 @@ test("tokens: createToken sends its project; listTokens and revokeToken", () =>
     }
   }));
 
-test("without SHARD_REMOTE the default is http://127.0.0.1:7070", () =>
+test("without remote, socket or SHARD_REMOTE the server is its Unix socket, as for the Go client and the Python SDK", () =>
   withEnv({ SHARD_REMOTE: undefined }, () => {
-    assert.equal(DEFAULT_REMOTE, "http://127.0.0.1:7070");
+    assert.equal(DEFAULT_SOCKET, "/run/shard/shard.sock");
     const shard = new Shard();
-    assert.equal(shard.remote, "http://127.0.0.1:7070");
+    assert.equal(shard.api.transport.socket, "/run/shard/shard.sock");
+    assert.equal(shard.remote, "unix:/run/shard/shard.sock");
     shard.close();
+    const tcp = new SandboxClient({ remote: "http://10.0.0.5:7070" });
+    assert.equal(tcp.api.transport.socket, undefined);
+    assert.equal(tcp.api.transport.base, "http://10.0.0.5:7070");
+    void tcp.close();
+    const other = new Shard({ socket: "/tmp/other.sock" });
+    assert.equal(other.remote, "unix:/tmp/other.sock");
+    other.close();
     assert.throws(() => new Shard({ remote: "ftp://x" }), (e: unknown) => e instanceof ShardError && e.code === "invalid_argument");
   }));
 
@@ -306,7 +314,23 @@ test("maxConcurrency: a failed create gives its slot back; close() fails the wai
     void held;
   }));
 
-test("fork(tag), checkpoint, listCheckpoints, restoreSnapshot and resume", () =>
+test("Shard.restoreCheckpoint, and restore and restoreSnapshot, the same call by other names", () =>
+  withFake(async (f) => {
+    const shard = new Shard({ remote: f.url });
+    try {
+      const sb = await shard.create({ image: "img", name: "src" });
+      const ck = await sb.checkpoint({ tag: "t" });
+      const a = await shard.restoreCheckpoint(ck, { name: "a" });
+      const b = await shard.restore(ck.id, { name: "b" });
+      const c = await shard.restoreSnapshot(ck, { name: "c" });
+      assert.deepEqual([a.name, b.name, c.name], ["a", "b", "c"]);
+      assert.equal(f.count("POST", `/v0/checkpoints/${ck.id}/restore`), 3);
+    } finally {
+      shard.close();
+    }
+  }));
+
+test("fork(tag), checkpoint, listCheckpoints, restoreCheckpoint (and its alias restoreSnapshot) and resume", () =>
   withFake(async (f) => {
     const client = new SandboxClient({ remote: f.url });
     try {
@@ -324,9 +348,13 @@ test("fork(tag), checkpoint, listCheckpoints, restoreSnapshot and resume", () =>
           ["checkpoint", "t1"],
         ],
       );
-      const restored = await client.restoreSnapshot(ck, { name: "r" });
+      const restored = await client.restoreCheckpoint(ck, { name: "r" });
       assert.equal(f.requests.at(-1)!.path, `/v0/checkpoints/${ck.id}/restore`);
+      assert.deepEqual(f.requests.at(-1)!.body, { name: "r" });
       assert.equal(restored.name, "r");
+      const aliased = await client.restoreSnapshot(ck.id, { name: "r2" });
+      assert.equal(f.requests.at(-1)!.path, `/v0/checkpoints/${ck.id}/restore`);
+      assert.equal(aliased.name, "r2");
       const resumed = await client.resume(sb, { name: "again" });
       assert.equal(f.requests.at(-1)!.path, "/v0/ledger/sessions/job/resume");
       assert.deepEqual(f.requests.at(-1)!.body, { name: "again" });
@@ -336,7 +364,7 @@ test("fork(tag), checkpoint, listCheckpoints, restoreSnapshot and resume", () =>
       assert.equal(f.requests.at(-1)!.method, "DELETE");
       assert.equal(f.requests.at(-1)!.path, "/v0/ledger/sessions/job");
       const byName = await client.resume("job");
-      assert.equal(client.sandboxes.length, 5);
+      assert.equal(client.sandboxes.length, 6);
       await Promise.all(client.sandboxes.map((h) => h.close()));
       assert.equal(f.sandboxes.size, 0);
       void byName;

@@ -1,5 +1,5 @@
 // SandboxClient against a real shard server: fork tags in the ledger,
-// checkpoint + resume vs restoreSnapshot, credentials (and forks), live
+// checkpoint + resume vs restoreCheckpoint, credentials (and forks), live
 // streaming, exit codes, and maxConcurrency slots.
 
 import assert from "node:assert/strict";
@@ -31,7 +31,7 @@ itest("fork(tag): listCheckpoints shows the fork's checkpoint with its tag", asy
   }
 });
 
-itest("checkpoint + resume replays a later exec; restoreSnapshot does not", async () => {
+itest("checkpoint + resume replays a later exec; restoreCheckpoint does not", async () => {
   const client = new SandboxClient();
   try {
     const sb = await client.sandbox({ image: IMAGE, resources: SMALL, name: `ts-resume-${uniq()}` });
@@ -49,7 +49,7 @@ itest("checkpoint + resume replays a later exec; restoreSnapshot does not", asyn
     );
     assert.equal((await resumed.exec("cat /root/a /root/b")).stdout, "one\ntwo\n");
 
-    const restored = await client.restoreSnapshot(ck);
+    const restored = await client.restoreCheckpoint(ck);
     assert.equal((await restored.exec("cat /root/a")).stdout, "one\n");
     await assert.rejects(restored.exec("test -e /root/b"), (e: unknown) => e instanceof ShardError && e.code === "exit_status" && e.exitCode === 1);
 

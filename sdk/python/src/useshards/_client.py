@@ -294,6 +294,7 @@ class ExecStream(Iterator[Chunk]):
             timed_out=bool(ev.get("timed_out")),
             oom_killed=bool(ev.get("oom_killed")),
             error=str(ev.get("error") or ""),
+            output_cut=bool(ev.get("output_cut")),
         )
 
     def _next_line(self) -> Chunk:
@@ -566,6 +567,7 @@ class Sandbox:
             timed_out=st.timed_out,
             oom_killed=st.oom_killed,
             error=st.error,
+            output_cut=st.output_cut,
             stdout_bytes=b"".join(out),
             stderr_bytes=b"".join(err),
         )
@@ -682,7 +684,7 @@ class Sandbox:
     def checkpoint(self, tag: Optional[str] = None) -> Checkpoint:
         """Saves this running sandbox's memory, processes and files without
         stopping it (it freezes for a moment); the ledger records it, so
-        :meth:`Shard.resume` starts from here. :meth:`Shard.restore_snapshot`
+        :meth:`Shard.resume` starts from here. :meth:`Shard.restore_checkpoint`
         starts a new sandbox from it."""
         doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/checkpoints", _drop_none({"tag": tag}))
         return Checkpoint.from_json(_mapping(doc, "a checkpoint"))
@@ -993,13 +995,17 @@ class Shard:
         s = session.session if isinstance(session, Sandbox) else session
         self._t.request("DELETE", f"/ledger/sessions/{esc(s)}")
 
-    def restore_snapshot(self, checkpoint: Union[str, Checkpoint], name: Optional[str] = None) -> Sandbox:
+    def restore_checkpoint(self, checkpoint: Union[str, Checkpoint], name: Optional[str] = None) -> Sandbox:
         """Starts a new sandbox from a checkpoint (its id, or a
         :class:`Checkpoint`): memory, processes and files as they were, and a
         clean exec history; nothing is replayed (compare :meth:`resume`)."""
         cid = checkpoint.id if isinstance(checkpoint, Checkpoint) else checkpoint
         doc = self._t.request("POST", f"/checkpoints/{esc(cid)}/restore", _drop_none({"name": name}))
         return Sandbox(self, SandboxInfo.from_json(_mapping(doc, "a restore")))
+
+    def restore_snapshot(self, checkpoint: Union[str, Checkpoint], name: Optional[str] = None) -> Sandbox:
+        """:meth:`restore_checkpoint` by the product spec's name: the same call."""
+        return self.restore_checkpoint(checkpoint, name)
 
     def checkpoints(self) -> List[Checkpoint]:
         """Every checkpoint on the server (taken by hand, by forks, and the environments')."""

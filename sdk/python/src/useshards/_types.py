@@ -198,7 +198,7 @@ class Checkpoint:
 
     Made by :meth:`Sandbox.checkpoint` (kind ``checkpoint``), by every
     :meth:`Sandbox.fork` (kind ``fork``) and by building an environment (kind
-    ``environment``). :meth:`Shard.restore_snapshot` starts a sandbox from one.
+    ``environment``). :meth:`Shard.restore_checkpoint` starts a sandbox from one.
     """
 
     id: str
@@ -419,7 +419,9 @@ class ExitStatus:
     ``timed_out``: the exec's ``timeout`` killed it. ``oom_killed``: it was
     killed for exceeding the sandbox's memory. ``error``: why the server
     ended the command itself, when it did (its sandbox was stopped, removed
-    or died while it ran).
+    or died while it ran). ``output_cut``: a process the command left behind
+    (``sh -c 'server &'``) held its output open at its exit, and what it
+    wrote after is not in the output.
     """
 
     exit_code: int
@@ -427,6 +429,7 @@ class ExitStatus:
     timed_out: bool = False
     oom_killed: bool = False
     error: str = ""
+    output_cut: bool = False
 
     @property
     def ok(self) -> bool:
