@@ -425,7 +425,7 @@ func (s *Storage) Reserve(need map[string]int64, what string) (*Reservation, err
 
 // Release gives back what was not used. Safe to call more than once.
 func (r *Reservation) Release() {
-	if r == nil {
+	if r == nil || r.s == nil { // nil, or the zero one a fake store hands out
 		return
 	}
 	r.s.admitMu.Lock()

@@ -157,6 +157,9 @@ func tail(s string, n int) string {
 }
 
 func (s *Service) agentFor(sb *store.Sandbox) *agent.Client {
+	if s.cfg.AgentAddr != nil {
+		return &agent.Client{Addr: s.cfg.AgentAddr(sb), Token: sb.Token}
+	}
 	return &agent.Client{Addr: netip.AddrPortFrom(netip.MustParseAddr(sb.IP), agent.Port).String(), Token: sb.Token}
 }
 

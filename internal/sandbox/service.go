@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
-	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
-	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
 )
@@ -26,10 +24,10 @@ type Config struct {
 	AgentBinary     string // host path of the shard binary; a copy is mounted into sandboxes
 	DefaultProvider string
 	Providers       []provider.Provider // every known provider, available or not
-	Images          *image.Store
-	Storage         *rootfs.Storage
-	Net             *network.Manager
-	Store           *store.Store
+	Images          Images
+	Storage         Storage
+	Net             Network
+	Store           *store.Store     // the one record; a unit test opens a real one in a temporary directory
 	Secrets         *secrets.Service // nil: no secrets (grants refused)
 	Log             *slog.Logger
 	StopTimeout     time.Duration // how long processes get to end on stop
@@ -39,6 +37,9 @@ type Config struct {
 	LedgerRetention time.Duration // ledger sessions left this long after their sandbox are removed (0: kept)
 	LedgerMinFree   int64         // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: image.Reserve; < 0: no floor)
 	Limits          Limits        // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
+	// AgentAddr is where a sandbox's agent listens (nil: its address and
+	// agent.Port); a unit test points it at an agent of its own.
+	AgentAddr func(sb *store.Sandbox) string
 }
 
 // Service is the sandbox lifecycle.
@@ -88,6 +89,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if err := hostdir.Private(filepath.Join(cfg.DataDir, d)); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.AgentBinary == "" {
+		return s, nil // a unit test's: its fake runtime runs no agent binary
 	}
 	dir, err := installAgent(cfg.DataDir, cfg.AgentBinary)
 	if err != nil {

@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/store"
+)
+
+// The failure paths of fork, restore and reconcile, over fakes: whatever
+// fails, the source runs on and nothing of the failed operation is left.
+
+func TestForkFailures(t *testing.T) {
+	tests := []struct {
+		name  string
+		count int
+		setup func(f *fakes)
+		code  string // the error's code; "" any
+	}{
+		{name: "checkpoint fails", count: 1, setup: func(f *fakes) {
+			f.p.checkpointHook = func(context.Context, string) error { return errors.New("checkpoint: disk on fire") }
+		}},
+		{name: "restore of one of three fails", count: 3, setup: func(f *fakes) {
+			var mu sync.Mutex
+			n := 0
+			f.p.restoreHook = func(string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if n++; n == 2 {
+					return errors.New("restore: the second fork's runtime died")
+				}
+				return nil
+			}
+		}},
+		{name: "freeze times out", count: 2, code: "freeze_timeout", setup: func(f *fakes) {
+			f.svc.cfg.FreezeTimeout = 100 * time.Millisecond
+			f.p.checkpointHook = func(ctx context.Context, _ string) error {
+				<-ctx.Done() // a save that outlasts the freeze limit
+				return ctx.Err()
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeService(t)
+			src := f.create("src")
+			tt.setup(f)
+			forks, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "child", Count: tt.count})
+			if err == nil {
+				t.Fatalf("Fork = %d forks, want an error", len(forks))
+			}
+			if tt.code != "" && errdefs.CodeOf(err) != tt.code {
+				t.Errorf("Fork error %v (code %s), want code %s", err, errdefs.CodeOf(err), tt.code)
+			}
+			if st := f.state("src"); st != StateRunning {
+				t.Errorf("source is %s after the failed fork, want running", st)
+			}
+			if st, _ := f.p.Status(context.Background(), src.ID); st != provider.StatusRunning {
+				t.Errorf("source's runtime is %s, want running (thawed)", st)
+			}
+			if f.p.pauses != f.p.resumes {
+				t.Errorf("%d pauses, %d resumes: the source was left frozen", f.p.pauses, f.p.resumes)
+			}
+			f.only("src")
+			f.checkpoints(0)
+			// And the source forks again once the fault is gone.
+			f.p.checkpointHook, f.p.restoreHook = nil, nil
+			f.svc.cfg.FreezeTimeout = DefaultFreezeTimeout
+			if _, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "again"}); err != nil {
+				t.Fatalf("Fork after the failure: %v", err)
+			}
+			f.only("src", "again")
+			f.checkpoints(1)
+		})
+	}
+}
+
+// A fork that succeeds leaves its forks running and its checkpoint kept.
+func TestForkCount(t *testing.T) {
+	f := newFakeService(t)
+	f.create("src")
+	forks, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid", Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fk := range forks {
+		if fk.State != StateRunning || fk.ParentID == "" {
+			t.Errorf("fork %s: state %s parent %q", fk.Name, fk.State, fk.ParentID)
+		}
+	}
+	f.only("src", "kid-1", "kid-2", "kid-3")
+	f.checkpoints(1)
+}
+
+// A remove of the source while a fork holds it frozen waits for the fork,
+// then removes the source; the forks stay.
+func TestRemoveRacingFork(t *testing.T) {
+	f := newFakeService(t)
+	f.create("src")
+	inSave, release := make(chan struct{}), make(chan struct{})
+	f.p.checkpointHook = func(context.Context, string) error {
+		close(inSave)
+		<-release
+		return nil
+	}
+	forked := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid"})
+		forked <- err
+	}()
+	<-inSave
+	removed := make(chan error, 1)
+	go func() { removed <- f.svc.Remove(context.Background(), "src", true) }()
+	select {
+	case err := <-removed:
+		t.Fatalf("Remove returned (%v) while the fork held the source frozen", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if st := f.state("src"); st != StateFreezing {
+		t.Errorf("source is %s during the fork's save, want freezing", st)
+	}
+	close(release)
+	if err := <-forked; err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	if err := <-removed; err != nil {
+		t.Fatalf("Remove after the fork: %v", err)
+	}
+	f.only("kid")
+	f.checkpoints(1) // the fork's checkpoint outlives its source
+}
+
+// A restore that fails leaves no sandbox; the checkpoint stays for the
+// next try.
+func TestRestoreFails(t *testing.T) {
+	f := newFakeService(t)
+	f.create("src")
+	ck, err := f.svc.Checkpoint(context.Background(), "src", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p.restoreHook = func(string) error { return errors.New("restore: no memory") }
+	if _, err := f.svc.Restore(context.Background(), ck.ID, RestoreOptions{Name: "back"}); err == nil {
+		t.Fatal("Restore succeeded, want the runtime's error")
+	}
+	f.only("src")
+	f.checkpoints(1)
+	f.p.restoreHook = nil
+	if _, err := f.svc.Restore(context.Background(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
+		t.Fatalf("Restore after the failure: %v", err)
+	}
+	f.only("src", "back")
+}
+
+// Reconcile after a crash: each half-done state ends where it must.
+func TestReconcileHalfDone(t *testing.T) {
+	tests := []struct {
+		state   string
+		runtime provider.Status // the runtime's word after the crash
+		want    string          // the record's state after; "" removed
+	}{
+		{StateCreating, provider.StatusRunning, ""},
+		{StateRemoving, provider.StatusRunning, ""},
+		{StateRemoving, provider.StatusAbsent, ""},
+		{StateFreezing, provider.StatusPaused, StateRunning}, // thawed
+		{StateFreezing, provider.StatusAbsent, StateStopped},
+		{StateStarting, provider.StatusRunning, StateStopped},
+		{StateStopping, provider.StatusRunning, StateStopped},
+		{StateRunning, provider.StatusRunning, StateRunning},
+		{StateRunning, provider.StatusAbsent, StateStopped},
+		{StateStopped, provider.StatusAbsent, StateStopped},
+	}
+	for _, tt := range tests {
+		t.Run(tt.state+"/"+string(tt.runtime), func(t *testing.T) {
+			f := newFakeService(t)
+			sb := f.create("sb")
+			// The crash: the record in tt.state, the runtime as it says.
+			if _, err := f.st.UpdateSandbox(context.Background(), sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+				r.State = tt.state
+				return nil, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			f.p.set(sb.ID, tt.runtime)
+			if err := f.svc.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" {
+				f.only()
+				return
+			}
+			if got := f.state("sb"); got != tt.want {
+				t.Errorf("state after reconcile %s, want %s", got, tt.want)
+			}
+			st, _ := f.p.Status(context.Background(), sb.ID)
+			if tt.want == StateRunning && st != provider.StatusRunning {
+				t.Errorf("runtime %s after reconcile, want running", st)
+			}
+			if tt.want == StateStopped && st != provider.StatusAbsent {
+				t.Errorf("runtime %s after reconcile, want the container gone", st)
+			}
+		})
+	}
+}
+
+// Reconcile removes what no record owns: a container, a namespace, files
+// and a run directory a crash left behind (a warm spare's, a create's
+// before its record).
+func TestReconcileRemovesUnknown(t *testing.T) {
+	f := newFakeService(t)
+	f.create("keep")
+	f.p.set("0123456789ab", provider.StatusRunning)
+	f.net.Create(context.Background(), "0123456789ab", f.net.Gateway())
+	f.fs.Create(context.Background(), "0123456789ab", 0)
+	if err := f.svc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.only("keep")
+}
