@@ -157,7 +157,7 @@ func (s *Server) grantSecret(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), 200, nil
+	return sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) listGrants(r *http.Request) (any, int, error) {
@@ -173,7 +173,7 @@ func (s *Server) ungrantSecret(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), 200, nil
+	return sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) setPolicy(r *http.Request) (any, int, error) {
@@ -253,16 +253,13 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 	rp.ServeHTTP(w, r)
 }
 
-// needCarried asks for the scopes a new sandbox's inherited state needs,
-// as a fork does (seed 001): secret:* to get grants, policy:* to get a
-// policy. Restores, resumes and creates from an environment carry them too.
-func needCarried(r *http.Request, cks ...*store.Checkpoint) error {
-	for _, ck := range cks {
-		if err := needFor(r, len(ck.Grants) > 0, ck.Policy != nil); err != nil {
-			return err
-		}
-	}
-	return nil
+// carried is the one check of the scopes a new sandbox's inherited state
+// needs, as a fork's (seed 001): secret:* to get grants, policy:* to get a
+// policy. Fork, restore, resume and create from an environment hand it to
+// the service, which asks it where what is carried is known for sure
+// (under the source's lock, with the checkpoint held).
+func carried(r *http.Request) sandbox.Allow {
+	return func(grants, policy bool) error { return needFor(r, grants, policy) }
 }
 
 // needFor asks for secret:* if grants, and policy:* if policy, are carried.

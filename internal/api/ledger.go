@@ -173,13 +173,11 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	// The new sandbox carries the grants and policy of the session's
 	// checkpoints and of its later events: their scopes are needed, as for
 	// a fork.
-	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), name, func(grants, policy bool) error {
-		return needFor(r, grants, policy)
-	})
+	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), name, carried(r))
 	if err != nil {
 		return nil, 0, err
 	}
-	out := ResumeResponse{Sandbox: view(res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
+	out := ResumeResponse{Sandbox: sandboxOut(r, res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
 	for _, x := range res.Replayed {
 		out.Replayed = append(out.Replayed, ReplayedExec{Argv: x.Argv, RecordedExit: x.RecordedExit, ExitCode: x.ExitCode, Error: x.Error})
 	}

@@ -36,6 +36,10 @@ func view(sb *store.Sandbox) Sandbox {
 	return v
 }
 
+// sandboxOut is a sandbox as an answer shows it to the caller: every answer
+// that carries a sandbox goes through it.
+func sandboxOut(r *http.Request, sb *store.Sandbox) Sandbox { return redact(r, view(sb)) }
+
 // redact hides a sandbox's grants and policy from a token that may not read
 // them (their own routes need secret:read and policy:read).
 func redact(r *http.Request, v Sandbox) Sandbox {
@@ -164,26 +168,17 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	if req.Environment != "" {
-		env, err := s.Sandboxes.GetEnvironment(r.Context(), req.Environment)
+		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name, carried(r))
 		if err != nil {
 			return nil, 0, err
 		}
-		if ck, err := s.Sandboxes.GetCheckpoint(r.Context(), env.Checkpoint); err == nil {
-			if err := needCarried(r, ck); err != nil {
-				return nil, 0, err
-			}
-		}
-		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name)
-		if err != nil {
-			return nil, 0, err
-		}
-		return view(sb), http.StatusCreated, nil
+		return sandboxOut(r, sb), http.StatusCreated, nil
 	}
 	sb, err := s.Sandboxes.Create(r.Context(), cr)
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), http.StatusCreated, nil
+	return sandboxOut(r, sb), http.StatusCreated, nil
 }
 
 func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
@@ -197,7 +192,7 @@ func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
 	}
 	out := make([]Sandbox, 0, len(all))
 	for _, sb := range all {
-		out = append(out, redact(r, view(sb)))
+		out = append(out, sandboxOut(r, sb))
 	}
 	return map[string]any{"sandboxes": out}, 200, nil
 }
@@ -207,7 +202,7 @@ func (s *Server) getSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return redact(r, view(sb)), 200, nil
+	return sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) removeSandbox(r *http.Request) (any, int, error) {
@@ -226,7 +221,7 @@ func (s *Server) stopSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), 200, nil
+	return sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) startSandbox(r *http.Request) (any, int, error) {
@@ -234,7 +229,7 @@ func (s *Server) startSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return view(sb), 200, nil
+	return sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) capabilities(r *http.Request) (any, int, error) {
@@ -261,31 +256,18 @@ func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	// A fork carries the source's grants and policy: making one needs the
-	// scopes to hold them (seed 001).
-	src, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return nil, 0, err
-	}
-	if len(src.Grants) > 0 {
-		if err := need(r, auth.SecretAll); err != nil {
-			return nil, 0, err
-		}
-	}
-	if src.Policy != nil {
-		if err := need(r, auth.PolicyAll); err != nil {
-			return nil, 0, err
-		}
-	}
-	forks, err := s.Sandboxes.Fork(r.Context(), src.ID, req)
+	// scopes to hold them (seed 001), checked under the source's lock.
+	req.Allow = carried(r)
+	forks, err := s.Sandboxes.Fork(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return nil, 0, err
 	}
 	if req.Count <= 1 {
-		return view(forks[0]), http.StatusCreated, nil
+		return sandboxOut(r, forks[0]), http.StatusCreated, nil
 	}
 	out := ForkResponse{Sandboxes: make([]Sandbox, 0, len(forks))}
 	for _, f := range forks {
-		out.Sandboxes = append(out.Sandboxes, view(f))
+		out.Sandboxes = append(out.Sandboxes, sandboxOut(r, f))
 	}
 	return out, http.StatusCreated, nil
 }

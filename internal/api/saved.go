@@ -76,18 +76,11 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ck, err := s.Sandboxes.GetCheckpoint(r.Context(), r.PathValue("id"))
+	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: name, Allow: carried(r)})
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := needCarried(r, ck); err != nil {
-		return nil, 0, err
-	}
-	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: name})
-	if err != nil {
-		return nil, 0, err
-	}
-	return view(sb), http.StatusCreated, nil
+	return sandboxOut(r, sb), http.StatusCreated, nil
 }
 
 func (s *Server) snapshotView(sn *store.Snapshot) Snapshot {

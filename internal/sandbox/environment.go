@@ -204,7 +204,10 @@ func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
 // CreateFromEnvironment starts a new sandbox warm from an environment:
 // into its warm spare when one is staged, else by a plain restore; then a
 // new spare is staged for the next create.
-func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (*store.Sandbox, error) {
+//
+// allow, if set, is asked whether the sandbox may carry the grants and
+// policy of the environment's checkpoint, once that is held.
+func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string, allow Allow) (*store.Sandbox, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
@@ -223,6 +226,9 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string) (
 		if errdefs.Is(err, errdefs.KindNotFound) && try < 3 {
 			release()
 			continue
+		}
+		if err == nil {
+			err = allow.check(ck.Grants, ck.Policy)
 		}
 		if err != nil {
 			release()

@@ -222,3 +222,24 @@ func TestReconcileRemovesUnknown(t *testing.T) {
 	}
 	f.only("keep")
 }
+
+// Allow is asked under the source's lock with what the source carries, and
+// a refusal leaves nothing behind.
+func TestForkAllow(t *testing.T) {
+	f := newFakeService(t)
+	src := f.create("src")
+	if _, err := f.svc.SetPolicy(context.Background(), "src", &store.Policy{DenyAll: true}); err != nil {
+		t.Fatal(err)
+	}
+	refuse := errdefs.New(errdefs.KindForbidden, "missing_scope", "policy:* needed")
+	var asked []bool
+	_, err := f.svc.Fork(context.Background(), src.ID, ForkRequest{Name: "kid", Allow: func(grants, policy bool) error {
+		asked = append(asked, grants, policy)
+		return refuse
+	}})
+	if err != refuse || len(asked) != 2 || asked[0] || !asked[1] {
+		t.Fatalf("Fork = %v, Allow asked %v; want the refusal, asked (grants false, policy true)", err, asked)
+	}
+	f.only("src")
+	f.checkpoints(0)
+}

@@ -31,6 +31,26 @@ type ForkRequest struct {
 	Name  string
 	Count int
 	Tag   string // stored with the checkpoint event in the source's ledger
+	// Allow, if set, is asked (under the source's lock) whether the forks
+	// may carry the source's secret grants and network policy: the API
+	// checks the caller's scopes there. See Allow.
+	Allow Allow
+}
+
+// Allow says whether a new sandbox may carry secret grants (grants) and a
+// network policy (policy) that it inherits; an error refuses it. Fork,
+// Restore, CreateFromEnvironment and Resume ask it where what is carried is
+// known for sure: under the lock of the sandbox, or with the checkpoint
+// held.
+type Allow func(grants, policy bool) error
+
+// check asks a whether grants and policy may be carried; a nil Allow
+// allows all (the service's own callers: resume's replay, tests).
+func (a Allow) check(grants []store.Grant, policy *store.Policy) error {
+	if a == nil {
+		return nil
+	}
+	return a(len(grants) > 0, policy != nil)
 }
 
 // MaxForkCount bounds --count.
@@ -56,6 +76,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 	defer unlock()
+	if err := req.Allow.check(src.Grants, src.Policy); err != nil {
+		return nil, err
+	}
 	f, err := s.newFork(ctx, src, cp)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,7 @@ type RestoreOptions struct {
 	Name        string
 	Environment string // set by a create from an environment
 	ResumedFrom string // set by resume
+	Allow       Allow  // asked whether the sandbox may carry the checkpoint's grants and policy
 }
 
 // Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
@@ -81,6 +82,9 @@ func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*
 func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOptions) (*store.Sandbox, error) {
 	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
+	}
+	if err := o.Allow.check(ck.Grants, ck.Policy); err != nil {
+		return nil, err
 	}
 	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
 		return nil, err

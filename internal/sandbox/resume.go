@@ -50,7 +50,7 @@ type ResumeResult struct {
 // allow, if not nil, is asked first whether the new sandbox may carry
 // secret grants and a network policy, as the session's checkpoints or its
 // later events may give it (the API checks the caller's scopes there).
-func (s *Service) Resume(ctx context.Context, session, name string, allow func(grants, policy bool) error) (*ResumeResult, error) {
+func (s *Service) Resume(ctx context.Context, session, name string, allow Allow) (*ResumeResult, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Ev
 
 // allowCarried asks allow whether the resumed sandbox may carry the grants
 // and policy the session's checkpoints or its events may give it.
-func (s *Service) allowCarried(ctx context.Context, session string, events []store.Event, allow func(grants, policy bool) error) error {
+func (s *Service) allowCarried(ctx context.Context, session string, events []store.Event, allow Allow) error {
 	cks, err := s.cfg.Store.ListCheckpoints(ctx, session)
 	if err != nil {
 		return err

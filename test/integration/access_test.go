@@ -184,6 +184,21 @@ func TestForkScopes(t *testing.T) {
 		t.Fatalf("restore with all three: %d %+v", status, ce)
 	}
 	t.Cleanup(func() { e.c.Remove(context.Background(), "fs-restored", true) })
+	// Every answer that carries a sandbox shows its grants and policy only
+	// to a key that may read them: stop and start too, not only inspect.
+	for _, verb := range []string{"stop", "start"} {
+		status, ce, body := projCall(t, "POST", "/v0/sandboxes/fork-scopes/"+verb, write, "", nil)
+		if status != 200 {
+			t.Fatalf("%s with sandbox:write: %d %+v", verb, status, ce)
+		}
+		var sb client.Sandbox
+		if err := json.Unmarshal([]byte(body), &sb); err != nil {
+			t.Fatalf("%s: %v: %s", verb, err, body)
+		}
+		if len(sb.Grants) != 0 || sb.Policy != nil || strings.Contains(body, "fork-scope-secret") {
+			t.Errorf("%s answered a sandbox:write key its grants and policy: %s", verb, body)
+		}
+	}
 	// A token makes tokens no stronger than itself.
 	tw := token(t, "fs-token-writer", auth.TokenWrite, auth.SandboxRead)
 	if status, ce := tcpCall(t, "POST", "/v0/tokens", tw, []byte(`{"name":"fs-escalate","scopes":["*"]}`)); status != 403 || ce.Code != "missing_scope" {
