@@ -65,6 +65,22 @@ type Provider interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// Guest is a runtime whose sandboxes run a kernel of their own (gVisor's
+// Sentry). That kernel has no OOM killer, so the sandbox's agent holds the
+// memory and pids bounds inside (and counts what it kills), and the host
+// cgroup is a backstop with room for the kernel itself.
+type Guest interface {
+	// HostBounds is the host cgroup's memory and pids bounds of a sandbox
+	// whose guest may have memory bytes and pids processes.
+	HostBounds(memory, pids int64) (hostMemory, hostPids int64)
+	// GuestSpec adds to spec what the sandbox's agent needs to hold the
+	// bounds inside (its environment and capabilities).
+	GuestSpec(spec *specs.Spec, memory, pids int64)
+	// MinCPU is the least CPU (millicpus) a sandbox boots with in
+	// reasonable time.
+	MinCPU() int64
+}
+
 // PIDer is a provider that can name the host process whose end means the
 // sandbox ended, so the server can notice a sandbox that died on its own.
 type PIDer interface {

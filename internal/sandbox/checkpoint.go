@@ -37,7 +37,7 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 		return nil, err
 	}
 	ckID := newID()
-	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "a checkpoint of "+src.Name)
+	releaseHost, err := s.reserveHostSpace(s.memoryImageBound(src), "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
@@ -68,9 +69,9 @@ func (s *Service) validate(req *CreateRequest) error {
 	if req.Provider == "" {
 		req.Provider = s.cfg.DefaultProvider
 	}
-	if req.Provider == "gvisor" && req.CPUMillis < MinGvisorCPU {
-		return errdefs.Invalid("cpu %s is too little for gvisor: at least %s (its kernel runs in user space, and boots in minutes below that); runc takes from %s",
-			units.FormatCPU(req.CPUMillis), units.FormatCPU(MinGvisorCPU), units.FormatCPU(MinCPU))
+	if g, ok := s.providers[req.Provider].(provider.Guest); ok && req.CPUMillis < g.MinCPU() {
+		return errdefs.Invalid("cpu %s is too little for %s: at least %s (its kernel runs in user space, and boots in minutes below that); runc takes from %s",
+			units.FormatCPU(req.CPUMillis), req.Provider, units.FormatCPU(g.MinCPU()), units.FormatCPU(MinCPU))
 	}
 	c, ok := s.caps[req.Provider]
 	if !ok {

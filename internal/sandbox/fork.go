@@ -84,7 +84,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 	defer f.releaseCheckpoint()
-	releaseHost, err := s.reserveHostSpace(memoryImageBound(src), "the memory image of a fork of "+src.Name)
+	releaseHost, err := s.reserveHostSpace(s.memoryImageBound(src), "the memory image of a fork of "+src.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func memThresholds(mem, cgroupLimit int64) []int64 {
 // watchMemory starts the host watch of a running gVisor sandbox (once; a
 // sandbox already watched is left as it is).
 func (s *Service) watchMemory(sb *store.Sandbox) {
-	if sb.Provider != "gvisor" || sb.MemoryBytes <= 0 {
+	if s.guest(sb) == nil || sb.MemoryBytes <= 0 {
 		return
 	}
 	w := &s.mem
@@ -80,7 +80,8 @@ func (s *Service) watchMemory(sb *store.Sandbox) {
 	if _, ok := w.m[sb.ID]; ok {
 		return
 	}
-	mw, err := newMemWatch(sb, s.agentFor(sb), s.cfg.Log.With("sandbox", sb.ID))
+	hostMem, _ := s.guest(sb).HostBounds(sb.MemoryBytes, sb.Pids)
+	mw, err := newMemWatch(sb, hostMem, s.agentFor(sb), s.cfg.Log.With("sandbox", sb.ID))
 	if err != nil {
 		s.cfg.Log.Warn("memory watch", "sandbox", sb.ID, "err", err)
 		return
@@ -111,7 +112,8 @@ func (s *Service) unwatchMemory(id string) {
 	}
 }
 
-func newMemWatch(sb *store.Sandbox, ag *agent.Client, log *slog.Logger) (*memWatch, error) {
+// hostMem is the host cgroup's memory bound (provider.Guest.HostBounds).
+func newMemWatch(sb *store.Sandbox, hostMem int64, ag *agent.Client, log *slog.Logger) (*memWatch, error) {
 	dir := "/sys/fs/cgroup/memory" + cgroupsPath(sb.ID)
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -121,7 +123,7 @@ func newMemWatch(sb *store.Sandbox, ag *agent.Client, log *slog.Logger) (*memWat
 	f := os.NewFile(uintptr(efd), "memwatch-"+sb.ID)
 	ctx, cancel := context.WithCancel(context.Background())
 	mw := &memWatch{id: sb.ID, dir: dir, wakeAt: sb.MemoryBytes / 2, efd: f, agent: ag, log: log, ctx: ctx, cancel: cancel}
-	if err := mw.register(efd, gvisorCgroupLimit(sb.MemoryBytes), sb.MemoryBytes); err != nil {
+	if err := mw.register(efd, hostMem, sb.MemoryBytes); err != nil {
 		mw.close()
 		return nil, err
 	}

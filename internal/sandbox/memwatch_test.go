@@ -8,15 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
-	"github.com/useshards/shard/internal/oci"
-	"github.com/useshards/shard/internal/store"
 )
 
 func TestMemThresholds(t *testing.T) {
@@ -32,50 +29,11 @@ func TestMemThresholds(t *testing.T) {
 		{8 * mib, 4 * mib, (72 - 4) / 4}, // the 4 MiB step floor
 	}
 	for _, tt := range tests {
-		limit := gvisorCgroupLimit(tt.mem)
+		limit := tt.mem + max(64<<20, tt.mem/4) // gVisor's host bound (gvisor.CgroupLimit)
 		got := memThresholds(tt.mem, limit)
 		if len(got) != tt.wantN || got[0] != tt.wantFirst || got[len(got)-1] >= limit {
 			t.Errorf("memThresholds(%d MiB, %d MiB) = %d thresholds from %d MiB to %d MiB; want %d from %d MiB, all under the limit",
 				tt.mem/mib, limit/mib, len(got), got[0]/mib, got[len(got)-1]/mib, tt.wantN, tt.wantFirst/mib)
-		}
-	}
-}
-
-func TestGvisorAgentBounds(t *testing.T) {
-	sb := &store.Sandbox{Shape: store.Shape{Bounds: store.Bounds{Pids: 321, MemoryBytes: 1 << 30}}}
-	a := oci.Build(oci.Options{Rootfs: "/r"})
-	gvisorAgentBounds(a, sb)
-	b := oci.Build(oci.Options{Rootfs: "/r"})
-	for _, set := range [][]string{a.Process.Capabilities.Bounding, a.Process.Capabilities.Effective, a.Process.Capabilities.Permitted} {
-		if !slices.Contains(set, "CAP_SYS_ADMIN") || !slices.Contains(set, "CAP_SYS_RESOURCE") {
-			t.Errorf("gVisor agent's capabilities %v lack CAP_SYS_ADMIN or CAP_SYS_RESOURCE (it sets the bounds up with them)", set)
-		}
-	}
-	for _, set := range [][]string{b.Process.Capabilities.Bounding, b.Process.Capabilities.Effective, b.Process.Capabilities.Permitted} {
-		if slices.Contains(set, "CAP_SYS_ADMIN") || slices.Contains(set, "CAP_SYS_RESOURCE") {
-			t.Errorf("a spec built after a gVisor one has the setup capabilities: %v (shared default slice)", set)
-		}
-	}
-	for _, kv := range []string{agent.EnvPids + "=321", agent.EnvTmpOnDisk + "=1"} {
-		if !slices.Contains(a.Process.Env, kv) {
-			t.Errorf("agent env %v lacks %s", a.Process.Env, kv)
-		}
-	}
-}
-
-func TestGvisorPidsInside(t *testing.T) {
-	const mib = 1 << 20
-	tests := []struct{ pids, mem, want int64 }{
-		{4096, 512 * mib, 512}, // one per MiB of memory
-		{256, 512 * mib, 256},  // --pids when lower
-		{4096, 16 << 30, 4096}, // --pids when memory allows more
-		{4096, 32 * mib, 64},   // never fewer than 64
-		{8, 32 * mib, 8},       // unless --pids is
-		{0, 512 * mib, 0},      // none asked, none set
-	}
-	for _, tt := range tests {
-		if got := gvisorPidsInside(tt.pids, tt.mem); got != tt.want {
-			t.Errorf("gvisorPidsInside(%d, %d MiB) = %d, want %d", tt.pids, tt.mem/mib, got, tt.want)
 		}
 	}
 }

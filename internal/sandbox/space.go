@@ -54,10 +54,12 @@ func (s *Service) reserveHostSpace(need int64, what string) (release func(), err
 }
 
 // memoryImageBound is the most a memory image of sb can take: what its
-// runtime may hold, the bound and, on gVisor, the headroom above it.
-func memoryImageBound(sb *store.Sandbox) int64 {
-	if sb.Provider == "gvisor" {
-		return gvisorCgroupLimit(sb.MemoryBytes)
+// runtime may hold, the bound and, with a guest kernel, the headroom above
+// it.
+func (s *Service) memoryImageBound(sb *store.Sandbox) int64 {
+	if g := s.guest(sb); g != nil {
+		mem, _ := g.HostBounds(sb.MemoryBytes, sb.Pids)
+		return mem
 	}
 	return sb.MemoryBytes
 }

@@ -45,48 +45,39 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 			return nil, err
 		}
 	}
-	cgroupLimit := sb.MemoryBytes
-	pids := sb.Pids
-	agentEnv := []string{agent.EnvToken + "=" + sb.Token}
-	if sb.Provider == "gvisor" {
-		// gVisor has no OOM killer of its own: the agent is the sandbox's
-		// OOM killer at the bound, and the host cgroup gets headroom so the
-		// host kernel never kills the whole sandbox first.
-		agentEnv = append(agentEnv, agent.EnvMemoryLimit+"="+strconv.FormatInt(sb.MemoryBytes, 10))
-		cgroupLimit = gvisorCgroupLimit(sb.MemoryBytes)
-		// The host pids cgroup also counts the Sentry's threads and the
-		// systrap stubs (about one per guest thread), and a Sentry that
-		// cannot make a thread hangs the whole sandbox: the bound becomes a
-		// backstop of twice the guest's plus room for the Sentry.
-		pids = GvisorPidsBackstop(sb.Pids)
+	// A runtime with a kernel of its own has the agent hold the bounds
+	// inside; the host cgroup is then its backstop (provider.Guest).
+	cgroupLimit, pids := sb.MemoryBytes, sb.Pids
+	guest := s.guest(sb)
+	if guest != nil {
+		cgroupLimit, pids = guest.HostBounds(sb.MemoryBytes, sb.Pids)
 	}
 	agentDir := sb.AgentDir
 	if agentDir == "" {
 		agentDir = s.agentDir
 	}
 	spec := oci.Build(oci.Options{
-		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: agentEnv,
+		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: []string{agent.EnvToken + "=" + sb.Token},
 		AgentDir: agentDir, Netns: nsPath, CgroupsPath: cgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 		Devices: s.cfg.Images.Devices(sb.ImageDigest),
 	})
-	if sb.Provider == "gvisor" {
-		gvisorAgentBounds(spec, sb)
+	if guest != nil {
+		guest.GuestSpec(spec, sb.MemoryBytes, sb.Pids)
 	}
 	return &provider.Instance{ID: sb.ID, Bundle: dir, Spec: spec, LogOut: filepath.Join(dir, "agent.log"), Log: s.cfg.Log}, nil
 }
 
-// gvisorCgroupLimit is the host memory cgroup's bound of a gVisor sandbox
-// whose guest may use mem: the bound plus headroom for the Sentry.
-func gvisorCgroupLimit(mem int64) int64 { return mem + max(64<<20, mem/4) }
-
-// GvisorPidsBackstop is the host pids bound of a gVisor sandbox whose guest
-// may have n processes.
-func GvisorPidsBackstop(n int64) int64 { return 2*n + 512 }
+// guest is sb's runtime when it runs a kernel of its own, else nil.
+func (s *Service) guest(sb *store.Sandbox) provider.Guest {
+	g, _ := s.providers[sb.Provider].(provider.Guest)
+	return g
+}
 
 // oomKills counts processes killed for memory in the running instance: by
-// the host kernel (memory cgroup) and, on gVisor, by the agent's guard.
+// the host kernel (memory cgroup) and, on a guest kernel, by the agent's
+// guard.
 func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
 	return cgroupOOMKills(sb.ID) + s.agentOOMKills(ctx, sb)
 }
@@ -113,9 +104,10 @@ func cgroupOOMKills(id string) int64 {
 	return n
 }
 
-// agentOOMKills is what the agent's OOM guard killed (gVisor only).
+// agentOOMKills is what the agent's OOM guard killed (a guest kernel's
+// sandbox only: elsewhere the host kernel kills).
 func (s *Service) agentOOMKills(ctx context.Context, sb *store.Sandbox) int64 {
-	if sb.Provider != "gvisor" {
+	if s.guest(sb) == nil {
 		return 0
 	}
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -16,12 +16,9 @@ import (
 
 // Bounds a create may ask for, beyond the host's own (Limits).
 const (
-	MinCPU = 10 // millicpus
-	// MinGvisorCPU is gVisor's floor: its kernel boots in user space, and
-	// at 10m a sandbox took over 100 s to answer (50m: 16 s).
-	MinGvisorCPU = 100
-	MinPids      = 8       // a shell and a few children
-	MaxPids      = 4194304 // the kernel's PID_MAX_LIMIT: no pids cgroup counts more
+	MinCPU  = 10      // millicpus
+	MinPids = 8       // a shell and a few children
+	MaxPids = 4194304 // the kernel's PID_MAX_LIMIT: no pids cgroup counts more
 	// MaxDisk is the largest disk a create may ask for: 1PiB, past any
 	// store; whether the store has the room is decided when it is made.
 	MaxDisk = 1 << 50

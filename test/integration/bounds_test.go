@@ -10,7 +10,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
-	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/provider/gvisor"
 )
 
 // TestMemoryBound: a process allocating past --memory dies inside; the
@@ -60,7 +60,7 @@ func TestCPUPidsBounds(t *testing.T) {
 			// reserve past that (internal/provider/runc).
 			wantPids := fmt.Sprint(64 + agent.PidsReserve + agent.AgentPids)
 			if prov == "gvisor" {
-				wantPids = fmt.Sprint(sandbox.GvisorPidsBackstop(64))
+				wantPids = fmt.Sprint(gvisor.PidsBackstop(64))
 			} else if got := readTrim(t, "/sys/fs/cgroup/pids/shard/"+sb.ID+"/sandbox/pids.max"); got != "64" {
 				t.Errorf("sandbox/pids.max = %s, want 64", got)
 			}

@@ -96,14 +96,7 @@ func contains(b []byte, s string) bool {
 
 // Start runs the sandbox detached.
 func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
-	if err := ocicli.WriteBundle(inst, inst.Spec); err != nil {
-		return err
-	}
-	if err := p.cli.RunDetached(ctx, inst, "run", "--detach", "--bundle", inst.Bundle, inst.ID); err != nil {
-		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
-		return err
-	}
-	return nil
+	return p.Launch(ctx, inst, nil, "run", "--detach", "--bundle", inst.Bundle, inst.ID)
 }
 
 // Pause freezes every process of the sandbox (a direct control call; runsc
@@ -246,14 +239,7 @@ func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
 // Prepare creates the sandbox (`runsc create`: its gofer and Sentry
 // processes, waiting to be started) without starting anything in it.
 func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance) error {
-	if err := ocicli.WriteBundle(inst, inst.Spec); err != nil {
-		return err
-	}
-	if err := p.cli.RunDetached(ctx, inst, "create", "--bundle", inst.Bundle, inst.ID); err != nil {
-		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
-		return err
-	}
-	return nil
+	return p.Launch(ctx, inst, nil, "create", "--bundle", inst.Bundle, inst.ID)
 }
 
 // Restore starts a prepared sandbox from a checkpoint image. runsc restores
@@ -270,11 +256,7 @@ func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir str
 		args = append(args, "--direct")
 	}
 	args = append(args, "--image-path", dir, "--bundle", inst.Bundle, inst.ID)
-	if err := p.cli.RunDetached(ctx, inst, args...); err != nil {
-		p.cli.Delete(context.WithoutCancel(ctx), inst.ID)
-		return err
-	}
-	return nil
+	return p.Detached(ctx, inst, nil, args...) // into the bundle Prepare wrote
 }
 
 var (

@@ -112,16 +112,12 @@ func WriteBundle(inst *provider.Instance, spec *specs.Spec) error {
 	return os.WriteFile(filepath.Join(inst.Bundle, "config.json"), b, 0o600)
 }
 
-// RunDetached runs `run --detach` (or restore). The container process
-// inherits the runtime's stdio, so both go to inst.LogOut, never to a pipe:
-// a pipe held open by the container would keep us waiting for ever. The
-// runtime's own error is read back from the log's tail.
-func (c *CLI) RunDetached(ctx context.Context, inst *provider.Instance, args ...string) error {
-	return c.RunDetachedFiles(ctx, inst, nil, args...)
-}
-
-// RunDetachedFiles is RunDetached with extra files for the runtime, as
-// descriptors 3 and on (runc passes them on with --preserve-fds).
+// RunDetachedFiles runs `run --detach` (or create, restore), with extra
+// files for the runtime as descriptors 3 and on (runc passes them on with
+// --preserve-fds). The container process inherits the runtime's stdio, so
+// both go to inst.LogOut, never to a pipe: a pipe held open by the
+// container would keep us waiting for ever. The runtime's own error is
+// read back from the log's tail.
 func (c *CLI) RunDetachedFiles(ctx context.Context, inst *provider.Instance, extra []*os.File, args ...string) error {
 	out, err := os.OpenFile(inst.LogOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -229,9 +225,30 @@ func Version(ctx context.Context, bin string) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
-// Runtime gives a provider the verbs every OCI runtime CLI has in common;
-// a provider embeds it and adds Name, Probe and Start.
+// Runtime gives a provider the verbs every OCI runtime CLI has in common
+// (Launch and Detached to start a container; Kill, Delete, Status, List,
+// InitPID); a provider embeds it and adds Name, Probe and Start.
 type Runtime struct{ CLI *CLI }
+
+// Launch writes inst's bundle and runs a verb of the runtime that leaves a
+// container behind (run --detach, create); see Detached.
+func (r Runtime) Launch(ctx context.Context, inst *provider.Instance, extra []*os.File, args ...string) error {
+	if err := WriteBundle(inst, inst.Spec); err != nil {
+		return err
+	}
+	return r.Detached(ctx, inst, extra, args...)
+}
+
+// Detached runs a verb that leaves a container behind (RunDetachedFiles),
+// and on failure deletes what it may have left half-made: the caller then
+// has nothing to take down.
+func (r Runtime) Detached(ctx context.Context, inst *provider.Instance, extra []*os.File, args ...string) error {
+	if err := r.CLI.RunDetachedFiles(ctx, inst, extra, args...); err != nil {
+		r.CLI.Delete(context.WithoutCancel(ctx), inst.ID)
+		return err
+	}
+	return nil
+}
 
 // Kill signals the container's init.
 func (r Runtime) Kill(ctx context.Context, id string, sig int) error { return r.CLI.Kill(ctx, id, sig) }

@@ -83,15 +83,12 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 			f.Close()
 		}
 	}()
-	if err := ocicli.WriteBundle(inst, inst.Spec); err != nil {
-		return err
-	}
 	args := []string{"run", "--detach", "--bundle", inst.Bundle, inst.ID}
 	if len(tasks) > 0 {
 		args = append([]string{"run", "--preserve-fds", strconv.Itoa(len(tasks))}, args[1:]...)
 	}
-	if err := p.cli.RunDetachedFiles(ctx, inst, tasks, args...); err != nil {
-		p.Delete(context.WithoutCancel(ctx), inst.ID)
+	if err := p.Launch(ctx, inst, tasks, args...); err != nil {
+		p.Delete(context.WithoutCancel(ctx), inst.ID) // the commands' cgroups too
 		return err
 	}
 	return nil
