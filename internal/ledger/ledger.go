@@ -22,6 +22,7 @@ const (
 	Stopped           = "sandbox.stopped"
 	Started           = "sandbox.started"
 	Removed           = "sandbox.removed"
+	Failed            = "sandbox.failed"
 	SecretGranted     = "sandbox.secret_granted"
 	SecretUngranted   = "sandbox.secret_ungranted"
 	PolicySet         = "sandbox.policy_set" // data: the store.Policy

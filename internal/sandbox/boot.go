@@ -17,6 +17,7 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/rootfs"
@@ -257,7 +258,7 @@ func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logg
 	if err := os.RemoveAll(s.runDir(sb.ID)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.cfg.Store.DeleteSandbox(ctx, sb.ID, &store.EventSpec{Type: "sandbox.removed"}); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
+	if err := s.cfg.Store.DeleteSandbox(ctx, sb.ID, &store.EventSpec{Type: ledger.Removed}); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -54,7 +55,7 @@ func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, er
 	}
 	ooms := s.halt(context.WithoutCancel(ctx), sb, true)
 	s.endExecs(sb.ID, "sandbox "+sb.Name+" was stopped while the command ran")
-	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: "sandbox.stopped"}, func(r *store.Sandbox) {
+	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: ledger.Stopped}, func(r *store.Sandbox) {
 		r.StoppedAt = time.Now().UTC()
 		r.OOMKills += ooms
 		r.Error = ""
@@ -83,7 +84,7 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 		s.move(bg, sb.ID, StateStopped, nil, func(r *store.Sandbox) { r.Error = err.Error() })
 		return nil, fmt.Errorf("start sandbox %s: %w", sb.Name, err)
 	}
-	return s.move(bg, sb.ID, StateRunning, &store.EventSpec{Type: "sandbox.started"}, func(r *store.Sandbox) {
+	return s.move(bg, sb.ID, StateRunning, &store.EventSpec{Type: ledger.Started}, func(r *store.Sandbox) {
 		r.StartedAt = time.Now().UTC()
 		r.Error = ""
 	})

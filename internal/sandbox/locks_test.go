@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"sync"
 	"testing"
 	"time"
 )
@@ -40,37 +39,5 @@ func TestCheckpointUseHoldsDrop(t *testing.T) {
 	<-dropDone
 	if n := c.size(); n != 0 {
 		t.Fatalf("%d checkpoint uses left in the table", n)
-	}
-}
-
-// A keyed mutex serialises holders of one key, not of two, and forgets a
-// key nobody holds.
-func TestKeyedMutex(t *testing.T) {
-	var k keyedMutex
-	unlockA := k.lock("a")
-	k.lock("b")() // another key is not held up
-	var mu sync.Mutex
-	order := []string{}
-	done := make(chan struct{})
-	go func() {
-		u := k.lock("a")
-		mu.Lock()
-		order = append(order, "second")
-		mu.Unlock()
-		u()
-		close(done)
-	}()
-	time.Sleep(30 * time.Millisecond)
-	mu.Lock()
-	order = append(order, "first")
-	mu.Unlock()
-	unlockA()
-	unlockA() // idempotent
-	<-done
-	if len(order) != 2 || order[0] != "first" {
-		t.Fatalf("order %v: the second holder of a key did not wait", order)
-	}
-	if n := k.size(); n != 0 {
-		t.Fatalf("%d keys left in the table", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
@@ -116,7 +117,7 @@ func (s *Service) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.
 		if sb.State == StateRunning {
 			r.Error = "the sandbox ended while the server was down"
 		}
-		return &store.EventSpec{Type: "sandbox.stopped", Data: map[string]string{"reason": "reconcile"}}, nil
+		return &store.EventSpec{Type: ledger.Stopped, Data: map[string]string{"reason": "reconcile"}}, nil
 	})
 }
 

@@ -1,7 +1,3 @@
-// Package sandbox is shard's lifecycle: it creates, starts, stops, removes
-// and execs into sandboxes, over a provider (the runtime), the image cache,
-// the per-sandbox files (rootfs) and network, with the metadata store as the
-// one record of what exists. It knows nothing of HTTP.
 package sandbox
 
 import (

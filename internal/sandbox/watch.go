@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 	"golang.org/x/sys/unix"
@@ -206,6 +207,6 @@ func (s *Service) markDead(ctx context.Context, id string, pid int) {
 	s.cfg.Store.UpdateSandbox(ctx, cur.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.State, r.StoppedAt, r.Error = StateFailed, time.Now().UTC(), reason
 		r.OOMKills += ooms
-		return &store.EventSpec{Type: "sandbox.failed", Data: map[string]string{"reason": reason}}, nil
+		return &store.EventSpec{Type: ledger.Failed, Data: map[string]string{"reason": reason}}, nil
 	})
 }

@@ -4,7 +4,8 @@
 //
 // Files: runsc runs with --overlay2=none on a host overlayfs rootfs, so the
 // sandbox's writes land in its upper directory on the host and survive stop,
-// start and crashes (PLATFORM.md design 1).
+// start and crashes (no gVisor overlay in the Sentry's memory: a file the
+// sandbox writes is on the host, bounded by --disk).
 package gvisor
 
 import (

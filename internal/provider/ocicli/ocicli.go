@@ -12,10 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/provider"
 )
 
@@ -32,39 +32,10 @@ type CLI struct {
 // takes its lock (flock, creating the lock file) after the delete removed
 // both, and leaves a lock file behind for ever: seen when a sandbox was
 // removed while the watcher still asked for its pid.
-type idLocks struct {
-	mu sync.Mutex
-	m  map[string]*idLock // guarded by mu
-}
-
-type idLock struct {
-	sync.Mutex
-	users int // holders and waiters; guarded by idLocks.mu
-}
+type idLocks struct{ k kmutex.Keyed }
 
 // lock holds id's lock until the returned func is called.
-func (l *idLocks) lock(id string) func() {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*idLock{}
-	}
-	k := l.m[id]
-	if k == nil {
-		k = &idLock{}
-		l.m[id] = k
-	}
-	k.users++
-	l.mu.Unlock()
-	k.Lock()
-	return func() {
-		k.Unlock()
-		l.mu.Lock()
-		if k.users--; k.users == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
-}
+func (l *idLocks) lock(id string) func() { return l.k.Lock(id) }
 
 // runID is Run of a call about container id, serialised with the others
 // about it (see idLocks).

@@ -54,9 +54,7 @@ func TestIDLocks(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.m) != 0 {
-		t.Fatalf("locks kept after every holder left: %v", l.m)
+	if n := l.k.Len(); n != 0 {
+		t.Fatalf("%d locks kept after every holder left", n)
 	}
 }

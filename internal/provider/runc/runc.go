@@ -1,7 +1,7 @@
 // Package runc runs sandboxes as plain Linux containers under runc:
 // namespaces and cgroups, the host kernel shared. It cannot fork here: the
-// only packaged CRIU fails on this kernel (PLATFORM.md), so Checkpointer is
-// not implemented and `shard capabilities` says so.
+// only packaged CRIU cannot dump a runc container on this kernel, so
+// Checkpointer is not implemented and `shard capabilities` says so.
 package runc
 
 import (
