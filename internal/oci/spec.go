@@ -166,3 +166,8 @@ func ConfineHostKernel(s *specs.Spec) error {
 	}
 	return nil
 }
+
+// CgroupsPath is sandbox id's cgroup, under every v1 controller: the spec's
+// cgroupsPath, and where the server and the runtimes look for it (a
+// runtime's own cgroups for its commands go below it).
+func CgroupsPath(id string) string { return "/shard/" + id }

@@ -81,6 +81,13 @@ type Guest interface {
 	MinCPU() int64
 }
 
+// OOMCounter is a runtime that can say how many of a container's processes
+// the host kernel killed for memory (its memory cgroups' counts; gone once
+// the container is deleted).
+type OOMCounter interface {
+	OOMKills(id string) int64
+}
+
 // PIDer is a provider that can name the host process whose end means the
 // sandbox ended, so the server can notice a sandbox that died on its own.
 type PIDer interface {

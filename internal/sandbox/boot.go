@@ -18,6 +18,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/rootfs"
@@ -199,7 +200,7 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 			}
 		}
 	}
-	ooms += cgroupOOMKills(sb.ID)
+	ooms += s.cgroupOOMKills(sb)
 	c, cancel := rctx()
 	err := p.Delete(c, sb.ID)
 	cancel()
@@ -225,8 +226,8 @@ const runtimeCallTimeout = 10 * time.Second
 // every controller (v1) and the unified hierarchy, and returns how many.
 func killCgroups(id string) int {
 	seen := map[int]bool{}
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroupsPath(id))
-	dirs = append(dirs, "/sys/fs/cgroup"+cgroupsPath(id))
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + oci.CgroupsPath(id))
+	dirs = append(dirs, "/sys/fs/cgroup"+oci.CgroupsPath(id))
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		if err != nil {

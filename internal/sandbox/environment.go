@@ -12,6 +12,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/revert"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -80,7 +81,7 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 	}
 	fp := req.Fingerprint
 	if fp == "" {
-		fp = fingerprint(cr.Image, cr.Provider, cr.MemoryBytes, cr.CPUMillis, cr.DiskBytes, cr.Pids, cr.Env, req.Setup)
+		fp = fingerprint(cr.Image, cr.Provider, cr.Bounds, cr.Env, req.Setup)
 	}
 	if env, ok := s.current(ctx, req.Name, fp); ok {
 		return env, false, nil
@@ -125,7 +126,7 @@ func (s *Service) envFromSandbox(ctx context.Context, req EnvironmentRequest) (*
 	if fp == "" {
 		// Without a fingerprint from the caller, every call is a new
 		// definition: the sandbox's state is what defines it.
-		fp = fingerprint(sb.ImageDigest, sb.Provider, sb.MemoryBytes, sb.CPUMillis, sb.DiskBytes, sb.Pids, sb.Env, [][]string{{"sandbox", sb.ID, time.Now().String()}})
+		fp = fingerprint(sb.ImageDigest, sb.Provider, sb.Bounds, sb.Env, [][]string{{"sandbox", sb.ID, time.Now().String()}})
 	}
 	if env, ok := s.current(ctx, req.Name, fp); ok {
 		return env, false, nil
@@ -150,11 +151,14 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		Name: name, Shape: ck.Shape.Clone(),
 		Setup: setup, Fingerprint: fp, Checkpoint: ck.ID, CreatedAt: time.Now().UTC(),
 	}
+	r := revert.New()
+	defer r.Fail()
+	r.Add(func() { s.dropCheckpoint(ctx, ck) }) // made for an environment that did not come to be
 	old, oldErr := s.cfg.Store.GetEnvironment(ctx, name)
 	if err := s.cfg.Store.PutEnvironment(ctx, env); err != nil {
-		s.dropCheckpoint(ctx, ck)
 		return nil, err
 	}
+	r.Success()
 	s.spares.forget(envKey(project.Of(ctx), name))
 	s.spares.stage(env)
 	if oldErr == nil && old.Checkpoint != ck.ID {
@@ -166,9 +170,9 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 }
 
 // fingerprint hashes an environment's definition.
-func fingerprint(image, provider string, mem, cpu, disk, pids int64, env []string, setup [][]string) string {
-	b, _ := json.Marshal([]any{image, provider, mem, cpu, disk, pids, env, setup})
-	h := sha256.Sum256(b)
+func fingerprint(image, provider string, b store.Bounds, env []string, setup [][]string) string {
+	js, _ := json.Marshal([]any{image, provider, b.MemoryBytes, b.CPUMillis, b.DiskBytes, b.Pids, env, setup})
+	h := sha256.Sum256(js)
 	return hex.EncodeToString(h[:12])
 }
 

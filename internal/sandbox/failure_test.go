@@ -243,3 +243,13 @@ func TestForkAllow(t *testing.T) {
 	f.only("src")
 	f.checkpoints(0)
 }
+
+// An environment's fingerprint is what it was before the shape became one
+// value: a server upgrade must not rebuild every environment.
+func TestFingerprintStable(t *testing.T) {
+	got := fingerprint("busybox", "gvisor", store.Bounds{MemoryBytes: 512 << 20, CPUMillis: 1000, DiskBytes: 2 << 30, Pids: 4096},
+		[]string{"A=1"}, [][]string{{"true"}})
+	if want := "dae09f254f4eb67ea8e5eb34"; got != want {
+		t.Fatalf("fingerprint = %s, want %s (as the servers before computed it)", got, want)
+	}
+}

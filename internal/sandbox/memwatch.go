@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -114,7 +115,7 @@ func (s *Service) unwatchMemory(id string) {
 
 // hostMem is the host cgroup's memory bound (provider.Guest.HostBounds).
 func newMemWatch(sb *store.Sandbox, hostMem int64, ag *agent.Client, log *slog.Logger) (*memWatch, error) {
-	dir := "/sys/fs/cgroup/memory" + cgroupsPath(sb.ID)
+	dir := "/sys/fs/cgroup/memory" + oci.CgroupsPath(sb.ID)
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)

@@ -3,9 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -58,7 +56,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: []string{agent.EnvToken + "=" + sb.Token},
-		AgentDir: agentDir, Netns: nsPath, CgroupsPath: cgroupsPath(sb.ID),
+		AgentDir: agentDir, Netns: nsPath, CgroupsPath: oci.CgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
 		Devices: s.cfg.Images.Devices(sb.ImageDigest),
@@ -79,29 +77,16 @@ func (s *Service) guest(sb *store.Sandbox) provider.Guest {
 // the host kernel (memory cgroup) and, on a guest kernel, by the agent's
 // guard.
 func (s *Service) oomKills(ctx context.Context, sb *store.Sandbox) int64 {
-	return cgroupOOMKills(sb.ID) + s.agentOOMKills(ctx, sb)
+	return s.cgroupOOMKills(sb) + s.agentOOMKills(ctx, sb)
 }
 
-// cgroupOOMKills is the host kernel's OOM kill count in the sandbox's
-// memory cgroup (gone once the runtime deletes the container).
-func cgroupOOMKills(id string) int64 {
-	var n int64
-	// runc's commands have a memory cgroup of their own below the
-	// container's (internal/provider/runc), and v1 counts a kill only
-	// where the limit was hit.
-	for _, sub := range []string{"", "/sandbox"} {
-		b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupsPath(id) + sub + "/memory.oom_control")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			}
-		}
+// cgroupOOMKills is the host kernel's OOM kill count in sb's cgroups, as
+// its runtime counts them (gone once the runtime deletes the container).
+func (s *Service) cgroupOOMKills(sb *store.Sandbox) int64 {
+	if c, ok := s.providers[sb.Provider].(provider.OOMCounter); ok {
+		return c.OOMKills(sb.ID)
 	}
-	return n
+	return 0
 }
 
 // agentOOMKills is what the agent's OOM guard killed (a guest kernel's
@@ -117,6 +102,3 @@ func (s *Service) agentOOMKills(ctx context.Context, sb *store.Sandbox) int64 {
 	}
 	return 0
 }
-
-// cgroupsPath is the sandbox's cgroup, under every v1 controller.
-func cgroupsPath(id string) string { return "/shard/" + id }

@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/useshards/shard/internal/kmutex"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 )
 
@@ -220,6 +222,29 @@ func (r Runtime) Detached(ctx context.Context, inst *provider.Instance, extra []
 	}
 	return nil
 }
+
+// OOMKills is the host kernel's OOM kill count in the container's memory
+// cgroup (cgroup v1), and in those below it named subs.
+func OOMKills(id string, subs ...string) int64 {
+	var n int64
+	for _, sub := range append([]string{""}, subs...) {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", oci.CgroupsPath(id), sub, "memory.oom_control"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// OOMKills is the host kernel's OOM kill count in the container's memory
+// cgroup.
+func (r Runtime) OOMKills(id string) int64 { return OOMKills(id) }
 
 // Kill signals the container's init.
 func (r Runtime) Kill(ctx context.Context, id string, sig int) error { return r.CLI.Kill(ctx, id, sig) }

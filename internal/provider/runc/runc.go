@@ -98,7 +98,7 @@ func (p *Provider) Start(ctx context.Context, inst *provider.Instance) error {
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	err := p.Runtime.Delete(ctx, id)
 	for _, c := range []string{"pids", "memory", "cpu"} {
-		dir := filepath.Join(cgroupRoot, c, "shard", id)
+		dir := filepath.Join(cgroupRoot, c, oci.CgroupsPath(id))
 		for _, sub := range []string{"sandbox", "reserve", ""} {
 			os.Remove(filepath.Join(dir, sub)) // rmdir: gone with runc's already, or busy
 		}
@@ -107,6 +107,10 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 }
 
 const cgroupRoot = "/sys/fs/cgroup"
+
+// OOMKills counts the kills in the commands' memory cgroup too (see
+// commandCgroups): cgroup v1 counts a kill only where the limit was hit.
+func (p *Provider) OOMKills(id string) int64 { return ocicli.OOMKills(id, "sandbox") }
 
 // commandCgroups gives the agent's commands cgroups of their own under the
 // container's, so that nothing they do can starve the agent, which shares
