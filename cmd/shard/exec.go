@@ -26,12 +26,20 @@ func newExecCmd(a *app) *cobra.Command {
 		Long: `Run a command in a running sandbox, with stdout and stderr streamed live and
 kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 -it gives an interactive terminal. The command's exit code is shard's exit code
-(124 when --timeout ended it).`,
+(124 when --timeout ended it). Flags go before SANDBOX; everything after the
+COMMAND is its own. A "--" after SANDBOX is dropped, as kubectl has it.`,
 		Example: `  shard exec base pip install --quiet requests
+  shard exec base -- ls -la /tmp
   echo hello | shard exec base cat
   shard exec -it base bash`,
 		Args: minArgs(2, "a SANDBOX and a COMMAND"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] == "--" {
+				// kubectl's habit: "--" between the sandbox and the command.
+				if args = append(args[:1], args[2:]...); len(args) < 2 {
+					return fmt.Errorf("exec needs a COMMAND after \"--\"")
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err

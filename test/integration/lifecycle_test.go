@@ -46,6 +46,10 @@ func TestLifecycle(t *testing.T) {
 			if code != 0 || out != "hi /tmp 65534\n" {
 				t.Fatalf("env/workdir/user: code %d out %q", code, out)
 			}
+			// kubectl's "--" between the sandbox and the command.
+			if out, errOut, code := e.cli(t, "", "exec", name, "--", "echo", "-n", "dashes"); code != 0 || out != "dashes" {
+				t.Fatalf("exec SANDBOX -- COMMAND: code %d out %q err %q", code, out, errOut)
+			}
 			execOK(t, id, "sh", "-c", "echo kept > /root/file")
 			if _, errOut, code = e.cli(t, "", "stop", name); code != 0 {
 				t.Fatalf("stop: %s", errOut)
