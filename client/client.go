@@ -439,7 +439,7 @@ func readNDJSONExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) 
 				w.Write(b)
 			}
 		case "exit":
-			r := &ExecResult{Signal: ev.Signal, TimedOut: ev.TimedOut, OOM: ev.OOM, Error: ev.Error}
+			r := &ExecResult{Signal: ev.Signal, TimedOut: ev.TimedOut, OOM: ev.OOM, Error: ev.Error, OutputCut: ev.OutputCut}
 			if ev.ExitCode != nil {
 				r.ExitCode = *ev.ExitCode
 			}

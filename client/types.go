@@ -83,6 +83,9 @@ type ExecEvent struct {
 	// sandbox was stopped, removed or died, or did not end it at its
 	// timeout.
 	Error string `json:"error,omitempty"`
+	// OutputCut, on an exit: a process the command left behind held its
+	// output open; what it writes later is not sent.
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 // Image is a cached image.

@@ -171,3 +171,25 @@ func TestWritePacedStuckReader(t *testing.T) {
 		t.Error("the pipe end was left blocking")
 	}
 }
+
+// outputHup says the writers are gone only once the last write end closed,
+// with unread output still in the pipe; outputPending sees that output.
+func TestOutputHup(t *testing.T) {
+	r, w, err := bigPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := &proc{outputs: []io.Reader{r}}
+	if p.outputHup() || p.outputPending() {
+		t.Fatal("an open, empty pipe: hup or pending")
+	}
+	w.Write([]byte("left"))
+	if p.outputHup() || !p.outputPending() {
+		t.Fatal("an open pipe with output: want pending, not hup")
+	}
+	w.Close()
+	if !p.outputHup() || !p.outputPending() {
+		t.Fatal("the writer gone, output unread: want hup and pending")
+	}
+}

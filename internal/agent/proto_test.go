@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -173,19 +174,21 @@ func TestWriteFrameSingleWrite(t *testing.T) {
 // waitTail ends when the output is drained, and otherwise only after the
 // pumps spent tailQuiet not held up by the client nor leaving output in the
 // pipes (that up to tailPending): a slow client holds it (so nothing
-// written before the exit is cut), a quiet background child does not.
+// written before the exit is cut), a quiet background child does not. Once
+// every writer is gone (hup) it waits for drained, however long that takes.
 // Counted in looks at the pumps, not in wall time.
 func TestWaitTail(t *testing.T) {
 	drained := make(chan struct{})
 	close(drained)
 	var looks atomic.Int32
-	if cut := waitTail(drained, func() bool { looks.Add(1); return true }, func() bool { return true }); cut || looks.Load() > 1 {
+	yes := func() bool { return true }
+	no := func() bool { return false }
+	if cut := waitTail(drained, func() bool { looks.Add(1); return true }, yes, no); cut || looks.Load() > 1 {
 		t.Errorf("drained: looked at the pumps %d times (cut %v), want it to end at once, not cut", looks.Load(), cut)
 	}
 
 	quietLooks := int32(tailQuiet / tailTick)
 	pendingLooks := int32(tailPending / tailTick)
-	never := func() bool { return false }
 	for _, tt := range []struct {
 		name       string
 		sendingFor int32 // looks
@@ -204,11 +207,19 @@ func TestWaitTail(t *testing.T) {
 		var pl atomic.Int32
 		pending := func() bool { return pl.Add(1) <= tt.pendingFor }
 		if tt.pendingFor == 0 {
-			pending = never
+			pending = no
 		}
-		cut := waitTail(make(chan struct{}), func() bool { return looks.Add(1) <= tt.sendingFor }, pending)
+		cut := waitTail(make(chan struct{}), func() bool { return looks.Add(1) <= tt.sendingFor }, pending, no)
 		if got := looks.Load(); got != tt.want || !cut {
 			t.Errorf("%s: waited %d looks (cut %v), want %d, cut", tt.name, got, cut, tt.want)
 		}
+	}
+
+	// Every writer gone: it waits for drained past the quiet bound.
+	late := make(chan struct{})
+	go func() { time.Sleep(tailQuiet * 3); close(late) }()
+	start := time.Now()
+	if cut := waitTail(late, no, no, yes); cut || time.Since(start) < tailQuiet*3 {
+		t.Errorf("hup: returned after %v (cut %v), want it to wait for drained (%v), not cut", time.Since(start), cut, tailQuiet*3)
 	}
 }

@@ -412,7 +412,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// such a child never blocks or gets SIGPIPE.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending)
+	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending, p.outputHup)
 	p.closeTTY(drained)
 	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
 		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
@@ -479,15 +479,18 @@ const tailQuiet = 100 * time.Millisecond
 // and all of it went out), or until the pumps have spent tailQuiet neither
 // handing output on nor leaving any in the pipes; it reports whether it
 // stopped before drained (output cut: a background process holds the
-// pipes). Time a pump is held up by a slow client does not count: output
-// the command wrote before its exit is never cut for a client that reads
-// slowly (it was, at 100 ms flat, with exit 0 and no error). Nor does time
-// output waits in a pipe, up to tailPending: a pump that the host's
-// scheduler keeps from running must not lose what the command wrote before
-// its exit (a loaded host once held one for the whole 100 ms; the exit came
-// with no output). A background child that writes on for ever has the pipes
-// never empty, hence the bound.
-func waitTail(drained <-chan struct{}, sending, pending func() bool) (cut bool) {
+// pipes).
+//
+// Once hup says every writer of the output is gone (the usual case: no
+// background process kept it), it waits for drained, however long the pumps
+// take: what is left is the command's own output, and a pump that the
+// host's scheduler kept from running for 100 ms lost it (the exit came with
+// no output, seen under load, once after the read itself). Time a pump is
+// held up by a slow client does not count either: output the command wrote
+// before its exit is never cut for a client that reads slowly. Nor does
+// time output waits in a pipe, up to tailPending; a background child that
+// writes on for ever has the pipes never empty, hence the bound.
+func waitTail(drained <-chan struct{}, sending, pending, hup func() bool) (cut bool) {
 	t := time.NewTicker(tailTick)
 	defer t.Stop()
 	looks := 0
@@ -496,6 +499,10 @@ func waitTail(drained <-chan struct{}, sending, pending func() bool) (cut bool) 
 		case <-drained:
 			return false
 		case <-t.C:
+			if hup() {
+				<-drained
+				return false
+			}
 			looks++
 			waiting := time.Duration(looks)*tailTick < tailPending && pending()
 			if !sending() && !waiting {
@@ -506,8 +513,9 @@ func waitTail(drained <-chan struct{}, sending, pending func() bool) (cut bool) 
 	return true
 }
 
-// tailPending bounds the time waitTail waits for output left in the pipes.
-const tailPending = time.Second
+// tailPending bounds the time waitTail waits for output left in the pipes
+// while a background process holds them.
+const tailPending = 300 * time.Millisecond
 
 // tailTick is how often waitTail looks at the pumps.
 const tailTick = 10 * time.Millisecond
@@ -690,6 +698,28 @@ func (p *proc) outputPending() bool {
 		}
 	}
 	return false
+}
+
+// outputHup reports whether every writer of every output is gone (the
+// pipes poll POLLHUP: their last write end closed; unread bytes may remain).
+func (p *proc) outputHup() bool {
+	fds := make([]unix.PollFd, 0, len(p.outputs))
+	for _, r := range p.outputs {
+		f, ok := r.(*os.File)
+		if !ok {
+			return false
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(f.Fd()), Events: unix.POLLIN})
+	}
+	if _, err := unix.Poll(fds, 0); err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if fd.Revents&unix.POLLHUP == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *proc) closeTTY(drained <-chan struct{}) {

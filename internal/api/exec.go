@@ -299,7 +299,7 @@ func (n *ndjsonWriter) output(typ byte, p []byte) error {
 
 func (n *ndjsonWriter) exit(ex agent.Exit) error {
 	code := ex.Code
-	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error})
+	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
 }
 
 // refused is only for a framed body, which is always answered in frames.

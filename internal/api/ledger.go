@@ -17,8 +17,24 @@ func sessionView(ss *store.Session, name string) Session {
 		LastEvent: ss.LastType, LastAt: ss.LastAt, CreatedAt: ss.CreatedAt}
 }
 
-func eventView(e store.Event) Event {
-	return Event{Seq: e.Seq, Session: e.Session, Type: e.Type, SandboxID: e.SandboxID, At: e.At, Data: e.Data}
+func eventView(r *http.Request, e store.Event) Event {
+	v := Event{Seq: e.Seq, Session: e.Session, Type: e.Type, SandboxID: e.SandboxID, At: e.At, Data: e.Data}
+	// A grant's or a policy's event says what inspect hides from a key
+	// that may not read them (secret names, where they go; the policy):
+	// the event stays, its data does not.
+	if p := auth.From(r.Context()); p != nil {
+		switch e.Type {
+		case ledger.SecretGranted, ledger.SecretUngranted:
+			if !p.Can(auth.SecretRead) {
+				v.Data = nil
+			}
+		case ledger.PolicySet, ledger.PolicyCleared:
+			if !p.Can(auth.PolicyRead) {
+				v.Data = nil
+			}
+		}
+	}
+	return v
 }
 
 // sandboxNames maps the ids of existing sandboxes to their names.
@@ -112,7 +128,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 			evs, page.More = evs[:limit], true
 		}
 		for _, e := range evs {
-			page.Events = append(page.Events, eventView(e))
+			page.Events = append(page.Events, eventView(r, e))
 			page.Next = e.Seq
 		}
 		writeJSON(w, 200, page)
@@ -131,7 +147,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, e := range evs {
-			if enc.Encode(eventView(e)) != nil {
+			if enc.Encode(eventView(r, e)) != nil {
 				return
 			}
 			after = e.Seq

@@ -253,3 +253,33 @@ func TestFingerprintStable(t *testing.T) {
 		t.Fatalf("fingerprint = %s, want %s (as the servers before computed it)", got, want)
 	}
 }
+
+// A resume that restores another session's checkpoint (a fork's session
+// starts from its source's) asks Allow about that checkpoint: a key that
+// may not fork a sandbox with a policy may not resume its fork's session
+// either (the red team's bypass).
+func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
+	f := newFakeService(t)
+	f.create("src")
+	if _, err := f.svc.SetPolicy(context.Background(), "src", &store.Policy{DenyAll: true}); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.svc.Remove(context.Background(), "kid", true); err != nil {
+		t.Fatal(err)
+	}
+	refuse := errdefs.New(errdefs.KindForbidden, "missing_scope", "policy:* needed")
+	deny := func(grants, policy bool) error {
+		if grants || policy {
+			return refuse
+		}
+		return nil
+	}
+	if res, err := f.svc.Resume(context.Background(), kids[0].Session, "stolen", deny); !errors.Is(err, refuse) || errdefs.CodeOf(err) != "missing_scope" {
+		t.Fatalf("Resume of the fork's session = %+v, %v; want the refusal", res, err)
+	}
+	f.only("src")
+}

@@ -107,7 +107,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	out, err := f.running()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
 	}
 	r.Success()
 	f.persist()

@@ -77,7 +77,7 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow Allow)
 		return nil, errdefs.Conflict("session_unusable", "ledger session %s cannot be resumed: %v", session, err)
 	}
 	res := &ResumeResult{Checkpoint: plan.Checkpoint}
-	if res.Sandbox, err = s.resumeStart(ctx, plan, session, name); err != nil {
+	if res.Sandbox, err = s.resumeStart(ctx, plan, session, name, allow); err != nil {
 		return nil, err
 	}
 	s.replay(ctx, res, plan)
@@ -119,12 +119,15 @@ func (s *Service) allowCarried(ctx context.Context, session string, events []sto
 // resumeStart makes the sandbox a resume replays into: a restore of the
 // plan's checkpoint, or, with none, a create as the session's first
 // sandbox.created says.
-func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, name string) (*store.Sandbox, error) {
+//
+// The checkpoint may be another session's (a fork's session starts from its
+// source's): allow is asked about it too, with it held.
+func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, name string, allow Allow) (*store.Sandbox, error) {
 	var sb *store.Sandbox
 	var err error
 	switch {
 	case plan.Checkpoint != "":
-		sb, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session})
+		sb, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
 	case plan.Created.Checkpoint != "":
 		return nil, errdefs.Conflict("checkpoint_gone", "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from", session, plan.Created.Checkpoint)
 	default:

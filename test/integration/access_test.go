@@ -199,6 +199,30 @@ func TestForkScopes(t *testing.T) {
 			t.Errorf("%s answered a sandbox:write key its grants and policy: %s", verb, body)
 		}
 	}
+	// The ledger says no more than inspect: a sandbox:read key gets the
+	// grant's and the policy's events without their data.
+	reader := token(t, "fs-reader-only", auth.SandboxRead)
+	status, ce, body := projCall(t, "GET", "/v0/ledger/sessions/fork-scopes/events", reader, "", nil)
+	if status != 200 {
+		t.Fatalf("events with sandbox:read: %d %+v", status, ce)
+	}
+	var page client.EventPage
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range page.Events {
+		switch ev.Type {
+		case "sandbox.secret_granted", "sandbox.policy_set":
+			seen[ev.Type] = true
+			if len(ev.Data) != 0 {
+				t.Errorf("%s shows a sandbox:read key its data: %s", ev.Type, ev.Data)
+			}
+		}
+	}
+	if !seen["sandbox.secret_granted"] || !seen["sandbox.policy_set"] {
+		t.Errorf("events %s: want the grant's and the policy's (without data)", body)
+	}
 	// A token makes tokens no stronger than itself.
 	tw := token(t, "fs-token-writer", auth.TokenWrite, auth.SandboxRead)
 	if status, ce := tcpCall(t, "POST", "/v0/tokens", tw, []byte(`{"name":"fs-escalate","scopes":["*"]}`)); status != 403 || ce.Code != "missing_scope" {

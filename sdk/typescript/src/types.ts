@@ -105,6 +105,8 @@ export interface ExecEvent {
   oom_killed?: boolean;
   /** On an exit: why the server ended the command (its sandbox stopped, was removed or died). */
   error?: string;
+  /** On an exit: a process the command left behind held its output open; what it writes later is not sent. */
+  output_cut?: boolean;
 }
 
 /** The exit frame's payload (binary exec stream): how the command ended. */
