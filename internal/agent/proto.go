@@ -151,13 +151,13 @@ type Exit struct {
 	// counted it: written into its stdin, read from its stdout and stderr
 	// (a terminal's output is all stdout). Output dropped for a client
 	// that let go is counted too: it is what the command wrote.
-	StdinBytes int64 `json:"stdin_bytes,omitempty"`
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 	// OutputCut: the exit was sent while a process the command left behind
 	// still held its output open; what that process writes later is not
 	// sent. (The output the command wrote before its exit is.)
-	OutputCut   bool  `json:"output_cut,omitempty"`
-	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
-	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	OutputCut bool `json:"output_cut,omitempty"`
 }
 
 // ErrorInfo says why a command could not start (unknown program, bad user...).

@@ -685,8 +685,6 @@ func (p *proc) resize(r Resize) {
 	}
 }
 
-// closeTTY closes the pty master once output is drained (a pty, unlike a
-// pipe, reads EIO after the last holder of the slave exits).
 // outputPending reports whether an output pipe (or the terminal) holds
 // bytes not yet read.
 func (p *proc) outputPending() bool {
@@ -722,6 +720,8 @@ func (p *proc) outputHup() bool {
 	return true
 }
 
+// closeTTY closes the pty master once output is drained (a pty, unlike a
+// pipe, reads EIO after the last holder of the slave exits).
 func (p *proc) closeTTY(drained <-chan struct{}) {
 	if p.tty == nil {
 		return

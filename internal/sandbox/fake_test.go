@@ -3,9 +3,8 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -49,7 +48,7 @@ func newFakeService(t *testing.T) *fakes {
 	}
 	t.Cleanup(func() { st.Close() })
 	f := &fakes{t: t, p: newFakeProvider(), fs: newFakeStorage(), net: newFakeNet(), st: st}
-	addr := okAgent(t)
+	addr := newFakeAgent(t, agent.Reply{OK: true}).ln.Addr().String()
 	svc, err := New(context.Background(), Config{
 		DataDir: dir, DefaultProvider: "fake", Providers: []provider.Provider{f.p},
 		Images: fakeImages{}, Storage: f.fs, Net: f.net, Store: st,
@@ -139,33 +138,6 @@ func (f *fakes) state(idOrName string) string {
 	return sb.State
 }
 
-// okAgent answers every call with OK, whatever the token.
-func okAgent(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				if _, _, err := agent.ReadFrame(c); err != nil {
-					return
-				}
-				agent.WriteFrame(c, agent.FrameReply, []byte(`{"ok":true}`))
-				io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // fakeProvider is a runtime that checkpoints: it keeps each container's
 // status; hooks make its calls fail or wait.
 type fakeProvider struct {
@@ -222,16 +194,7 @@ func (p *fakeProvider) Status(_ context.Context, id string) (provider.Status, er
 }
 func (p *fakeProvider) List(context.Context) ([]string, error) { return p.ids(), nil }
 
-func (p *fakeProvider) ids() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for id := range p.c {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
+func (p *fakeProvider) ids() []string { return sortedKeys(&p.mu, p.c) }
 
 func (p *fakeProvider) Pause(_ context.Context, id string) error {
 	p.mu.Lock()
@@ -310,17 +273,7 @@ func (s *fakeStorage) has(m map[string]bool, k string) bool {
 	defer s.mu.Unlock()
 	return m[k]
 }
-func (s *fakeStorage) keys(m map[string]bool) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-func (s *fakeStorage) ids() []string { return s.keys(s.disks) }
+func (s *fakeStorage) ids() []string { return sortedKeys(&s.mu, s.disks) }
 
 func (s *fakeStorage) Create(_ context.Context, id string, _ int64) error {
 	s.put(s.disks, id, true)
@@ -356,7 +309,7 @@ func (s *fakeStorage) RemoveSaved(key string) error {
 	s.put(s.saved, key, false)
 	return nil
 }
-func (s *fakeStorage) ListSaved() ([]string, error) { return s.keys(s.saved), nil }
+func (s *fakeStorage) ListSaved() ([]string, error) { return sortedKeys(&s.mu, s.saved), nil }
 func (s *fakeStorage) SavedPath(key string) string  { return "saved/" + key }
 func (s *fakeStorage) ImagePath(id string) string   { return "sandboxes/" + id }
 func (s *fakeStorage) Bound(string) int64           { return 1 << 30 }
@@ -393,15 +346,13 @@ func (n *fakeNet) Delete(name string) error {
 	return nil
 }
 func (n *fakeNet) List() ([]string, error) { return n.ids(), nil }
-func (n *fakeNet) ids() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []string
-	for k := range n.ns {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
+func (n *fakeNet) ids() []string           { return sortedKeys(&n.mu, n.ns) }
+
+// sortedKeys is m's keys, in order, read under mu.
+func sortedKeys[V any](mu *sync.Mutex, m map[string]V) []string {
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Sorted(maps.Keys(m))
 }
 func (n *fakeNet) SetPolicy(netip.Addr, *network.Policy) error { return nil }
 

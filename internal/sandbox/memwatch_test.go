@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/provider/gvisor"
 )
 
 func TestMemThresholds(t *testing.T) {
@@ -29,7 +30,7 @@ func TestMemThresholds(t *testing.T) {
 		{8 * mib, 4 * mib, (72 - 4) / 4}, // the 4 MiB step floor
 	}
 	for _, tt := range tests {
-		limit := tt.mem + max(64<<20, tt.mem/4) // gVisor's host bound (gvisor.CgroupLimit)
+		limit := gvisor.CgroupLimit(tt.mem)
 		got := memThresholds(tt.mem, limit)
 		if len(got) != tt.wantN || got[0] != tt.wantFirst || got[len(got)-1] >= limit {
 			t.Errorf("memThresholds(%d MiB, %d MiB) = %d thresholds from %d MiB to %d MiB; want %d from %d MiB, all under the limit",
@@ -38,7 +39,8 @@ func TestMemThresholds(t *testing.T) {
 	}
 }
 
-// fakeAgent answers every request with reply and counts the ops.
+// fakeAgent answers every request with reply, whatever the token, and
+// counts the ops.
 type fakeAgent struct {
 	ln    net.Listener
 	reply agent.Reply
@@ -58,6 +60,7 @@ func newFakeAgent(t *testing.T, reply agent.Reply) *fakeAgent {
 			if err != nil {
 				return
 			}
+			c.SetDeadline(time.Now().Add(10 * time.Second)) // a caller that sends nothing holds no one up for long
 			_, p, err := agent.ReadFrame(c)
 			if err == nil {
 				var req agent.Request

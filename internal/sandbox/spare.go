@@ -34,11 +34,11 @@ type spare struct {
 }
 
 // sparePool holds one warm spare per environment (by envKey), made in the
-// background by make and taken down by drop.
+// background by build and taken down by drop.
 type sparePool struct {
-	make func(context.Context, *store.Environment) (*spare, error)
-	drop func(*spare)
-	log  *slog.Logger
+	build func(context.Context, *store.Environment) (*spare, error)
+	drop  func(*spare)
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	m      map[string]*spare // envKey → its spare (no st: being staged); guarded by mu
@@ -46,8 +46,8 @@ type sparePool struct {
 	wg     sync.WaitGroup    // spares being staged
 }
 
-func newSparePool(make func(context.Context, *store.Environment) (*spare, error), drop func(*spare), log *slog.Logger) *sparePool {
-	return &sparePool{make: make, drop: drop, log: log, m: map[string]*spare{}}
+func newSparePool(build func(context.Context, *store.Environment) (*spare, error), drop func(*spare), log *slog.Logger) *sparePool {
+	return &sparePool{build: build, drop: drop, log: log, m: map[string]*spare{}}
 }
 
 // stage makes env's spare, if it has none (in the background). While it
@@ -66,7 +66,7 @@ func (p *sparePool) stage(env *store.Environment) {
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
-		sp, err := p.make(context.Background(), env)
+		sp, err := p.build(context.Background(), env)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		current := p.m[key] == placeholder

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/oci"
 )
 
 // BenchmarkDensity: what N idle gVisor sandboxes (busybox, --memory
@@ -266,7 +267,7 @@ func (d *density) processes(b *testing.B) (outsideKiB int64, inside, total int) 
 		in := false
 		for _, l := range strings.Split(string(cg), "\n") {
 			if f := strings.SplitN(l, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",memory,") {
-				in = f[2] == "/shard/"+id || strings.HasPrefix(f[2], "/shard/"+id+"/")
+				in = f[2] == oci.CgroupsPath(id) || strings.HasPrefix(f[2], oci.CgroupsPath(id)+"/")
 			}
 		}
 		if in {
