@@ -126,6 +126,7 @@ type Capabilities struct {
 	Checkpoint bool   `json:"checkpoint"`
 	Isolation  string `json:"isolation"`
 	Version    string `json:"version,omitempty"`
+	ForkMemory string `json:"fork_memory,omitempty"` // how a fork's memory reaches it here
 }
 
 // Error is the body of every error answer, and the error the client returns.
@@ -152,22 +153,27 @@ type ForkResponse struct {
 // Checkpoint is a saved instant of a running sandbox: its memory, processes
 // and files (POST /v0/sandboxes/{id}/checkpoints, and every fork).
 type Checkpoint struct {
-	ID          string    `json:"id"`
-	Kind        string    `json:"kind"` // checkpoint, fork or environment
-	Tag         string    `json:"tag,omitempty"`
-	SandboxID   string    `json:"sandbox_id"`   // the sandbox it was taken of (may be gone)
-	SandboxName string    `json:"sandbox_name"` // its name then
-	Session     string    `json:"session"`      // the ledger session the checkpoint event is in
-	Seq         int64     `json:"seq"`          // that event's sequence number
-	Image       string    `json:"image"`
-	ImageDigest string    `json:"image_digest"`
-	Provider    string    `json:"provider"`
-	MemoryBytes int64     `json:"memory_bytes"`
-	CPU         float64   `json:"cpu"`
-	DiskBytes   int64     `json:"disk_bytes"`
-	Size        int64     `json:"size"`      // bytes on disk: memory image plus files not shared
-	FreezeMS    int64     `json:"freeze_ms"` // how long the sandbox was frozen for it
-	CreatedAt   time.Time `json:"created_at"`
+	ID          string  `json:"id"`
+	Kind        string  `json:"kind"` // checkpoint, fork or environment
+	Tag         string  `json:"tag,omitempty"`
+	SandboxID   string  `json:"sandbox_id"`   // the sandbox it was taken of (may be gone)
+	SandboxName string  `json:"sandbox_name"` // its name then
+	Session     string  `json:"session"`      // the ledger session the checkpoint event is in
+	Seq         int64   `json:"seq"`          // that event's sequence number
+	Image       string  `json:"image"`
+	ImageDigest string  `json:"image_digest"`
+	Provider    string  `json:"provider"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	CPU         float64 `json:"cpu"`
+	DiskBytes   int64   `json:"disk_bytes"`
+	Size        int64   `json:"size"`      // bytes on disk: memory image plus files not shared
+	FreezeMS    int64   `json:"freeze_ms"` // how long the sandbox was frozen for it
+	// Memory is how its memory reaches a restore or fork: "handoff" (a
+	// copy of the memory file, adopted) or "pages" (loaded page by page;
+	// MemoryNote says why).
+	Memory     string    `json:"memory,omitempty"`
+	MemoryNote string    `json:"memory_note,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // CheckpointRequest is the body of POST /v0/sandboxes/{id}/checkpoints.

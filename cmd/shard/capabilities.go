@@ -44,7 +44,15 @@ func newCapabilitiesCmd(a *app) *cobra.Command {
 				}
 				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, yn(p.Available), yn(p.Fork), yn(p.Snapshot), yn(p.Checkpoint), p.Isolation, note)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, p := range caps {
+				if p.Available && p.ForkMemory != "" {
+					termsafe.Fprintf(os.Stdout, "\n%s: fork memory by %s\n", p.Name, p.ForkMemory)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")

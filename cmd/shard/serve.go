@@ -33,26 +33,26 @@ import (
 )
 
 type serveOptions struct {
-	socket, listen, dataDir, runDir string
-	imageRAM, maxImageSize          string
-	mirrors, insecure, allowed      []string
-	pullTimeout                     time.Duration
-	defaultProvider                 string
-	subnet, bridge                  string
-	storageSize, defaultDisk        string
-	runsc, runc, platform           string
-	logLevel, logFormat             string
-	stopTimeout                     time.Duration
-	freezeTimeout                   time.Duration
-	maxSandboxes                    int
-	dnsUpstream                     []string
-	idleTimeout, bodyTimeout        time.Duration
-	maxClientConns                  int
-	ledgerRetention                 time.Duration
-	ledgerMinFree                   string
-	maxMemory, maxCPU               string
-	maxPids                         int64
-	mtu                             int
+	socket, listen, dataDir, runDir    string
+	imageRAM, maxImageSize, forkMemory string
+	mirrors, insecure, allowed         []string
+	pullTimeout                        time.Duration
+	defaultProvider                    string
+	subnet, bridge                     string
+	storageSize, defaultDisk           string
+	runsc, runc, platform              string
+	logLevel, logFormat                string
+	stopTimeout                        time.Duration
+	freezeTimeout                      time.Duration
+	maxSandboxes                       int
+	dnsUpstream                        []string
+	idleTimeout, bodyTimeout           time.Duration
+	maxClientConns                     int
+	ledgerRetention                    time.Duration
+	ledgerMinFree                      string
+	maxMemory, maxCPU                  string
+	maxPids                            int64
+	mtu                                int
 }
 
 func newServeCmd() *cobra.Command {
@@ -98,6 +98,7 @@ under the data directory (secret.key, root only).`,
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
 	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep 1GiB or 5% of the data directory's filesystem free (507)")
+	f.StringVar(&o.forkMemory, "fork-memory", "handoff", "how a fork (or a restore) gets its memory on gvisor: handoff (it adopts a copy of the frozen memory file; sandboxes up to 512MiB in memory, and needs --image-ram-dir) or pages (loaded page by page from the checkpoint, the slower way of stock runsc)")
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
 	f.DurationVar(&o.freezeTimeout, "fork-freeze-timeout", sandbox.DefaultFreezeTimeout, "a fork that holds its source frozen longer fails, and the source thaws")
@@ -265,6 +266,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	if o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages {
+		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
+	}
 	// Checkpoint images staged in RAM: the directory goes when empty.
 	ramDir := imageRAMDir(o.imageRAM, o.dataDir)
 	if ramDir != "" {
@@ -275,7 +279,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("secrets: %w", err)
 	}
 	providers := []provider.Provider{
-		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, Log: log}),
+		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, ForkMemory: o.forkMemory, Log: log}),
 		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
 	}
 	providers = append(providers, provider.Others()...)

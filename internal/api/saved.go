@@ -15,7 +15,8 @@ func (s *Server) checkpointView(ck *store.Checkpoint) Checkpoint {
 		ID: ck.ID, Kind: ck.Kind, Tag: ck.Tag, SandboxID: ck.SandboxID, SandboxName: ck.SandboxName,
 		Session: ck.Session, Seq: ck.Seq, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
 		MemoryBytes: ck.MemoryBytes, CPU: float64(ck.CPUMillis) / 1000, DiskBytes: ck.DiskBytes,
-		Size: s.Sandboxes.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, CreatedAt: ck.CreatedAt,
+		Size: s.Sandboxes.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, Memory: ck.Memory, MemoryNote: ck.MemoryNote,
+		CreatedAt: ck.CreatedAt,
 	}
 }
 

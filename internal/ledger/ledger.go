@@ -100,6 +100,8 @@ type CheckpointData struct {
 	Tag        string `json:"tag,omitempty"`
 	Kind       string `json:"kind"`
 	FreezeMS   int64  `json:"freeze_ms"`
+	Memory     string `json:"memory,omitempty"` // how its memory reaches a restore: handoff or pages
+	MemoryNote string `json:"memory_note,omitempty"`
 }
 
 // Plan is how to bring a session back: start from Checkpoint (or, when it

@@ -27,6 +27,10 @@ type Capabilities struct {
 	Checkpoint bool   `json:"checkpoint"`
 	Isolation  string `json:"isolation"` // e.g. "user-space kernel", "linux namespaces", "micro-VM"
 	Version    string `json:"version,omitempty"`
+	// ForkMemory says how a fork's memory reaches it on this host, and
+	// when it takes the slower path (ImageDescriber says which one a
+	// checkpoint took).
+	ForkMemory string `json:"fork_memory,omitempty"`
 }
 
 // Instance is one run of a sandbox: a bundle directory and its spec.
@@ -101,9 +105,9 @@ type Checkpointer interface {
 	Resume(ctx context.Context, id string) error
 	// Checkpoint writes an image of the container to dir and leaves it running.
 	Checkpoint(ctx context.Context, id, dir string) error
-	// Prepare makes inst's sandbox ready to receive a restore: all but the
-	// memory image, which is the slow part that needs the checkpoint done.
-	Prepare(ctx context.Context, inst *Instance) error
+	// Prepare makes inst's sandbox ready to receive a restore of the image
+	// in dir: all but the restore itself.
+	Prepare(ctx context.Context, inst *Instance, dir string) error
 	// Restore starts inst, prepared, from the image in dir.
 	Restore(ctx context.Context, inst *Instance, dir string) error
 }
@@ -119,6 +123,23 @@ type PauseTracker interface {
 // before the sandbox is paused, so the pause holds less.
 type ImageStager interface {
 	StageImage(ctx context.Context, id, dir string) error
+}
+
+// Ways a checkpoint's memory reaches a restore (ImageDescriber).
+const (
+	// MemoryHandoff: the image is a copy of the sandbox's memory file; a
+	// restore adopts a copy of it and loads no page.
+	MemoryHandoff = "handoff"
+	// MemoryPages: the image is the runtime's pages file, loaded page by
+	// page into the restored sandbox's memory.
+	MemoryPages = "pages"
+)
+
+// ImageDescriber is a Checkpointer that can say how the memory of the image
+// it just wrote to dir reaches a restore (MemoryHandoff or MemoryPages), and
+// why not the faster way when it could not.
+type ImageDescriber interface {
+	MemoryPath(dir string) (path, note string)
 }
 
 // ImagePersister is a Checkpointer whose images may reach the disk after

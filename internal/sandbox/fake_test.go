@@ -228,7 +228,7 @@ func (p *fakeProvider) Checkpoint(ctx context.Context, id, dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600)
 }
-func (p *fakeProvider) Prepare(_ context.Context, inst *provider.Instance) error {
+func (p *fakeProvider) Prepare(_ context.Context, inst *provider.Instance, _ string) error {
 	p.set(inst.ID, provider.StatusStopped) // created, waiting for a memory image
 	return nil
 }

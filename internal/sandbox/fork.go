@@ -71,6 +71,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err != nil {
 		return nil, err
 	}
+	tl := newTimeline()
 	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "fork")
 	if err != nil {
 		return nil, err
@@ -79,6 +80,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err := req.Allow.check(src.Grants, src.Policy); err != nil {
 		return nil, err
 	}
+	tl.mark("locked")
 	f, err := s.newFork(ctx, src, cp)
 	if err != nil {
 		return nil, err
@@ -91,9 +93,11 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	defer releaseHost() // the image is on the disk (or gone) by the end
 	r := revert.New()
 	defer r.Fail()
+	tl.mark("checked")
 	if err := f.insertRecords(names, r); err != nil {
 		return nil, err
 	}
+	tl.mark("records")
 	res, err := s.reserveCapture(src.ID, checkpointKey(f.ckID), f.ids(), fmt.Sprintf("%d fork(s) of %s", len(f.forks), src.Name))
 	if err != nil {
 		return nil, err
@@ -102,13 +106,17 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	if err := f.freeze(req.Tag, r); err != nil {
 		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
 	}
+	tl.mark("staged")
 	if err := f.restore(); err != nil {
 		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
 	}
+	tl.mark("restored")
 	out, err := f.running()
 	if err != nil {
 		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
 	}
+	tl.mark("running")
+	f.log.Debug("fork: timeline", tl.attrs()...)
 	r.Success()
 	f.persist()
 	f.tellSource(out, req.Tag)

@@ -138,13 +138,20 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 		s.cfg.Storage.RemoveSaved(checkpointKey(ckID))
 	}
 	if st, ok := cp.(provider.ImageStager); ok {
-		if err := st.StageImage(ctx, src.ID, dir); err != nil {
+		start := time.Now()
+		err := st.StageImage(ctx, src.ID, dir)
+		s.cfg.Log.Debug("checkpoint: image staged", "sandbox", src.ID, "took", time.Since(start))
+		if err != nil {
 			// Not fatal: the image is written to disk as it comes.
 			s.cfg.Log.Warn("checkpoint: staging the image in RAM", "sandbox", src.ID, "err", err)
 			provider.RemoveImage(dir)
 		}
 	}
 	frozen, err := s.freeze(ctx, src, cp, ckID, dir, thawed)
+	var mem, memNote string
+	if d, ok := cp.(provider.ImageDescriber); ok {
+		mem, memNote = d.MemoryPath(dir)
+	}
 	if err != nil {
 		drop()
 		return nil, err
@@ -162,14 +169,14 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 		ID: ckID, Kind: kind, Tag: tag, SandboxID: src.ID, SandboxName: src.Name, Session: src.Session,
 		Shape: src.Shape.Clone(), Token: src.Token, AgentDir: src.AgentDir,
 		Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
-		FreezeMS: frozen.Milliseconds(), CreatedAt: time.Now().UTC(),
+		FreezeMS: frozen.Milliseconds(), Memory: mem, MemoryNote: memNote, CreatedAt: time.Now().UTC(),
 	}
 	ev := &store.EventSpec{Type: ledger.CheckpointCreated, Data: ledger.CheckpointData{
-		Checkpoint: ckID, Tag: tag, Kind: kind, FreezeMS: ck.FreezeMS}}
+		Checkpoint: ckID, Tag: tag, Kind: kind, FreezeMS: ck.FreezeMS, Memory: mem, MemoryNote: memNote}}
 	if err := s.cfg.Store.AddCheckpoint(ctx, ck, src, ev); err != nil {
 		drop()
 		return nil, err
 	}
-	s.cfg.Log.Info("checkpoint", "sandbox", src.ID, "checkpoint", ckID, "kind", kind, "freeze", frozen)
+	s.cfg.Log.Info("checkpoint", "sandbox", src.ID, "checkpoint", ckID, "kind", kind, "freeze", frozen, "memory", mem, "memory_note", memNote)
 	return ck, nil
 }

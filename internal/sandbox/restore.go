@@ -39,7 +39,7 @@ func (s *Service) stageRestore(ctx context.Context, ck *store.Checkpoint, rec *s
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.Prepare(ctx, st.inst); err != nil {
+	if err := cp.Prepare(ctx, st.inst, s.checkpointDir(ck.ID)); err != nil {
 		st.abort()
 		return nil, err
 	}

@@ -25,12 +25,16 @@ type Checkpoint struct {
 	Session     string `json:"session"`
 	Seq         int64  `json:"seq"` // of its checkpoint_created event
 	Shape
-	Token     string    `json:"token"`     // the agent's, which lives on in the image's memory
-	AgentDir  string    `json:"agent_dir"` // the agent binary the image's memory maps
-	FreezeMS  int64     `json:"freeze_ms"`
-	Grants    []Grant   `json:"grants,omitempty"`
-	Policy    *Policy   `json:"policy,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Token    string `json:"token"`     // the agent's, which lives on in the image's memory
+	AgentDir string `json:"agent_dir"` // the agent binary the image's memory maps
+	FreezeMS int64  `json:"freeze_ms"`
+	// Memory is how the image's memory reaches a restore (provider.MemoryHandoff
+	// or MemoryPages), MemoryNote why not handed over.
+	Memory     string    `json:"memory,omitempty"`
+	MemoryNote string    `json:"memory_note,omitempty"`
+	Grants     []Grant   `json:"grants,omitempty"`
+	Policy     *Policy   `json:"policy,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // Snapshot is the files of a stopped sandbox.

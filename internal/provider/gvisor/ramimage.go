@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,10 +62,31 @@ func (p *Provider) ramFile(dir string) string {
 // ramImageMax, it does nothing (pages are written to disk with O_DIRECT).
 func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	if p.opts.ImageRAM == "" {
+		p.notes.Store(dir, "no RAM directory for images (--image-ram-dir none)")
 		return nil
 	}
-	n := p.memoryUsage(id)
+	ok, why := p.memoryHandoff(ctx)
+	var mem *os.File
+	n := int64(0)
+	if ok {
+		// The memory file itself says what it holds (the cgroup does
+		// not count a memory file adopted at a restore).
+		var err error
+		if mem, err = p.sentryMemory(ctx, id); err != nil {
+			p.notes.Store(dir, err.Error())
+			return err
+		}
+		defer mem.Close()
+		n = allocated(mem)
+	} else {
+		n = p.memoryUsage(id)
+	}
 	if n <= 0 || n > ramImageMax {
+		if n <= 0 {
+			p.notes.Store(dir, "its memory use could not be read")
+		} else {
+			p.notes.Store(dir, fmt.Sprintf("it held %d MiB, over the %d MiB staged in RAM", n>>20, ramImageMax>>20))
+		}
 		return nil
 	}
 	if err := os.MkdirAll(p.opts.ImageRAM, 0o700); err != nil {
@@ -75,6 +95,14 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	if ok {
+		err := p.stageMemoryCopy(id, dir, mem)
+		if err != nil {
+			p.notes.Store(dir, err.Error())
+		}
+		return err
+	}
+	p.notes.Store(dir, why)
 	ram := p.ramFile(dir)
 	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
@@ -197,11 +225,16 @@ func (p *Provider) Persisted(ctx context.Context, dir string) error {
 	}
 }
 
-// persist copies dir's pages from RAM to disk (if they are still in RAM),
-// puts the copy in the link's place and frees the RAM. A RAM file that is
-// gone (the host restarted before the copy) is an error: the image is lost.
+// persist copies dir's pages and memory file from RAM to disk (those still
+// in RAM), puts each copy in its link's place and frees the RAM. A RAM file
+// that is gone (the host restarted before the copy) is an error: the image
+// is lost.
 func persist(dir string) error {
-	link := filepath.Join(dir, pagesFile)
+	return errors.Join(persistFile(dir, pagesFile), persistFile(dir, memoryFile))
+}
+
+func persistFile(dir, name string) error {
+	link := filepath.Join(dir, name)
 	ram, err := os.Readlink(link)
 	if err != nil {
 		var pe *os.PathError
@@ -240,26 +273,37 @@ func persist(dir string) error {
 // copyDirect writes src to a new file at path with O_DIRECT, then syncs it.
 // Not through the page cache: a gigabyte of dirty pages there, flushed by
 // one fsync, made every other sync on the disk (a new sandbox's, a restore's)
-// wait behind it for seconds.
+// wait behind it for seconds. src's holes stay holes (a memory file is
+// mostly hole).
 func copyDirect(path string, src *os.File) error {
 	dst, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|unix.O_DIRECT, 0o644)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if dst != nil {
+			dst.Close()
+		}
+	}()
 	buf, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		dst.Close()
 		return err
 	}
 	defer unix.Munmap(buf) // page aligned, as O_DIRECT wants
-	var off int64
-	for {
-		n, rerr := io.ReadFull(src, buf)
-		if n > 0 {
-			w := buf[:n]
-			if n%4096 != 0 {
-				// A tail that is not whole blocks (pages files are): write
-				// it through the page cache.
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	err = forEachExtent(src, func(off, n int64) error {
+		end := min(off+n, st.Size())
+		for off < end {
+			w := buf[:min(int64(len(buf)), end-off)]
+			if _, err := src.ReadAt(w, off); err != nil {
+				return err
+			}
+			if len(w)%4096 != 0 {
+				// A tail that is not whole blocks: write it through the
+				// page cache.
 				if err := dst.Close(); err != nil {
 					return err
 				}
@@ -268,23 +312,22 @@ func copyDirect(path string, src *os.File) error {
 				}
 			}
 			if _, err := dst.WriteAt(w, off); err != nil {
-				dst.Close()
 				return err
 			}
-			off += int64(n)
+			off += int64(len(w))
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			dst.Close()
-			return rerr
-		}
+		return nil
+	})
+	if err == nil {
+		err = dst.Truncate(st.Size())
 	}
-	err = dst.Sync()
+	if err == nil {
+		err = dst.Sync()
+	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
+	dst = nil
 	return err
 }
 

@@ -149,6 +149,10 @@ export interface Checkpoint {
   disk_bytes: number;
   size: number;
   freeze_ms: number;
+  /** How its memory reaches a fork or restore: a copy of the memory file, adopted ("handoff"), or loaded page by page ("pages"). */
+  memory?: "handoff" | "pages";
+  /** Why "pages", when it is. */
+  memory_note?: string;
   created_at: string;
 }
 

@@ -216,6 +216,11 @@ class Checkpoint:
     disk_bytes: int = 0
     size: int = 0
     freeze_ms: int = 0
+    # How its memory reaches a fork or restore: "handoff" (a copy of the
+    # memory file, adopted) or "pages" (loaded page by page); memory_note
+    # says why "pages".
+    memory: Optional[str] = None
+    memory_note: Optional[str] = None
     created_at: Optional[datetime] = None
     raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
 
@@ -238,6 +243,8 @@ class Checkpoint:
             disk_bytes=_int(d, "disk_bytes"),
             size=_int(d, "size"),
             freeze_ms=_int(d, "freeze_ms"),
+            memory=_opt_str(d, "memory"),
+            memory_note=_opt_str(d, "memory_note"),
             created_at=_time(d, "created_at"),
             raw=dict(d),
         )

@@ -1,0 +1,264 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/useshards/shard/internal/provider"
+	"golang.org/x/sys/unix"
+)
+
+// Memory handoff: a fork gets a copy of its source's memory file instead of
+// a page-by-page load.
+//
+// gVisor keeps a sandbox's memory in one file (the Sentry's memfd
+// "runsc-memory"), and its checkpoint metadata names each committed range
+// by its offset in that file. A save with a copy of that file (the runsc
+// patch in tools/runsc/patches: the Sentry writes the committed ranges at
+// their own offsets into a file shard gave it, in place of the pages file)
+// leaves a checkpoint whose memory.img is exactly the file a restore would
+// have filled. A restore then adopts a copy of it as its memory file
+// (runsc restore --memory-file) and loads no page.
+//
+// The checkpoint's memory.img is a file in RAM (ImageRAM) whose pages shard
+// allocated before the pause, where the source's memory file has data, so
+// the Sentry's copy while the source is frozen lands in pages that exist.
+// Each fork gets its own copy of it (made while the fork's sandbox is
+// created, after the source thawed): the checkpoint's stays as it was, for
+// `shard restore` and later forks. The copy to disk (Persisted) keeps the
+// file's holes.
+const memoryFile = "memory.img"
+
+// memoryHandoff says whether forks get their memory handed over here, and
+// why not: the runsc here must be able to save a memory file copy and
+// restore from one (the patched build; asked once), with a RAM directory
+// for the copies, and the server not told otherwise.
+func (p *Provider) memoryHandoff(ctx context.Context) (bool, string) {
+	p.handoffOnce.Do(func() {
+		switch {
+		case p.opts.ForkMemory == provider.MemoryPages:
+			p.noHandoff = "the server runs with --fork-memory pages"
+		case p.opts.ImageRAM == "":
+			p.noHandoff = "no RAM directory for images (--image-ram-dir none)"
+		default:
+			help, _ := exec.CommandContext(ctx, p.opts.Runsc, "help", "restore").CombinedOutput()
+			if !strings.Contains(string(help), "memory-file") {
+				p.noHandoff = "runsc at " + p.opts.Runsc + " cannot restore from a memory file: build the patched one with scripts/install-deps.sh"
+			}
+		}
+	})
+	return p.noHandoff == "", p.noHandoff
+}
+
+// MemoryPath says how the memory of the image just written to dir reaches
+// a restore, and why it takes the pages file when it does.
+func (p *Provider) MemoryPath(dir string) (path, note string) {
+	v, _ := p.notes.LoadAndDelete(dir)
+	if _, err := os.Lstat(filepath.Join(dir, memoryFile)); err == nil {
+		return provider.MemoryHandoff, ""
+	}
+	note, _ = v.(string)
+	return provider.MemoryPages, note
+}
+
+// forkMemoryNote is what `shard capabilities` says of a fork's memory here.
+func (p *Provider) forkMemoryNote(ctx context.Context) string {
+	if ok, why := p.memoryHandoff(ctx); !ok {
+		return "pages: each fork loads its memory page by page (" + why + ")"
+	}
+	return fmt.Sprintf("handoff: a fork adopts a copy of its source's frozen memory file, for sandboxes holding up to %d MiB; bigger ones load pages", ramImageMax>>20)
+}
+
+// stageMemoryCopy makes dir's memory.img: a file in RAM with pages
+// allocated where sandbox id's memory file src has data now (the ranges a
+// save writes, give or take what changes before the pause).
+func (p *Provider) stageMemoryCopy(id, dir string, src *os.File) error {
+	ram := p.ramFile(dir) + ".mem"
+	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	start, extents, bytes := time.Now(), 0, int64(0)
+	err = forEachExtent(src, func(off, n int64) error {
+		extents++
+		bytes += n
+		// KEEP_SIZE: the Sentry sizes the file.
+		return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+	})
+	p.opts.logger().Debug("memory copy staged", "sandbox", id, "extents", extents, "bytes", bytes, "took", time.Since(start))
+	if err == nil {
+		err = os.Symlink(ram, filepath.Join(dir, memoryFile))
+	}
+	if err != nil {
+		os.Remove(ram)
+		return fmt.Errorf("room in RAM for the memory of %s: %w", id, err)
+	}
+	return nil
+}
+
+// sentryMemory opens sandbox id's memory file (the Sentry's memfd, through
+// /proc as root), read-only.
+func (p *Provider) sentryMemory(ctx context.Context, id string) (*os.File, error) {
+	pid, err := p.sentryPID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	fds := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	ents, err := os.ReadDir(fds)
+	if err != nil {
+		p.pids.Delete(id)
+		return nil, err
+	}
+	// A memfd the Sentry made, or the copy it adopted at a restore.
+	adopted := filepath.Base(p.forkMemory(id))
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(fds, e.Name()))
+		if err == nil && (strings.HasPrefix(target, "/memfd:runsc-memory") || strings.HasPrefix(filepath.Base(target), adopted)) {
+			return os.Open(filepath.Join(fds, e.Name()))
+		}
+	}
+	p.pids.Delete(id)
+	return nil, fmt.Errorf("sandbox %s: no memory file in process %d", id, pid)
+}
+
+// sentryPID is the pid of sandbox id's Sentry (runsc state's pid), kept
+// once known: a runsc process costs tens of milliseconds before a freeze.
+func (p *Provider) sentryPID(ctx context.Context, id string) (int, error) {
+	if v, ok := p.pids.Load(id); ok {
+		return v.(int), nil
+	}
+	pid, err := p.InitPID(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	p.pids.Store(id, pid)
+	return pid, nil
+}
+
+// allocated is what f holds in memory (its blocks).
+func allocated(f *os.File) int64 {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
+// forkMemory is where the fork inst.ID's own copy of a checkpoint's memory
+// file waits for its restore.
+func (p *Provider) forkMemory(id string) string {
+	return filepath.Join(p.opts.ImageRAM, "fork-"+id+".mem")
+}
+
+// copyForkMemory copies dir's memory.img, if it has one, for the restore of
+// sandbox id ("" if it has none).
+func (p *Provider) copyForkMemory(id, dir string) (string, error) {
+	src, err := os.Open(filepath.Join(dir, memoryFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	if err := os.MkdirAll(p.opts.ImageRAM, 0o700); err != nil {
+		return "", err
+	}
+	path := p.forkMemory(id)
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer dst.Close()
+	if err := copyExtents(dst, src); err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("copy of the memory of checkpoint %s: %w", filepath.Base(dir), err)
+	}
+	return path, nil
+}
+
+// copyExtents copies src's data to the same offsets of dst, leaving src's
+// holes holes, and sizes dst as src: in the kernel (copy_file_range) when
+// both are on tmpfs, else through a buffer (copy_file_range between two
+// kinds of filesystem fails with EXDEV).
+func copyExtents(dst, src *os.File) error {
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	if err := dst.Truncate(st.Size()); err != nil {
+		return err
+	}
+	var buf []byte
+	return forEachExtent(src, func(off, n int64) error {
+		for n > 0 && buf == nil {
+			roff, woff := off, off
+			c, err := unix.CopyFileRange(int(src.Fd()), &roff, int(dst.Fd()), &woff, int(n), 0)
+			switch {
+			case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
+				buf = make([]byte, 1<<20) // and on below, from off
+			case err != nil:
+				return err
+			case c <= 0:
+				return io.ErrUnexpectedEOF
+			default:
+				off += int64(c)
+				n -= int64(c)
+			}
+		}
+		for n > 0 {
+			b := buf[:min(int64(len(buf)), n)]
+			if _, err := src.ReadAt(b, off); err != nil {
+				return err
+			}
+			if _, err := dst.WriteAt(b, off); err != nil {
+				return err
+			}
+			off += int64(len(b))
+			n -= int64(len(b))
+		}
+		return nil
+	})
+}
+
+// forEachExtent calls fn with each range of f that holds data (SEEK_DATA,
+// SEEK_HOLE), in order.
+func forEachExtent(f *os.File, fn func(off, n int64) error) error {
+	fd := int(f.Fd())
+	var off int64
+	for {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return nil // no data past off
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if err := fn(data, hole-data); err != nil {
+			return err
+		}
+		off = hole
+	}
+}
+
+// handoffState is the provider's memory handoff bookkeeping.
+type handoffState struct {
+	handoffOnce sync.Once
+	noHandoff   string   // why not, or "" when forks get their memory handed over
+	pids        sync.Map // sandbox id -> Sentry pid
+	notes       sync.Map // checkpoint dir -> why its memory takes the pages file
+}
