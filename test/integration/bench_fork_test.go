@@ -96,14 +96,66 @@ func tokenOf(b *testing.B, id string) string {
 // gap in its own clock), and the time from the fork request until an exec
 // in the fork returns; beside the raw flow by hand on the same source:
 // `runsc checkpoint --leave-running`, `runsc restore` into a fresh netns,
-// then the same exec through the restored agent.
+// then the same exec through the restored agent. Then the same forks with
+// the server restarted with --fork-memory pages (the way before the memory
+// handoff, shard-pages-*). 256MiB-count4 is four forks from one freeze,
+// ready when an exec returned in each.
 func BenchmarkFork(b *testing.B) {
 	for _, mib := range []int{16, 256, 1024} {
-		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) { benchFork(b, mib) })
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) { benchFork(b, mib, 1) })
 	}
+	b.Run("256MiB-count4", func(b *testing.B) { benchFork(b, 256, 4) })
 }
 
-func benchFork(b *testing.B, mib int) {
+// forkReady forks src count times from one freeze and waits for an exec in
+// each; it returns the forks' ids.
+func forkReady(b *testing.B, src string, count int) []string {
+	e := need(b)
+	ctx := context.Background()
+	forks, err := e.c.ForkMany(ctx, src, client.ForkRequest{Count: count})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, len(forks))
+	errs := make(chan error, len(forks))
+	for i, f := range forks {
+		ids[i] = f.ID
+		go func() {
+			_, err := e.c.Exec(ctx, f.ID, client.ExecRequest{Argv: []string{"true"}})
+			errs <- err
+		}()
+	}
+	for range forks {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// dropForks removes forks and src's checkpoints (a fork keeps its own:
+// images must not pile up on the disk across iterations). It returns how
+// the last checkpoint's memory went (handoff or pages).
+func dropForks(b *testing.B, src string, forks []string) string {
+	e := need(b)
+	ctx := context.Background()
+	for _, id := range forks {
+		e.c.Remove(ctx, id, true)
+	}
+	mem := ""
+	if cks, err := e.c.Checkpoints(ctx, src); err == nil {
+		for _, ck := range cks {
+			mem = ck.Memory
+			if ck.MemoryNote != "" {
+				mem += " (" + ck.MemoryNote + ")"
+			}
+			e.c.RemoveCheckpoint(ctx, ck.ID)
+		}
+	}
+	return mem
+}
+
+func benchFork(b *testing.B, mib, count int) {
 	e := need(b)
 	ctx := context.Background()
 	src := holder(b, mib)
@@ -114,6 +166,7 @@ func benchFork(b *testing.B, mib int) {
 		return append([]string{"--root", filepath.Join(e.runDir, "runsc"), "--platform", "systrap", "--network", "sandbox", "--overlay2", "none"}, args...)
 	}
 	s := samples{}
+	memory := ""
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// shard fork
@@ -121,23 +174,14 @@ func benchFork(b *testing.B, mib int) {
 		resetGap(b, src.ID)
 		b.StartTimer()
 		start := time.Now()
-		f, err := e.c.Fork(ctx, src.ID, client.ForkRequest{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.c.Exec(ctx, f.ID, client.ExecRequest{Argv: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
+		forks := forkReady(b, src.ID, count)
 		s.add("shard-fork-ready", time.Since(start))
 		b.StopTimer()
 		s.add("shard-freeze", readGap(b, src.ID))
-		e.c.Remove(ctx, f.ID, true)
-		// A fork keeps its checkpoint (listed with the source's): drop it,
-		// so images do not pile up on the disk across iterations.
-		if cks, err := e.c.Checkpoints(ctx, src.ID); err == nil {
-			for _, ck := range cks {
-				e.c.RemoveCheckpoint(ctx, ck.ID)
-			}
+		memory = dropForks(b, src.ID, forks)
+		if count > 1 {
+			b.StartTimer()
+			continue
 		}
 
 		// raw runsc, by hand
@@ -158,7 +202,7 @@ func benchFork(b *testing.B, mib int) {
 		logf, _ := os.Create(filepath.Join(e.dir, "rawrestore.log"))
 		rc := exec.Command("runsc", runsc("restore", "--detach", "--image-path", img, "--bundle", bundle, rawID)...)
 		rc.Stdout, rc.Stderr = logf, logf
-		err = rc.Run()
+		err := rc.Run()
 		logf.Close()
 		if err != nil {
 			out, _ := os.ReadFile(filepath.Join(e.dir, "rawrestore.log"))
@@ -187,8 +231,26 @@ func benchFork(b *testing.B, mib int) {
 		netCleanup()
 		b.StartTimer()
 	}
-	report(b, s, "", "shard-freeze", "raw-freeze", "raw-checkpoint", "shard-fork-ready", "raw-fork-ready")
-	for _, k := range [][2]string{{"shard-freeze", "raw-freeze"}, {"shard-fork-ready", "raw-fork-ready"}} {
+	// The same forks the way before the memory handoff, in this run.
+	e.stopServer()
+	if err := e.startServer("--fork-memory", "pages"); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		resetGap(b, src.ID)
+		start := time.Now()
+		forks := forkReady(b, src.ID, count)
+		s.add("shard-pages-fork-ready", time.Since(start))
+		s.add("shard-pages-freeze", readGap(b, src.ID))
+		dropForks(b, src.ID, forks)
+	}
+	e.stopServer()
+	if err := e.startServer(); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "BENCH %s memory %s\n", b.Name(), memory)
+	report(b, s, "", "shard-freeze", "shard-pages-freeze", "raw-freeze", "raw-checkpoint", "shard-fork-ready", "shard-pages-fork-ready", "raw-fork-ready")
+	for _, k := range [][2]string{{"shard-freeze", "raw-freeze"}, {"shard-fork-ready", "raw-fork-ready"}, {"shard-freeze", "shard-pages-freeze"}, {"shard-fork-ready", "shard-pages-fork-ready"}} {
 		if d := pct(s[k[1]], 0.5); d > 0 {
 			r := pct(s[k[0]], 0.5) / d
 			b.ReportMetric(r, k[0]+"-ratio")

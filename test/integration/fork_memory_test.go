@@ -51,7 +51,8 @@ func passOf(t *testing.T, id string) int {
 // TestForkMemoryConsistent: a process that keeps writing over 64 MiB while
 // it is forked finds, in each fork and in the source, every page from one
 // instant, and keeps going (--count 2 from one freeze, then a fork of a
-// fork).
+// fork): with the memory handed over (which the checkpoints must record),
+// then with the server restarted with --fork-memory pages.
 func TestForkMemoryConsistent(t *testing.T) {
 	e := need(t)
 	src := create(t, client.CreateRequest{Image: python, Memory: jsonRaw("768MiB")})
@@ -63,7 +64,28 @@ func TestForkMemoryConsistent(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	forks, err := e.c.ForkMany(ctxT(t), src.ID, client.ForkRequest{Count: 2})
+	checkForksConsistent(t, src.ID, "handoff")
+
+	e.stopServer()
+	if err := e.startServer("--fork-memory", "pages"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		e.stopServer()
+		if err := e.startServer(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	checkForksConsistent(t, src.ID, "pages")
+}
+
+// checkForksConsistent forks src twice from one freeze, then the first
+// fork, and checks that the writer runs on in all of them (and in src)
+// with every page from one instant; src's checkpoints must say memory.
+func checkForksConsistent(t *testing.T, src, memory string) {
+	t.Helper()
+	e := need(t)
+	forks, err := e.c.ForkMany(ctxT(t), src, client.ForkRequest{Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,22 +97,32 @@ func TestForkMemoryConsistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.c.Remove(context.Background(), ff.ID, true) })
+	for _, id := range []string{src, forks[0].ID} {
+		cks, err := e.c.Checkpoints(ctxT(t), id)
+		if err != nil || len(cks) == 0 {
+			t.Fatalf("checkpoints of %s: %v %v", id, cks, err)
+		}
+		if ck := cks[len(cks)-1]; ck.Memory != memory {
+			t.Errorf("the fork's checkpoint %s took memory %q (%s), want %q", ck.ID, ck.Memory, ck.MemoryNote, memory)
+		}
+	}
 
-	all := map[string]string{"source": src.ID, "fork 1": forks[0].ID, "fork 2": forks[1].ID, "fork of fork 1": ff.ID}
+	all := map[string]string{"source": src, "fork 1": forks[0].ID, "fork 2": forks[1].ID, "fork of fork 1": ff.ID}
 	start := map[string]int{}
 	for who, id := range all {
 		start[who] = passOf(t, id)
 	}
 	// Two more whole passes each: every page written again, checked first.
+	deadline := time.Now().Add(3 * time.Minute)
 	for who, id := range all {
 		for passOf(t, id) < start[who]+2 {
-			if time.Now().After(deadline.Add(2 * time.Minute)) {
-				t.Fatalf("%s: the writer stopped at pass %d", who, passOf(t, id))
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (%s): the writer stopped at pass %d", who, memory, passOf(t, id))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		if torn := execOK(t, id, "sh", "-c", "cat /tmp/torn 2>/dev/null; cat /tmp/w.log"); torn != "" {
-			t.Errorf("%s: pages not from one instant:\n%s", who, firstLines(torn, 10))
+			t.Errorf("%s (%s): pages not from one instant:\n%s", who, memory, firstLines(torn, 10))
 		}
 	}
 }

@@ -70,12 +70,27 @@ func (p *Provider) MemoryPath(dir string) (path, note string) {
 	return provider.MemoryPages, note
 }
 
+// handoffMax is the most memory a sandbox may hold for its checkpoint's
+// copy to be staged in RAM: an eighth of the host's memory, at most 4 GiB.
+// (The copy is in RAM until it is on disk, a few seconds; a fork's own copy
+// is the fork's memory, which a load would fill as much.)
+func (p *Provider) handoffMax() int64 {
+	p.maxOnce.Do(func() {
+		p.max = 512 << 20
+		var si unix.Sysinfo_t
+		if unix.Sysinfo(&si) == nil {
+			p.max = min(int64(si.Totalram)*int64(si.Unit)/8, 4<<30)
+		}
+	})
+	return p.max
+}
+
 // forkMemoryNote is what `shard capabilities` says of a fork's memory here.
 func (p *Provider) forkMemoryNote(ctx context.Context) string {
 	if ok, why := p.memoryHandoff(ctx); !ok {
 		return "pages: each fork loads its memory page by page (" + why + ")"
 	}
-	return fmt.Sprintf("handoff: a fork adopts a copy of its source's frozen memory file, for sandboxes holding up to %d MiB; bigger ones load pages", ramImageMax>>20)
+	return fmt.Sprintf("handoff: a fork adopts a copy of its source's frozen memory file, for sandboxes holding up to %d MiB (an eighth of the host's memory, at most 4 GiB); bigger ones load pages", p.handoffMax()>>20)
 }
 
 // stageMemoryCopy makes dir's memory.img: a file in RAM with pages
@@ -258,7 +273,9 @@ func forEachExtent(f *os.File, fn func(off, n int64) error) error {
 // handoffState is the provider's memory handoff bookkeeping.
 type handoffState struct {
 	handoffOnce sync.Once
-	noHandoff   string   // why not, or "" when forks get their memory handed over
+	noHandoff   string // why not, or "" when forks get their memory handed over
+	maxOnce     sync.Once
+	max         int64    // handoffMax
 	pids        sync.Map // sandbox id -> Sentry pid
 	notes       sync.Map // checkpoint dir -> why its memory takes the pages file
 }

@@ -81,11 +81,15 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	} else {
 		n = p.memoryUsage(id)
 	}
-	if n <= 0 || n > ramImageMax {
+	budget := int64(ramImageMax)
+	if ok {
+		budget = p.handoffMax()
+	}
+	if n <= 0 || n > budget {
 		if n <= 0 {
 			p.notes.Store(dir, "its memory use could not be read")
 		} else {
-			p.notes.Store(dir, fmt.Sprintf("it held %d MiB, over the %d MiB staged in RAM", n>>20, ramImageMax>>20))
+			p.notes.Store(dir, fmt.Sprintf("it held %d MiB, over the %d MiB staged in RAM", n>>20, budget>>20))
 		}
 		return nil
 	}
