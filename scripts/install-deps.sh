@@ -185,12 +185,14 @@ build_runsc() {
 		log "runsc: applying $(basename "$p")"
 		patch -p1 --forward --quiet -d "$RUNSC_SRC/gvisor" <"$p" || die "runsc: $p does not apply"
 	done
-	log "runsc: precompiling seccomp programs (about a minute)"
-	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go run ./seccompgen \
-		-boot "$RUNSC_SRC/gvisor/runsc/boot/filter/filter_precompiled.go" \
-		-gofer "$RUNSC_SRC/gvisor/runsc/fsgofer/filter/filter_precompiled.go")
 	cp "$RUNSC_MOD_DIR/go.mod" "$RUNSC_MOD_DIR/go.sum" "$RUNSC_SRC/"
 	printf '\nreplace gvisor.dev/gvisor => %s/gvisor\n' "$RUNSC_SRC" >>"$RUNSC_SRC/go.mod"
+	# seccompgen compiles the patched copy's filter rules too (-modfile): a
+	# patch that adds a host syscall must find it in the precompiled program.
+	log "runsc: precompiling seccomp programs (about a minute)"
+	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go run -modfile "$RUNSC_SRC/go.mod" ./seccompgen \
+		-boot "$RUNSC_SRC/gvisor/runsc/boot/filter/filter_precompiled.go" \
+		-gofer "$RUNSC_SRC/gvisor/runsc/fsgofer/filter/filter_precompiled.go")
 	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$out" -trimpath -modfile "$RUNSC_SRC/go.mod" gvisor.dev/gvisor/runsc)
 }
 

@@ -74,7 +74,7 @@ and imported images.`,
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "server's Unix socket (default "+client.DefaultSocket+", or SHARD_REMOTE)")
 	root.PersistentFlags().StringVar(&a.project, "project", "", "project to act in (default SHARD_PROJECT, else the key's own, else default)")
 	root.AddCommand(
-		newServeCmd(), newAgentCmd(),
+		newServeCmd(), newAgentCmd(), newCopyMemoryCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
 		newStopCmd(a), newStartCmd(a), newRemoveCmd(a), newForkCmd(a),
 		newSnapshotCmd(a), newCheckpointCmd(a), newRestoreCmd(a), newResumeCmd(a),

@@ -279,7 +279,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("secrets: %w", err)
 	}
 	providers := []provider.Provider{
-		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, ForkMemory: o.forkMemory, Log: log}),
+		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, ForkMemory: o.forkMemory, CopyHelper: self, Log: log}),
 		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
 	}
 	providers = append(providers, provider.Others()...)

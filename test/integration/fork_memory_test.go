@@ -107,6 +107,15 @@ func checkForksConsistent(t *testing.T, src, memory string) {
 		}
 	}
 
+	// The fork's host memory cgroup holds its memory (the writer's 64 MiB
+	// at least), however the memory reached it.
+	for _, id := range []string{forks[0].ID, forks[1].ID, ff.ID} {
+		usage := readTrim(t, "/sys/fs/cgroup/memory/shard/"+id+"/memory.usage_in_bytes")
+		if n, err := strconv.ParseInt(usage, 10, 64); err != nil || n < 64<<20 {
+			t.Errorf("fork %s (%s): its memory cgroup holds %s bytes, want its memory (64 MiB and more)", id, memory, usage)
+		}
+	}
+
 	all := map[string]string{"source": src, "fork 1": forks[0].ID, "fork 2": forks[1].ID, "fork of fork 1": ff.ID}
 	start := map[string]int{}
 	for who, id := range all {

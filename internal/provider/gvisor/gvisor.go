@@ -35,6 +35,10 @@ type Options struct {
 	// ForkMemory is provider.MemoryPages to load every restore's memory
 	// page by page, even where it could be handed over (handoff.go).
 	ForkMemory string
+	// CopyHelper is the shard binary, whose CopyMemoryCommand makes a
+	// fork's copy of its memory charged to the fork's memory cgroup; ""
+	// copies in this process (charged to the server's).
+	CopyHelper string
 	Log        *slog.Logger
 }
 
@@ -270,13 +274,18 @@ func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance, dir str
 	done := make(chan struct{})
 	start := time.Now()
 	var copied time.Duration
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
 		defer close(done)
-		_, copyErr = p.copyForkMemory(inst.ID, dir)
+		_, copyErr = p.copyForkMemory(cctx, inst.ID, dir)
 		copied = time.Since(start)
 	}()
 	err := p.Launch(ctx, inst, nil, "create", "--bundle", inst.Bundle, inst.ID)
 	created := time.Since(start)
+	if err != nil {
+		cancel() // its cgroup may never come
+	}
 	<-done
 	p.opts.logger().Debug("prepared", "sandbox", inst.ID, "created", created, "memory_copied", copied)
 	if err == nil && copyErr != nil {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"golang.org/x/sys/unix"
 )
@@ -175,31 +176,67 @@ func (p *Provider) forkMemory(id string) string {
 	return filepath.Join(p.opts.ImageRAM, "fork-"+id+".mem")
 }
 
+// CopyMemoryCommand is the shard subcommand that runs CopyMemoryFile in a
+// fork's memory cgroup (Options.CopyHelper).
+const CopyMemoryCommand = "copy-memory"
+
 // copyForkMemory copies dir's memory.img, if it has one, for the restore of
-// sandbox id ("" if it has none).
-func (p *Provider) copyForkMemory(id, dir string) (string, error) {
-	src, err := os.Open(filepath.Join(dir, memoryFile))
-	if errors.Is(err, os.ErrNotExist) {
+// sandbox id ("" if it has none). The copy is the fork's memory: with a
+// CopyHelper it is made by a process in the fork's memory cgroup (which
+// `runsc create`, running meanwhile, makes), so that the fork's cgroup
+// holds its memory as it would after a load.
+func (p *Provider) copyForkMemory(ctx context.Context, id, dir string) (string, error) {
+	src := filepath.Join(dir, memoryFile)
+	if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
 	if err := os.MkdirAll(p.opts.ImageRAM, 0o700); err != nil {
 		return "", err
 	}
 	path := p.forkMemory(id)
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
-	if err != nil {
-		return "", err
+	var err error
+	if p.opts.CopyHelper != "" {
+		var out []byte
+		out, err = exec.CommandContext(ctx, p.opts.CopyHelper, CopyMemoryCommand, "--cgroup", memoryCgroup(id), src, path).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+		}
+	} else {
+		err = CopyMemoryFile(path, src)
 	}
-	defer dst.Close()
-	if err := copyExtents(dst, src); err != nil {
+	if err != nil {
 		os.Remove(path)
 		return "", fmt.Errorf("copy of the memory of checkpoint %s: %w", filepath.Base(dir), err)
 	}
 	return path, nil
+}
+
+// memoryCgroup is sandbox id's memory cgroup directory (cgroup v1's memory
+// hierarchy, or the v2 one).
+func memoryCgroup(id string) string {
+	if st, err := os.Stat("/sys/fs/cgroup/memory"); err == nil && st.IsDir() {
+		return filepath.Join("/sys/fs/cgroup/memory", oci.CgroupsPath(id))
+	}
+	return filepath.Join("/sys/fs/cgroup", oci.CgroupsPath(id))
+}
+
+// CopyMemoryFile copies the memory file src to a new file dst, its holes
+// kept.
+func CopyMemoryFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	err = copyExtents(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // copyExtents copies src's data to the same offsets of dst, leaving src's
