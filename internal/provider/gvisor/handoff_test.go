@@ -3,10 +3,12 @@ package gvisor
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/useshards/shard/internal/provider"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,5 +98,46 @@ func TestForEachExtent(t *testing.T) {
 	// A filesystem may report more than was written (whole blocks), never less.
 	if total < 3<<12+4<<20+1<<12 || total > 8<<20 {
 		t.Errorf("extents %v hold %d bytes", got, total)
+	}
+}
+
+// TestPersistedMemoryFile: a checkpoint's memory.img in RAM reaches the
+// disk with its bytes and its holes, and the RAM copy is freed; one whose
+// RAM copy a host restart took is lost.
+func TestPersistedMemoryFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ram := filepath.Join(t.TempDir(), "ck1.pages.mem")
+	want := sparseMemory(t, ram)
+	if err := os.Symlink(ram, filepath.Join(dir, memoryFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&Provider{}).Persisted(t.Context(), dir); err != nil {
+		t.Fatalf("Persisted = %v", err)
+	}
+	path := filepath.Join(dir, memoryFile)
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("memory.img after Persisted: %v, %v; want a regular file", st, err)
+	}
+	got, _ := os.ReadFile(path)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("memory.img on disk differs from the RAM copy")
+	}
+	var st unix.Stat_t
+	unix.Stat(path, &st)
+	if used := st.Blocks * 512; used > 8<<20 {
+		t.Errorf("memory.img takes %d bytes on disk: its holes were filled", used)
+	}
+	if _, err := os.Stat(ram); !os.IsNotExist(err) {
+		t.Errorf("the RAM copy is still there (%v)", err)
+	}
+
+	lost := filepath.Join(t.TempDir(), "ck2")
+	os.MkdirAll(lost, 0o700)
+	os.Symlink(filepath.Join(t.TempDir(), "gone.mem"), filepath.Join(lost, memoryFile))
+	if err := (&Provider{}).Persisted(t.Context(), lost); !errors.Is(err, provider.ErrImageLost) {
+		t.Errorf("Persisted of a memory file whose RAM copy is gone = %v, want ErrImageLost", err)
 	}
 }
