@@ -78,7 +78,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
-		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU,
+		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU, forkMemory: "handoff",
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -98,6 +98,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.bodyTimeout = -time.Second }, "--body-timeout"},
 		{func(o *serveOptions) { o.ledgerRetention = -time.Second }, "--ledger-retention"},
 		{func(o *serveOptions) { o.maxClientConns = -1 }, "--max-client-conns"},
+		{func(o *serveOptions) { o.forkMemory = "foo" }, `--fork-memory "foo": want handoff or pages`},
 		{func(o *serveOptions) { o.ledgerMinFree = "lots" }, "--ledger-min-free"},
 		{func(o *serveOptions) { o.maxMemory = "1PiB" }, "--max-memory"},
 		{func(o *serveOptions) { o.maxCPU = "100000" }, "--max-cpu"},

@@ -210,6 +210,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
 	case o.maxClientConns < 0:
 		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+	case o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages:
+		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
 	}
 	ledgerMinFree, err := ledgerFloorFlag(o.ledgerMinFree)
 	if err != nil {
@@ -265,9 +267,6 @@ func serve(ctx context.Context, o *serveOptions) error {
 	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"), Log: log})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
-	}
-	if o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages {
-		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
 	}
 	// Checkpoint images staged in RAM: the directory goes when empty.
 	ramDir := imageRAMDir(o.imageRAM, o.dataDir)

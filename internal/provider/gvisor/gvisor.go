@@ -242,6 +242,7 @@ func (p *Provider) Checkpoint(ctx context.Context, id, dir string) error {
 	mem, err := os.OpenFile(filepath.Join(dir, memoryFile), os.O_RDWR, 0)
 	switch {
 	case err == nil:
+		p.topUp(dir) // the source is paused
 		files = append(files, mem)
 	case !errors.Is(err, os.ErrNotExist):
 		return err

@@ -141,3 +141,40 @@ func TestPersistedMemoryFile(t *testing.T) {
 		t.Errorf("Persisted of a memory file whose RAM copy is gone = %v, want ErrImageLost", err)
 	}
 }
+
+// TestSentryMemoryIgnoresDecoys: of the files the Sentry holds, only its own
+// memfd (or the copy it adopted, by its exact path on tmpfs) is its memory,
+// however the sandbox names its own files.
+func TestSentryMemoryIgnoresDecoys(t *testing.T) {
+	const id = "0123456789ab"
+	dir := t.TempDir()
+	p := New(Options{ImageRAM: dir})
+	p.pids.Store(id, os.Getpid()) // this process plays the Sentry
+	// Decoys first (lower fds): files named like both kinds of memory file.
+	for _, name := range []string{"fork-" + id + ".mem", "runsc-memory"} {
+		f, err := os.Create(filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+	}
+	fd, err := unix.MemfdCreate("runsc-memory", 0)
+	if err != nil {
+		t.Skipf("memfd_create: %v", err)
+	}
+	memfd := os.NewFile(uintptr(fd), "memfd")
+	defer memfd.Close()
+	var want unix.Stat_t
+	unix.Fstat(fd, &want)
+
+	got, err := p.sentryMemory(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	var st unix.Stat_t
+	unix.Fstat(int(got.Fd()), &st)
+	if st.Ino != want.Ino || st.Dev != want.Dev {
+		t.Fatalf("sentryMemory picked %s, not the memfd", got.Name())
+	}
+}

@@ -93,6 +93,12 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 		}
 		return nil
 	}
+	// Images of other checkpoints not on disk yet hold RAM too: all of them
+	// together stay within the budget.
+	if used, all := p.ramInUse(), p.ramBudget(); used+n > all {
+		p.notes.Store(dir, fmt.Sprintf("RAM for images was taken: %d MiB of %d MiB by other checkpoints and forks", used>>20, all>>20))
+		return nil
+	}
 	if err := os.MkdirAll(p.opts.ImageRAM, 0o700); err != nil {
 		return err
 	}
