@@ -127,7 +127,7 @@ func (p *Provider) forkMemoryNote(ctx context.Context) string {
 // Sentry allocates, charged to the source.
 func (p *Provider) stageMemoryCopy(id, dir string, src *os.File) error {
 	ram := p.ramFile(dir) + ".mem"
-	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	f, err := createLinked(filepath.Join(dir, memoryFile), ram)
 	if err != nil {
 		return err
 	}
@@ -141,11 +141,9 @@ func (p *Provider) stageMemoryCopy(id, dir string, src *os.File) error {
 		return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
 	})
 	p.opts.logger().Debug("memory copy staged", "sandbox", id, "extents", len(st.extents), "bytes", bytes, "took", time.Since(start))
-	if err == nil {
-		err = os.Symlink(ram, filepath.Join(dir, memoryFile))
-	}
 	if err != nil {
 		os.Remove(ram)
+		os.Remove(filepath.Join(dir, memoryFile))
 		return fmt.Errorf("room in RAM for the memory of %s: %w", id, err)
 	}
 	if fd, err := unix.Dup(int(src.Fd())); err == nil { // the caller closes its own

@@ -114,7 +114,7 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	}
 	p.notes.Store(dir, why)
 	ram := p.ramFile(dir)
-	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	f, err := createLinked(filepath.Join(dir, pagesFile), ram)
 	if err != nil {
 		return err
 	}
@@ -122,13 +122,26 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	// KEEP_SIZE: the file stays empty, the pages are there.
 	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, n); err != nil {
 		os.Remove(ram)
+		os.Remove(filepath.Join(dir, pagesFile))
 		return fmt.Errorf("room in RAM for the image of %s: %w", id, err)
 	}
-	if err := os.Symlink(ram, filepath.Join(dir, pagesFile)); err != nil {
-		os.Remove(ram)
-		return err
-	}
 	return nil
+}
+
+// createLinked creates the RAM file ram, linked from link. The link comes
+// first: a server killed in between leaves a link to nothing, or a link to
+// the file, and the checkpoint's removal (RemoveImage) takes both; never a
+// file in RAM that nothing names.
+func createLinked(link, ram string) (*os.File, error) {
+	if err := os.Symlink(ram, link); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(ram, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		os.Remove(link)
+		return nil, err
+	}
+	return f, nil
 }
 
 // memoryUsage is an upper bound of the pages an image of sandbox id can
