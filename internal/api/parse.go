@@ -207,7 +207,7 @@ func execTimeout(raw json.RawMessage) (int64, error) {
 		return 0, nil
 	}
 	bad := func(what string) error {
-		return errdefs.Invalid("timeout %s %s: give seconds (a number) or a duration like \"30s\", from 1ms to %s, in whole milliseconds", raw, what, MaxExecTimeout)
+		return errdefs.Invalid("timeout %s %s: give seconds (a number) or a duration like \"30s\", from 1ms to %s, in whole milliseconds", strings.ToValidUTF8(string(raw), "\uFFFD"), what, MaxExecTimeout)
 	}
 	var ms int64
 	if isJSONNumber(raw) {
