@@ -6,7 +6,10 @@ package hostdir
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
 )
 
 // Private makes dir (and its parents) and leaves it mode 0700, also when it
@@ -26,4 +29,22 @@ func Private(dir string) error {
 		return os.Chmod(dir, 0o700)
 	}
 	return nil
+}
+
+// Blocks is the space the files under dir take (their allocated blocks,
+// not their sizes: sparse files and tmpfs count what they hold).
+func Blocks(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
@@ -105,7 +106,7 @@ func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) erro
 // checkpointSize is the bytes a checkpoint takes: its memory image and its
 // copy of the files (blocks it shares with the sandbox counted too).
 func (s *Service) checkpointSize(id string) int64 {
-	return treeBlocks(s.checkpointDir(id)) + s.cfg.Storage.SavedUsage(checkpointKey(id))
+	return hostdir.Blocks(s.checkpointDir(id)) + s.cfg.Storage.SavedUsage(checkpointKey(id))
 }
 
 // CheckpointSize is checkpointSize for the API.

@@ -2,11 +2,10 @@ package sandbox
 
 import (
 	"context"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
+	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/rootfs"
 )
 
@@ -35,7 +34,7 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	if err != nil {
 		return nil, err
 	}
-	u.Images = Usage{Count: len(imgs), Bytes: treeBlocks(s.cfg.Images.Dir())}
+	u.Images = Usage{Count: len(imgs), Bytes: hostdir.Blocks(s.cfg.Images.Dir())}
 	sbs, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return nil, err
@@ -79,13 +78,13 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	u.Server.Bytes += b
 	for _, d := range []string{"agent", "run"} {
 		u.Server.Count++
-		u.Server.Bytes += treeBlocks(filepath.Join(s.cfg.DataDir, d))
+		u.Server.Bytes += hostdir.Blocks(filepath.Join(s.cfg.DataDir, d))
 	}
 	if ents, err := os.ReadDir(s.cfg.DataDir); err == nil {
 		for _, e := range ents {
 			if e.Type().IsRegular() { // the database and its journal, the key, the lock
 				u.Server.Count++
-				u.Server.Bytes += treeBlocks(filepath.Join(s.cfg.DataDir, e.Name()))
+				u.Server.Bytes += hostdir.Blocks(filepath.Join(s.cfg.DataDir, e.Name()))
 			}
 		}
 	}
@@ -93,21 +92,4 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 		return nil, err
 	}
 	return &u, nil
-}
-
-// treeBlocks is the disk space the files under dir take.
-func treeBlocks(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return n
 }

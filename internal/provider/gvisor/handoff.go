@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"golang.org/x/sys/unix"
@@ -79,17 +80,7 @@ func (p *Provider) MemoryPath(dir string) (path, note string) {
 
 // ramInUse is what the files in the RAM directory hold: checkpoints'
 // images not on disk yet, and forks' copies not yet restored.
-func (p *Provider) ramInUse() int64 {
-	ents, _ := os.ReadDir(p.opts.ImageRAM)
-	var n int64
-	for _, e := range ents {
-		var st unix.Stat_t
-		if unix.Stat(filepath.Join(p.opts.ImageRAM, e.Name()), &st) == nil {
-			n += st.Blocks * 512
-		}
-	}
-	return n
-}
+func (p *Provider) ramInUse() int64 { return hostdir.Blocks(p.opts.ImageRAM) }
 
 // ramBudget is the most the RAM directory may hold at once: a quarter of
 // the host's memory (twice the most one sandbox may stage there).

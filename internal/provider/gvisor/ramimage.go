@@ -67,8 +67,10 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 	}
 	ok, why := p.memoryHandoff(ctx)
 	var mem *os.File
-	n := int64(0)
-	if ok {
+	var n, budget int64
+	if !ok {
+		n, budget = p.memoryUsage(id), ramImageMax
+	} else {
 		// The memory file itself says what it holds (the cgroup does
 		// not count a memory file adopted at a restore).
 		var err error
@@ -77,13 +79,7 @@ func (p *Provider) StageImage(ctx context.Context, id, dir string) error {
 			return err
 		}
 		defer mem.Close()
-		n = allocated(mem)
-	} else {
-		n = p.memoryUsage(id)
-	}
-	budget := int64(ramImageMax)
-	if ok {
-		budget = p.handoffMax()
+		n, budget = allocated(mem), p.handoffMax()
 	}
 	if n <= 0 || n > budget {
 		if n <= 0 {
