@@ -15,57 +15,62 @@ func newListCmd(a *app) *cobra.Command {
 	var quiet, allProjects bool
 	cmd := &cobra.Command{
 		Use:     "list",
-		Aliases: []string{"ls", "ps"},
+		Aliases: []string{"ps"},
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			list := c.List
-			if allProjects {
-				list = c.ListAllProjects
-			}
-			all, err := list(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return printJSON(all)
-			}
-			if len(all) == 0 && !allProjects {
-				a.warnEmptyProject(cmd.Context(), c)
-			}
-			if quiet {
-				for _, sb := range all {
-					termsafe.Println(sb.ID)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			if allProjects {
-				termsafe.Fprintf(tw, "PROJECT\t")
-			}
-			termsafe.Fprintf(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED\n")
-			for _, sb := range all {
-				ip := sb.IP
-				if ip == "" {
-					ip = "-"
-				}
-				if allProjects {
-					termsafe.Fprintf(tw, "%s\t", sb.Project)
-				}
-				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
-					units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
-			}
-			return tw.Flush()
+			return listSandboxes(cmd, a, quiet, allProjects)
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only")
 	cmd.Flags().BoolVar(&allProjects, "all-projects", false, "list every project's sandboxes (a key of every project, or the socket)")
 	return cmd
+}
+
+// listSandboxes is `shard list` (and `shard ls` without arguments).
+func listSandboxes(cmd *cobra.Command, a *app, quiet, allProjects bool) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	list := c.List
+	if allProjects {
+		list = c.ListAllProjects
+	}
+	all, err := list(cmd.Context())
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(all)
+	}
+	if len(all) == 0 && !allProjects {
+		a.warnEmptyProject(cmd.Context(), c)
+	}
+	if quiet {
+		for _, sb := range all {
+			termsafe.Println(sb.ID)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	if allProjects {
+		termsafe.Fprintf(tw, "PROJECT\t")
+	}
+	termsafe.Fprintf(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED\n")
+	for _, sb := range all {
+		ip := sb.IP
+		if ip == "" {
+			ip = "-"
+		}
+		if allProjects {
+			termsafe.Fprintf(tw, "%s\t", sb.Project)
+		}
+		termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
+			units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))
+	}
+	return tw.Flush()
 }
 
 func newInspectCmd(a *app) *cobra.Command {

@@ -74,7 +74,7 @@ and imported images.`,
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "server's Unix socket (default "+client.DefaultSocket+", or SHARD_REMOTE)")
 	root.PersistentFlags().StringVar(&a.project, "project", "", "project to act in (default SHARD_PROJECT, else the key's own, else default)")
 	root.AddCommand(
-		newServeCmd(), newAgentCmd(), newCopyMemoryCmd(),
+		newServeCmd(), newAgentCmd(), newCopyMemoryCmd(), newFilesHelperCmd(),
 		newCreateCmd(a), newListCmd(a), newInspectCmd(a), newExecCmd(a),
 		newStopCmd(a), newStartCmd(a), newRemoveCmd(a), newForkCmd(a),
 		newSnapshotCmd(a), newCheckpointCmd(a), newRestoreCmd(a), newResumeCmd(a),
@@ -82,6 +82,7 @@ and imported images.`,
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
+		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a),
 	)
 	return root
 }

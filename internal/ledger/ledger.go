@@ -27,6 +27,8 @@ const (
 	SecretUngranted   = "sandbox.secret_ungranted"
 	PolicySet         = "sandbox.policy_set" // data: the store.Policy
 	PolicyCleared     = "sandbox.policy_cleared"
+	FilesWritten      = "sandbox.files_written" // data: FilesData
+	FilesRemoved      = "sandbox.files_removed" // data: FilesData
 )
 
 // GrantData is what sandbox.secret_granted and sandbox.secret_ungranted
@@ -244,4 +246,16 @@ func decode(e store.Event, v any) error {
 		return fmt.Errorf("ledger event %d (%s): %w", e.Seq, e.Type, err)
 	}
 	return nil
+}
+
+// FilesData is the data of files_written and files_removed: a change made
+// to a sandbox's files through the files API (its bytes are not kept, so
+// resume does not make it again).
+type FilesData struct {
+	Path      string `json:"path"`
+	Tar       bool   `json:"tar,omitempty"`       // files_written: a tar unpacked into the directory Path
+	Bytes     int64  `json:"bytes,omitempty"`     // files_written: bytes written
+	Files     int    `json:"files,omitempty"`     // files_written: files, directories and links made
+	Recursive bool   `json:"recursive,omitempty"` // files_removed
+	Error     string `json:"error,omitempty"`     // files_written: the code of a write that stopped part way
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -90,6 +91,17 @@ type Guest interface {
 // the container is deleted).
 type OOMCounter interface {
 	OOMKills(id string) int64
+}
+
+// Execer is a provider that can run a process in a running sandbox whose
+// stdio are the caller's own files: the way bulk data (a file copied in or
+// out) moves at the runtime's own speed, where the agent's connection
+// through a sandbox's network stack moves it several times slower.
+type Execer interface {
+	// ExecCommand is the host command that runs argv in container id as
+	// user uid:gid, in dir; the caller sets its stdio, starts and waits
+	// for it. A signal sent to it reaches the process inside.
+	ExecCommand(id string, uid, gid int, dir string, argv []string) *exec.Cmd
 }
 
 // PIDer is a provider that can name the host process whose end means the

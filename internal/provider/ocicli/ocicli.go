@@ -223,6 +223,17 @@ func (r Runtime) Detached(ctx context.Context, inst *provider.Instance, extra []
 	return nil
 }
 
+// ExecCommand is `RUNTIME exec --user UID:GID --cwd DIR ID ARGV...`, not
+// started: its stdio are the caller's (provider.Execer). runc and runsc both
+// forward the signals it gets to the process inside. It runs in a session
+// of its own, away from the server's signals.
+func (r Runtime) ExecCommand(id string, uid, gid int, dir string, argv []string) *exec.Cmd {
+	args := append(append([]string(nil), r.CLI.Global...), "exec", "--user", fmt.Sprintf("%d:%d", uid, gid), "--cwd", dir, id)
+	cmd := exec.Command(r.CLI.Binary, append(args, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd
+}
+
 // OOMKills is the host kernel's OOM kill count in the container's memory
 // cgroup (cgroup v1), and in those below it named subs.
 func OOMKills(id string, subs ...string) int64 {

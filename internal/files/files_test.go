@@ -1,0 +1,248 @@
+package files
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// archive builds a tar from entries.
+func archive(t *testing.T, entries ...*tar.Header) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range entries {
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = strings.Repeat("x", int(h.Size))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, body)
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+func reg(name string, size int64, mode int64) *tar.Header {
+	return &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: size, Mode: mode, ModTime: time.Unix(1e9, 0)}
+}
+
+func TestUnpackRefusesWhatLeadsOut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []*tar.Header
+		code    string
+		made    []string // relative to dest, must exist after
+	}{
+		{"dotdot", []*tar.Header{reg("../up", 1, 0o644)}, CodeUnsafe, nil},
+		{"dotdot inside", []*tar.Header{reg("a/../../up", 1, 0o644)}, CodeUnsafe, nil},
+		{"absolute name is made relative", []*tar.Header{reg("/abs", 1, 0o644)}, "", []string{"abs"}},
+		{"through an absolute symlink", []*tar.Header{
+			{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: "/"},
+			reg("esc/owned", 1, 0o644)}, CodeUnsafe, []string{"esc"}},
+		{"through a relative symlink out", []*tar.Header{
+			{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: "../.."},
+			reg("esc/owned", 1, 0o644)}, CodeUnsafe, nil},
+		{"hard link out", []*tar.Header{{Name: "hl", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}}, CodeUnsafe, nil},
+		{"hard link through a symlink out", []*tar.Header{
+			{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+			{Name: "hl", Typeflag: tar.TypeLink, Linkname: "esc/passwd"}}, CodeUnsafe, nil},
+		{"hard link inside", []*tar.Header{reg("a", 2, 0o644), {Name: "b", Typeflag: tar.TypeLink, Linkname: "a"}}, "", []string{"a", "b"}},
+		{"symlink that leads out is made, not followed", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"}}, "", []string{"l"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top := t.TempDir()
+			dest := filepath.Join(top, "a", "b")
+			os.MkdirAll(dest, 0o755)
+			res := Unpack(bytes.NewReader(archive(t, tc.entries...)), dest, UnpackOptions{})
+			if tc.code == "" && !res.OK {
+				t.Fatalf("refused: %s: %s", res.Code, res.Message)
+			}
+			if tc.code != "" && (res.OK || res.Code != tc.code) {
+				t.Fatalf("got ok=%v code %q (%s), want %s", res.OK, res.Code, res.Message, tc.code)
+			}
+			for _, m := range tc.made {
+				if _, err := os.Lstat(filepath.Join(dest, m)); err != nil {
+					t.Errorf("%s was not made: %v", m, err)
+				}
+			}
+			// Nothing outside dest.
+			filepath.Walk(top, func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !strings.HasPrefix(p, dest) && p != top && p != filepath.Dir(dest) {
+					t.Errorf("%s was made outside the destination", p)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestUnpackSanitises(t *testing.T) {
+	dest := t.TempDir()
+	res := Unpack(bytes.NewReader(archive(t,
+		reg("suid", 1, 0o4755),
+		&tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666},
+		&tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o644},
+		&tar.Header{Name: "sgid-dir/", Typeflag: tar.TypeDir, Mode: 0o2775, ModTime: time.Unix(1e9, 0)},
+		reg("sgid-dir/f", 3, 0o640),
+	)), dest, UnpackOptions{})
+	if !res.OK {
+		t.Fatalf("%s: %s", res.Code, res.Message)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "suid")); err != nil || fi.Mode()&os.ModeSetuid != 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("suid: %v %v, want 0755 without setuid", fi.Mode(), err)
+	}
+	for _, gone := range []string{"null", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(dest, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was made (%v)", gone, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "sgid-dir")); err != nil || fi.Mode()&os.ModeSetgid == 0 || !fi.ModTime().Equal(time.Unix(1e9, 0)) {
+		t.Errorf("sgid-dir: %v %v %v, want setgid kept and its time", fi.Mode(), fi.ModTime(), err)
+	}
+	if len(res.Notes) != 3 || res.Files != 3 {
+		t.Errorf("notes %q files %d, want 3 notes (setuid, device, fifo) and 3 files", res.Notes, res.Files)
+	}
+}
+
+func TestUnpackRename(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "top", "sub"), 0o750)
+	os.WriteFile(filepath.Join(src, "top", "sub", "f"), []byte("hi"), 0o600)
+	os.Symlink("sub/f", filepath.Join(src, "top", "l"))
+	os.Link(filepath.Join(src, "top", "sub", "f"), filepath.Join(src, "top", "hl"))
+	var b bytes.Buffer
+	if err := WriteTar(&b, filepath.Join(src, "top"), "top", false); err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	rename := func(n string) (string, bool) {
+		if n == "top" {
+			return "other", true
+		}
+		rest, ok := strings.CutPrefix(n, "top/")
+		return "other/" + rest, ok
+	}
+	if res := Unpack(bytes.NewReader(b.Bytes()), dest, UnpackOptions{Rename: rename}); !res.OK {
+		t.Fatalf("%s: %s", res.Code, res.Message)
+	}
+	if got, err := os.ReadFile(filepath.Join(dest, "other", "l")); err != nil || string(got) != "hi" {
+		t.Errorf("other/l reads %q %v", got, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "other", "sub")); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("other/sub: %v %v, want 0750", fi.Mode(), err)
+	}
+	a, _ := os.Stat(filepath.Join(dest, "other", "sub", "f"))
+	h, _ := os.Stat(filepath.Join(dest, "other", "hl"))
+	if a == nil || h == nil || !os.SameFile(a, h) {
+		t.Errorf("other/hl is not a hard link of other/sub/f")
+	}
+}
+
+func TestChunkReader(t *testing.T) {
+	var b bytes.Buffer
+	w := NewChunkWriter(&b)
+	w.Write([]byte("hello "))
+	w.Write([]byte("world"))
+	whole := append([]byte(nil), b.Bytes()...)
+	w.Close()
+	got, err := io.ReadAll(NewChunkReader(bytes.NewReader(b.Bytes())))
+	if err != nil || string(got) != "hello world" {
+		t.Fatalf("read %q %v", got, err)
+	}
+	// Without its end, or cut inside a chunk: never a clean EOF.
+	for _, cut := range [][]byte{whole, whole[:len(whole)-2], whole[:2]} {
+		_, err := io.ReadAll(NewChunkReader(bytes.NewReader(cut)))
+		var fe *Error
+		if !errors.As(err, &fe) || fe.Code != CodeShortBody {
+			t.Errorf("%d bytes: err %v, want %s", len(cut), err, CodeShortBody)
+		}
+	}
+}
+
+func TestPutFileIsWholeOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	os.WriteFile(p, []byte("old"), 0o640)
+	// An upload that breaks off leaves the old file, and no temporary one.
+	var b bytes.Buffer
+	w := NewChunkWriter(&b)
+	w.Write([]byte("new content"))
+	res := Put(context.Background(), NewChunkReader(&b), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1})
+	if res.OK || res.Code != CodeShortBody {
+		t.Fatalf("got %+v, want %s", res, CodeShortBody)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "old" {
+		t.Errorf("the file holds %q, want the old one", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d entries left, want 1", len(ents))
+	}
+	// A whole one replaces it, keeping its mode.
+	b.Reset()
+	w.Write([]byte("new"))
+	w.Close()
+	res = Put(context.Background(), NewChunkReader(&b), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: 3})
+	if !res.OK || res.Bytes != 3 {
+		t.Fatalf("got %+v", res)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v, want the replaced file's 0640", fi.Mode())
+	}
+	// The length is checked.
+	res = Put(context.Background(), strings.NewReader("abc"), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: 4})
+	if res.OK || res.Code != CodeShortBody {
+		t.Errorf("a short body: %+v", res)
+	}
+}
+
+func TestPathsAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	for _, tc := range []struct {
+		name string
+		res  Result
+		code string
+	}{
+		{"relative", Stat("etc/passwd", false), CodeInvalid},
+		{"nul", Stat("/a\x00b", false), CodeInvalid},
+		{"missing", Stat(filepath.Join(dir, "nope"), false), CodeNotFound},
+		{"list a file", List(filepath.Join(dir, "f"), 0), CodeNotDir},
+		{"remove root", Remove("/", true), CodeInvalid},
+		{"remove a full dir", Remove(filepath.Dir(dir), false), CodeNotEmpty},
+		{"put onto a dir", Put(context.Background(), strings.NewReader(""), dir, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeIsDir},
+		{"put without its dir", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "no", "f"), PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeNotFound},
+		{"tar onto a file", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "f"), PutOptions{Tar: true}), CodeNotDir},
+	} {
+		if tc.res.OK || tc.res.Code != tc.code {
+			t.Errorf("%s: got ok=%v %q (%s), want %s", tc.name, tc.res.OK, tc.res.Code, tc.res.Message, tc.code)
+		}
+	}
+	var b bytes.Buffer
+	if err := Get(&b, dir, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ReadResult(bufio.NewReader(&b)); err != nil || res.Code != CodeIsDir {
+		t.Errorf("get of a directory: %+v %v, want %s", res, err, CodeIsDir)
+	}
+}
+
+func TestReadResultIsBounded(t *testing.T) {
+	long := strings.Repeat("x", MaxResultLine+10)
+	if _, err := ReadResult(bufio.NewReader(strings.NewReader(long))); err == nil {
+		t.Fatal("an answer past the bound was taken")
+	}
+	if _, err := ReadResult(bufio.NewReader(strings.NewReader("not json\n"))); err == nil {
+		t.Fatal("an answer that is not JSON was taken")
+	}
+}

@@ -1,0 +1,226 @@
+package files
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+func sortInfos(in []Info) {
+	slices.SortFunc(in, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// copyBuf is the size of the reads and writes that move a file's bytes:
+// few trips through a gVisor Sentry, and a bounded amount in flight.
+const copyBuf = 1 << 20
+
+// Get writes to w the Result line, then the bytes of file p (following
+// symlinks, as cat does) or, with asTar, a tar of p: a directory with all
+// it holds, named from p's last element. A symlink is archived as one,
+// except p itself with follow. A failure before the first byte is a failed
+// Result (and Get returns nil); the error it returns is one that came after
+// the bytes began, or a write to w that failed.
+func Get(w io.Writer, p string, asTar, follow bool) error {
+	p, err := CheckPath(p)
+	if err != nil {
+		return WriteResult(w, Failed(err))
+	}
+	if !asTar {
+		return getFile(w, p)
+	}
+	return getTar(w, p, follow)
+}
+
+func getFile(w io.Writer, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return WriteResult(w, Failed(pathErr(p, err)))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return WriteResult(w, Failed(pathErr(p, err)))
+	}
+	if fi.IsDir() {
+		return WriteResult(w, Failed(fail(CodeIsDir, "%s is a directory: ask for a tar of it (shard cp), or list it (shard ls)", p)))
+	}
+	if !fi.Mode().IsRegular() {
+		return WriteResult(w, Failed(fail(CodeNotRegular, "%s is not a regular file (%s)", p, infoOf(p, fi).Type)))
+	}
+	in := infoOf(p, fi)
+	if err := WriteResult(w, Result{OK: true, Info: &in}); err != nil {
+		return err
+	}
+	// Exactly the size the answer gave: a file that grows meanwhile (a log)
+	// is cut there, one that shrinks fails the read.
+	n, err := copyPlain(w, io.LimitReader(f, in.Size), make([]byte, copyBuf))
+	if err == nil && n < in.Size {
+		err = fmt.Errorf("%s shrank from %d to %d bytes while it was read", p, in.Size, n)
+	}
+	return err
+}
+
+func getTar(w io.Writer, p string, follow bool) error {
+	fi, err := os.Lstat(p)
+	if err == nil && follow && fi.Mode()&fs.ModeSymlink != 0 {
+		fi, err = os.Stat(p)
+	}
+	if err != nil {
+		return WriteResult(w, Failed(pathErr(p, err)))
+	}
+	in := infoOf(p, fi)
+	if err := WriteResult(w, Result{OK: true, Info: &in}); err != nil {
+		return err
+	}
+	// With follow the walk starts where p leads, and its entries are
+	// named from p.
+	root := p
+	if follow {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			root = r
+		}
+	}
+	base := path.Base(p)
+	if p == "/" {
+		base = "."
+	}
+	return WriteTar(w, root, base, false)
+}
+
+// WriteTar writes a tar of root (a directory with all it holds, or one
+// file; a symlink as one) to w, its entries named from base; with
+// contentsOnly, root itself is left out and what it holds is named from
+// "." (a copy of its contents). Owners are numeric only; a file that has
+// several links is archived once, the others as hard links to it.
+func WriteTar(w io.Writer, root, base string, contentsOnly bool) error {
+	if contentsOnly {
+		base = "."
+	}
+	tw := &tarWriter{tw: tar.NewWriter(w), links: map[fileKey]string{}, buf: make([]byte, copyBuf)}
+	err := filepath.WalkDir(root, func(fp string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && fp != root {
+				return nil // removed meanwhile
+			}
+			return err
+		}
+		if contentsOnly && fp == root {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, fp)
+		name := path.Join(base, filepath.ToSlash(rel))
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		return tw.add(fp, name, fi)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.tw.Close()
+}
+
+type fileKey struct{ dev, ino uint64 }
+
+type tarWriter struct {
+	tw    *tar.Writer
+	links map[fileKey]string // a file with more than one link: its first name
+	buf   []byte
+}
+
+func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
+	if fi.Mode()&fs.ModeSocket != 0 {
+		return nil // a tar cannot hold one
+	}
+	link := ""
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		var err error
+		if link, err = os.Readlink(fp); err != nil {
+			return err
+		}
+	}
+	hdr, err := tar.FileInfoHeader(fi, link)
+	if err != nil {
+		return err
+	}
+	hdr.Name = name
+	if fi.IsDir() {
+		hdr.Name += "/"
+	}
+	hdr.Uname, hdr.Gname = "", "" // numeric owners only: names would be the sandbox's
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+		k := fileKey{uint64(st.Dev), st.Ino}
+		if first, ok := t.links[k]; ok {
+			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+			return t.tw.WriteHeader(hdr)
+		}
+		t.links[k] = name
+	}
+	if !fi.Mode().IsRegular() {
+		return t.tw.WriteHeader(hdr)
+	}
+	// O_NOFOLLOW: a file swapped for a symlink since the walk saw it is
+	// not followed; the archive holds what the walk saw or nothing.
+	f, err := os.OpenFile(fp, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	if err := t.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := copyPlain(t.tw, io.LimitReader(f, hdr.Size), t.buf)
+	if err != nil {
+		return err
+	}
+	// A file that shrank while it was read is padded with zeros: the
+	// header promised its size.
+	for n < hdr.Size {
+		k := min(int64(len(t.buf)), hdr.Size-n)
+		clear(t.buf[:k])
+		m, err := t.tw.Write(t.buf[:k])
+		if err != nil {
+			return err
+		}
+		n += int64(m)
+	}
+	return nil
+}
+
+// copyPlain copies with reads and writes of buf's size, never by
+// ReadFrom or WriteTo: in a gVisor sandbox the splice and sendfile those
+// choose moved a file into a pipe ten times slower than plain writes.
+func copyPlain(w io.Writer, r io.Reader, buf []byte) (int64, error) {
+	var n int64
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			m, werr := w.Write(buf[:k])
+			n += int64(m)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}

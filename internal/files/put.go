@@ -1,0 +1,516 @@
+package files
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PutOptions say how Put writes.
+type PutOptions struct {
+	Tar     bool      // the input is a tar to unpack into the directory p (made if missing)
+	Mode    int64     // a file's mode (07777); -1: the replaced file's, or 0644
+	UID     int       // a file's owner; -1: the replaced file's, or root
+	GID     int       // -1 as UID
+	MTime   time.Time // a file's modification time; zero: now
+	Size    int64     // the input's length when known (-1): a shorter input writes nothing
+	Parents bool      // make a file's missing parent directories
+}
+
+// maxNotes bounds the notes a Result carries.
+const maxNotes = 100
+
+// Put writes what r holds at p: one file, replaced whole (written beside it
+// and renamed over it, so a reader never sees half of it and a failure
+// leaves the old one), or with Tar the entries of an archive under the
+// directory p. Cancelling ctx (the helper's SIGTERM) stops it and removes
+// the file being written.
+func Put(ctx context.Context, r io.Reader, p string, o PutOptions) Result {
+	p, err := CheckPath(p)
+	if err != nil {
+		return Failed(err)
+	}
+	r = &ctxReader{ctx: ctx, r: r}
+	if o.Tar {
+		return putTar(r, p)
+	}
+	return putFile(r, p, o)
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fail(CodeShortBody, "the upload was cancelled")
+	}
+	return c.r.Read(p)
+}
+
+// resolve follows p while it is a symlink (a write through a link writes
+// what it names, as a shell's > does), at most 40 times.
+func resolve(p string) (string, error) {
+	for range 40 {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		t, err := os.Readlink(p)
+		if err != nil {
+			return "", pathErr(p, err)
+		}
+		if !path.IsAbs(t) {
+			t = path.Join(path.Dir(p), t)
+		}
+		p = path.Clean(t)
+	}
+	return "", fail(CodeInvalid, "%s: too many levels of symbolic links", p)
+}
+
+func putFile(r io.Reader, p string, o PutOptions) Result {
+	if p == "/" {
+		return Failed(fail(CodeIsDir, "/ is a directory"))
+	}
+	target, err := resolve(p)
+	if err != nil {
+		return Failed(err)
+	}
+	mode := fs.FileMode(0o644)
+	uid, gid := -1, -1
+	if fi, err := os.Stat(target); err == nil {
+		if fi.IsDir() {
+			return Failed(fail(CodeIsDir, "%s is a directory: copy a file into it by its name (%s/NAME), or send a tar", p, p))
+		}
+		if !fi.Mode().IsRegular() {
+			return Failed(fail(CodeNotRegular, "%s is not a regular file (%s): remove it first", p, infoOf(target, fi).Type))
+		}
+		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return Failed(pathErr(p, err))
+	}
+	if o.Mode >= 0 {
+		mode = goMode(uint32(o.Mode))
+	}
+	if o.UID >= 0 {
+		uid = o.UID
+	}
+	if o.GID >= 0 {
+		gid = o.GID
+	}
+	dir := path.Dir(target)
+	if o.Parents {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return Failed(pathErr(dir, err))
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Failed(fail(CodeNotFound, "directory %s does not exist (make it first, or ask to make parents)", dir))
+		}
+		return Failed(pathErr(dir, err))
+	} else if !fi.IsDir() {
+		return Failed(fail(CodeNotDir, "%s is not a directory", dir))
+	}
+	tmp, err := os.CreateTemp(dir, ".shard-write-*")
+	if err != nil {
+		return Failed(pathErr(dir, err))
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	n, err := copyFull(tmp, r)
+	if err != nil {
+		return Failed(writeErr(p, n, err))
+	}
+	if o.Size >= 0 && n != o.Size {
+		return Failed(fail(CodeShortBody, "%s: the upload ended after %d of its %d bytes: nothing was written", p, n, o.Size))
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return Failed(pathErr(p, err))
+		}
+	}
+	// After the chown, which clears setuid and setgid.
+	if err := tmp.Chmod(mode); err != nil {
+		return Failed(pathErr(p, err))
+	}
+	if err := tmp.Close(); err != nil {
+		return Failed(writeErr(p, n, err))
+	}
+	if !o.MTime.IsZero() {
+		if err := os.Chtimes(tmp.Name(), time.Time{}, o.MTime); err != nil {
+			return Failed(pathErr(p, err))
+		}
+	}
+	if err := os.Rename(tmp.Name(), target); err != nil {
+		return Failed(pathErr(p, err))
+	}
+	done = true
+	return Result{OK: true, Bytes: n, Files: 1}
+}
+
+// writeErr says why writing p failed after n bytes.
+func writeErr(p string, n int64, err error) error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if classify(err) == CodeDiskFull {
+		return fail(CodeDiskFull, "%s: the disk is full after %d bytes: nothing was written", p, n)
+	}
+	return pathErr(p, err)
+}
+
+// escapes reports an os.Root refusal of a name that leads out of the root
+// (os has no exported error for it).
+func escapes(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// unpacker unpacks one archive into a directory.
+type unpacker struct {
+	root  *os.Root
+	dest  string
+	opts  UnpackOptions
+	res   Result
+	dirs  []dirTime // directories' times, set last (their entries change them)
+	buf   []byte
+	notes int // notes left out past maxNotes
+}
+
+type dirTime struct {
+	name  string
+	mtime time.Time
+}
+
+func (u *unpacker) note(format string, args ...any) {
+	if len(u.res.Notes) < maxNotes {
+		u.res.Notes = append(u.res.Notes, fmt.Sprintf(format, args...))
+	} else {
+		u.notes++
+	}
+}
+
+func putTar(r io.Reader, p string) Result {
+	if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		return Failed(fail(CodeNotDir, "%s is not a directory: a tar unpacks into a directory", p))
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return Failed(pathErr(p, err))
+	}
+	res := Unpack(r, p, UnpackOptions{KeepOwner: true})
+	// Whatever follows the archive's end (padding) is read, so the sender
+	// is not left blocked.
+	io.Copy(io.Discard, r)
+	return res
+}
+
+// UnpackOptions say how Unpack names and owns what it makes.
+type UnpackOptions struct {
+	// Rename maps an entry's name (cleaned, relative) to the name it gets
+	// under the destination; false leaves the entry out. Nil keeps names.
+	Rename func(name string) (string, bool)
+	// KeepOwner gives entries the owner the archive says (as root);
+	// otherwise they belong to whoever unpacks.
+	KeepOwner bool
+}
+
+// Unpack unpacks the tar r into the directory dest, which must exist.
+// Nothing it makes can be outside dest: an entry named out of it, a hard
+// link to outside, or a path through a symlink that leads out is refused
+// (os.Root); device nodes and FIFOs are skipped and setuid and setgid bits
+// of files removed, each said in Notes. What was made before a refused or
+// broken entry stays, and the failure says how much that was.
+func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return Failed(pathErr(dest, err))
+	}
+	defer root.Close()
+	u := &unpacker{root: root, dest: dest, opts: o, res: Result{OK: true}, buf: make([]byte, copyBuf)}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var fe *Error
+			if errors.As(err, &fe) {
+				return u.failed(err)
+			}
+			return u.failed(fail(CodeBadArchive, "the archive is not a valid tar after %d entries: %v", u.res.Files, err))
+		}
+		if err := u.entry(tr, hdr); err != nil {
+			return u.failed(err)
+		}
+	}
+	slices.Reverse(u.dirs) // deepest last made, first set
+	for _, d := range u.dirs {
+		root.Chtimes(d.name, time.Time{}, d.mtime)
+	}
+	if u.notes > 0 {
+		u.res.Notes = append(u.res.Notes, fmt.Sprintf("and %d more", u.notes))
+	}
+	return u.res
+}
+
+// failed is the Result of an unpack that stopped at an entry: what was
+// made before it stays, and the message says how much that was.
+func (u *unpacker) failed(err error) Result {
+	res := Failed(err)
+	if u.res.Files > 0 {
+		res.Message += fmt.Sprintf(" (%d entries before it were unpacked into %s)", u.res.Files, u.dest)
+	}
+	res.Files, res.Bytes = u.res.Files, u.res.Bytes
+	return res
+}
+
+// entryName is hdr's name relative to the destination, or "" for the
+// destination itself; a name that climbs out of it is refused.
+func entryName(name string) (string, error) {
+	n := strings.TrimLeft(name, "/")
+	n = path.Clean("/" + n)[1:]
+	if n == "" {
+		return "", nil
+	}
+	for _, el := range strings.Split(strings.TrimLeft(name, "/"), "/") {
+		if el == ".." {
+			return "", fail(CodeUnsafe, "entry %q climbs out of the destination (..): refused", name)
+		}
+	}
+	if strings.IndexByte(n, 0) >= 0 || len(n) > MaxPath {
+		return "", fail(CodeUnsafe, "entry %q has a name no file can have", name)
+	}
+	return n, nil
+}
+
+func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
+	name, err := entryName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if u.opts.Rename != nil {
+		var keep bool
+		if name, keep = u.opts.Rename(name); !keep {
+			return nil
+		}
+		if name, err = entryName(name); err != nil {
+			return err
+		}
+	}
+	mode := uint32(hdr.Mode) & 0o7777
+	if mode&0o6000 != 0 && hdr.Typeflag != tar.TypeDir {
+		u.note("%s: setuid/setgid bit removed", hdr.Name)
+		mode &^= 0o6000
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if name == "" {
+			// The destination itself ("./"): it keeps its own owner and
+			// mode (a copy into /tmp must not take /tmp's sticky bit).
+			return nil
+		}
+		if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
+			return u.entryErr(hdr, err)
+		}
+		if err := u.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return u.entryErr(hdr, err)
+		}
+		if fi, err := u.root.Lstat(name); err != nil || !fi.IsDir() {
+			return fail(CodeNotDir, "entry %q: %s is in the way and is not a directory", hdr.Name, path.Join(u.dest, name))
+		}
+		u.attrs(name, hdr, uint32(hdr.Mode)&0o3777) // setgid on a directory only passes its group on
+		u.dirs = append(u.dirs, dirTime{name, hdr.ModTime})
+	case tar.TypeReg, tar.TypeGNUSparse, '\x00':
+		if name == "" {
+			return fail(CodeUnsafe, "entry %q is a file in place of the destination directory", hdr.Name)
+		}
+		if err := u.clear(name, hdr); err != nil {
+			return err
+		}
+		f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return u.entryErr(hdr, err)
+		}
+		n, err := copyFullBuf(f, tr, u.buf)
+		cerr := f.Close()
+		if err == nil {
+			err = cerr
+		}
+		if err != nil {
+			u.root.Remove(name)
+			var fe *Error
+			if errors.As(err, &fe) {
+				return err
+			}
+			if classify(err) == CodeDiskFull {
+				return fail(CodeDiskFull, "entry %q: the disk is full after %d bytes of it", hdr.Name, n)
+			}
+			if classify(err) == CodeIO && !isErrno(err) {
+				return fail(CodeBadArchive, "entry %q: the archive ends inside it: %v", hdr.Name, err)
+			}
+			return u.entryErr(hdr, err)
+		}
+		u.res.Bytes += n
+		u.attrs(name, hdr, mode)
+		if !hdr.ModTime.IsZero() {
+			u.root.Chtimes(name, time.Time{}, hdr.ModTime)
+		}
+	case tar.TypeSymlink:
+		if name == "" {
+			return fail(CodeUnsafe, "entry %q is a symlink in place of the destination directory", hdr.Name)
+		}
+		if err := u.clear(name, hdr); err != nil {
+			return err
+		}
+		// The target is the sandbox's business: the link is made as
+		// written, and nothing below is written through a link that leads
+		// out of the destination (os.Root refuses that).
+		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
+			return u.entryErr(hdr, err)
+		}
+		if u.opts.KeepOwner && hdr.Uid >= 0 && hdr.Gid >= 0 {
+			u.root.Lchown(name, hdr.Uid, hdr.Gid)
+		}
+	case tar.TypeLink:
+		old, err := entryName(hdr.Linkname)
+		if err != nil || old == "" {
+			return fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
+		}
+		if u.opts.Rename != nil {
+			var keep bool
+			if old, keep = u.opts.Rename(old); !keep || old == "" {
+				u.note("%s: a hard link to %s, which is not copied: skipped", hdr.Name, hdr.Linkname)
+				return nil
+			}
+		}
+		if err := u.clear(name, hdr); err != nil {
+			return err
+		}
+		if err := u.root.Link(old, name); err != nil {
+			if escapes(err) {
+				return fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
+			}
+			return u.entryErr(hdr, err)
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		u.note("%s: a device node, skipped (shard makes no device nodes)", hdr.Name)
+		return nil
+	case tar.TypeFifo:
+		u.note("%s: a FIFO, skipped", hdr.Name)
+		return nil
+	case tar.TypeXGlobalHeader:
+		return nil
+	default:
+		u.note("%s: entry type %q skipped", hdr.Name, hdr.Typeflag)
+		return nil
+	}
+	u.res.Files++
+	return nil
+}
+
+func isErrno(err error) bool {
+	var errno syscall.Errno
+	return errors.As(err, &errno)
+}
+
+// clear removes what is at name before a file, link or symlink is made
+// there (as tar does): never a directory that holds anything.
+func (u *unpacker) clear(name string, hdr *tar.Header) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := u.root.MkdirAll(dir, 0o755); err != nil {
+			return u.entryErr(hdr, err)
+		}
+	}
+	fi, err := u.root.Lstat(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return u.entryErr(hdr, err)
+	}
+	if err := u.root.Remove(name); err != nil {
+		if fi.IsDir() {
+			return fail(CodeNotEmpty, "entry %q: %s is a directory that is not empty", hdr.Name, path.Join(u.dest, name))
+		}
+		return u.entryErr(hdr, err)
+	}
+	return nil
+}
+
+// attrs gives name hdr's owner, then mode (a chown clears setuid bits).
+// A failure to set them is not fatal; it is noted.
+func (u *unpacker) attrs(name string, hdr *tar.Header, mode uint32) {
+	n := name
+	if u.opts.KeepOwner && hdr.Uid >= 0 && hdr.Gid >= 0 {
+		if err := u.root.Lchown(n, hdr.Uid, hdr.Gid); err != nil {
+			u.note("%s: owner not set: %v", hdr.Name, unwrapErrno(err))
+		}
+	}
+	if err := u.root.Chmod(n, goMode(mode)); err != nil {
+		u.note("%s: mode not set: %v", hdr.Name, unwrapErrno(err))
+	}
+}
+
+func (u *unpacker) entryErr(hdr *tar.Header, err error) error {
+	if escapes(err) {
+		return fail(CodeUnsafe, "entry %q leads out of the destination through a symlink: refused", hdr.Name)
+	}
+	code := classify(err)
+	if code == CodeDiskFull {
+		return fail(code, "entry %q: the disk is full", hdr.Name)
+	}
+	return fail(code, "entry %q: %v", hdr.Name, unwrapErrno(err))
+}
+
+// copyFull copies r to f in writes of copyBuf bytes (but the last): a
+// pipe's reads come in pieces, and each write into a gVisor sandbox's file
+// is a trip through its Sentry and gofer.
+func copyFull(f *os.File, r io.Reader) (int64, error) {
+	return copyFullBuf(f, r, make([]byte, copyBuf))
+}
+
+func copyFullBuf(f *os.File, r io.Reader, buf []byte) (int64, error) {
+	var n int64
+	for {
+		k := 0
+		var rerr error
+		for k < len(buf) && rerr == nil {
+			var m int
+			m, rerr = r.Read(buf[k:])
+			k += m
+		}
+		if k > 0 {
+			m, werr := f.Write(buf[:k])
+			n += int64(m)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}

@@ -1,0 +1,508 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/files"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
+	"golang.org/x/sys/unix"
+)
+
+// Files in and out of a sandbox go through `shard files-helper` (see
+// internal/files): inside a running sandbox, an exec of the agent's binary
+// as root, so gVisor's Sentry sees every change and the sandbox's own
+// kernel resolves every path; for a stopped one, the server's binary on the
+// host, chrooted into the sandbox's files mounted for the while. The server
+// never opens a path inside a sandbox's files itself.
+
+// agentBinary is where every sandbox has the shard binary (installAgent).
+const agentBinary = "/.shard/shard"
+
+// fileHelper is one run of the helper.
+type fileHelper struct {
+	out  *bufio.Reader  // its stdout
+	in   io.WriteCloser // its stdin, framed (files.ChunkWriter); nil without
+	kill func()         // asks it to stop (a put removes what it half wrote)
+	wait func() error   // waits for its end: nil, or why it failed (its stderr)
+	done func()         // lets go of it (and of a stopped sandbox's files)
+}
+
+// helperRunning runs the helper in a running sandbox, through its
+// runtime's exec: its stdio are host pipes, the fastest way in and out.
+func (s *Service) helperRunning(sb *store.Sandbox, args []string, stdin bool) (*fileHelper, error) {
+	ex, ok := s.providers[sb.Provider].(provider.Execer)
+	if !ok {
+		return nil, errdefs.Unsupported("provider %s cannot move files in and out of a running sandbox: stop it first", sb.Provider)
+	}
+	cmd := ex.ExecCommand(sb.ID, 0, 0, "/", append([]string{agentBinary, files.HelperCommand}, args...))
+	return startHelper(cmd, stdin, func() {})
+}
+
+// helperExit is nil for a helper that ended well, else why it did not.
+func helperExit(code, signal int, msg, stderr string) error {
+	if code == 0 && signal == 0 {
+		return nil
+	}
+	why := strings.TrimSpace(stderr)
+	if why == "" {
+		why = msg
+	}
+	if why == "" {
+		why = "exit status " + strconv.Itoa(code)
+		if signal != 0 {
+			why = "killed by signal " + strconv.Itoa(signal)
+		}
+	}
+	return errors.New(tail(why, 400))
+}
+
+// helperHost runs the helper on the host for a stopped sandbox: its files
+// are mounted (the sandbox stays locked meanwhile, so it cannot start) and
+// the helper chroots into them.
+func (s *Service) helperHost(ctx context.Context, sb *store.Sandbox, unlock func(), args []string, stdin bool) (_ *fileHelper, err error) {
+	img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.Name, err)
+	}
+	dir := filepath.Join(s.runDir(sb.ID), "files")
+	if err := s.cfg.Storage.Mount(ctx, sb.ID, img.Layers, dir); err != nil {
+		unlock()
+		return nil, err
+	}
+	release := func() {
+		if err := rootfs.Unmount(dir); err != nil {
+			s.cfg.Log.Warn("files: unmount", "sandbox", sb.ID, "err", err)
+		}
+		s.cfg.Storage.Detach(sb.ID)
+		os.Remove(dir)
+		unlock()
+	}
+	cmd := exec.Command(s.cfg.AgentBinary, append([]string{files.HelperCommand, "--root", dir}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	h, err := startHelper(cmd, stdin, release)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return h, nil
+}
+
+// startHelper starts cmd, the helper, with its stdio on pipes; release
+// runs once it has ended and been let go of.
+func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error) {
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedBuffer{b: &stderr, max: 64 << 10}
+	var in io.WriteCloser
+	var err error
+	if stdin {
+		if in, err = cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	// Big pipes: the helper writes (and reads) a megabyte at a time, and
+	// from a gVisor sandbox each trip through a 64 KiB pipe is a trip
+	// through the Sentry. Measured: a 128 MiB read took 40% less time.
+	for _, p := range []any{in, out} {
+		if c, ok := p.(syscall.Conn); ok {
+			if rc, err := c.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+			}
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the files helper: %w", err)
+	}
+	var waitErr error
+	waited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(waited)
+	}()
+	h := &fileHelper{
+		out:  bufio.NewReaderSize(out, 64<<10),
+		kill: func() { cmd.Process.Signal(syscall.SIGTERM) },
+		wait: func() error {
+			<-waited
+			if waitErr == nil {
+				return nil
+			}
+			var ee *exec.ExitError
+			if errors.As(waitErr, &ee) {
+				return helperExit(ee.ExitCode(), 0, "", stderr.String())
+			}
+			return waitErr
+		},
+	}
+	var once sync.Once
+	h.done = func() {
+		once.Do(func() {
+			if in != nil {
+				in.Close()
+			}
+			select {
+			case <-waited:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-waited
+			}
+			release()
+		})
+	}
+	if stdin {
+		// Chunks are as big as the body's reads; the buffer makes every
+		// write into the pipe a full one.
+		bw := bufio.NewWriterSize(in, 1<<20)
+		h.in = &chunkStdin{ChunkWriter: files.NewChunkWriter(bw), w: bw, c: in}
+	}
+	return h, nil
+}
+
+// chunkStdin flushes and closes the pipe once the end chunk is written.
+type chunkStdin struct {
+	*files.ChunkWriter
+	w *bufio.Writer
+	c io.Closer
+}
+
+func (c *chunkStdin) Close() error {
+	err := c.ChunkWriter.Close()
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if cerr := c.c.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type limitedBuffer struct {
+	mu  sync.Mutex
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// helper starts the helper for sb as its state allows: inside it when it
+// runs, on the host when it is stopped (or failed: its files are there to
+// look at), refused while it is changing.
+func (s *Service) helper(ctx context.Context, idOrName, verb string, args []string, stdin bool) (*store.Sandbox, *fileHelper, error) {
+	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch sb.State {
+	case StateRunning:
+		h, err := s.helperRunning(sb, args, stdin)
+		return sb, h, err
+	case StateStopped, StateFailed:
+		sb, unlock, err := s.lockSandbox(ctx, sb.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		if sb.State != StateStopped && sb.State != StateFailed {
+			unlock()
+			return s.helper(ctx, sb.ID, verb, args, stdin)
+		}
+		h, err := s.helperHost(ctx, sb, unlock, args, stdin)
+		return sb, h, err
+	case StateFreezing:
+		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
+	}
+	return nil, nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: %s its files when that is done", sb.Name, sb.State, verb)
+}
+
+// answer reads the helper's Result; a helper that gave none says why (its
+// exit), and one that failed is an API error.
+func (s *Service) answer(sb *store.Sandbox, h *fileHelper) (files.Result, error) {
+	res, err := files.ReadResult(h.out)
+	if err != nil {
+		if werr := h.wait(); werr != nil {
+			err = werr
+		}
+		return res, errdefs.New(errdefs.KindFailed, "files_helper_failed",
+			"the file operation in sandbox %s failed: %v (a sandbox started by an older shard may need a stop and start)", sb.Name, err)
+	}
+	if !res.OK {
+		return res, s.fileError(sb, res)
+	}
+	return res, nil
+}
+
+// fileError maps a helper's failure to an API error.
+func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
+	msg := res.Message
+	switch res.Code {
+	case files.CodeNotFound:
+		return errdefs.NotFound(res.Code, "sandbox %s: %s", sb.Name, msg)
+	case files.CodeInvalid, files.CodeIsDir, files.CodeNotDir, files.CodeNotRegular, files.CodeUnsafe, files.CodeBadArchive, files.CodeShortBody:
+		return errdefs.New(errdefs.KindInvalid, res.Code, "sandbox %s: %s", sb.Name, msg)
+	case files.CodeNotEmpty, files.CodeReadOnly, files.CodePermission:
+		return errdefs.Conflict(res.Code, "sandbox %s: %s", sb.Name, msg)
+	case files.CodeDiskFull:
+		return errdefs.New(errdefs.KindNoSpace, res.Code, "sandbox %s's disk is full (its bound is %s): %s",
+			sb.Name, units.FormatSize(s.cfg.Storage.Bound(sb.ID)), msg)
+	}
+	return errdefs.New(errdefs.KindFailed, res.Code, "sandbox %s: %s", sb.Name, msg)
+}
+
+// StatFile describes a file of a sandbox (what a symlink names, with follow).
+func (s *Service) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
+	if _, err := files.CheckPath(path); err != nil {
+		return nil, pathError(err)
+	}
+	args := []string{files.OpStat, path}
+	if follow {
+		args = append(args, "--follow")
+	}
+	sb, h, err := s.helper(ctx, idOrName, "read", args, false)
+	if err != nil {
+		return nil, err
+	}
+	defer h.done()
+	res, err := s.answer(sb, h)
+	if err != nil {
+		return nil, err
+	}
+	return res.Info, nil
+}
+
+// pathError is a path the helper would refuse, refused before it runs.
+func pathError(err error) error {
+	return errdefs.New(errdefs.KindInvalid, files.CodeInvalid, "%v", err)
+}
+
+// ListFiles describes the entries of a sandbox's directory (at most limit;
+// truncated says there were more).
+func (s *Service) ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error) {
+	if _, err := files.CheckPath(path); err != nil {
+		return nil, false, pathError(err)
+	}
+	if limit <= 0 || limit > files.DefaultListLimit {
+		limit = files.DefaultListLimit
+	}
+	sb, h, err := s.helper(ctx, idOrName, "read", []string{files.OpList, path, "--limit", strconv.Itoa(limit)}, false)
+	if err != nil {
+		return nil, false, err
+	}
+	defer h.done()
+	res, err := s.answer(sb, h)
+	if err != nil {
+		return nil, false, err
+	}
+	if res.Entries == nil {
+		res.Entries = []files.Info{}
+	}
+	return res.Entries, res.Truncated, nil
+}
+
+// FileStream is a read of a sandbox's files: Info says what is read, then
+// Read gives its bytes (a file's, or a tar). A read that fails once its
+// bytes began returns that error, never a clean end. Close lets go of it.
+type FileStream struct {
+	Info files.Info
+	sb   *store.Sandbox
+	h    *fileHelper
+	err  error
+}
+
+func (f *FileStream) Read(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	n, err := f.h.out.Read(p)
+	if err == io.EOF {
+		if werr := f.h.wait(); werr != nil {
+			err = fmt.Errorf("reading the files of sandbox %s failed: %w", f.sb.Name, werr)
+		}
+	}
+	if err != nil {
+		f.err = err
+	}
+	return n, err
+}
+
+// Close ends the read (the helper stops if it has not finished).
+func (f *FileStream) Close() error {
+	f.h.kill()
+	f.h.done()
+	return nil
+}
+
+// ReadFiles starts a read of path in a sandbox: the file's bytes, or with
+// asTar a tar of it (a directory with what it holds). With follow a
+// symlink at path is read as what it names.
+func (s *Service) ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*FileStream, error) {
+	if _, err := files.CheckPath(path); err != nil {
+		return nil, pathError(err)
+	}
+	args := []string{files.OpGet, path}
+	if asTar {
+		args = append(args, "--tar")
+	}
+	if follow {
+		args = append(args, "--follow")
+	}
+	sb, h, err := s.helper(ctx, idOrName, "read", args, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.answer(sb, h)
+	if err != nil {
+		h.done()
+		return nil, err
+	}
+	if res.Info == nil {
+		h.done()
+		return nil, errdefs.New(errdefs.KindFailed, "files_helper_failed", "the file operation in sandbox %s gave no description of %s", sb.Name, path)
+	}
+	return &FileStream{Info: *res.Info, sb: sb, h: h}, nil
+}
+
+// WriteOptions say how WriteFiles writes.
+type WriteOptions struct {
+	Tar     bool      // body is a tar to unpack into the directory path
+	Mode    int64     // -1: the replaced file's, or 0644
+	UID     int       // -1: the replaced file's, or root
+	GID     int       // -1 as UID
+	MTime   time.Time // zero: now
+	Size    int64     // the body's length when known, else -1
+	Parents bool      // make a file's missing parent directories
+}
+
+// WriteResult is what a write did.
+type WriteResult struct {
+	Path  string   `json:"path"`
+	Bytes int64    `json:"bytes"`
+	Files int      `json:"files"`
+	Notes []string `json:"notes,omitempty"`
+}
+
+// WriteFiles writes body at path in a sandbox: one file, replaced whole
+// (nothing is written unless all of body arrives), or a tar unpacked into
+// the directory path. The write is in the sandbox's ledger.
+func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io.Reader, o WriteOptions) (*WriteResult, error) {
+	clean, err := files.CheckPath(path)
+	if err != nil {
+		return nil, pathError(err)
+	}
+	if o.Mode > 0o7777 {
+		return nil, errdefs.Invalid("mode %o: at most 7777", o.Mode)
+	}
+	if err := s.floor.check("write files into sandbox " + idOrName); err != nil {
+		return nil, err
+	}
+	args := []string{files.OpPut, path, "--uid", strconv.Itoa(o.UID), "--gid", strconv.Itoa(o.GID), "--size", strconv.FormatInt(o.Size, 10)}
+	if o.Tar {
+		args = append(args, "--tar")
+	}
+	if o.Mode >= 0 {
+		args = append(args, "--mode", strconv.FormatInt(o.Mode, 8))
+	}
+	if !o.MTime.IsZero() {
+		args = append(args, "--mtime", strconv.FormatInt(o.MTime.UnixNano(), 10))
+	}
+	if o.Parents {
+		args = append(args, "--parents")
+	}
+	sb, h, err := s.helper(ctx, idOrName, "write", args, true)
+	if err != nil {
+		return nil, err
+	}
+	defer h.done()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.CopyBuffer(h.in, body, make([]byte, 1<<20))
+		if err == nil {
+			err = h.in.Close()
+		} else {
+			// The body broke off: the helper stops and writes nothing
+			// more (the framing has no end either way).
+			h.kill()
+		}
+		sent <- err
+	}()
+	res, err := s.answer(sb, h)
+	if err != nil {
+		// It refused, or stopped, before all was sent: letting go of it
+		// ends the send.
+		h.done()
+	}
+	serr := <-sent
+	if serr != nil && !errors.Is(serr, os.ErrClosed) && !errors.Is(serr, syscall.EPIPE) && (err == nil || errdefs.CodeOf(err) == files.CodeShortBody) {
+		return nil, errdefs.New(errdefs.KindInvalid, files.CodeShortBody,
+			"the upload to sandbox %s broke off (%v): %s", sb.Name, serr, "nothing of a file that was not whole was written")
+	}
+	if err != nil {
+		s.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files, Error: errdefs.CodeOf(err)}, res.Files > 0)
+		return nil, err
+	}
+	s.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files}, true)
+	return &WriteResult{Path: clean, Bytes: res.Bytes, Files: res.Files, Notes: res.Notes}, nil
+}
+
+// fileEvent puts a change of a sandbox's files in its ledger (when it
+// changed anything).
+func (s *Service) fileEvent(ctx context.Context, sb *store.Sandbox, typ string, d ledger.FilesData, changed bool) {
+	if !changed {
+		return
+	}
+	if err := s.cfg.Store.AddEvent(context.WithoutCancel(ctx), sb, &store.EventSpec{Type: typ, Data: d}); err != nil {
+		s.cfg.Log.Warn("ledger: file event", "sandbox", sb.ID, "type", typ, "err", err)
+	}
+}
+
+// RemoveFile removes path in a sandbox (a directory that holds anything
+// only with recursive). The removal is in the sandbox's ledger.
+func (s *Service) RemoveFile(ctx context.Context, idOrName, path string, recursive bool) (*files.Info, error) {
+	clean, err := files.CheckPath(path)
+	if err != nil {
+		return nil, pathError(err)
+	}
+	args := []string{files.OpRemove, path}
+	if recursive {
+		args = append(args, "--recursive")
+	}
+	sb, h, err := s.helper(ctx, idOrName, "remove", args, false)
+	if err != nil {
+		return nil, err
+	}
+	defer h.done()
+	res, err := s.answer(sb, h)
+	if err != nil {
+		return nil, err
+	}
+	s.fileEvent(ctx, sb, ledger.FilesRemoved, ledger.FilesData{Path: clean, Recursive: recursive}, true)
+	return res.Info, nil
+}
