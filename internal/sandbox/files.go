@@ -112,28 +112,41 @@ func (s *Service) helperHost(ctx context.Context, sb *store.Sandbox, unlock func
 func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedBuffer{b: &stderr, max: 64 << 10}
-	var in io.WriteCloser
-	var err error
-	if stdin {
-		if in, err = cmd.StdinPipe(); err != nil {
-			return nil, err
-		}
-	}
-	out, err := cmd.StdoutPipe()
+	// Pipes of our own, not StdinPipe and StdoutPipe: Wait closes those
+	// once the helper exits, and a helper that wrote all it had and
+	// ended would lose what was still in the pipe.
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
+	cmd.Stdout = outW
+	var in *os.File
+	if stdin {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			return nil, err
+		}
+		cmd.Stdin, in = inR, inW
+		defer inR.Close()
+	}
+	defer outW.Close()
 	// Big pipes: the helper writes (and reads) a megabyte at a time, and
 	// from a gVisor sandbox each trip through a 64 KiB pipe is a trip
 	// through the Sentry. Measured: a 128 MiB read took 40% less time.
-	for _, p := range []any{in, out} {
-		if c, ok := p.(syscall.Conn); ok {
-			if rc, err := c.SyscallConn(); err == nil {
+	for _, f := range []*os.File{in, outR} {
+		if f != nil {
+			if rc, err := f.SyscallConn(); err == nil {
 				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
 			}
 		}
 	}
 	if err := cmd.Start(); err != nil {
+		outR.Close()
+		if in != nil {
+			in.Close()
+		}
 		return nil, fmt.Errorf("start the files helper: %w", err)
 	}
 	var waitErr error
@@ -143,7 +156,7 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 		close(waited)
 	}()
 	h := &fileHelper{
-		out:  bufio.NewReaderSize(out, 64<<10),
+		out:  bufio.NewReaderSize(outR, 64<<10),
 		kill: func() { cmd.Process.Signal(syscall.SIGTERM) },
 		wait: func() error {
 			<-waited
@@ -169,6 +182,7 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 				cmd.Process.Kill()
 				<-waited
 			}
+			outR.Close()
 			release()
 		})
 	}
