@@ -143,6 +143,14 @@ type ForkRequest struct {
 	Name  string `json:"name,omitempty"`
 	Count int    `json:"count,omitempty"` // forks from one freeze; with count > 1, name is a prefix (NAME-1...)
 	Tag   string `json:"tag,omitempty"`   // stored with the checkpoint event in the source's ledger
+	// On-fork hooks (/etc/shard/on-fork.d in the sandbox) run in each fork
+	// before the fork is answered: HookTimeout bounds each ("30s" by
+	// default, at most "10m"); HookErrors "ignore" keeps forks whose hooks
+	// fail (default "fail": the fork is refused, fork_hook_failed);
+	// HooksInSource runs them in the source too, after the forks'.
+	HookTimeout   string `json:"hook_timeout,omitempty"`
+	HookErrors    string `json:"hook_errors,omitempty"`
+	HooksInSource bool   `json:"hooks_in_source,omitempty"`
 }
 
 // ForkResponse is the answer to a fork with count > 1.

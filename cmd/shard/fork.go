@@ -19,7 +19,15 @@ were, its memory, cpu and disk bounds. It gets a new id, name and address.
 The source freezes for a moment, then carries on with the same processes.
 
 --count N makes N forks from one freeze (with --name, named NAME-1 ... NAME-N).
-Fork needs a provider that can (shard capabilities): gvisor here.`,
+Fork needs a provider that can (shard capabilities): gvisor here.
+
+A fork knows it was forked: it gets its own host name (its name), address,
+/etc/machine-id (if the image has one) and /run/shard/fork (JSON: id, name,
+parent_id, parent_name, checkpoint, generation, forked_at). Then the
+executables in /etc/shard/on-fork.d run in it, in name order, before the
+fork is answered (to reseed a random generator, drop a lease, get a new
+client id); their output and exit codes go to the fork's ledger. A hook that
+fails refuses the fork (fork_hook_failed) unless --hook-errors=ignore.`,
 		Example: `  shard fork --name try-a base
   shard fork --count 3 --name try base`,
 		Args: exactArgs(1, "a SOURCE sandbox (id or name)"),
@@ -60,6 +68,9 @@ Fork needs a provider that can (shard capabilities): gvisor here.`,
 	cmd.Flags().StringVar(&req.Name, "name", "", "name of the fork (a prefix with --count)")
 	cmd.Flags().IntVar(&req.Count, "count", 1, "how many forks to make from one freeze, 1 to 64")
 	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint in the source's ledger")
+	cmd.Flags().StringVar(&req.HookTimeout, "hook-timeout", "", "how long each on-fork hook may run (default 30s, at most 10m)")
+	cmd.Flags().StringVar(&req.HookErrors, "hook-errors", "", "fail (default: a failing hook refuses the fork) or ignore")
+	cmd.Flags().BoolVar(&req.HooksInSource, "hooks-in-source", false, "run the on-fork hooks in the source too (SHARD_FORK_ROLE=source), after the forks'")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
 }

@@ -90,6 +90,10 @@ const (
 	// directories Dirs the grant made, those that are empty; absent is
 	// fine. What it leaves is said in Reply.Left.
 	OpUngrantFile = "ungrant_file"
+	// OpForked: the sandbox was just made from a checkpoint (Forked.Role
+	// fork: a new machine-id, ForkFile rewritten) or is the source of a
+	// fork (role source); then the on-fork hooks run. Answers Reply.Hooks.
+	OpForked = "forked"
 )
 
 // Request is the first frame of every connection.
@@ -113,6 +117,8 @@ type Request struct {
 	Mode    uint32   `json:"mode,omitempty"`
 	Replace bool     `json:"replace,omitempty"` // grant_file: the grant owns Path
 	Dirs    []string `json:"dirs,omitempty"`    // ungrant_file: directories the grant made
+
+	Forked *Forked `json:"forked,omitempty"` // forked
 }
 
 // Resize changes the TTY's window size.
@@ -180,6 +186,8 @@ type Reply struct {
 	Code string   `json:"code,omitempty"` // a refusal's code (CodePathExists, ...)
 	Made []string `json:"made,omitempty"` // grant_file: directories made, outermost first
 	Left string   `json:"left,omitempty"` // ungrant_file: what was not removed, and why
+
+	Hooks []HookResult `json:"hooks,omitempty"` // forked: the hooks that ran, in order
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use: callers

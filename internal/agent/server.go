@@ -39,9 +39,10 @@ type Server struct {
 	reaper  *reaper
 	guard   *oomGuard // nil when no memory limit is enforced inside
 
-	pids      int64  // EnvPids: the process bound to enforce inside (0: none)
-	pidsTasks string // EnvPidsTasks
-	tmpOnDisk bool   // EnvTmpOnDisk
+	pids      int64     // EnvPids: the process bound to enforce inside (0: none)
+	pidsTasks string    // EnvPidsTasks
+	tmpOnDisk bool      // EnvTmpOnDisk
+	identity  *Identity // EnvIdentity: written to ForkFile at boot
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -68,6 +69,12 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 			s.tmpOnDisk = v == "1"
 		case EnvPidsTasks:
 			s.pidsTasks = v
+		case EnvIdentity:
+			var id Identity
+			if err := json.Unmarshal([]byte(v), &id); err != nil {
+				return nil, fmt.Errorf("agent: bad %s: %w", EnvIdentity, err)
+			}
+			s.identity = &id
 		default:
 			s.baseEnv = append(s.baseEnv, kv)
 		}
@@ -95,6 +102,12 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		// dumpable again (execve resets it).
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			return fmt.Errorf("agent: not dumpable: %w", err)
+		}
+	}
+	if s.identity != nil && os.Getpid() == 1 {
+		// A program that watches for forks finds the file from the start.
+		if err := writeIdentity(*s.identity); err != nil {
+			s.log.Warn("write "+ForkFile, "err", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -247,6 +260,12 @@ func (s *Server) handle(c net.Conn) {
 			return
 		}
 		s.reply(c, Reply{OK: true, Made: made})
+	case OpForked:
+		if req.Forked == nil {
+			s.reply(c, Reply{Error: "forked: no fork given"})
+			return
+		}
+		s.reply(c, s.forked(req.Forked))
 	case OpUngrantFile:
 		left, err := removeGrantFile(req.Path, os.FileMode(req.Mode), req.Dirs)
 		if err != nil {

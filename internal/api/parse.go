@@ -81,6 +81,21 @@ func parseFork(r *http.Request) (sandbox.ForkRequest, error) {
 		return sandbox.ForkRequest{}, err
 	}
 	fr := sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag}
+	fr.Hooks.InSource = req.HooksInSource
+	switch req.HookErrors {
+	case "", "fail":
+	case "ignore":
+		fr.Hooks.Ignore = true
+	default:
+		return fr, errdefs.Invalid("hook_errors %q: fail (the default: a failing hook refuses the fork) or ignore", req.HookErrors)
+	}
+	if req.HookTimeout != "" {
+		d, err := time.ParseDuration(req.HookTimeout)
+		if err != nil || d <= 0 || d > sandbox.MaxHookTimeout {
+			return fr, errdefs.Invalid("hook_timeout %q: a duration from 1ms to %s, like 30s", req.HookTimeout, sandbox.MaxHookTimeout)
+		}
+		fr.Hooks.Timeout = d
+	}
 	if fr.Count == 0 {
 		fr.Count = 1
 	}

@@ -29,6 +29,7 @@ const (
 	PolicyCleared     = "sandbox.policy_cleared"
 	FilesWritten      = "sandbox.files_written" // data: FilesData
 	FilesRemoved      = "sandbox.files_removed" // data: FilesData
+	ForkHook          = "sandbox.fork_hook"     // data: ForkHookData
 )
 
 // GrantData is what sandbox.secret_granted and sandbox.secret_ungranted
@@ -258,4 +259,17 @@ type FilesData struct {
 	Files     int    `json:"files,omitempty"`     // files_written: files, directories and links made
 	Recursive bool   `json:"recursive,omitempty"` // files_removed
 	Error     string `json:"error,omitempty"`     // files_written: the code of a write that stopped part way
+}
+
+// ForkHookData is the data of fork_hook: one on-fork hook's run, in a fork
+// (role fork) or in the source of forks (role source).
+type ForkHookData struct {
+	Hook       string `json:"hook"`
+	Role       string `json:"role"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Error      string `json:"error,omitempty"` // it could not start
+	DurationMS int64  `json:"duration_ms"`
+	Output     string `json:"output,omitempty"` // its stdout and stderr, the last 16 KiB
 }

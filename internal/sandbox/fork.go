@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
@@ -31,6 +32,7 @@ type ForkRequest struct {
 	Name  string
 	Count int
 	Tag   string // stored with the checkpoint event in the source's ledger
+	Hooks HookOptions
 	// Allow, if set, is asked (under the source's lock) whether the forks
 	// may carry the source's secret grants and network policy: the API
 	// checks the caller's scopes there. See Allow.
@@ -111,6 +113,10 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
 	}
 	tl.mark("restored")
+	if err := f.announce(req.Hooks); err != nil {
+		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
+	}
+	tl.mark("announced")
 	out, err := f.running()
 	if err != nil {
 		return nil, fmt.Errorf("fork of %s: %w", src.Name, err)
@@ -208,6 +214,7 @@ func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
 			// running from the source's /.shard: the fork must mount the
 			// very same files.
 			Token: src.Token, AgentDir: src.AgentDir, ParentID: src.ID,
+			ParentName: src.Name, Generation: src.Generation + 1,
 			// Grants and policy become the fork's own: a later ungrant or
 			// policy change on the source does not reach it.
 			Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
@@ -298,6 +305,28 @@ func (f *forkOp) restore() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// announce gives every fork its identity and runs its hooks (then the
+// source's, if asked), concurrently across forks.
+func (f *forkOp) announce(o HookOptions) error {
+	errs := make([]error, len(f.forks))
+	var wg sync.WaitGroup
+	for i, fk := range f.forks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.s.announce(f.ctx, fk, agent.RoleFork, forkIdentity(fk, f.ckID), o)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if o.InSource {
+		return f.s.announce(f.ctx, f.src, agent.RoleSource, forkIdentity(f.forks[0], f.ckID), o)
+	}
+	return nil
 }
 
 // running moves every fork's record to running.

@@ -170,6 +170,7 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 		Shape: src.Shape.Clone(), Token: src.Token, AgentDir: src.AgentDir,
 		Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		FreezeMS: frozen.Milliseconds(), Memory: mem, MemoryNote: memNote, CreatedAt: time.Now().UTC(),
+		Generation: src.Generation,
 	}
 	ev := &store.EventSpec{Type: ledger.CheckpointCreated, Data: ledger.CheckpointData{
 		Checkpoint: ckID, Tag: tag, Kind: kind, FreezeMS: ck.FreezeMS, Memory: mem, MemoryNote: memNote}}

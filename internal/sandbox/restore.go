@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
@@ -113,6 +114,9 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
+	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), HookOptions{}); err != nil {
+		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
+	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		return nil, err
@@ -128,6 +132,7 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 func fromCheckpoint(ck *store.Checkpoint, name string) *store.Sandbox {
 	return &store.Sandbox{
 		Name: name, Shape: ck.Shape.Clone(), Token: ck.Token, AgentDir: ck.AgentDir, ParentID: ck.SandboxID,
+		ParentName: ck.SandboxName, Generation: ck.Generation + 1,
 		Grants: copyGrants(ck.Grants), Policy: copyPolicy(ck.Policy),
 	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/project"
@@ -230,6 +232,9 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 		return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
 	}
 	sp.st.phase(s, "resumed")
+	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), HookOptions{}); err != nil {
+		return nil, fmt.Errorf("sandbox from environment %s: %w", env, err)
+	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		return nil, err

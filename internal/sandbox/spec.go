@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -54,8 +55,13 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	if agentDir == "" {
 		agentDir = s.agentDir
 	}
+	idJSON, err := json.Marshal(bootIdentity(sb))
+	if err != nil {
+		return nil, err
+	}
 	spec := oci.Build(oci.Options{
-		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env, AgentEnv: []string{agent.EnvToken + "=" + sb.Token},
+		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env,
+		AgentEnv: []string{agent.EnvToken + "=" + sb.Token, agent.EnvIdentity + "=" + string(idJSON)},
 		AgentDir: agentDir, Netns: nsPath, CgroupsPath: oci.CgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),

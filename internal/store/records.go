@@ -28,6 +28,8 @@ type Checkpoint struct {
 	Token    string `json:"token"`     // the agent's, which lives on in the image's memory
 	AgentDir string `json:"agent_dir"` // the agent binary the image's memory maps
 	FreezeMS int64  `json:"freeze_ms"`
+	// Generation is the sandbox's at the checkpoint (a restore's is one more).
+	Generation int `json:"generation,omitempty"`
 	// Memory is how the image's memory reaches a restore (provider.MemoryHandoff
 	// or MemoryPages), MemoryNote why not handed over.
 	Memory     string    `json:"memory,omitempty"`

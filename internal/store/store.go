@@ -74,6 +74,11 @@ type Sandbox struct {
 	Error     string            `json:"error,omitempty"`
 	OOMKills  int64             `json:"oom_kills"`
 	ParentID  string            `json:"parent_id,omitempty"`
+	// ParentName is the parent's name when this one was made; Generation
+	// counts the forks (and restores) between it and its lineage's first
+	// sandbox. Both are in its /run/shard/fork (agent.Identity).
+	ParentName string `json:"parent_name,omitempty"`
+	Generation int    `json:"generation,omitempty"`
 	Session   string            `json:"session"` // ledger session name
 	Labels    map[string]string `json:"labels,omitempty"`
 	Grants    []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
