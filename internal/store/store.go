@@ -67,25 +67,25 @@ type Sandbox struct {
 	Name    string `json:"name"`
 	Project string `json:"project,omitempty"`
 	Shape
-	State     string            `json:"state"`
-	IP        string            `json:"ip"`
-	Token     string            `json:"token"`               // agent token; never shown by the API
-	AgentDir  string            `json:"agent_dir,omitempty"` // host dir mounted at /.shard in the running instance
-	Error     string            `json:"error,omitempty"`
-	OOMKills  int64             `json:"oom_kills"`
-	ParentID  string            `json:"parent_id,omitempty"`
+	State    string `json:"state"`
+	IP       string `json:"ip"`
+	Token    string `json:"token"`               // agent token; never shown by the API
+	AgentDir string `json:"agent_dir,omitempty"` // host dir mounted at /.shard in the running instance
+	Error    string `json:"error,omitempty"`
+	OOMKills int64  `json:"oom_kills"`
+	ParentID string `json:"parent_id,omitempty"`
 	// ParentName is the parent's name when this one was made; Generation
 	// counts the forks (and restores) between it and its lineage's first
 	// sandbox. Both are in its /run/shard/fork (agent.Identity).
-	ParentName string `json:"parent_name,omitempty"`
-	Generation int    `json:"generation,omitempty"`
-	Session   string            `json:"session"` // ledger session name
-	Labels    map[string]string `json:"labels,omitempty"`
-	Grants    []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
-	Policy    *Policy           `json:"policy,omitempty"` // its egress network policy
-	CreatedAt time.Time         `json:"created_at"`
-	StartedAt time.Time         `json:"started_at"`
-	StoppedAt time.Time         `json:"stopped_at"`
+	ParentName string            `json:"parent_name,omitempty"`
+	Generation int               `json:"generation,omitempty"`
+	Session    string            `json:"session"` // ledger session name
+	Labels     map[string]string `json:"labels,omitempty"`
+	Grants     []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
+	Policy     *Policy           `json:"policy,omitempty"` // its egress network policy
+	CreatedAt  time.Time         `json:"created_at"`
+	StartedAt  time.Time         `json:"started_at"`
+	StoppedAt  time.Time         `json:"stopped_at"`
 }
 
 // Grant makes a secret available inside a sandbox: as an environment
