@@ -612,3 +612,40 @@ func (s *Storage) Usage(id string) (int64, error) {
 	}
 	return int64(st.Blocks-st.Bfree) * int64(st.Bsize), nil
 }
+
+// View mounts, at dir, a private copy of the files of sandbox id (or, when
+// key is set, of the copy saved under key: a checkpoint's or snapshot's),
+// for reading: a reflink made after a syncfs (see copyOut), so it holds
+// the files of one instant and nothing but the reader touches it. The
+// mount is not read-only only so that ext4 can replay the copy's journal.
+// release unmounts it and removes the copy. A copy a crash left behind is
+// a .tmp file, removed when the store is next opened.
+func (s *Storage) View(ctx context.Context, id, key, dir string) (release func(), err error) {
+	copyPath := filepath.Join(s.dir, "saved", "view-"+filepath.Base(dir)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".tmp")
+	if key != "" {
+		err = cloneFile(s.saved(key), copyPath)
+	} else {
+		err = s.copyOut(id, copyPath)
+	}
+	if err != nil {
+		os.Remove(copyPath)
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		os.Remove(copyPath)
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, "mount", "-o", "loop,noatime,nosuid,nodev,noexec", copyPath, dir).CombinedOutput()
+	if err != nil {
+		os.Remove(copyPath)
+		os.Remove(dir)
+		return nil, fmt.Errorf("mount a copy of the files: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return func() {
+		if err := Unmount(dir); err != nil {
+			s.log.Warn("store: unmount a view", "dir", dir, "err", err)
+		}
+		os.Remove(dir)
+		os.Remove(copyPath)
+	}, nil
+}

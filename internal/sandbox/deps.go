@@ -47,6 +47,7 @@ type Storage interface {
 	Fits(need int64, what string) error
 	Space() (rootfs.Space, error)
 	TemplateUsage() (n int, bytes int64)
+	View(ctx context.Context, id, key, dir string) (release func(), err error)
 }
 
 // Network is the sandboxes' network namespaces on the bridge and their

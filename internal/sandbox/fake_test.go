@@ -313,6 +313,9 @@ func (s *fakeStorage) ListSaved() ([]string, error) { return sortedKeys(&s.mu, s
 func (s *fakeStorage) SavedPath(key string) string  { return "saved/" + key }
 func (s *fakeStorage) ImagePath(id string) string   { return "sandboxes/" + id }
 func (s *fakeStorage) Bound(string) int64           { return 1 << 30 }
+func (s *fakeStorage) View(context.Context, string, string, string) (func(), error) {
+	return nil, errors.New("fake storage: no views")
+}
 func (s *fakeStorage) SavedUsage(string) int64      { return 0 }
 func (s *fakeStorage) FileUsage(string) int64       { return 0 }
 func (s *fakeStorage) Fits(int64, string) error     { return nil }

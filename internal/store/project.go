@@ -77,10 +77,12 @@ ALTER TABLE environments_v1 RENAME TO environments;
 // sandboxes_by_name serves the server's own lookups by id or name (a
 // project's use the (project, name) index; the server's scanned every
 // sandbox), checkpoints_by_session the checkpoints of a session (listed by
-// resume and checkpoint ls; also scanned all).
+// resume and checkpoint ls; also scanned all), events_by_type the fork
+// tree's events (a few types among every exec's).
 const indexes = `
 CREATE INDEX IF NOT EXISTS sandboxes_by_name ON sandboxes(name);
 CREATE INDEX IF NOT EXISTS checkpoints_by_session ON checkpoints(session, project);
+CREATE INDEX IF NOT EXISTS events_by_type ON events(project, type, seq);
 `
 
 // migrate runs the migrations the database has not had, each in one

@@ -429,3 +429,31 @@ func ts(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.0000000
 func sortByCreated(s []*Sandbox) {
 	slices.SortStableFunc(s, func(a, b *Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 }
+
+// LineageEvents returns, oldest first, the events of ctx's project that say
+// where sandboxes, checkpoints and snapshots came from and when sandboxes
+// went (the fork tree's input): created, checkpoint_created,
+// snapshot_created, forked (a fork's name) and removed, of every session, removed sandboxes' too.
+func (s *Store) LineageEvents(ctx context.Context) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events
+		WHERE project = ? AND type IN ('sandbox.created', 'sandbox.checkpoint_created', 'sandbox.snapshot_created', 'sandbox.forked', 'sandbox.removed') ORDER BY seq`, project.Of(ctx))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at string
+		var data sql.NullString
+		if err := rows.Scan(&e.Seq, &e.Project, &e.Session, &e.Type, &e.SandboxID, &at, &data); err != nil {
+			return nil, err
+		}
+		e.At, _ = time.Parse(time.RFC3339Nano, at)
+		if data.Valid && data.String != "" {
+			e.Data = json.RawMessage(data.String)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,463 @@
+// Package fsdiff compares the files of two sandboxes of one lineage from
+// their own layers: each sandbox's overlay upper directory holds all it
+// changed over the image they share, so only what is in either upper is
+// looked at (and, for a path one of them changed, the image's own entry),
+// never a walk of the image. An upper's whiteouts (a character device 0/0)
+// are removals, and an opaque directory (trusted.overlay.opaque=y) hides
+// the image's entries below it, as overlayfs has them.
+//
+// The directories it reads are private read-only copies (see
+// rootfs.View): nothing changes under the walk. Still, no symlink is
+// followed and no special file opened.
+package fsdiff
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/aymanbagabas/go-udiff"
+	"golang.org/x/sys/unix"
+)
+
+// Change is one path that differs.
+type Change struct {
+	Path  string   `json:"path"`
+	Kind  string   `json:"kind"`           // added, removed, changed
+	Type  string   `json:"type"`           // file, dir, symlink, ...: what is there in B (in A for a removal)
+	What  []string `json:"what,omitempty"` // changed: content, type, mode, owner, target
+	SizeA int64    `json:"size_a"`         // a file's size in A (0 if none)
+	SizeB int64    `json:"size_b"`
+	Patch string   `json:"patch,omitempty"` // unified diff of a text file (Options.Patch)
+}
+
+// Kinds of Change.
+const (
+	Added   = "added"
+	Removed = "removed"
+	Changed = "changed"
+)
+
+// Result is a diff from A to B.
+type Result struct {
+	Changes   []Change `json:"changes"`
+	Added     int      `json:"added"`
+	Removed   int      `json:"removed"`
+	Changed   int      `json:"changed"`
+	Truncated bool     `json:"truncated"` // more than Options.MaxChanges: only the first are listed
+}
+
+// Options bound a diff.
+type Options struct {
+	// Skip are paths (absolute) left out, with what is below them: what
+	// the server itself puts in every sandbox.
+	Skip []string
+	Patch      bool  // text diffs of changed text files
+	MaxChanges int   // 0: DefaultMaxChanges
+	MaxPatch   int64 // a file larger than this gets no text diff (0: DefaultMaxPatch)
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxChanges = 100000
+	DefaultMaxPatch   = 1 << 20
+	maxPatchTotal     = 16 << 20
+)
+
+// Tree is one side: an overlay upper directory over the image's layers.
+type Tree struct {
+	Upper string
+}
+
+// Diff compares a and b, two uppers over the same lower layers (bottom
+// first), and lists what changed from a to b in path order.
+func Diff(a, b Tree, lowers []string, o Options) (*Result, error) {
+	if o.MaxChanges <= 0 {
+		o.MaxChanges = DefaultMaxChanges
+	}
+	if o.MaxPatch <= 0 {
+		o.MaxPatch = DefaultMaxPatch
+	}
+	d := &differ{a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}}
+	if err := d.dir("", false, false); err != nil && !errors.Is(err, errFull) {
+		return nil, err
+	}
+	return d.res, nil
+}
+
+var errFull = errors.New("diff: too many changes")
+
+type differ struct {
+	a, b       string
+	lowers     []string
+	o          Options
+	res        *Result
+	patchBytes int64
+}
+
+// entry is what one side has at a path.
+type entry struct {
+	fi    fs.FileInfo
+	path  string // on the host, for reading
+	where string // "upper" or "lower"
+}
+
+func (e *entry) typ() string {
+	if e == nil {
+		return ""
+	}
+	switch m := e.fi.Mode(); {
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "char"
+	case m&fs.ModeDevice != 0:
+		return "block"
+	}
+	return "file"
+}
+
+func (e *entry) size() int64 {
+	if e == nil || !e.fi.Mode().IsRegular() {
+		return 0
+	}
+	return e.fi.Size()
+}
+
+func isWhiteout(fi fs.FileInfo) bool {
+	if fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Rdev == 0
+}
+
+func opaque(p string) bool {
+	buf := make([]byte, 4)
+	n, err := unix.Lgetxattr(p, "trusted.overlay.opaque", buf)
+	return err == nil && n == 1 && buf[0] == 'y'
+}
+
+// names lists dir's entries (none if it is not a directory).
+func names(dir string) []string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	ns, _ := f.Readdirnames(-1)
+	return ns
+}
+
+// lower finds rel in the image's layers, top first: nil if no layer has it,
+// a whiteout hides it, or an opaque directory above it in a layer hides
+// what the layers below hold.
+func (d *differ) lower(rel string) *entry {
+	for i := len(d.lowers) - 1; i >= 0; i-- {
+		root := d.lowers[i]
+		p := filepath.Join(root, rel)
+		fi, err := os.Lstat(p)
+		if err == nil {
+			if isWhiteout(fi) {
+				return nil
+			}
+			return &entry{fi: fi, path: p, where: "lower"}
+		}
+		// An opaque directory on the way hides the layers below.
+		for dir := path.Dir(rel); dir != "." && dir != "/"; dir = path.Dir(dir) {
+			if opaque(filepath.Join(root, dir)) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// side is what one side has at rel: its upper's entry, a whiteout's
+// absence, or (where its upper says nothing and no opaque directory above
+// hides the image) the image's.
+func (d *differ) side(upper, rel string, hidden bool) (e *entry, inUpper bool) {
+	p := filepath.Join(upper, rel)
+	fi, err := os.Lstat(p)
+	if err == nil {
+		if isWhiteout(fi) {
+			return nil, true
+		}
+		return &entry{fi: fi, path: p, where: "upper"}, true
+	}
+	if hidden {
+		return nil, false
+	}
+	return d.lower(rel), false
+}
+
+// dir compares directory rel (which both sides have as a directory, or
+// one side has in its upper), given whether each side's image content
+// is hidden at it (an opaque directory at or above it).
+func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
+	aDir, bDir := filepath.Join(d.a, rel), filepath.Join(d.b, rel)
+	if rel != "" {
+		hiddenA = hiddenA || opaque(aDir)
+		hiddenB = hiddenB || opaque(bDir)
+	}
+	set := map[string]bool{}
+	for _, n := range names(aDir) {
+		set[n] = true
+	}
+	for _, n := range names(bDir) {
+		set[n] = true
+	}
+	if hiddenA != hiddenB {
+		// One side sees the image's entries here and the other does not:
+		// those differ too.
+		for i := range d.lowers {
+			for _, n := range names(filepath.Join(d.lowers[i], rel)) {
+				set[n] = true
+			}
+		}
+	}
+	all := make([]string, 0, len(set))
+	for n := range set {
+		all = append(all, n)
+	}
+	slices.Sort(all)
+	for _, n := range all {
+		if err := d.path(path.Join(rel, n), hiddenA, hiddenB); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
+	if slices.Contains(d.o.Skip, "/"+rel) {
+		return nil
+	}
+	ea, inA := d.side(d.a, rel, hiddenA)
+	eb, inB := d.side(d.b, rel, hiddenB)
+	if !inA && !inB && hiddenA == hiddenB {
+		return nil // both see the image's
+	}
+	switch {
+	case ea == nil && eb == nil:
+		return nil
+	case ea == nil:
+		if err := d.add(Change{Path: "/" + rel, Kind: Added, Type: eb.typ(), SizeB: eb.size()}, nil, eb); err != nil {
+			return err
+		}
+		if eb.typ() == "dir" {
+			return d.listAll(rel, eb, Added, hiddenB, func(r string) *entry { e, _ := d.side(d.b, r, hiddenB || opaque(eb.path)); return e })
+		}
+		return nil
+	case eb == nil:
+		if err := d.add(Change{Path: "/" + rel, Kind: Removed, Type: ea.typ(), SizeA: ea.size()}, ea, nil); err != nil {
+			return err
+		}
+		if ea.typ() == "dir" {
+			return d.listAll(rel, ea, Removed, hiddenA, func(r string) *entry { e, _ := d.side(d.a, r, hiddenA || opaque(ea.path)); return e })
+		}
+		return nil
+	}
+	what := compare(ea, eb)
+	if len(what) > 0 {
+		c := Change{Path: "/" + rel, Kind: Changed, Type: eb.typ(), What: what, SizeA: ea.size(), SizeB: eb.size()}
+		if err := d.add(c, ea, eb); err != nil {
+			return err
+		}
+	}
+	if ea.typ() == "dir" && eb.typ() == "dir" && (inA || inB) {
+		return d.dir(rel, hiddenA, hiddenB)
+	}
+	return nil
+}
+
+// listAll lists what is below a directory only one side has (added or
+// removed with it).
+func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side func(string) *entry) error {
+	seen := map[string]bool{}
+	var ns []string
+	for _, n := range names(e.path) {
+		seen[n] = true
+		ns = append(ns, n)
+	}
+	if !hidden && !opaque(e.path) {
+		for i := range d.lowers {
+			for _, n := range names(filepath.Join(d.lowers[i], rel)) {
+				if !seen[n] {
+					seen[n] = true
+					ns = append(ns, n)
+				}
+			}
+		}
+	}
+	slices.Sort(ns)
+	for _, n := range ns {
+		r := path.Join(rel, n)
+		if slices.Contains(d.o.Skip, "/"+r) {
+			continue
+		}
+		c := side(r)
+		if c == nil {
+			continue
+		}
+		ch := Change{Path: "/" + r, Kind: kind, Type: c.typ()}
+		if kind == Added {
+			ch.SizeB = c.size()
+		} else {
+			ch.SizeA = c.size()
+		}
+		if err := d.add(ch, nil, nil); err != nil {
+			return err
+		}
+		if c.typ() == "dir" {
+			if err := d.listAll(r, c, kind, hidden, side); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (d *differ) add(c Change, a, b *entry) error {
+	if len(d.res.Changes) >= d.o.MaxChanges {
+		d.res.Truncated = true
+		return errFull
+	}
+	switch c.Kind {
+	case Added:
+		d.res.Added++
+	case Removed:
+		d.res.Removed++
+	case Changed:
+		d.res.Changed++
+	}
+	if d.o.Patch && c.Type == "file" && (a == nil || a.typ() == "file") && (b == nil || b.typ() == "file") {
+		c.Patch = d.patch(c.Path, a, b)
+	}
+	d.res.Changes = append(d.res.Changes, c)
+	return nil
+}
+
+// compare says how two entries at one path differ (nothing: the same).
+func compare(a, b *entry) []string {
+	var what []string
+	if a.typ() != b.typ() {
+		return []string{"type"}
+	}
+	sa, _ := a.fi.Sys().(*syscall.Stat_t)
+	sb, _ := b.fi.Sys().(*syscall.Stat_t)
+	switch a.typ() {
+	case "file":
+		if !sameContent(a, b, sa, sb) {
+			what = append(what, "content")
+		}
+	case "symlink":
+		la, _ := os.Readlink(a.path)
+		lb, _ := os.Readlink(b.path)
+		if la != lb {
+			what = append(what, "target")
+		}
+	case "char", "block":
+		if sa != nil && sb != nil && sa.Rdev != sb.Rdev {
+			what = append(what, "device")
+		}
+	}
+	if a.typ() != "symlink" && a.fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != b.fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) {
+		what = append(what, "mode")
+	}
+	if sa != nil && sb != nil && (sa.Uid != sb.Uid || sa.Gid != sb.Gid) {
+		what = append(what, "owner")
+	}
+	return what
+}
+
+// sameContent compares two files' bytes. Two uppers of one lineage are
+// block copies of one filesystem: a file neither changed since they parted
+// has the same inode number, size and change time in both, which no write
+// keeps (a write sets the change time), so its bytes need no reading.
+func sameContent(a, b *entry, sa, sb *syscall.Stat_t) bool {
+	if a.fi.Size() != b.fi.Size() {
+		return false
+	}
+	if a.where == "upper" && b.where == "upper" && sa != nil && sb != nil &&
+		sa.Ino == sb.Ino && sa.Ctim == sb.Ctim && sa.Mtim == sb.Mtim {
+		return true
+	}
+	fa, err := os.OpenFile(a.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer fa.Close()
+	fb, err := os.OpenFile(b.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, ea := io.ReadFull(fa, ba)
+		nb, eb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if ea != nil || eb != nil {
+			return (ea == io.EOF || ea == io.ErrUnexpectedEOF) && (eb == io.EOF || eb == io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// patch is a unified diff of a text file's two versions ("" for a file
+// that is binary, too big, or past the total).
+func (d *differ) patch(p string, a, b *entry) string {
+	read := func(e *entry) (string, bool) {
+		if e == nil {
+			return "", true
+		}
+		if e.fi.Size() > d.o.MaxPatch {
+			return "", false
+		}
+		f, err := os.OpenFile(e.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return "", false
+		}
+		defer f.Close()
+		buf, err := io.ReadAll(io.LimitReader(f, d.o.MaxPatch+1))
+		if err != nil || int64(len(buf)) > d.o.MaxPatch || bytes.IndexByte(buf, 0) >= 0 || !utf8.Valid(buf) {
+			return "", false
+		}
+		return string(buf), true
+	}
+	ta, okA := read(a)
+	tb, okB := read(b)
+	if !okA || !okB {
+		return "Binary files a" + p + " and b" + p + " differ\n"
+	}
+	from, to := "a"+p, "b"+p
+	if a == nil {
+		from = "/dev/null"
+	}
+	if b == nil {
+		to = "/dev/null"
+	}
+	out := udiff.Unified(from, to, ta, tb)
+	if d.patchBytes+int64(len(out)) > maxPatchTotal {
+		return "(diff left out: the diff's patches are past " + strconv.Itoa(maxPatchTotal>>20) + " MiB)\n"
+	}
+	d.patchBytes += int64(len(out))
+	return out
+}
+

@@ -1,0 +1,97 @@
+package fsdiff
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func write(t *testing.T, root, rel, body string) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiff needs root: whiteouts are device nodes and opaque directories
+// trusted xattrs, as overlayfs makes them (the test suite runs as root).
+func TestDiff(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TestDiff makes whiteouts (mknod) and trusted xattrs: run the unit tests as root (scripts/test.sh does)")
+	}
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	write(t, lower, "etc/a", "1\n")
+	write(t, lower, "etc/b", "b\n")
+	write(t, lower, "etc/same", "same\n")
+	write(t, lower, "opt/dir/p", "p")
+	write(t, lower, "opt/dir/q", "q")
+	// A changed etc/a, removed etc/b, added home/u/file; copied etc/same up
+	// unchanged.
+	write(t, a, "etc/a", "2\n")
+	if err := unix.Mknod(filepath.Join(a, "etc/b"), unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, a, "etc/same", "same\n")
+	write(t, a, "home/u/file", "mine")
+	// B added new, and replaced opt/dir with one of its own (opaque).
+	write(t, b, "new", "\x00binary")
+	write(t, b, "opt/dir/r", "r")
+	if err := unix.Lsetxattr(filepath.Join(b, "opt/dir"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("/etc/a", filepath.Join(b, "link"))
+	os.Chmod(filepath.Join(b, "opt"), 0o755)
+
+	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range res.Changes {
+		got = append(got, c.Kind+" "+c.Path+" "+strings.Join(c.What, ","))
+	}
+	want := []string{
+		"changed /etc/a content",
+		"added /etc/b ",
+		"removed /home ",
+		"removed /home/u ",
+		"removed /home/u/file ",
+		"added /link ",
+		"added /new ",
+		"removed /opt/dir/p ",
+		"removed /opt/dir/q ",
+		"added /opt/dir/r ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if res.Added != 4 || res.Removed != 5 || res.Changed != 1 {
+		t.Errorf("counts %d %d %d", res.Added, res.Removed, res.Changed)
+	}
+	if p := res.Changes[0].Patch; !strings.Contains(p, "-2\n+1\n") || !strings.Contains(p, "--- a/etc/a") {
+		t.Errorf("patch of /etc/a:\n%s", p)
+	}
+	if p := res.Changes[6].Patch; !strings.HasPrefix(p, "Binary files") {
+		t.Errorf("patch of /new: %q", p)
+	}
+	// The other way round, a removal is an addition.
+	rev, _ := Diff(Tree{Upper: b}, Tree{Upper: a}, []string{lower}, Options{})
+	if rev.Added != 5 || rev.Removed != 4 || rev.Changed != 1 {
+		t.Errorf("reversed counts %d %d %d", rev.Added, rev.Removed, rev.Changed)
+	}
+	// A bound on changes.
+	few, _ := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{MaxChanges: 3})
+	if !few.Truncated || len(few.Changes) != 3 {
+		t.Errorf("bounded: %d changes, truncated %v", len(few.Changes), few.Truncated)
+	}
+	// The same tree: nothing.
+	same, _ := Diff(Tree{Upper: a}, Tree{Upper: a}, []string{lower}, Options{})
+	if len(same.Changes) != 0 {
+		t.Errorf("a tree against itself: %+v", same.Changes)
+	}
+}

@@ -1,0 +1,143 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/fsdiff"
+	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/store"
+)
+
+// serverPaths are what the server puts in every sandbox's files, left out
+// of diffs: the agent's mount point, the host files it binds over, and
+// /run/shard (each fork's own identity, different by design).
+var serverPaths = []string{"/.shard", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/shard"}
+
+// DiffSide names one side of a diff.
+type DiffSide struct {
+	Kind string `json:"kind"` // sandbox, checkpoint, snapshot, image
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+}
+
+// DiffResult is what changed from From to To.
+type DiffResult struct {
+	From DiffSide `json:"from"`
+	To   DiffSide `json:"to"`
+	*fsdiff.Result
+}
+
+// DiffOptions say what to compare a sandbox with.
+type DiffOptions struct {
+	Against string // a sandbox of the same image; "": what it started from
+	Patch   bool   // text diffs of changed text files
+}
+
+// Diff lists what changed in the files of sandbox idOrName since o.Against
+// (another sandbox of its image, usually of its lineage) or, without it,
+// since it started: the checkpoint it was forked or restored from, the
+// snapshot it was made from, or its image. Each side is a private copy of
+// the files of one instant (rootfs.View); only what either side changed
+// over the image is read (fsdiff).
+func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*DiffResult, error) {
+	to, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	res := &DiffResult{To: DiffSide{Kind: "sandbox", ID: to.ID, Name: to.Name}}
+	var from *store.Sandbox
+	key := "" // a saved copy's, for the from side
+	if o.Against != "" {
+		if from, err = s.cfg.Store.GetSandbox(ctx, o.Against); err != nil {
+			return nil, err
+		}
+		if from.ImageDigest != to.ImageDigest {
+			return nil, errdefs.New(errdefs.KindInvalid, "different_images",
+				"sandbox %s is of image %s and %s of %s: a diff compares sandboxes of one image (a lineage)", from.Name, from.Image, to.Name, to.Image)
+		}
+		res.From = DiffSide{Kind: "sandbox", ID: from.ID, Name: from.Name}
+	} else {
+		if res.From, key, err = s.startedFrom(ctx, to); err != nil {
+			return nil, err
+		}
+	}
+	img, err := s.cfg.Images.Get(ctx, to.ImageDigest)
+	if err != nil {
+		return nil, fmt.Errorf("image %s of sandbox %s: %w", to.Image, to.Name, err)
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.cfg.DataDir, "run"), "diff-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	toDir := filepath.Join(dir, "to")
+	release, err := s.cfg.Storage.View(ctx, to.ID, "", toDir)
+	if err != nil {
+		return nil, fmt.Errorf("the files of %s: %w", to.Name, err)
+	}
+	defer release()
+	fromUpper := filepath.Join(dir, "image") // an empty upper: the image as it is
+	if err := os.Mkdir(fromUpper, 0o700); err != nil {
+		return nil, err
+	}
+	if res.From.Kind != "image" {
+		fromDir := filepath.Join(dir, "from")
+		id := ""
+		if from != nil {
+			id = from.ID
+		}
+		rel, err := s.cfg.Storage.View(ctx, id, key, fromDir)
+		if err != nil {
+			return nil, fmt.Errorf("the files of %s %s: %w", res.From.Kind, res.From.Name, err)
+		}
+		defer rel()
+		fromUpper = filepath.Join(fromDir, "upper")
+	}
+	r, err := fsdiff.Diff(fsdiff.Tree{Upper: fromUpper}, fsdiff.Tree{Upper: filepath.Join(toDir, "upper")}, img.Layers, fsdiff.Options{Patch: o.Patch, Skip: serverPaths})
+	if err != nil {
+		return nil, err
+	}
+	res.Result = r
+	return res, nil
+}
+
+// startedFrom is what sb started from (see Diff), and the key of its saved
+// files (none for the image).
+func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, string, error) {
+	evs, err := s.cfg.Store.Events(ctx, sb.Session, 0, 1)
+	if err != nil {
+		return DiffSide{}, "", err
+	}
+	var d ledger.CreatedData
+	if len(evs) > 0 && evs[0].Type == ledger.Created {
+		json.Unmarshal(evs[0].Data, &d)
+	}
+	switch {
+	case d.Checkpoint != "":
+		ck, err := s.cfg.Store.GetCheckpoint(ctx, d.Checkpoint)
+		if err != nil {
+			if errdefs.Is(err, errdefs.KindNotFound) {
+				return DiffSide{}, "", errdefs.Conflict("checkpoint_gone",
+					"sandbox %s started from checkpoint %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.Checkpoint)
+			}
+			return DiffSide{}, "", err
+		}
+		return DiffSide{Kind: "checkpoint", ID: ck.ID, Name: ck.SandboxName}, checkpointKey(ck.ID), nil
+	case d.FromSnapshot != "":
+		sn, err := s.cfg.Store.GetSnapshot(ctx, d.FromSnapshot)
+		if err != nil {
+			if errdefs.Is(err, errdefs.KindNotFound) {
+				return DiffSide{}, "", errdefs.Conflict("snapshot_gone",
+					"sandbox %s was made from snapshot %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.FromSnapshot)
+			}
+			return DiffSide{}, "", err
+		}
+		return DiffSide{Kind: "snapshot", ID: sn.ID, Name: sn.Name}, snapshotKey(sn.ID), nil
+	}
+	return DiffSide{Kind: "image", ID: sb.ImageDigest, Name: sb.Image}, "", nil
+}
