@@ -59,7 +59,7 @@ type Result struct {
 type Options struct {
 	// Skip are paths (absolute) left out, with what is below them: what
 	// the server itself puts in every sandbox.
-	Skip []string
+	Skip       []string
 	Patch      bool  // text diffs of changed text files
 	MaxChanges int   // 0: DefaultMaxChanges
 	MaxPatch   int64 // a file larger than this gets no text diff (0: DefaultMaxPatch)
@@ -460,4 +460,3 @@ func (d *differ) patch(p string, a, b *entry) string {
 	d.patchBytes += int64(len(out))
 	return out
 }
-
