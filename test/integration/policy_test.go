@@ -50,7 +50,7 @@ func inNetns(name string, fn func() error) error {
 // the host over a veth (host side: veth with hostIP/24; inside: eth0 with
 // nsIPs/24), removed when the test ends. Sandboxes reach it through their
 // NAT; it is the only kind of outside host the tests talk to.
-func testHost(t *testing.T, name, veth, hostIP string, nsIPs ...string) {
+func testHost(t testing.TB, name, veth, hostIP string, nsIPs ...string) {
 	t.Helper()
 	run := func(args ...string) {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {

@@ -110,7 +110,7 @@ const (
 
 // startPackageIndex serves the index in its namespace and returns its
 // simple/ URL, reachable from inside sandboxes.
-func startPackageIndex(t *testing.T) string {
+func startPackageIndex(t testing.TB) string {
 	t.Helper()
 	testHost(t, pypiNS, "vshpypi", pypiHost, pypiIP)
 	var ln net.Listener

@@ -1,0 +1,209 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+)
+
+// forkPair makes a python sandbox that reaches the test's package index,
+// and two forks of it; each fork pip installs a different package.
+func forkPair(t testing.TB, prefix string) (base *client.Sandbox, a, b client.Sandbox) {
+	e := need(t)
+	index := startPackageIndex(t)
+	base = create(t, client.CreateRequest{Image: python, Name: prefix + "-base", Env: jsonRaw2(map[string]string{"PIP_INDEX_URL": index})})
+	execOK(t, base.ID, "sh", "-c", "mkdir -p /app && printf 'print(1)\\n' > /app/main.py && echo base > /app/notes")
+	forks, err := e.c.ForkMany(ctxT(t), base.ID, client.ForkRequest{Name: prefix, Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		t.Cleanup(func() { e.c.Remove(context.Background(), f.ID, true) })
+	}
+	execOK(t, forks[0].ID, "pip", "install", "--quiet", "requests==2.31.0")
+	execOK(t, forks[1].ID, "pip", "install", "--quiet", "numpy")
+	execOK(t, forks[1].ID, "sh", "-c", "printf 'print(2)\\n' > /app/main.py && rm /app/notes && chmod 600 /app/main.py")
+	return base, forks[0], forks[1]
+}
+
+func changesOf(d *client.Diff) map[string]client.Change {
+	m := map[string]client.Change{}
+	for _, c := range d.Changes {
+		m[c.Path] = c
+	}
+	return m
+}
+
+// TestDiff: two forks that pip installed different packages: the diff from
+// one to the other has one's package removed and the other's added, the
+// edited file changed with its mode and a text patch, the removed file; a
+// fork against its fork point has only what it did; a stopped fork the
+// same; the CLI prints it; another image's sandbox is refused.
+func TestDiff(t *testing.T) {
+	e := need(t)
+	_, a, b := forkPair(t, "diff")
+	d, err := e.c.Diff(ctxT(t), b.ID, a.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := changesOf(d)
+	site := strings.TrimSpace(execOK(t, a.ID, "python3", "-c", "import os, requests; print(os.path.dirname(requests.__path__[0]))")) + "/"
+	if c := ch[site+"requests"]; c.Kind != "removed" || c.Type != "dir" {
+		t.Errorf("requests: %+v", c)
+	}
+	if c := ch[site+"numpy/__init__.py"]; c.Kind != "added" {
+		t.Errorf("numpy/__init__.py: %+v", c)
+	}
+	if c := ch["/app/main.py"]; c.Kind != "changed" || strings.Join(c.What, ",") != "content,mode" || !strings.Contains(c.Patch, "-print(1)\n+print(2)") {
+		t.Errorf("/app/main.py: %+v", c)
+	}
+	if c := ch["/app/notes"]; c.Kind != "removed" {
+		t.Errorf("/app/notes: %+v", c)
+	}
+	for p := range ch {
+		if strings.HasPrefix(p, "/run/shard") || strings.HasPrefix(p, "/.shard") || strings.HasPrefix(p, "/etc/host") {
+			t.Errorf("a path the server puts in every sandbox: %s", p)
+		}
+		if strings.HasPrefix(p, "/usr/bin") || strings.HasPrefix(p, "/usr/lib/x86_64") {
+			t.Errorf("a path neither fork touched: %s", p)
+		}
+	}
+	if d.From.Name != a.Name || d.To.Name != b.Name {
+		t.Errorf("sides: %+v → %+v", d.From, d.To)
+	}
+	// Against its fork point: requests and pip's own files, nothing of b's.
+	own, err := e.c.Diff(ctxT(t), a.ID, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := changesOf(own)
+	if own.From.Kind != "checkpoint" || oc[site+"requests"].Kind != "added" || oc["/app/main.py"].Kind != "" || oc[site+"numpy"].Kind != "" {
+		t.Fatalf("a since its fork point (%+v): %d changes, requests %+v", own.From, len(own.Changes), oc[site+"requests"])
+	}
+	// Stopped: the same.
+	if _, err := e.c.Stop(ctxT(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := e.c.Diff(ctxT(t), a.ID, "", false)
+	if err != nil || len(stopped.Changes) != len(own.Changes) {
+		t.Fatalf("stopped: %d changes (%v), running %d", len(stopped.Changes), err, len(own.Changes))
+	}
+	out, errOut, code := e.cli(t, "", "diff", a.Name, b.Name)
+	if code != 0 || !strings.Contains(out, "- "+site+"requests") || !strings.Contains(out, "M /app/main.py") {
+		t.Fatalf("shard diff: exit %d: %s\n%s", code, errOut, out)
+	}
+	out, _, code = e.cli(t, "", "diff", "--stat", a.Name, b.Name)
+	if code != 0 || !strings.Contains(out, "added") {
+		t.Fatalf("shard diff --stat: %s", out)
+	}
+	other := create(t, client.CreateRequest{Image: busybox, Name: "diff-other"})
+	_, err = e.c.Diff(ctxT(t), other.ID, a.ID, false)
+	wantCode(t, "a diff across images", err, 400, "different_images", "one image")
+}
+
+// TestTree: the lineage of a source, its forks, a fork of a fork, a
+// checkpoint and a restore from it; a removed fork leaves it unless --all,
+// where it keeps its name; the CLI draws it.
+func TestTree(t *testing.T) {
+	e := need(t)
+	base := create(t, client.CreateRequest{Image: busybox, Name: "tree-base"})
+	forks, err := e.c.ForkMany(ctxT(t), base.ID, client.ForkRequest{Name: "tree", Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		t.Cleanup(func() { e.c.Remove(context.Background(), f.ID, true) })
+	}
+	deep, err := e.c.Fork(ctxT(t), forks[0].ID, client.ForkRequest{Name: "tree-deep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), deep.ID, true) })
+	ck, err := e.c.Checkpoint(ctxT(t), base.ID, client.CheckpointRequest{Tag: "mark"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := e.c.Restore(ctxT(t), ck.ID, client.RestoreRequest{Name: "tree-restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), restored.ID, true) })
+	if err := e.c.Remove(ctxT(t), forks[1].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	roots, err := e.c.Tree(ctxT(t), deep.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(roots) != 1 || roots[0].ID != base.ID {
+		t.Fatalf("roots: %+v", roots)
+	}
+	got := drawTree(roots[0], "")
+	want := "sandbox tree-base\n checkpoint fork\n  sandbox tree-1\n   checkpoint fork\n    sandbox tree-deep\n checkpoint checkpoint\n  sandbox tree-restored\n"
+	if got != want {
+		t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
+	}
+	all, err := e.c.Tree(ctxT(t), base.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := drawTree(all[0], ""); !strings.Contains(got, "sandbox tree-2 (removed)") {
+		t.Fatalf("--all:\n%s", got)
+	}
+	out, errOut, code := e.cli(t, "", "tree", deep.Name)
+	if code != 0 || !strings.Contains(out, "└─ tree-deep ("+deep.ID+") *") || !strings.Contains(out, "checkpoint "+ck.ID+" mark") {
+		t.Fatalf("shard tree: exit %d %s\n%s", code, errOut, out)
+	}
+	_, err = e.c.Tree(ctxT(t), "no-such-sandbox", false)
+	wantCode(t, "the tree of no sandbox", err, 404, "sandbox_not_found", "no-such-sandbox")
+}
+
+// drawTree writes kind, name (a checkpoint's kind) and removed, one node a
+// line, indented by depth.
+func drawTree(n client.TreeNode, indent string) string {
+	name := n.Name
+	if n.Kind == "checkpoint" {
+		name = n.Via
+	}
+	s := indent + n.Kind + " " + name
+	if n.Removed {
+		s += " (removed)"
+	}
+	s += "\n"
+	for _, c := range n.Children {
+		s += drawTree(c, indent+" ")
+	}
+	return s
+}
+
+// BenchmarkDiff: shard diff of two forks of the python image that each
+// pip installed a package, through the API (the figure: under 200 ms),
+// and with --patch.
+func BenchmarkDiff(b *testing.B) {
+	e := need(b)
+	_, x, y := forkPair(b, "bdiff")
+	for _, patch := range []bool{false, true} {
+		name := "stat"
+		if patch {
+			name = "patch"
+		}
+		b.Run(name, func(b *testing.B) {
+			var ds []time.Duration
+			var n int
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				d, err := e.c.Diff(context.Background(), y.ID, x.ID, patch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+				n = len(d.Changes)
+			}
+			report(b, samples{"diff": ds}, "", "diff")
+			b.ReportMetric(float64(n), "changes")
+		})
+	}
+}
