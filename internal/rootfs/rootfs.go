@@ -649,3 +649,24 @@ func (s *Storage) View(ctx context.Context, id, key, dir string) (release func()
 		os.Remove(copyPath)
 	}, nil
 }
+
+// MountsUnder lists the mount points below dir (deepest first), from the
+// mount table.
+func MountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	abs, _ := filepath.Abs(dir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 {
+			if p := unescape(f[4]); strings.HasPrefix(p, abs+"/") {
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}

@@ -74,13 +74,23 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	// The copies go once the answer is on its way: unmounting them is a
+	// good part of a diff's time, and nobody waits for it.
+	var releases []func()
+	defer func() {
+		go func() {
+			for _, r := range releases {
+				r()
+			}
+			os.RemoveAll(dir)
+		}()
+	}()
 	toDir := filepath.Join(dir, "to")
 	release, err := s.cfg.Storage.View(ctx, to.ID, "", toDir)
 	if err != nil {
 		return nil, fmt.Errorf("the files of %s: %w", to.Name, err)
 	}
-	defer release()
+	releases = append(releases, release)
 	fromUpper := filepath.Join(dir, "image") // an empty upper: the image as it is
 	if err := os.Mkdir(fromUpper, 0o700); err != nil {
 		return nil, err
@@ -95,7 +105,7 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 		if err != nil {
 			return nil, fmt.Errorf("the files of %s %s: %w", res.From.Kind, res.From.Name, err)
 		}
-		defer rel()
+		releases = append(releases, rel)
 		fromUpper = filepath.Join(fromDir, "upper")
 	}
 	r, err := fsdiff.Diff(fsdiff.Tree{Upper: fromUpper}, fsdiff.Tree{Upper: filepath.Join(toDir, "upper")}, img.Layers, fsdiff.Options{Patch: o.Patch, Skip: serverPaths})

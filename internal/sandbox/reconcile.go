@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/useshards/shard/internal/ledger"
@@ -53,6 +54,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.dropViews()
 	known := map[string]bool{}
 	for _, sb := range all {
 		known[sb.ID] = true
@@ -277,4 +279,29 @@ func (s *Service) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
 		return false, err
 	}
 	return st == provider.StatusRunning || st == provider.StatusPaused, nil
+}
+
+// dropViews unmounts what a server that went down left of its file
+// operations and diffs: a stopped sandbox's files mounted for a copy (which
+// would keep its start from mounting them), and diffs' private copies.
+func (s *Service) dropViews() {
+	run := filepath.Join(s.cfg.DataDir, "run")
+	for _, m := range rootfs.MountsUnder(run) {
+		rel, _ := filepath.Rel(run, m)
+		parts := strings.Split(rel, string(filepath.Separator))
+		if strings.HasPrefix(parts[0], "diff-") || (len(parts) == 2 && parts[1] == "files") {
+			if err := rootfs.Unmount(m); err != nil {
+				s.cfg.Log.Warn("reconcile: unmount", "at", m, "err", err)
+				continue
+			}
+			s.cfg.Log.Info("reconcile: unmounted what a file operation or diff left", "at", m)
+		}
+	}
+	if ds, _ := filepath.Glob(filepath.Join(run, "diff-*")); len(ds) > 0 {
+		for _, d := range ds {
+			if len(rootfs.MountsUnder(d)) == 0 {
+				os.RemoveAll(d)
+			}
+		}
+	}
 }
