@@ -304,6 +304,21 @@ func TestFilesCopyCLI(t *testing.T) {
 			if _, errOut, code := e.cli(t, "", "cp", filepath.Join(src, "a.txt"), sb.Name+":/nowhere/"); code == 0 || !strings.Contains(errOut, "does not exist") {
 				t.Fatalf("cp to a missing directory: exit %d: %s", code, errOut)
 			}
+			// A file is copied without asking the sandbox first (DEST/),
+			// or asking once (DEST): into a directory, by name, or not
+			// at all when the directory is missing or a file.
+			run("", "cp", filepath.Join(src, "sub", "run.sh"), sb.Name+":/srv/proj/sub/")
+			run("", "cp", filepath.Join(src, "sub", "run.sh"), sb.Name+":/srv/renamed")
+			run("", "cp", filepath.Join(src, "sub", "run.sh"), sb.Name+":/srv/proj/sub/again.sh")
+			if got := execOK(t, sb.ID, "sh", "-c", "/srv/proj/sub/run.sh && /srv/renamed/run.sh && /srv/proj/sub/again.sh"); got != "ran\nran\nran\n" {
+				t.Fatalf("files copied into directories: %q", got)
+			}
+			if _, errOut, code := e.cli(t, "", "cp", filepath.Join(src, "a.txt"), sb.Name+":/nowhere/x"); code == 0 || !strings.Contains(errOut, "directory "+sb.Name+":/nowhere does not exist: make it first") {
+				t.Fatalf("cp to a name in a missing directory: exit %d: %s", code, errOut)
+			}
+			if _, errOut, code := e.cli(t, "", "cp", filepath.Join(src, "a.txt"), sb.Name+":/srv/proj/a.txt/"); code == 0 || !strings.Contains(errOut, "not a directory") {
+				t.Fatalf("cp into a file as a directory: exit %d: %s", code, errOut)
+			}
 			// And out again.
 			dst := t.TempDir()
 			run("", "cp", sb.Name+":/srv/renamed", dst)
