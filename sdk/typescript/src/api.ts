@@ -3,7 +3,7 @@
 
 import { ShardError } from "./errors.js";
 import { FRAME, STREAM_TYPE, encodeFrame } from "./frames.js";
-import { Transport, seg, type ConnectionOptions, type RawResponse } from "./transport.js";
+import { Transport, readAll, seg, type ConnectionOptions, type RawResponse, type Upload } from "./transport.js";
 import type {
   Checkpoint,
   CheckpointRequest,
@@ -11,6 +11,8 @@ import type {
   EnvironmentInfo,
   EnvironmentRequest,
   ExecRequest,
+  FileInfo,
+  FileList,
   ForkRequest,
   Grant,
   Policy,
@@ -23,10 +25,28 @@ import type {
   Token,
   TokenCreated,
   TokenRequest,
+  WriteResult,
 } from "./types.js";
 
 /** How long calls refused with 409 sandbox_frozen (a fork or checkpoint holds the sandbox) are retried. */
 const FROZEN_RETRY_MS = 120_000;
+
+/** The whole body of an answer (a ShardError `unreachable` if it breaks). */
+async function readBody(t: Transport, res: RawResponse["body"]): Promise<Buffer> {
+  try {
+    return await readAll(res);
+  } catch (err) {
+    throw new ShardError("unreachable", `reading the answer from ${t.base}: ${(err as Error).message}`, 0, { cause: err });
+  }
+}
+
+function parseJson<T>(buf: Buffer): T {
+  try {
+    return JSON.parse(buf.toString("utf8")) as T;
+  } catch (err) {
+    throw new ShardError("bad_response", `the server's answer is not JSON: ${buf.toString("utf8").slice(0, 200)}`, 200, { cause: err });
+  }
+}
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -47,6 +67,80 @@ export async function retryFrozen<T>(fn: () => Promise<T>): Promise<T> {
       delay = Math.min(delay * 2, 1000);
     }
   }
+}
+
+/** The media type of an archive of a sandbox's files (a tar), both ways. */
+export const TAR_TYPE = "application/x-tar";
+
+/** The answer header of a read of files: base64 of the JSON FileInfo of what is read. */
+export const FILE_STAT_HEADER = "X-Shard-File-Stat";
+
+/** How a write of one file sets it; unset fields keep the replaced file's (a new one: mode 0o644, root's). */
+export interface WriteFileOptions {
+  /** Its mode: a number (`0o755`) or octal digits (`"755"`); at most 0o7777. */
+  mode?: number | string;
+  /** Its owner. */
+  uid?: number;
+  /** Its group. */
+  gid?: number;
+  /** Its modification time: a Date or an RFC 3339 string. Default: now. */
+  mtime?: Date | string;
+  /** Make its missing parent directories (mode 0o755). */
+  parents?: boolean;
+}
+
+/** A read of a sandbox's files: what is read, and the answer whose body is its bytes. */
+export interface FilesRead {
+  info: FileInfo;
+  response: RawResponse;
+}
+
+/** The query string of a files call: path and the parameters that are set. */
+export function filesQuery(path: string, params: Record<string, string | undefined> = {}): string {
+  if (typeof path !== "string" || path === "") throw new ShardError("invalid_argument", "give the file's absolute path in the sandbox, e.g. /srv/app/main.py");
+  const q = new URLSearchParams({ path });
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, v);
+  return "?" + q.toString();
+}
+
+/** The query parameters of WriteFileOptions, checked. */
+export function writeFileParams(o: WriteFileOptions = {}): Record<string, string | undefined> {
+  const p: Record<string, string | undefined> = {};
+  if (o.mode !== undefined) {
+    const m = typeof o.mode === "number" ? o.mode : /^[0-7]{1,4}$/.test(o.mode) ? parseInt(o.mode, 8) : NaN;
+    if (!Number.isInteger(m) || m < 0 || m > 0o7777) {
+      throw new ShardError("invalid_argument", `mode ${JSON.stringify(o.mode)}: give a number at most 0o7777 (e.g. 0o755) or octal digits ("755")`);
+    }
+    p.mode = m.toString(8);
+  }
+  for (const k of ["uid", "gid"] as const) {
+    const v = o[k];
+    if (v === undefined) continue;
+    if (!Number.isInteger(v) || v < 0) throw new ShardError("invalid_argument", `${k} ${JSON.stringify(v)}: give a non-negative integer`);
+    p[k] = String(v);
+  }
+  if (o.mtime !== undefined) {
+    if (o.mtime instanceof Date) {
+      if (Number.isNaN(o.mtime.getTime())) throw new ShardError("invalid_argument", "mtime is an invalid Date");
+      p.mtime = o.mtime.toISOString();
+    } else p.mtime = o.mtime;
+  }
+  if (o.parents) p.parents = "true";
+  return p;
+}
+
+/** Reads a read's X-Shard-File-Stat header (base64 of the JSON FileInfo). */
+export function fileStatHeader(v: string | string[] | undefined): FileInfo {
+  const raw = Array.isArray(v) ? v[0] : v;
+  if (raw) {
+    try {
+      const info = JSON.parse(Buffer.from(raw, "base64").toString("utf8")) as FileInfo;
+      if (info && typeof info === "object" && typeof info.path === "string") return info;
+    } catch {
+      // fall through
+    }
+  }
+  throw new ShardError("bad_response", `the server's read of files has no readable ${FILE_STAT_HEADER} header: ${JSON.stringify(raw ?? null).slice(0, 200)}`, 502);
 }
 
 /** Options of a sandbox list. */
@@ -235,6 +329,74 @@ export class ShardApi {
 
   async clearPolicy(sandbox: string): Promise<void> {
     await this.transport.json("DELETE", `/sandboxes/${seg(sandbox)}/policy`);
+  }
+
+  // Files
+
+  /** Describes path in a sandbox (running or stopped); with followLink, what a symlink there names. */
+  async statFile(sandbox: string, path: string, o: { followLink?: boolean } = {}): Promise<FileInfo> {
+    const q = filesQuery(path, { follow_link: o.followLink ? "true" : undefined });
+    return retryFrozen(() => this.transport.json("GET", `/sandboxes/${seg(sandbox)}/files/stat${q}`));
+  }
+
+  /** The entries of the directory path in a sandbox, sorted by name (at most limit; `truncated` says there were more). */
+  async listFiles(sandbox: string, path: string, o: { limit?: number } = {}): Promise<FileList> {
+    const q = filesQuery(path, { limit: o.limit === undefined ? undefined : String(o.limit) });
+    return retryFrozen(() => this.transport.json("GET", `/sandboxes/${seg(sandbox)}/files/list${q}`));
+  }
+
+  /** Removes path in a sandbox (a directory that holds anything only with recursive); answers what was removed. */
+  async removeFile(sandbox: string, path: string, o: { recursive?: boolean } = {}): Promise<FileInfo> {
+    const q = filesQuery(path, { recursive: o.recursive ? "true" : undefined });
+    return retryFrozen(() => this.transport.json("DELETE", `/sandboxes/${seg(sandbox)}/files${q}`));
+  }
+
+  /**
+   * Starts a read of path in a sandbox: the file's bytes, or with `archive`
+   * a tar of it (a directory with what it holds). Resolves once the answer's
+   * head is in; its body is the bytes, streamed (a read that breaks off
+   * breaks the connection).
+   */
+  async readFiles(sandbox: string, path: string, o: { archive?: boolean; followLink?: boolean } = {}): Promise<FilesRead> {
+    const q = filesQuery(path, { follow_link: o.followLink ? "true" : undefined });
+    const response = await retryFrozen(() =>
+      this.transport.request("GET", `/sandboxes/${seg(sandbox)}/files${q}`, undefined, { accept: o.archive ? TAR_TYPE : "application/octet-stream" }),
+    );
+    try {
+      return { info: fileStatHeader(response.headers[FILE_STAT_HEADER.toLowerCase()]), response };
+    } catch (err) {
+      response.body.destroy();
+      throw err;
+    }
+  }
+
+  /**
+   * Writes body at path in a sandbox: one file's bytes, replaced whole
+   * (nothing is written unless all of it arrives), or with `archive` a tar
+   * unpacked into the directory path. Bytes go with Content-Length, a stream
+   * chunked as it is read. Whole bytes are sent again while the sandbox is
+   * frozen by a fork; a stream cannot be, and fails with `sandbox_frozen`.
+   */
+  async writeFiles(
+    sandbox: string,
+    path: string,
+    body: Uint8Array | AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>,
+    o: WriteFileOptions & { archive?: boolean } = {},
+  ): Promise<WriteResult> {
+    const { archive, ...file } = o;
+    const params = writeFileParams(file);
+    if (archive && Object.keys(params).some((k) => k !== "parents")) {
+      throw new ShardError("invalid_argument", "mode, uid, gid and mtime are a file's: a tar's entries carry their own");
+    }
+    if (archive) delete params.parents; // an archive's directory is made with its parents anyway
+    const url = `/sandboxes/${seg(sandbox)}/files${filesQuery(path, params)}`;
+    const contentType = archive ? TAR_TYPE : "application/octet-stream";
+    const send = async (upload: Upload) => {
+      const { body: res } = await this.transport.request("PUT", url, undefined, { upload, accept: "application/json" });
+      return parseJson<WriteResult>(await readBody(this.transport, res));
+    };
+    if (body instanceof Uint8Array) return retryFrozen(() => send({ contentType, data: body }));
+    return send({ contentType, stream: body });
   }
 
   // API keys

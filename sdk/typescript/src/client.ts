@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import { ShardApi } from "./api.js";
 import { ShardError } from "./errors.js";
 import { ExecRun, type ExecOptions } from "./exec.js";
+import { SandboxFiles } from "./files.js";
 import { resourcesToRequest, type Resources } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
 import type { Checkpoint, CreateRequest, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo } from "./types.js";
@@ -215,6 +216,14 @@ export class SandboxClient {
     return new Environment(this, name, options);
   }
 
+  /**
+   * The files of a sandbox by id or name, without a handle (no slot is
+   * taken): `handle.files` is the same for a handle in hand.
+   */
+  files(idOrName: string): SandboxFiles {
+    return new SandboxFiles(this.api, idOrName);
+  }
+
   /** Deletes a stored secret (see `SandboxHandle.credentials`); grants of it then give nothing. */
   deleteSecret(name: string): Promise<void> {
     return this.api.removeSecret(name);
@@ -291,6 +300,8 @@ export class SandboxHandle {
   readonly reapplied?: ReappliedChange[];
   /** Secrets given to this sandbox. */
   readonly credentials: Credentials;
+  /** The sandbox's files: read, write (whole or streamed), archives, list, stat, remove. */
+  readonly files: SandboxFiles;
   /** @internal */
   readonly client: SandboxClient;
   private readonly release: () => void;
@@ -307,6 +318,7 @@ export class SandboxHandle {
       this.reapplied = resumed.reapplied ?? [];
     }
     this.credentials = new Credentials(this);
+    this.files = new SandboxFiles(client.api, info.id);
   }
 
   get id(): string {

@@ -3,6 +3,7 @@
 
 import { ShardApi, type ListOptions } from "./api.js";
 import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
+import { SandboxFiles } from "./files.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
 import type { Checkpoint, CreateRequest, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo } from "./types.js";
@@ -125,6 +126,14 @@ export class Shard {
     return sb;
   }
 
+  /**
+   * The files of a sandbox by id or name, without looking it up first
+   * (`sandbox.files` is the same for a Sandbox in hand).
+   */
+  files(idOrName: string): SandboxFiles {
+    return new SandboxFiles(this.api, idOrName);
+  }
+
   /** Closes keep-alive connections. Idempotent; later calls fail with `closed`. */
   close(): void {
     this.api.close();
@@ -144,11 +153,14 @@ export class Sandbox {
   replayed?: ReplayedExec[];
   /** For a sandbox made by resume: the grant and policy changes made again. */
   reapplied?: ReappliedChange[];
+  /** Its files: read, write (whole or streamed), archives, list, stat, remove. */
+  readonly files: SandboxFiles;
   private readonly shard: Shard;
 
   constructor(shard: Shard, info: SandboxInfo) {
     this.shard = shard;
     this.info = info;
+    this.files = new SandboxFiles(shard.api, info.id);
   }
 
   get id(): string {

@@ -61,7 +61,21 @@ export interface RequestOptions {
    * head is in. The JSON body argument is ignored.
    */
   framed?: { contentType: string; first: Buffer };
+  /**
+   * A raw body instead of JSON: bytes (`data`, sent with Content-Length), or
+   * a stream (`stream`, sent chunked as it is read, only as fast as the
+   * server takes it). An answer that comes before the body is all sent (an
+   * error: the server refused early) stops the sending and wins. A stream
+   * that fails aborts the request: it rejects with ShardError
+   * `source_failed`. The JSON body argument is ignored.
+   */
+  upload?: Upload;
 }
+
+/** A raw request body: see RequestOptions.upload. */
+export type Upload =
+  | { contentType: string; data: Uint8Array }
+  | { contentType: string; stream: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string> };
 
 /** The header that names the project a request acts in. */
 export const PROJECT_HEADER = "Shard-Project";
@@ -169,12 +183,17 @@ export class Transport {
   async request(method: string, path: string, body?: unknown, o: RequestOptions = {}): Promise<RawResponse> {
     if (this.closed) throw new ShardError("closed", "the shard client was closed");
     const framed = o.framed;
-    const payload = framed || body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const upload = o.upload;
+    const payload = framed || upload || body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const prefix = this.socket ? "" : this.url.pathname.replace(/\/+$/, "");
     const headers: http.OutgoingHttpHeaders = { Accept: o.accept ?? "application/json, application/x-ndjson", ...this.authHeaders() };
     if (framed) {
       // No Content-Length: node sends the body chunked, as it is written.
       headers["Content-Type"] = framed.contentType;
+    } else if (upload) {
+      headers["Content-Type"] = upload.contentType;
+      if ("data" in upload) headers["Content-Length"] = upload.data.byteLength;
+      // A stream: no Content-Length, so node sends it chunked.
     } else if (payload) {
       headers["Content-Type"] = "application/json";
       headers["Content-Length"] = payload.length;
@@ -194,8 +213,11 @@ export class Transport {
       opts.protocol = this.url.protocol;
     }
     let req!: http.ClientRequest;
+    /** The answer's head is in: an upload still being sent stops. */
+    let answered = false;
     const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
       req = this.mod.request(opts, (res) => {
+        answered = true;
         this.inflight.delete(req);
         // A framed body is still being written: close() ends it too.
         if (framed && !req.destroyed) this.open.add(req);
@@ -215,6 +237,10 @@ export class Transport {
       if (framed) {
         req.setNoDelay(true);
         req.write(framed.first);
+      } else if (upload && "stream" in upload) {
+        void sendStream(req, upload.stream, () => answered);
+      } else if (upload) {
+        req.end(upload.data);
       } else req.end(payload);
     });
     const status = res.statusCode ?? 0;
@@ -223,7 +249,9 @@ export class Transport {
         (b) => b.toString("utf8"),
         () => "",
       );
-      if (framed) req.destroy(); // its body was never finished: the connection is not reused
+      // A body never finished (framed, or an upload the server refused
+      // early): the connection is not reused.
+      if (framed || (upload && !req.writableFinished)) req.destroy();
       throw errorFromBody(status, res.statusMessage ?? "", text);
     }
     return framed ? { status, headers: res.headers, body: res, request: req } : { status, headers: res.headers, body: res };
@@ -247,6 +275,66 @@ export class Transport {
       throw new ShardError("bad_response", `the server's answer is not JSON: ${buf.toString("utf8").slice(0, 200)}`, status, { cause: err });
     }
   }
+}
+
+/**
+ * Writes a stream as a request's body, then ends it; stops as soon as the
+ * server answered (it refused early) or the request is gone. Each chunk is
+ * handed to the connection before the next is asked for: a source may
+ * reuse its buffer, and it is read only as fast as the server takes it. A
+ * source that fails destroys the request with ShardError `source_failed`.
+ */
+async function sendStream(
+  req: http.ClientRequest,
+  src: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>,
+  answered: () => boolean,
+): Promise<void> {
+  const stop = () => answered() || req.destroyed;
+  const it: AsyncIterator<unknown> | Iterator<unknown> =
+    Symbol.asyncIterator in src ? (src as AsyncIterable<unknown>)[Symbol.asyncIterator]() : (src as Iterable<unknown>)[Symbol.iterator]();
+  let done = false;
+  try {
+    for (;;) {
+      const r = await it.next();
+      if (r.done) {
+        done = true;
+        break;
+      }
+      if (stop()) break;
+      const v = r.value;
+      let buf: Buffer;
+      if (typeof v === "string") buf = Buffer.from(v, "utf8");
+      else if (v instanceof Uint8Array) buf = Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+      else throw new TypeError(`the stream gave a ${typeof v}, not a Uint8Array or a string`);
+      if (buf.length === 0) continue;
+      await written(req, buf);
+      if (stop()) break;
+    }
+    if (done && !stop()) req.end();
+  } catch (err) {
+    if (stop()) return;
+    req.destroy(new ShardError("source_failed", `reading the data to send: ${(err as Error)?.message ?? String(err)}`, 0, { cause: err }));
+  } finally {
+    if (!done) void Promise.resolve(it.return?.()).catch(() => {});
+  }
+}
+
+/** Writes buf to req; resolves once the connection has it, or the request is answered or gone. */
+function written(req: http.ClientRequest, buf: Buffer): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let settled = false;
+    const done = () => {
+      if (settled) return;
+      settled = true;
+      req.removeListener("close", done);
+      req.removeListener("response", done);
+      resolve();
+    };
+    req.once("close", done);
+    // The answer came while the body was being sent: stop waiting (sendStream then stops).
+    req.once("response", done);
+    req.write(buf, () => done());
+  });
 }
 
 /** The ShardError for a non-2xx answer. */

@@ -281,3 +281,45 @@ export interface ApiError {
   code: string;
   message: string;
 }
+
+/** What a file of a sandbox is. */
+export type FileType = "file" | "dir" | "symlink" | "fifo" | "socket" | "char" | "block";
+
+/** One file of a sandbox (files API: stat, list, remove, and a read's X-Shard-File-Stat header). */
+export interface FileInfo {
+  /** Its last path element ("/" for the root). */
+  name: string;
+  /** Its absolute path in the sandbox. */
+  path: string;
+  type: FileType | string;
+  /** Bytes, for a file (0 for the other types). */
+  size: number;
+  /** Permission bits with setuid (0o4000), setgid (0o2000) and sticky (0o1000): 420 is 0o644. */
+  mode: number;
+  uid: number;
+  gid: number;
+  /** RFC 3339. */
+  mtime: string;
+  /** A symlink's target, as written. */
+  link?: string;
+}
+
+/** A directory's entries, sorted by name. */
+export interface FileList {
+  path: string;
+  entries: FileInfo[];
+  /** There were more entries than the limit: only that many are listed. */
+  truncated: boolean;
+}
+
+/** What a write of files did. */
+export interface WriteResult {
+  /** The path written (cleaned). */
+  path: string;
+  /** File bytes written. */
+  bytes: number;
+  /** Files, directories and links made. */
+  files: number;
+  /** What was sanitised or skipped: a setuid bit removed, a device node left out, ... */
+  notes?: string[];
+}

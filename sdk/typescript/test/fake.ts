@@ -73,6 +73,32 @@ export interface ExecWriter {
 
 export type ExecScript = (argv: string[], w: ExecWriter, sandbox: any, req: any) => Promise<void> | void;
 
+/** One file of a fake sandbox. */
+export interface FakeFile {
+  type: "file" | "dir" | "symlink";
+  data?: Buffer;
+  mode: number;
+  uid: number;
+  gid: number;
+  mtime: string;
+  link?: string;
+}
+
+/** How a PUT of files arrived. */
+export interface FakeUpload {
+  path: string;
+  query: Record<string, string>;
+  headers: http.IncomingHttpHeaders;
+  /** Each piece of the body as the server read it, with when. */
+  pieces: { at: number; size: number }[];
+  bytes: number;
+  /** The body ended cleanly (false: the connection broke, or the fake answered first). */
+  whole: boolean;
+}
+
+/** Answers a read of files itself (a test's script), instead of the fake's files. */
+export type FilesReadScript = (path: string, req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> | void;
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 let seq = 0;
@@ -90,6 +116,15 @@ export class FakeShard {
   createDelay = 0;
   /** Answer exec with NDJSON whatever the client asks (an older server). */
   ndjson = false;
+  /** Each fake sandbox's files, by path: "/" and "/tmp" are there from the start. */
+  readonly files = new Map<string, Map<string, FakeFile>>();
+  /** Tars written into a directory, kept as they came (a tar read of it answers them). */
+  readonly archives = new Map<string, Buffer>();
+  readonly uploads: FakeUpload[] = [];
+  /** Set: reads of files go to it. */
+  onFilesRead?: FilesReadScript;
+  /** Answers with 409 sandbox_frozen this many times before a files call goes through. */
+  frozenFiles = 0;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
     w.exit(0);
@@ -143,7 +178,24 @@ export class FakeShard {
     return sb;
   }
 
+  /** The files of sandbox sb, made on first use. */
+  fs(sb: any): Map<string, FakeFile> {
+    let m = this.files.get(sb.id);
+    if (!m) {
+      const t = "2025-01-01T00:00:00Z";
+      m = new Map<string, FakeFile>([
+        ["/", { type: "dir", mode: 0o755, uid: 0, gid: 0, mtime: t }],
+        ["/tmp", { type: "dir", mode: 0o1777, uid: 0, gid: 0, mtime: t }],
+      ]);
+      this.files.set(sb.id, m);
+    }
+    return m;
+  }
+
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const early = new URL(req.url ?? "/", "http://x");
+    const fp = /^\/v0\/sandboxes\/([^/]+)\/files(\/stat|\/list)?$/.exec(early.pathname);
+    if (fp && !this.failWith) return this.filesCall(req, res, decodeURIComponent(fp[1]!), fp[2] ?? "", early);
     let body: any;
     let frames: AsyncGenerator<ClientFrame> | undefined;
     const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now() };
@@ -296,6 +348,125 @@ export class FakeShard {
       }
     }
     return err(404, "not_found", `no route ${m} ${path}`);
+  }
+
+  /** The files API, as the server has it (bodies streamed, never JSON-parsed). */
+  private async filesCall(req: http.IncomingMessage, res: http.ServerResponse, id: string, op: string, url: URL): Promise<void> {
+    const m = req.method ?? "";
+    const rec: Recorded = { method: m, path: url.pathname + url.search, headers: req.headers, body: undefined, at: performance.now() };
+    this.requests.push(rec);
+    const json = (status: number, v: unknown) => {
+      const b = Buffer.from(JSON.stringify(v));
+      res.writeHead(status, { "Content-Type": "application/json", "Content-Length": b.length });
+      res.end(b);
+    };
+    const err = (status: number, code: string, message: string) => json(status, { code, message });
+    const sb = this.find(id);
+    if (!sb) return err(404, "sandbox_not_found", `sandbox ${id} not found`);
+    if (this.frozenFiles > 0) {
+      this.frozenFiles--;
+      return err(409, "sandbox_frozen", `sandbox ${sb.name} is frozen by a fork: try again`);
+    }
+    const q = Object.fromEntries(url.searchParams);
+    const p = q.path ?? "";
+    if (!p) return err(400, "invalid_path", "give the file's path in the sandbox: ?path=/ABSOLUTE/PATH");
+    if (!p.startsWith("/")) return err(400, "invalid_path", `path ${JSON.stringify(p)} must be absolute (start with /)`);
+    const fs = this.fs(sb);
+    const info = (path: string, f: FakeFile) => {
+      const i: any = { name: path === "/" ? "/" : path.slice(path.lastIndexOf("/") + 1), path, type: f.type, size: f.data?.length ?? 0, mode: f.mode, uid: f.uid, gid: f.gid, mtime: f.mtime };
+      if (f.link) i.link = f.link;
+      return i;
+    };
+    const parent = (path: string) => path.slice(0, path.lastIndexOf("/")) || "/";
+    const follow = (path: string) => {
+      let f = fs.get(path);
+      for (let i = 0; f?.type === "symlink" && i < 40; i++) {
+        path = f.link!.startsWith("/") ? f.link! : parent(path) + "/" + f.link;
+        f = fs.get(path);
+      }
+      return { path, f };
+    };
+    if (m === "GET" && op === "/stat") {
+      const { path, f } = q.follow_link === "true" ? follow(p) : { path: p, f: fs.get(p) };
+      if (!f) return err(404, "file_not_found", `sandbox ${sb.name}: ${p}: no such file or directory`);
+      return json(200, info(path, f));
+    }
+    if (m === "GET" && op === "/list") {
+      const { path, f } = follow(p);
+      if (!f) return err(404, "file_not_found", `sandbox ${sb.name}: ${p}: no such file or directory`);
+      if (f.type !== "dir") return err(400, "not_a_directory", `sandbox ${sb.name}: ${p} is not a directory`);
+      const limit = q.limit ? Number(q.limit) : 10000;
+      const names = [...fs.keys()].filter((k) => k !== path && parent(k) === path).sort();
+      return json(200, { path, entries: names.slice(0, limit).map((k) => info(k, fs.get(k)!)), truncated: names.length > limit });
+    }
+    if (m === "DELETE" && op === "") {
+      const f = fs.get(p);
+      if (!f) return err(404, "file_not_found", `sandbox ${sb.name}: ${p}: no such file or directory`);
+      const under = [...fs.keys()].filter((k) => k.startsWith(p + "/"));
+      if (under.length && q.recursive !== "true") return err(409, "directory_not_empty", `sandbox ${sb.name}: ${p} is a directory that is not empty`);
+      for (const k of under) fs.delete(k);
+      fs.delete(p);
+      return json(200, info(p, f));
+    }
+    if (m === "GET" && op === "") {
+      if (this.onFilesRead) return this.onFilesRead(p, req, res);
+      const tar = (req.headers.accept ?? "").includes("application/x-tar");
+      const { path, f } = q.follow_link === "true" || !tar ? follow(p) : { path: p, f: fs.get(p) };
+      if (!f) return err(404, "file_not_found", `sandbox ${sb.name}: ${p}: no such file or directory`);
+      const stat = Buffer.from(JSON.stringify(info(path, f))).toString("base64");
+      if (tar) {
+        res.writeHead(200, { "Content-Type": "application/x-tar", "X-Shard-File-Stat": stat });
+        return void res.end(this.archives.get(path) ?? Buffer.alloc(1024));
+      }
+      if (f.type === "dir") return err(400, "is_a_directory", `sandbox ${sb.name}: ${p} is a directory`);
+      res.writeHead(200, { "Content-Type": "application/octet-stream", "Content-Length": f.data!.length, "X-Shard-File-Stat": stat });
+      return void res.end(f.data);
+    }
+    if (m === "PUT" && op === "") {
+      const up: FakeUpload = { path: p, query: q, headers: req.headers, pieces: [], bytes: 0, whole: false };
+      this.uploads.push(up);
+      const tar = (req.headers["content-type"] ?? "").split(";")[0] === "application/x-tar";
+      const target = tar ? p : follow(p).path;
+      const dir = tar ? p : parent(target);
+      // Refused before the body is read, as the server does: the answer
+      // comes while the client is still sending.
+      if (!tar && q.parents !== "true" && fs.get(dir)?.type !== "dir") {
+        return err(404, "file_not_found", `sandbox ${sb.name}: directory ${dir} does not exist (make it first, or ask to make parents)`);
+      }
+      if (!tar && fs.get(target)?.type === "dir") return err(400, "is_a_directory", `sandbox ${sb.name}: ${p} is a directory`);
+      const chunks: Buffer[] = [];
+      try {
+        for await (const c of req) {
+          up.pieces.push({ at: performance.now(), size: (c as Buffer).length });
+          up.bytes += (c as Buffer).length;
+          chunks.push(c as Buffer);
+        }
+        up.whole = true;
+      } catch {
+        return; // the upload broke off: nothing is written
+      }
+      const data = Buffer.concat(chunks);
+      const cl = req.headers["content-length"];
+      if (cl !== undefined && Number(cl) !== data.length) return err(400, "short_body", "the body is shorter than its Content-Length");
+      const now = new Date().toISOString();
+      if (tar) {
+        fs.set(p, { type: "dir", mode: 0o755, uid: 0, gid: 0, mtime: now });
+        this.archives.set(p, data);
+        return json(200, { path: p, bytes: data.length, files: 1, notes: ["x/dev: a device node: skipped"] });
+      }
+      for (let d = dir; q.parents === "true" && !fs.has(d); d = parent(d)) fs.set(d, { type: "dir", mode: 0o755, uid: 0, gid: 0, mtime: now });
+      const old = fs.get(target);
+      fs.set(target, {
+        type: "file",
+        data,
+        mode: q.mode !== undefined ? parseInt(q.mode, 8) : (old?.mode ?? 0o644),
+        uid: q.uid !== undefined ? Number(q.uid) : (old?.uid ?? 0),
+        gid: q.gid !== undefined ? Number(q.gid) : (old?.gid ?? 0),
+        mtime: q.mtime ?? now,
+      });
+      return json(200, { path: p, bytes: data.length, files: 1 });
+    }
+    return err(404, "not_found", `no route ${m} ${url.pathname}`);
   }
 
   private checkpoint(sb: any, kind: string, tag?: string): any {
