@@ -13,6 +13,7 @@ import socketserver
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -33,7 +34,8 @@ class Recorded:
     body: bytes  # for a framed body: its Q frame's payload
     conn: int  # which connection it came on
     frames: List[Tuple[bytes, bytes]] = field(default_factory=list)  # a framed body's, Q first, as they come
-    body_ended: bool = False  # a framed body's final chunk came
+    body_ended: bool = False  # a chunked body's final chunk came
+    pieces: List[Tuple[float, int]] = field(default_factory=list)  # a chunked body's chunks (time.monotonic(), size), as they came
 
     @property
     def json(self) -> Any:
@@ -77,6 +79,7 @@ class Handler(BaseHTTPRequestHandler):
         fake: FakeServer = self.server.fake
         u = urlsplit(self.path)
         self._frames: Optional[Iterator[Tuple[bytes, bytes]]] = None
+        self._pieces: Optional[Iterator[bytes]] = None
         if (self.headers.get("Content-Type") or "").split(";")[0] == STREAM:
             rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, b"", self.conn_no)
             self._rec = rec
@@ -87,10 +90,16 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             rec.body = body
+        elif (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            # Read by the route as it comes (body_pieces), or drained after it.
+            rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, b"", self.conn_no)
+            self._rec = rec
+            self._pieces = self._chunks()
         else:
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
             rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, body, self.conn_no)
+            self._rec = rec
         with fake.lock:
             fake.requests.append(rec)
             route = fake.routes.get((self.command, u.path))
@@ -98,14 +107,15 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"code": "not_found", "message": f"no such endpoint: {self.command} {u.path}"})
             return
         route(self, rec)
-        if self._frames is not None:
+        rest = self._frames if self._frames is not None else self._pieces
+        if rest is not None:
             # Read the body to its end (as a server that keeps the
             # connection must), unless the route already did.
             self.connection.settimeout(2)
             try:
-                for _ in self._frames:
+                for _ in rest:
                     pass
-            except OSError:
+            except (OSError, ValueError):
                 self.close_connection = True
         if fake.close_after_each:
             self.close_connection = True
@@ -144,6 +154,18 @@ class Handler(BaseHTTPRequestHandler):
                 yield f
         if buf:
             raise OSError(f"the body ended inside a frame ({len(buf)} bytes left)")
+
+    def body_pieces(self) -> Iterator[bytes]:
+        """A chunked body's chunks, as they arrive (recorded in rec.pieces
+        and rec.body); a body with a Content-Length, read already, in one."""
+        if self._pieces is None:
+            if self._rec.body:
+                yield self._rec.body
+            return
+        for c in self._pieces:
+            self._rec.pieces.append((time.monotonic(), len(c)))
+            self._rec.body += c
+            yield c
 
     def client_frames(self) -> Iterator[Tuple[bytes, bytes]]:
         """The framed body's frames after Q, as they arrive (nothing for a JSON body)."""

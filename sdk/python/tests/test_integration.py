@@ -1,5 +1,6 @@
 """The SDK against a real shard server: the seed 001 example as written,
-streaming, fork tags, checkpoint/resume/restore, credentials, environments.
+streaming, fork tags, checkpoint/resume/restore, credentials, environments,
+and a sandbox's files (FilesTest).
 
 Runs only with SHARD_INTEGRATION=1, and then it needs (and fails loudly
 without) SHARD_REMOTE, SHARD_API_KEY (scope "*") for an http(s) remote,
@@ -7,18 +8,23 @@ SHARD_TEST_PYTHON_IMAGE (an image with python and pip, standing in for
 python:3.12-slim) and SHARD_TEST_PIP_INDEX (a PEP 503 index reachable from
 inside sandboxes, with requests 2.31.0 and 2.32.3). ProjectTest needs
 SHARD_TEST_OTHER_PROJECT_KEY: a key of a project other than SHARD_API_KEY's.
+FilesTest needs SHARD_REMOTE, SHARD_API_KEY and SHARD_TEST_PYTHON_IMAGE only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import secrets
 import sys
+import tarfile
+import tempfile
 import time
 import unittest
-from typing import Dict, List, Optional
+from datetime import datetime, timezone
+from typing import Dict, Iterator, List, Optional
 from urllib.parse import urlsplit
 
 import fakeserver  # noqa: F401  (puts src/ on sys.path)
@@ -320,6 +326,183 @@ class ProjectTest(unittest.TestCase):
                     self.assertEqual((cm.exception.code, cm.exception.status), ("wrong_project", 403))
             finally:
                 sb.remove(force=True)
+
+
+@unittest.skipUnless(INTEGRATION, "set SHARD_INTEGRATION=1 (and SHARD_REMOTE, SHARD_API_KEY, SHARD_TEST_PYTHON_IMAGE) "
+                                  "to run against a real server")
+class FilesTest(unittest.TestCase):
+    """sandbox.files: a few MiB of binary written and read back (whole and
+    streamed), options, list, stat, remove, a tar written and read back,
+    the API's error codes, and a stopped sandbox's files."""
+
+    shard: Shard
+    sb: Sandbox
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        remote = require("SHARD_REMOTE")
+        if remote.startswith(("http://", "https://")):
+            require("SHARD_API_KEY")
+        image = require("SHARD_TEST_PYTHON_IMAGE")
+        cls.shard = Shard()
+        cls.addClassCleanup(cls.shard.close)
+        cls.sb = cls.shard.create(image, name="sdkpy-files-" + secrets.token_hex(3), memory_mib=256)
+        cls.addClassCleanup(cls.sb.remove, force=True)
+
+    def code(self, fn: "object") -> "tuple[str, int]":
+        with self.assertRaises(ShardError) as cm:
+            fn()  # type: ignore[operator]
+        return (cm.exception.code, cm.exception.status)
+
+    def test_binary_round_trip_whole_and_streamed(self) -> None:
+        f = self.sb.files
+        data = os.urandom(5 << 20)
+        res = f.write("/root/blob.bin", data)
+        self.assertEqual((res.path, res.bytes, res.files), ("/root/blob.bin", len(data), 1))
+        self.assertEqual(self.sb.exec(["sha256sum", "/root/blob.bin"]).stdout.split()[0], hashlib.sha256(data).hexdigest())
+        self.assertEqual(f.read("/root/blob.bin"), data)
+
+        # Streamed both ways: 12 MiB made on the fly, hashed as it comes back.
+        want = hashlib.sha256()
+
+        def gen() -> Iterator[bytes]:
+            for _ in range(12):
+                c = os.urandom(1 << 20)
+                want.update(c)
+                yield c
+
+        self.assertEqual(f.write_stream("/root/stream.bin", gen(), mode=0o600).bytes, 12 << 20)
+        # Checked inside too, so a mismatch says which way went wrong.
+        self.assertEqual(self.sb.exec(["sha256sum", "/root/stream.bin"]).stdout.split()[0], want.hexdigest(), "written")
+        got = hashlib.sha256()
+        n = 0
+        with f.read_stream("/root/stream.bin") as r:
+            self.assertEqual((r.info.size, r.info.mode), (12 << 20, 0o600))
+            for chunk in r:
+                got.update(chunk)
+                n += 1
+        self.assertGreater(n, 1)
+        self.assertEqual(got.hexdigest(), want.hexdigest(), "read back")
+
+        # A real file goes with its length; read back into one.
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "src.bin")
+            with open(src, "wb") as out:
+                out.write(data[: 3 << 20])
+            with open(src, "rb") as inp:
+                f.write_stream("/root/from-file.bin", inp)
+            dst = os.path.join(d, "dst.bin")
+            with f.read_stream("/root/from-file.bin") as r, open(dst, "wb") as out:
+                import shutil
+
+                shutil.copyfileobj(r, out)
+            with open(dst, "rb") as back:
+                self.assertEqual(back.read(), data[: 3 << 20])
+
+    def test_options_stat_list_remove_and_error_codes(self) -> None:
+        f = self.sb.files
+        mtime = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+        f.write("/srv/app/bin/run.sh", "#!/bin/sh\necho ran\n", mode=0o755, uid=1000, gid=1000, mtime=mtime, parents=True)
+        self.assertEqual(self.sb.exec(["/srv/app/bin/run.sh"]).stdout, "ran\n")
+        st = f.stat("/srv/app/bin/run.sh")
+        self.assertEqual((st.name, st.path, st.type, st.size, st.mode, st.uid, st.gid, st.mtime),
+                         ("run.sh", "/srv/app/bin/run.sh", "file", 19, 0o755, 1000, 1000, mtime))
+        self.sb.exec(["ln", "-s", "bin/run.sh", "/srv/app/run"])
+        link = f.stat("/srv/app/run")
+        self.assertEqual((link.type, link.link), ("symlink", "bin/run.sh"))
+        self.assertEqual(f.stat("/srv/app/run", follow_link=True).type, "file")
+        self.assertEqual(f.read_text("/srv/app/run"), "#!/bin/sh\necho ran\n")  # a read follows a symlink
+
+        for n in ("c", "a", "b"):
+            f.write(f"/srv/app/{n}.txt", n)
+        ls = f.list("/srv/app")
+        self.assertEqual([f"{e.name}:{e.type}" for e in ls], ["a.txt:file", "b.txt:file", "bin:dir", "c.txt:file", "run:symlink"])
+        self.assertFalse(ls.truncated)
+        some = f.list("/srv/app", limit=2)
+        self.assertEqual((len(some), some.truncated), (2, True))
+
+        gone = f.remove("/srv/app/a.txt")
+        self.assertEqual((gone.path, gone.type, gone.size), ("/srv/app/a.txt", "file", 1))
+        self.assertFalse(f.exists("/srv/app/a.txt"))
+
+        self.assertEqual(self.code(lambda: f.read("/srv/app/a.txt")), ("file_not_found", 404))
+        self.assertEqual(self.code(lambda: f.stat("/no/such/file")), ("file_not_found", 404))
+        self.assertEqual(self.code(lambda: f.read("/srv/app")), ("is_a_directory", 400))
+        self.assertEqual(self.code(lambda: f.list("/srv/app/b.txt")), ("not_a_directory", 400))
+        self.assertEqual(self.code(lambda: f.write("/no/such/dir/f", b"x")), ("file_not_found", 404))
+        self.assertEqual(self.code(lambda: f.stat("relative/path")), ("invalid_path", 400))
+        self.assertEqual(self.code(lambda: f.remove("/srv/app")), ("directory_not_empty", 409))
+        # A stream refused before its body is sent: the error, not a broken connection.
+        big = (os.urandom(1 << 20) for _ in range(64))
+        self.assertEqual(self.code(lambda: f.write_stream("/no/such/dir/big", big)), ("file_not_found", 404))
+        f.remove("/srv/app", recursive=True)
+        self.assertTrue(f.exists("/srv"))
+        self.assertFalse(f.exists("/srv/app"))
+
+    def test_tar_written_then_read_back(self) -> None:
+        f = self.sb.files
+        blob = os.urandom(300_000)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            def add(name: str, data: Optional[bytes] = None, mode: int = 0o644, kind: bytes = tarfile.REGTYPE, link: str = "", uid: int = 0) -> None:
+                ti = tarfile.TarInfo(name)
+                ti.type, ti.mode, ti.linkname, ti.uid, ti.gid, ti.mtime = kind, mode, link, uid, uid, 1_700_000_000
+                ti.size = len(data) if data is not None else 0
+                tar.addfile(ti, io.BytesIO(data) if data is not None else None)
+
+            add("proj", mode=0o750, kind=tarfile.DIRTYPE)
+            add("proj/README", b"hello tar\n", uid=1000)
+            add("proj/data", mode=0o755, kind=tarfile.DIRTYPE)
+            add("proj/data/blob.bin", blob, mode=0o600)
+            add("proj/link", kind=tarfile.SYMTYPE, link="README")
+        buf.seek(0)
+        res = f.write_archive("/work", buf)  # a file object: streamed
+        self.assertEqual((res.path, res.bytes), ("/work", 10 + len(blob)))
+        self.assertGreaterEqual(res.files, 5)
+        self.assertEqual(self.sb.exec(["cat", "/work/proj/link"]).stdout, "hello tar\n")
+        self.assertEqual(self.sb.exec(["stat", "-c", "%a %u", "/work/proj/README"]).stdout, "644 1000\n")
+
+        with f.read_archive("/work/proj") as r, tarfile.open(fileobj=r, mode="r|") as tar:
+            self.assertTrue(r.info.is_dir)
+            got = {}
+            for m in tar:
+                ex = tar.extractfile(m) if m.isfile() else None
+                got[m.name] = (m.type, m.mode & 0o7777, m.uid, m.linkname, ex.read() if ex else None)
+        self.assertEqual(sorted(got), ["proj", "proj/README", "proj/data", "proj/data/blob.bin", "proj/link"])
+        self.assertEqual(got["proj/README"], (tarfile.REGTYPE, 0o644, 1000, "", b"hello tar\n"))
+        self.assertEqual(got["proj/data/blob.bin"][1:], (0o600, 0, "", blob))
+        self.assertEqual((got["proj/link"][0], got["proj/link"][3]), (tarfile.SYMTYPE, "README"))
+        self.assertEqual(got["proj"][1], 0o750)
+
+        # Whole bytes work too; an entry that leads out is refused.
+        one = io.BytesIO()
+        with tarfile.open(fileobj=one, mode="w") as tar:
+            ti = tarfile.TarInfo("one.txt")
+            ti.size = 1
+            tar.addfile(ti, io.BytesIO(b"1"))
+        f.write_archive("/work2", one.getvalue())
+        self.assertEqual(f.read_text("/work2/one.txt"), "1")
+        bad = io.BytesIO()
+        with tarfile.open(fileobj=bad, mode="w") as tar:
+            ti = tarfile.TarInfo("../escape.txt")
+            ti.size = 1
+            tar.addfile(ti, io.BytesIO(b"x"))
+        self.assertEqual(self.code(lambda: f.write_archive("/work3", bad.getvalue())), ("unsafe_archive", 400))
+        self.assertFalse(f.exists("/escape.txt"))
+
+    def test_stopped_sandbox_files_by_name(self) -> None:
+        sb = self.shard.create(require("SHARD_TEST_PYTHON_IMAGE"), name="sdkpy-files-stop-" + secrets.token_hex(3), memory_mib=256)
+        try:
+            sb.files.write("/root/before.txt", "before stop\n")
+            sb.stop()
+            files = self.shard.files(sb.name)
+            self.assertEqual(files.read_text("/root/before.txt"), "before stop\n")
+            files.write("/root/while-stopped.txt", "written while stopped\n", mode=0o640)
+            self.assertEqual(files.stat("/root/while-stopped.txt").mode, 0o640)
+            sb.start()
+            self.assertEqual(sb.exec(["cat", "/root/while-stopped.txt"]).stdout, "written while stopped\n")
+        finally:
+            sb.remove(force=True)
 
 
 if __name__ == "__main__":

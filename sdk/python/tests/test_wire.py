@@ -36,6 +36,9 @@ MIRRORS: Dict[type, str] = {
     _types.ReappliedChange: "ReappliedChange",
     _types.ResumeResult: "ResumeResponse",
     _types.ExitStatus: "ExecExit",
+    _types.FileInfo: "FileInfo",
+    _types.FileList: "FileList",
+    _types.WriteResult: "WriteResult",
 }
 
 # Dataclasses of _types.py that are the SDK's own, not copies of a schema.

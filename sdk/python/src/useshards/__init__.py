@@ -16,12 +16,15 @@ project requests act in ``$SHARD_PROJECT`` (unset: the key's own)::
 
 from ._client import Credentials, Environment, ExecStream, Sandbox, Shard
 from ._errors import ShardError
+from ._files import FileReader, Files
 from ._types import (
     Checkpoint,
     Chunk,
     EnvironmentInfo,
     ExecResult,
     ExitStatus,
+    FileInfo,
+    FileList,
     Grant,
     Policy,
     ReplayedExec,
@@ -30,6 +33,7 @@ from ._types import (
     SandboxInfo,
     Secret,
     Token,
+    WriteResult,
 )
 
 __version__ = "0.1.0"
@@ -43,6 +47,10 @@ __all__ = [
     "ExecResult",
     "ExecStream",
     "ExitStatus",
+    "FileInfo",
+    "FileList",
+    "FileReader",
+    "Files",
     "Grant",
     "Policy",
     "ReplayedExec",
@@ -54,5 +62,6 @@ __all__ = [
     "Shard",
     "ShardError",
     "Token",
+    "WriteResult",
     "__version__",
 ]

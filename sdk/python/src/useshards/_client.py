@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
 
 from ._errors import ShardError
+from ._files import Files
 from ._transport import DEFAULT_SOCKET, STREAM_TYPE, FramedBody, Response, Transport, esc
 from ._types import (
     Checkpoint,
@@ -486,6 +487,9 @@ class Sandbox:
         self.resume_result = resume_result
         self.credentials = Credentials(self)
         """This sandbox's secrets: :class:`Credentials`."""
+        self.files = Files(shard, lambda: self.id)
+        """This sandbox's files, running or stopped: :class:`Files` (read,
+        write, streams both ways, tars, list, stat, remove)."""
 
     def _set(self, info: SandboxInfo) -> None:
         with self._lock:
@@ -974,6 +978,12 @@ class Shard:
         ``wrong_project`` (403)."""
         doc = self._t.request("GET", "/sandboxes?all_projects=true" if all_projects else "/sandboxes")
         return [Sandbox(self, SandboxInfo.from_json(d)) for d in _items(doc, "sandboxes")]
+
+    def files(self, id_or_name: str) -> Files:
+        """The files of the sandbox with this id or name, without looking
+        it up first (:attr:`Sandbox.files` is the same for a sandbox in
+        hand)."""
+        return Files(self, id_or_name)
 
     # -- checkpoints, resume, environments ----------------------------------
 

@@ -9,7 +9,7 @@ import select
 import socket
 import ssl
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 from ._errors import ShardError, unreachable
@@ -32,6 +32,11 @@ _Conn = http.client.HTTPConnection
 # Errors that mean a reused keep-alive connection had been closed by the
 # server before it read the request: safe to send again on a fresh one.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+UPLOAD_PIECE = 1 << 20
+"""The most of an upload sent in one go (and so between two looks for an
+early answer)."""
 
 
 def esc(s: str) -> str:
@@ -368,10 +373,10 @@ class Transport:
         return (resp.status, out) if want_status else out
 
     def stream(self, method: str, path: str, payload: Any, accept: str = "application/x-ndjson") -> Response:
-        """Sends a JSON request whose answer is a stream (NDJSON, or the
-        binary exec stream); no read timeout applies. A non-2xx answer
-        raises :class:`ShardError`."""
-        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        """Sends a JSON request (no body for a None payload) whose answer is
+        a stream (NDJSON, the binary exec stream, a file's bytes); no read
+        timeout applies. A non-2xx answer raises :class:`ShardError`."""
+        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode("utf-8")
         conn, resp = self._send(method, path, body, accept, None)
         return self._streamed(conn, resp)
 
@@ -403,6 +408,132 @@ class Transport:
             conn.close()
             raise ShardError.from_response(resp.status, resp.reason, data)
         return Response(self, conn, resp), FramedBody(conn)
+
+    def upload(
+        self,
+        method: str,
+        path: str,
+        content_type: str,
+        pieces: Iterable[Any],
+        length: Optional[int] = None,
+    ) -> Any:
+        """Sends a request whose body is ``pieces`` (bytes-like, sent as
+        they come; ``length`` known: with Content-Length, else chunked) and
+        returns the decoded JSON answer. The body is never held whole.
+
+        An answer that comes before the body is all sent (the server
+        refused early) stops the sending and is what counts: its error is
+        raised. An exception from ``pieces`` drops the connection (a
+        chunked body without its end, or one shorter than its length,
+        writes nothing) and is raised as ShardError ``source_failed``, the
+        exception its ``__cause__``.
+        """
+        headers = self._headers(True, "application/json", content_type)
+        if length is not None:
+            headers["Content-Length"] = str(length)
+        else:
+            headers["Transfer-Encoding"] = "chunked"
+        url = "/v0" + path
+        for attempt in (0, 1):
+            conn, reused = self._get()
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                assert conn.sock is not None
+                conn.sock.settimeout(self.timeout)
+                conn.putrequest(method, url, skip_accept_encoding=True)
+                for k, v in headers.items():
+                    conn.putheader(k, v)
+                conn.endheaders()
+                break
+            except _STALE as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue  # nothing of the body was taken yet: a fresh connection
+                raise unreachable(self.where, e) from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise unreachable(self.where, e) from None
+            except BaseException:
+                conn.close()
+                raise
+        else:  # pragma: no cover
+            raise AssertionError("unreachable")
+        sock = conn.sock
+        assert sock is not None
+        # Looking for an early answer needs the raw socket: a TLS one is
+        # readable for records that are no answer (session tickets).
+        watch = not isinstance(sock, ssl.SSLSocket)
+        whole = False  # the body was sent to its end
+        try:
+            whole = self._send_body(sock, pieces, length is None, watch)
+        except OSError:
+            pass  # the server stopped reading: its answer may say why
+        except BaseException:
+            conn.close()
+            raise
+        try:
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise unreachable(self.where, e) from None
+        if whole:
+            self._put(conn, resp)
+        else:
+            conn.close()  # the body was left unfinished: the connection cannot be reused
+        if resp.status >= 300:
+            raise ShardError.from_response(resp.status, resp.reason, data)
+        try:
+            return json.loads(data.decode("utf-8")) if data.strip() else None
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ShardError("bad_response", f"the server's answer to {method} {path} is not JSON: {e}", resp.status) from None
+
+    def _send_body(self, sock: socket.socket, pieces: Iterable[Any], chunked: bool, watch: bool) -> bool:
+        """Sends the pieces (chunked or not); False when the server answered
+        before the end (then nothing more is sent). Raises ShardError
+        ``source_failed`` when pieces fails, OSError when the connection
+        does."""
+        it = iter(pieces)
+        while True:
+            try:
+                piece = next(it, None)
+            except Exception as e:
+                raise ShardError("source_failed", f"reading the data to send failed: {e!r}; nothing of it was written") from e
+            if piece is None:
+                break
+            view = memoryview(piece).cast("B")
+            if not view:
+                continue
+            for off in range(0, len(view), UPLOAD_PIECE):
+                part = view[off : off + UPLOAD_PIECE]
+                if chunked and len(part) <= 65536:
+                    ok = self._send_part(sock, b"%x\r\n%s\r\n" % (len(part), part), watch)
+                elif chunked:  # no copy of a big piece
+                    ok = self._send_part(sock, b"%x\r\n" % len(part), watch) and self._send_part(sock, part, watch) and self._send_part(sock, b"\r\n", watch)
+                else:
+                    ok = self._send_part(sock, part, watch)
+                if not ok:
+                    return False
+        if chunked and not self._send_part(sock, b"0\r\n\r\n", watch):
+            return False
+        return True
+
+    def _send_part(self, sock: socket.socket, data: Any, watch: bool) -> bool:
+        """Sends all of data, unless an answer arrives first (False)."""
+        view = memoryview(data)
+        if not watch:
+            sock.sendall(view)
+            return True
+        while view:
+            r, w, _ = select.select([sock], [sock], [], self.timeout)
+            if r:
+                return False
+            if not w:
+                raise socket.timeout("timed out sending the request body")
+            n = sock.send(view)
+            view = view[n:]
+        return True
 
     def _streamed(self, conn: _Conn, resp: http.client.HTTPResponse) -> Response:
         if resp.status >= 300:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, List, Literal, Mapping, Optional, cast
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, cast
 
 __all__ = [
     "Chunk",
@@ -16,6 +16,8 @@ __all__ = [
     "EnvironmentInfo",
     "ExecResult",
     "ExitStatus",
+    "FileInfo",
+    "FileList",
     "Grant",
     "Policy",
     "ReplayedExec",
@@ -24,6 +26,7 @@ __all__ = [
     "SandboxInfo",
     "Secret",
     "Token",
+    "WriteResult",
 ]
 
 StreamName = Literal["stdout", "stderr"]
@@ -463,3 +466,110 @@ class ExecResult(ExitStatus):
     def stderr(self) -> str:
         """Standard error, decoded as UTF-8 (undecodable bytes become U+FFFD)."""
         return self.stderr_bytes.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file of a sandbox: what :meth:`Files.stat` and :meth:`Files.remove`
+    answer, what :meth:`Files.list` lists, and a read's ``info``.
+
+    ``type`` is ``file``, ``dir``, ``symlink``, ``fifo``, ``socket``,
+    ``char`` or ``block``; ``size`` is a file's bytes (0 for the other
+    types); ``mode`` the permission bits with setuid, setgid and sticky
+    (``0o644`` is 420: ``oct(info.mode)``); ``link`` a symlink's target, as
+    written.
+    """
+
+    name: str
+    """Its last path element (``/`` for the root)."""
+    path: str
+    """Its absolute path in the sandbox."""
+    type: str
+    size: int
+    mode: int
+    uid: int
+    gid: int
+    mtime: Optional[datetime]
+    link: Optional[str] = None
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @property
+    def is_dir(self) -> bool:
+        """True for a directory."""
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        """True for a regular file."""
+        return self.type == "file"
+
+    @property
+    def is_symlink(self) -> bool:
+        """True for a symbolic link (see ``link``)."""
+        return self.type == "symlink"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileInfo":
+        """Reads a file's description from its JSON object."""
+        return cls(
+            name=_str(d, "name"),
+            path=_str(d, "path"),
+            type=_str(d, "type"),
+            size=_int(d, "size"),
+            mode=_int(d, "mode"),
+            uid=_int(d, "uid"),
+            gid=_int(d, "gid"),
+            mtime=_time(d, "mtime"),
+            link=_opt_str(d, "link"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class FileList:
+    """A directory's entries, sorted by name (:meth:`Files.list`).
+    ``truncated``: there were more than the limit asked for."""
+
+    path: str
+    entries: List[FileInfo]
+    truncated: bool = False
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    def __iter__(self) -> Iterator[FileInfo]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def names(self) -> List[str]:
+        """The entries' names, in order."""
+        return [e.name for e in self.entries]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileList":
+        """Reads a directory listing from its JSON object."""
+        return cls(
+            path=_str(d, "path"),
+            entries=[FileInfo.from_json(e) for e in objects(d.get("entries"))],
+            truncated=bool(d.get("truncated")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write of files did: the path written, the file bytes written,
+    the files, directories and links made, and ``notes`` on what was
+    sanitised or skipped (a setuid bit removed, a device node left out)."""
+
+    path: str
+    bytes: int
+    files: int
+    notes: List[str] = field(default_factory=_empty_strs)
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WriteResult":
+        """Reads a write's answer from its JSON object."""
+        return cls(path=_str(d, "path"), bytes=_int(d, "bytes"), files=_int(d, "files"), notes=_strs(d, "notes"), raw=dict(d))
