@@ -77,8 +77,14 @@ func newFilesHelperCmd() *cobra.Command {
 				// remove the file half written.
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 				defer stop()
-				context.AfterFunc(ctx, func() { os.Stdin.Close() })
-				return files.WriteResult(out, files.Put(ctx, files.NewChunkReader(bufio.NewReaderSize(os.Stdin, 1<<20)), p, o))
+				// Stdin non-blocking, under the runtime's poller: only then
+				// does a Close end a read that waits on it.
+				stdin := os.Stdin
+				if syscall.SetNonblock(0, true) == nil {
+					stdin = os.NewFile(0, "stdin")
+				}
+				context.AfterFunc(ctx, func() { stdin.Close() })
+				return files.WriteResult(out, files.Put(ctx, files.NewChunkReader(bufio.NewReaderSize(stdin, 1<<20)), p, o))
 			}
 			return fmt.Errorf("unknown operation %q", op)
 		},

@@ -41,6 +41,7 @@ type fileHelper struct {
 	out  *bufio.Reader  // its stdout
 	in   io.WriteCloser // its stdin, framed (files.ChunkWriter); nil without
 	kill func()         // asks it to stop (a put removes what it half wrote)
+	cut  func()         // closes its stdin with no end: a put writes nothing more
 	wait func() error   // waits for its end: nil, or why it failed (its stderr)
 	done func()         // lets go of it (and of a stopped sandbox's files)
 }
@@ -158,6 +159,11 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 	h := &fileHelper{
 		out:  bufio.NewReaderSize(outR, 64<<10),
 		kill: func() { cmd.Process.Signal(syscall.SIGTERM) },
+		cut: func() {
+			if in != nil {
+				in.Close()
+			}
+		},
 		wait: func() error {
 			<-waited
 			if waitErr == nil {
@@ -461,8 +467,10 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 		if err == nil {
 			err = h.in.Close()
 		} else {
-			// The body broke off: the helper stops and writes nothing
-			// more (the framing has no end either way).
+			// The body broke off (or stalled past the body timeout): its
+			// stdin ends with no end chunk, which the helper takes for a
+			// cut upload, and it writes nothing more.
+			h.cut()
 			h.kill()
 		}
 		sent <- err

@@ -3,10 +3,12 @@ package integration
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -393,3 +395,58 @@ func (b *tarBuilder) symlink(name, target string) {
 }
 
 func (b *tarBuilder) close() { b.tw.Close() }
+
+// TestFilesCutUpload: an upload whose client goes away halfway writes
+// nothing, leaves no helper behind, and (stopped) does not keep the
+// sandbox from starting.
+func TestFilesCutUpload(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		for _, stopped := range []bool{false, true} {
+			name := prov
+			if stopped {
+				name += "-stopped"
+			}
+			t.Run(name, func(t *testing.T) {
+				sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-cut-" + name})
+				if stopped {
+					if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				pr, pw := io.Pipe()
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					_, err := e.c.WriteFile(ctx, sb.ID, "/root/cut", pr, nil)
+					done <- err
+				}()
+				pw.Write(bytes.Repeat([]byte("x"), 3<<20))
+				cancel() // the client goes away mid-upload
+				pw.Close()
+				if err := <-done; err == nil {
+					t.Fatal("a cut upload succeeded")
+				}
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					out, _ := exec.Command("pgrep", "-f", "files-helper put /root/cut").Output()
+					if len(bytes.TrimSpace(out)) == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("a files helper is left: %s", out)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if stopped {
+					if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+						t.Fatalf("start after a cut upload: %v", err)
+					}
+				}
+				if got := execOK(t, sb.ID, "sh", "-c", "ls -A /root"); got != "" {
+					t.Fatalf("/root holds %q after a cut upload", got)
+				}
+			})
+		}
+	}
+}
