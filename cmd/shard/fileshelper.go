@@ -44,6 +44,12 @@ func newFilesHelperCmd() *cobra.Command {
 					return err
 				}
 			}
+			if args[0] != files.OpPut {
+				// main's context catches SIGTERM; a helper that reads
+				// (stat, list, get, rm) ends on one: the server gives up on
+				// it so, through the runtime's exec.
+				signal.Reset(syscall.SIGTERM, syscall.SIGINT)
+			}
 			out := bufio.NewWriterSize(os.Stdout, 64<<10)
 			defer out.Flush()
 			op, p := args[0], args[1]

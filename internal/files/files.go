@@ -281,6 +281,7 @@ func List(p string, limit int) Result {
 	}
 	defer d.Close()
 	res := Result{OK: true, Entries: []Info{}}
+	size := 0 // of the answer's JSON: within what the host reads (MaxResultLine)
 	for {
 		ents, err := d.ReadDir(256)
 		for _, e := range ents {
@@ -292,7 +293,13 @@ func List(p string, limit int) Result {
 			if ierr != nil {
 				continue // gone meanwhile
 			}
-			res.Entries = append(res.Entries, infoOf(path.Join(p, e.Name()), efi))
+			in := infoOf(path.Join(p, e.Name()), efi)
+			b, _ := json.Marshal(in)
+			if size += len(b) + 1; size > MaxResultLine-64<<10 {
+				res.Truncated = true
+				break
+			}
+			res.Entries = append(res.Entries, in)
 		}
 		if res.Truncated || err == io.EOF {
 			break

@@ -246,3 +246,36 @@ func TestReadResultIsBounded(t *testing.T) {
 		t.Fatal("an answer that is not JSON was taken")
 	}
 }
+
+// TestUnpackNothingThroughItsOwnSymlink: a copy out to a new directory
+// unpacks into its parent, so an archive's "top/s -> .." then "top/s/x"
+// would put x beside the destination (os.Root only keeps it in the
+// parent). Nothing is made through a symlink the archive made.
+func TestUnpackNothingThroughItsOwnSymlink(t *testing.T) {
+	into := t.TempDir()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "data/s", Typeflag: tar.TypeSymlink, Linkname: ".."})
+	tw.WriteHeader(&tar.Header{Name: "data/s/pwned", Typeflag: tar.TypeReg, Mode: 0o755, Size: 3})
+	tw.Write([]byte("bad"))
+	tw.WriteHeader(&tar.Header{Name: "data/h", Typeflag: tar.TypeLink, Linkname: "data/s/victim"})
+	tw.Close()
+	os.WriteFile(filepath.Join(into, "victim"), []byte("mine"), 0o644)
+	rename := func(n string) (string, bool) {
+		if n == "data" {
+			return "out", true
+		}
+		if rest, ok := strings.CutPrefix(n, "data/"); ok {
+			return "out/" + rest, true
+		}
+		return "", false
+	}
+	res := Unpack(&b, into, UnpackOptions{Rename: rename})
+	if res.OK || res.Code != CodeUnsafe {
+		t.Fatalf("unpacked: %+v", res)
+	}
+	if _, err := os.Lstat(filepath.Join(into, "pwned")); err == nil {
+		t.Fatal("an entry went through the archive's own symlink, out of the destination")
+	}
+}

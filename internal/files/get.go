@@ -40,7 +40,16 @@ func Get(w io.Writer, p string, asTar, follow bool) error {
 }
 
 func getFile(w io.Writer, p string) error {
-	f, err := os.Open(p)
+	// What p is before it is opened: opening a FIFO waits for a writer
+	// (forever, holding a stopped sandbox's lock), and opening a device
+	// node reaches the device (on the host, for a stopped sandbox whose
+	// files hold one a runc sandbox made with mknod).
+	if fi, err := os.Stat(p); err != nil {
+		return WriteResult(w, Failed(pathErr(p, err)))
+	} else if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return WriteResult(w, Failed(fail(CodeNotRegular, "%s is not a regular file (%s)", p, infoOf(p, fi).Type)))
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return WriteResult(w, Failed(pathErr(p, err)))
 	}
@@ -124,7 +133,16 @@ func WriteTar(w io.Writer, root, base string, contentsOnly bool) error {
 			}
 			return err
 		}
-		return tw.add(fp, name, fi)
+		if err := tw.add(fp, name, fi); err != nil {
+			return err
+		}
+		if d.IsDir() && !fi.IsDir() {
+			// The directory listing said a directory and it is now
+			// something else (a symlink swapped in): WalkDir would read
+			// what the symlink names under this name.
+			return filepath.SkipDir
+		}
+		return nil
 	})
 	if err != nil {
 		return err

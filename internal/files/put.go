@@ -193,7 +193,8 @@ type unpacker struct {
 	res   Result
 	dirs  []dirTime // directories' times, set last (their entries change them)
 	buf   []byte
-	notes int // notes left out past maxNotes
+	notes int             // notes left out past maxNotes
+	links map[string]bool // the symlinks this archive made: nothing is made through one
 }
 
 type dirTime struct {
@@ -245,7 +246,7 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 		return Failed(pathErr(dest, err))
 	}
 	defer root.Close()
-	u := &unpacker{root: root, dest: dest, opts: o, res: Result{OK: true}, buf: make([]byte, copyBuf)}
+	u := &unpacker{root: root, dest: dest, opts: o, res: Result{OK: true}, buf: make([]byte, copyBuf), links: map[string]bool{}}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -316,6 +317,14 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 		if name, err = entryName(name); err != nil {
 			return err
 		}
+	}
+	// A symlink the archive made is made as written, and nothing is made
+	// through it, whatever it names: os.Root only keeps entries inside
+	// dest, and a link to ".." lets "top/link/x" land beside what the
+	// caller asked for (a copy out to a new directory unpacks into its
+	// parent).
+	if l := u.throughLink(name); l != "" {
+		return fail(CodeUnsafe, "entry %q is under %s, a symlink the archive made: refused", hdr.Name, path.Join(u.dest, l))
 	}
 	mode := uint32(hdr.Mode) & 0o7777
 	if mode&0o6000 != 0 && hdr.Typeflag != tar.TypeDir {
@@ -388,6 +397,7 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
 			return u.entryErr(hdr, err)
 		}
+		u.links[name] = true
 		if u.opts.KeepOwner && hdr.Uid >= 0 && hdr.Gid >= 0 {
 			u.root.Lchown(name, hdr.Uid, hdr.Gid)
 		}
@@ -402,6 +412,9 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 				u.note("%s: a hard link to %s, which is not copied: skipped", hdr.Name, hdr.Linkname)
 				return nil
 			}
+		}
+		if l := u.throughLink(old); l != "" || u.links[old] {
+			return fail(CodeUnsafe, "entry %q is a hard link through a symlink the archive made (%s): refused", hdr.Name, hdr.Linkname)
 		}
 		if err := u.clear(name, hdr); err != nil {
 			return err
@@ -428,6 +441,16 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	return nil
 }
 
+// throughLink is the symlink this archive made that name is under, if any.
+func (u *unpacker) throughLink(name string) string {
+	for p := path.Dir(name); p != "." && p != "/" && p != ""; p = path.Dir(p) {
+		if u.links[p] {
+			return p
+		}
+	}
+	return ""
+}
+
 func isErrno(err error) bool {
 	var errno syscall.Errno
 	return errors.As(err, &errno)
@@ -448,6 +471,7 @@ func (u *unpacker) clear(name string, hdr *tar.Header) error {
 		}
 		return u.entryErr(hdr, err)
 	}
+	delete(u.links, name)
 	if err := u.root.Remove(name); err != nil {
 		if fi.IsDir() {
 			return fail(CodeNotEmpty, "entry %q: %s is a directory that is not empty", hdr.Name, path.Join(u.dest, name))

@@ -86,7 +86,7 @@ func Diff(a, b Tree, lowers []string, o Options) (*Result, error) {
 	if o.MaxPatch <= 0 {
 		o.MaxPatch = DefaultMaxPatch
 	}
-	d := &differ{a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}}
+	d := &differ{a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}, chains: map[layerDir]chain{}}
 	if err := d.dir("", false, false); err != nil && !errors.Is(err, errFull) {
 		return nil, err
 	}
@@ -101,6 +101,7 @@ type differ struct {
 	o          Options
 	res        *Result
 	patchBytes int64
+	chains     map[layerDir]chain // a directory's standing in a layer (chain)
 }
 
 // entry is what one side has at a path.
@@ -163,28 +164,92 @@ func names(dir string) []string {
 	return ns
 }
 
-// lower finds rel in the image's layers, top first: nil if no layer has it,
-// a whiteout hides it, or an opaque directory above it in a layer hides
-// what the layers below hold.
-func (d *differ) lower(rel string) *entry {
-	for i := len(d.lowers) - 1; i >= 0; i-- {
-		root := d.lowers[i]
-		p := filepath.Join(root, rel)
+// chain says how directory rel (a path in the image, "" its root) stands
+// in one layer: present, every component a real directory there; hides,
+// a component is an opaque directory, a whiteout or anything but a
+// directory, which hides what the layers below hold under it (overlayfs
+// merges a directory's layers only while each has it as a directory, and
+// never follows a symlink of a layer). Only a present chain is ever
+// looked into: a layer's symlink (an image's "/data -> /etc") must never
+// lead a walk to the host's files.
+type chain struct{ present, hides bool }
+
+func (d *differ) chain(layer int, rel string) chain {
+	if rel == "" || rel == "." {
+		return chain{present: true}
+	}
+	k := layerDir{layer, rel}
+	if c, ok := d.chains[k]; ok {
+		return c
+	}
+	parent := d.chain(layer, parentOf(rel))
+	c := chain{hides: parent.hides}
+	if parent.present {
+		p := filepath.Join(d.lowers[layer], rel)
 		fi, err := os.Lstat(p)
-		if err == nil {
-			if isWhiteout(fi) {
-				return nil
-			}
-			return &entry{fi: fi, path: p, where: "lower"}
+		switch {
+		case err != nil:
+		case fi.IsDir():
+			c.present = true
+			c.hides = c.hides || opaque(p)
+		default:
+			c.hides = true
 		}
-		// An opaque directory on the way hides the layers below.
-		for dir := path.Dir(rel); dir != "." && dir != "/"; dir = path.Dir(dir) {
-			if opaque(filepath.Join(root, dir)) {
-				return nil
+	}
+	d.chains[k] = c
+	return c
+}
+
+type layerDir struct {
+	layer int
+	rel   string
+}
+
+func parentOf(rel string) string {
+	if p := path.Dir(rel); p != "." {
+		return p
+	}
+	return ""
+}
+
+// lower finds rel in the image's layers, top first: nil if no layer has it,
+// a whiteout hides it, or something above it in a layer (an opaque
+// directory, a whiteout, a file or a symlink) hides what the layers below
+// hold.
+func (d *differ) lower(rel string) *entry {
+	dir := parentOf(rel)
+	for i := len(d.lowers) - 1; i >= 0; i-- {
+		c := d.chain(i, dir)
+		if c.present {
+			p := filepath.Join(d.lowers[i], rel)
+			if fi, err := os.Lstat(p); err == nil {
+				if isWhiteout(fi) {
+					return nil
+				}
+				return &entry{fi: fi, path: p, where: "lower"}
 			}
+		}
+		if c.hides {
+			return nil
 		}
 	}
 	return nil
+}
+
+// lowerNames lists what the image's layers hold in directory rel, as
+// overlayfs merges them: top first, down to a layer that hides the rest.
+func (d *differ) lowerNames(rel string) []string {
+	var out []string
+	for i := len(d.lowers) - 1; i >= 0; i-- {
+		c := d.chain(i, rel)
+		if c.present {
+			out = append(out, names(filepath.Join(d.lowers[i], rel))...)
+		}
+		if c.hides {
+			break
+		}
+	}
+	return out
 }
 
 // side is what one side has at rel: its upper's entry, a whiteout's
@@ -224,10 +289,8 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 	if hiddenA != hiddenB {
 		// One side sees the image's entries here and the other does not:
 		// those differ too.
-		for i := range d.lowers {
-			for _, n := range names(filepath.Join(d.lowers[i], rel)) {
-				set[n] = true
-			}
+		for _, n := range d.lowerNames(rel) {
+			set[n] = true
 		}
 	}
 	all := make([]string, 0, len(set))
@@ -295,12 +358,10 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 		ns = append(ns, n)
 	}
 	if !hidden && !opaque(e.path) {
-		for i := range d.lowers {
-			for _, n := range names(filepath.Join(d.lowers[i], rel)) {
-				if !seen[n] {
-					seen[n] = true
-					ns = append(ns, n)
-				}
+		for _, n := range d.lowerNames(rel) {
+			if !seen[n] {
+				seen[n] = true
+				ns = append(ns, n)
 			}
 		}
 	}

@@ -95,3 +95,55 @@ func TestDiff(t *testing.T) {
 		t.Errorf("a tree against itself: %+v", same.Changes)
 	}
 }
+
+// TestDiffLayerSymlinkStaysInTheImage: an image whose lower layer has
+// "data" as a symlink to a host directory and whose upper layer has "data"
+// as a directory (overlayfs shows the directory and never follows the
+// lower symlink). A sandbox that replaces or removes /data must not make
+// the diff list or read the host directory's files.
+func TestDiffLayerSymlinkStaysInTheImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("makes whiteouts and trusted xattrs: run as root")
+	}
+	host := t.TempDir()
+	write(t, host, "shadow", "HOST-SECRET\n")
+	write(t, host, "sub/conf", "host conf\n")
+	l1, l2, empty := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.Symlink(host, filepath.Join(l1, "data")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, l2, "data/keep", "image file\n")
+	replaced, removed := t.TempDir(), t.TempDir()
+	os.Mkdir(filepath.Join(replaced, "data"), 0o755)
+	if err := unix.Lsetxattr(filepath.Join(replaced, "data"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(removed, "data"), unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]string{"replaced": replaced, "removed": removed} {
+		res, err := Diff(Tree{Upper: empty}, Tree{Upper: b}, []string{l1, l2}, Options{Patch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range res.Changes {
+			got = append(got, c.Kind+" "+c.Path)
+			if strings.Contains(c.Patch, "HOST") || strings.Contains(c.Path, "shadow") || strings.Contains(c.Path, "sub") {
+				t.Errorf("%s: the diff reached the host through the image's symlink: %+v", name, c)
+			}
+		}
+		if want := "removed /data/keep"; !slicesContains(got, want) {
+			t.Errorf("%s: %q not in %q", name, want, got)
+		}
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -42,8 +42,11 @@ type fileHelper struct {
 	in   io.WriteCloser // its stdin, framed (files.ChunkWriter); nil without
 	kill func()         // asks it to stop (a put removes what it half wrote)
 	cut  func()         // closes its stdin with no end: a put writes nothing more
-	wait func() error   // waits for its end: nil, or why it failed (its stderr)
-	done func()         // lets go of it (and of a stopped sandbox's files)
+	// abort gives up on it: its pipes closed (a helper blocked writing
+	// ends on EPIPE) and a SIGTERM (one blocked in an open ends).
+	abort func()
+	wait  func() error // waits for its end: nil, or why it failed (its stderr)
+	done  func()       // lets go of it (and of a stopped sandbox's files)
 }
 
 // helperRunning runs the helper in a running sandbox, through its
@@ -164,6 +167,13 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 				in.Close()
 			}
 		},
+		abort: func() {
+			outR.Close()
+			if in != nil {
+				in.Close()
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+		},
 		wait: func() error {
 			<-waited
 			if waitErr == nil {
@@ -265,10 +275,17 @@ func (s *Service) helper(ctx context.Context, idOrName, verb string, args []stri
 
 // answer reads the helper's Result; a helper that gave none says why (its
 // exit), and one that failed is an API error.
-func (s *Service) answer(sb *store.Sandbox, h *fileHelper) (files.Result, error) {
+func (s *Service) answer(ctx context.Context, sb *store.Sandbox, h *fileHelper) (files.Result, error) {
+	// A caller that goes away stops a helper that has not answered (one
+	// waiting on a FIFO the sandbox put at the path, say).
+	stop := context.AfterFunc(ctx, h.abort)
+	defer stop()
 	res, err := files.ReadResult(h.out)
 	if err != nil {
-		if werr := h.wait(); werr != nil {
+		// A helper whose answer was refused (over MaxResultLine) is still
+		// writing it: it ends only once nobody reads.
+		h.abort()
+		if werr := h.wait(); werr != nil && errors.Is(err, io.ErrUnexpectedEOF) {
 			err = werr
 		}
 		return res, errdefs.New(errdefs.KindFailed, "files_helper_failed",
@@ -311,7 +328,7 @@ func (s *Service) StatFile(ctx context.Context, idOrName, path string, follow bo
 		return nil, err
 	}
 	defer h.done()
-	res, err := s.answer(sb, h)
+	res, err := s.answer(ctx, sb, h)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +354,7 @@ func (s *Service) ListFiles(ctx context.Context, idOrName, path string, limit in
 		return nil, false, err
 	}
 	defer h.done()
-	res, err := s.answer(sb, h)
+	res, err := s.answer(ctx, sb, h)
 	if err != nil {
 		return nil, false, err
 	}
@@ -398,7 +415,7 @@ func (s *Service) ReadFiles(ctx context.Context, idOrName, path string, asTar, f
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.answer(sb, h)
+	res, err := s.answer(ctx, sb, h)
 	if err != nil {
 		h.done()
 		return nil, err
@@ -475,7 +492,7 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 		}
 		sent <- err
 	}()
-	res, err := s.answer(sb, h)
+	res, err := s.answer(ctx, sb, h)
 	if err != nil {
 		// It refused, or stopped, before all was sent: letting go of it
 		// ends the send.
@@ -521,7 +538,7 @@ func (s *Service) RemoveFile(ctx context.Context, idOrName, path string, recursi
 		return nil, err
 	}
 	defer h.done()
-	res, err := s.answer(sb, h)
+	res, err := s.answer(ctx, sb, h)
 	if err != nil {
 		return nil, err
 	}
