@@ -61,6 +61,9 @@ that lead out are refused, device nodes are skipped and setuid bits removed
 			case !srcRemote && !dstRemote:
 				return errors.New("neither SRC nor DEST is in a sandbox: give one as SANDBOX:PATH")
 			}
+			if (srcRemote && srcPath == "") || (dstRemote && dstPath == "") {
+				return errors.New("a sandbox side needs a path: SANDBOX:PATH (SANDBOX:/ for its root)")
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -85,7 +88,7 @@ func splitCopyArg(arg string) (sandbox, p string, remote bool) {
 	if !ok || sb == "" {
 		return "", arg, false
 	}
-	if !strings.HasPrefix(p, "/") {
+	if p != "" && !strings.HasPrefix(p, "/") {
 		p = "/" + p
 	}
 	return sb, p, true

@@ -187,5 +187,9 @@ func modeString(e client.FileInfo) string {
 	case "block":
 		m |= fs.ModeDevice
 	}
-	return m.String()
+	s := m.String()
+	if e.Type == "symlink" {
+		s = "l" + s[1:] // Go writes L; ls writes l
+	}
+	return s
 }

@@ -145,15 +145,18 @@ func newMachineID() error {
 
 // forked carries out OpForked.
 func (s *Server) forked(f *Forked) Reply {
+	r := Reply{OK: true}
 	if f.Role == RoleFork {
+		// What the sandbox did to these files is its own business: a
+		// machine-id or fork file it made unwritable (a directory in its
+		// place) is said in the answer, and the hooks run all the same.
 		if err := newMachineID(); err != nil {
-			return Reply{Error: "a new machine-id: " + err.Error()}
+			r.Error = "a new machine-id: " + err.Error()
 		}
 		if err := writeIdentity(f.Identity); err != nil {
-			return Reply{Error: "write " + ForkFile + ": " + err.Error()}
+			r.Error = "write " + ForkFile + ": " + err.Error()
 		}
 	}
-	r := Reply{OK: true}
 	if f.Hooks {
 		r.Hooks = s.runHooks(f)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/files"
 	"github.com/useshards/shard/internal/sandbox"
@@ -46,6 +47,10 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	asTar := acceptsMedia(r, TarMediaType)
+	if err := s.mayReadContents(r, r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	st, err := s.Sandboxes.ReadFiles(r.Context(), r.PathValue("id"), p, asTar, follow)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -209,4 +214,24 @@ func (s *Server) removeFile(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	return in, 200, nil
+}
+
+// mayReadContents refuses a read of a sandbox's file contents to a key
+// that may not run commands in it (sandbox:write) when the sandbox holds
+// secret grants: a granted file, or a process's environment in /proc, is
+// the secret's value, which only those who can exec may see.
+func (s *Server) mayReadContents(r *http.Request, idOrName string) error {
+	p := auth.From(r.Context())
+	if p == nil || p.Can(auth.SandboxWrite) {
+		return nil
+	}
+	sb, err := s.Sandboxes.Get(r.Context(), idOrName)
+	if err != nil {
+		return err
+	}
+	if len(sb.Grants) == 0 {
+		return nil
+	}
+	return errdefs.New(errdefs.KindForbidden, "missing_scope",
+		"sandbox %s holds secret grants: reading its files' contents needs sandbox:write, the scope that runs commands in it (token %s lacks it)", sb.Name, p.Name)
 }

@@ -32,6 +32,16 @@ func (s *Server) diff(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if patch {
+		for _, id := range []string{r.PathValue("id"), r.URL.Query().Get("against")} {
+			if id == "" {
+				continue
+			}
+			if err := s.mayReadContents(r, id); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
 	res, err := s.Sandboxes.Diff(r.Context(), r.PathValue("id"), sandbox.DiffOptions{Against: r.URL.Query().Get("against"), Patch: patch})
 	if err != nil {
 		return nil, 0, err

@@ -67,7 +67,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultMaxChanges = 100000
+	DefaultMaxChanges = 20000
 	DefaultMaxPatch   = 1 << 20
 	maxPatchTotal     = 16 << 20
 )
@@ -376,12 +376,13 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 			continue
 		}
 		ch := Change{Path: "/" + r, Kind: kind, Type: c.typ()}
+		var a, b *entry
 		if kind == Added {
-			ch.SizeB = c.size()
+			ch.SizeB, b = c.size(), c
 		} else {
-			ch.SizeA = c.size()
+			ch.SizeA, a = c.size(), c
 		}
-		if err := d.add(ch, nil, nil); err != nil {
+		if err := d.add(ch, a, b); err != nil {
 			return err
 		}
 		if c.typ() == "dir" {

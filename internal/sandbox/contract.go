@@ -33,6 +33,12 @@ type HookOptions struct {
 	InSource bool          // the source runs its hooks too (role source), after the forks'
 }
 
+// restoreHooks are the hook options of a restore, a create from an
+// environment and a resume: a failing hook is recorded in the sandbox's
+// ledger and the sandbox made (they have no option to say otherwise, and a
+// checkpoint whose hooks fail must stay restorable).
+var restoreHooks = HookOptions{Ignore: true}
+
 // bootIdentity is what a sandbox's agent writes to /run/shard/fork when it
 // boots.
 func bootIdentity(sb *store.Sandbox) agent.Identity {
@@ -63,6 +69,9 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 			return nil
 		}
 		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not take its fork identity: %v", sb.Name, err)
+	}
+	if r.Error != "" {
+		s.cfg.Log.Warn("fork contract: the sandbox's identity files", "sandbox", sb.ID, "err", r.Error)
 	}
 	var failed *agent.HookResult
 	for i, h := range r.Hooks {

@@ -114,7 +114,7 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
-	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), HookOptions{}); err != nil {
+	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
