@@ -450,3 +450,41 @@ func TestFilesCutUpload(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesSecretsNeedWrite: a key with sandbox:read lists and stats a
+// sandbox's files, and reads those of one without grants; the contents of
+// one that holds a secret grant (the granted file, or any other) need
+// sandbox:write, as only those who can exec see a secret's value.
+func TestFilesSecretsNeedWrite(t *testing.T) {
+	e := need(t)
+	if _, err := e.c.SetSecret(ctxT(t), "FILES_SECRET", []byte("top-secret-value")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.RemoveSecret(context.Background(), "FILES_SECRET") })
+	plain := create(t, client.CreateRequest{Image: busybox, Name: "files-plain"})
+	granted := create(t, client.CreateRequest{Image: busybox, Name: "files-granted"})
+	if _, err := e.c.Grant(ctxT(t), granted.ID, client.Grant{Secret: "FILES_SECRET", File: "/run/secrets/s"}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := client.New(client.Options{Remote: "http://" + e.tcp, APIKey: token(t, "files-ro", "sandbox:read")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, _, err := ro.ReadFile(ctxT(t), plain.ID, "/etc/passwd"); err != nil {
+		t.Fatalf("a read-only key reads a sandbox without grants: %v", err)
+	} else {
+		rc.Close()
+	}
+	_, _, err = ro.ReadFile(ctxT(t), granted.ID, "/run/secrets/s")
+	wantCode(t, "a read-only key reading a granted file", err, 403, "missing_scope", "sandbox:write")
+	_, _, err = ro.ReadArchive(ctxT(t), granted.ID, "/run", false)
+	wantCode(t, "a read-only key reading a tar of it", err, 403, "missing_scope", "sandbox:write")
+	if _, err := ro.StatFile(ctxT(t), granted.ID, "/run/secrets/s", false); err != nil {
+		t.Fatalf("stat: %v", err)
+	}
+	_, err = ro.Diff(ctxT(t), granted.ID, "", true)
+	wantCode(t, "a read-only key's patch of it", err, 403, "missing_scope", "sandbox:write")
+	if _, err := ro.Diff(ctxT(t), granted.ID, "", false); err != nil {
+		t.Fatalf("a diff without patches: %v", err)
+	}
+}
