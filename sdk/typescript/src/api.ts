@@ -8,6 +8,7 @@ import type {
   Checkpoint,
   CheckpointRequest,
   CreateRequest,
+  Diff,
   EnvironmentInfo,
   EnvironmentRequest,
   ExecRequest,
@@ -25,6 +26,7 @@ import type {
   Token,
   TokenCreated,
   TokenRequest,
+  TreeNode,
   WriteResult,
 } from "./types.js";
 
@@ -143,6 +145,68 @@ export function fileStatHeader(v: string | string[] | undefined): FileInfo {
   throw new ShardError("bad_response", `the server's read of files has no readable ${FILE_STAT_HEADER} header: ${JSON.stringify(raw ?? null).slice(0, 200)}`, 502);
 }
 
+/** The on-fork hook options of a fork (see README "Forks that know they were forked"). */
+export interface ForkHookOptions {
+  /**
+   * How long each hook in /etc/shard/on-fork.d may run: seconds, or a Go
+   * duration ("30s", "2m"). Default 30 s, at most 10 min; a hook past it is
+   * killed and counts as failed.
+   */
+  hookTimeout?: number | string;
+  /**
+   * "fail" (the default): a hook that fails refuses the fork, which rejects
+   * with ShardError `fork_hook_failed` (422) and leaves no fork; "ignore":
+   * the fork is made, and each hook's run is in its ledger (`sandbox.fork_hook`).
+   */
+  hookErrors?: "fail" | "ignore";
+  /** Run the hooks in the source too (SHARD_FORK_ROLE=source), after the forks'. */
+  hooksInSource?: boolean;
+}
+
+/** What a fork takes: the fork's name, the tag of its checkpoint, and the hook options. */
+export interface ForkOptions extends ForkHookOptions {
+  /** The fork's name (unique); default: its id. */
+  name?: string;
+  /** Stored with the fork's checkpoint in the source's ledger. */
+  tag?: string;
+}
+
+/** The body of a fork from ForkOptions; a number hookTimeout is seconds. */
+export function forkRequest(o: ForkOptions = {}): ForkRequest {
+  const req: ForkRequest = {};
+  if (o.name) req.name = o.name;
+  if (o.tag) req.tag = o.tag;
+  if (o.hookTimeout !== undefined) {
+    const t = o.hookTimeout;
+    if (typeof t === "number") {
+      if (!Number.isFinite(t) || t <= 0) throw new ShardError("invalid_argument", `hookTimeout ${t}: give seconds above 0, or a duration such as "30s"`);
+      req.hook_timeout = t.toFixed(9).replace(/\.?0+$/, "") + "s"; // never an exponent, which Go's durations lack
+    } else req.hook_timeout = t;
+  }
+  if (o.hookErrors !== undefined) req.hook_errors = o.hookErrors;
+  if (o.hooksInSource) req.hooks_in_source = true;
+  return req;
+}
+
+/** Options of a fork tree. */
+export interface TreeOptions {
+  /** Keep what was removed and has nothing that exists below it. */
+  all?: boolean;
+}
+
+/** Options of a diff. */
+export interface DiffOptions {
+  /**
+   * The sandbox (id or name) to compare with: the diff is from it to the
+   * sandbox asked about (what that one has that this one has not is
+   * "added"). Default: what the sandbox started from (the checkpoint it was
+   * forked or restored from, its snapshot, or its image).
+   */
+  against?: string;
+  /** A unified diff of each changed text file (`Change.patch`). */
+  patch?: boolean;
+}
+
 /** Options of a sandbox list. */
 export interface ListOptions {
   /**
@@ -217,6 +281,33 @@ export class ShardApi {
 
   forkSandbox(idOrName: string, req: ForkRequest = {}): Promise<SandboxInfo> {
     return retryFrozen(() => this.transport.json("POST", `/sandboxes/${seg(idOrName)}/fork`, req));
+  }
+
+  // Lineage: the fork tree and diffs
+
+  /**
+   * The fork tree: every lineage of the project (oldest first), or with
+   * sandbox (id or name) the one it is in: one root, its lineage's first
+   * sandbox (or snapshot, or environment).
+   */
+  async tree(sandbox?: string, o: TreeOptions = {}): Promise<TreeNode[]> {
+    const path = sandbox ? `/sandboxes/${seg(sandbox)}/tree` : "/tree";
+    const out = await this.transport.json<{ roots: TreeNode[] }>("GET", path + (o.all ? "?all=true" : ""));
+    return out?.roots ?? [];
+  }
+
+  /**
+   * What changed in a sandbox's files (id or name): from o.against (another
+   * sandbox of its image) to it, or since it started.
+   */
+  async diff(sandbox: string, o: DiffOptions = {}): Promise<Diff> {
+    const q = new URLSearchParams();
+    if (o.against) q.set("against", o.against);
+    if (o.patch) q.set("patch", "true");
+    const qs = q.toString();
+    const d = await this.transport.json<Diff>("GET", `/sandboxes/${seg(sandbox)}/diff` + (qs ? "?" + qs : ""));
+    if (d && !Array.isArray(d.changes)) d.changes = [];
+    return d;
   }
 
   // Checkpoints, restore, resume

@@ -5,13 +5,13 @@
 // many sandboxes are live at once.
 
 import { createHash } from "node:crypto";
-import { ShardApi } from "./api.js";
+import { ShardApi, forkRequest, type DiffOptions, type ForkOptions, type TreeOptions } from "./api.js";
 import { ShardError } from "./errors.js";
 import { ExecRun, type ExecOptions } from "./exec.js";
 import { SandboxFiles } from "./files.js";
 import { resourcesToRequest, type Resources } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo } from "./types.js";
+import type { Checkpoint, CreateRequest, Diff, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo, TreeNode } from "./types.js";
 
 /** Options of `new SandboxClient()`. */
 export interface SandboxClientOptions extends ConnectionOptions {
@@ -224,6 +224,23 @@ export class SandboxClient {
     return new SandboxFiles(this.api, idOrName);
   }
 
+  /**
+   * The fork tree: every lineage of the project, oldest first; with a
+   * sandbox (id, name or handle), the one lineage it is in (one root). No
+   * slot is taken.
+   */
+  tree(sandbox?: string | SandboxHandle, options: TreeOptions = {}): Promise<TreeNode[]> {
+    return this.api.tree(typeof sandbox === "string" ? sandbox : sandbox?.id, options);
+  }
+
+  /**
+   * What changed in a sandbox's files (id or name): from options.against (a
+   * sandbox of its image) to it, or since it started. No slot is taken.
+   */
+  diff(idOrName: string, options: DiffOptions = {}): Promise<Diff> {
+    return this.api.diff(idOrName, options);
+  }
+
   /** Deletes a stored secret (see `SandboxHandle.credentials`); grants of it then give nothing. */
   deleteSecret(name: string): Promise<void> {
     return this.api.removeSecret(name);
@@ -358,16 +375,36 @@ export class SandboxHandle {
    * Copies this running sandbox (files, memory, processes) into a new one
    * and returns its handle; this one keeps running. The tag is stored with
    * the fork's checkpoint in this sandbox's ledger (see listCheckpoints).
-   * Takes a slot under maxConcurrency.
+   * The executables in its /etc/shard/on-fork.d run in the fork before it is
+   * answered: a failing one rejects with ShardError `fork_hook_failed` (422;
+   * no fork is left) unless `hookErrors: "ignore"`. Takes a slot under
+   * maxConcurrency.
    */
-  async fork(tag?: string | { tag?: string; name?: string }): Promise<SandboxHandle> {
-    const o = typeof tag === "string" ? { tag } : (tag ?? {});
-    const req: { tag?: string; name?: string } = {};
-    if (o.tag) req.tag = o.tag;
-    if (o.name) req.name = o.name;
+  async fork(tag?: string | ForkOptions): Promise<SandboxHandle> {
+    const req = forkRequest(typeof tag === "string" ? { tag } : (tag ?? {})); // bad options fail before a slot is taken
     return this.client.withSlot(async (release: () => void) =>
       this.client.adopt(await this.client.api.forkSandbox(this.id, req), release),
     );
+  }
+
+  /** The fork tree this sandbox is in: its lineage's root, with everything that came from it. */
+  async tree(options: TreeOptions = {}): Promise<TreeNode> {
+    const roots = await this.client.api.tree(this.id, options);
+    if (roots.length !== 1) throw new ShardError("bad_response", `the server answered ${roots.length} roots for the tree of sandbox ${this.name}, not one`);
+    return roots[0]!;
+  }
+
+  /**
+   * What changed in this sandbox's files: since it started (the checkpoint
+   * it was forked or restored from, its snapshot, or its image), or from
+   * options.against (another sandbox of its image) to this one: what this
+   * one has that the other has not is "added".
+   */
+  diff(options: { against?: string | SandboxHandle; patch?: boolean } = {}): Promise<Diff> {
+    const o: DiffOptions = {};
+    if (options.against !== undefined) o.against = typeof options.against === "string" ? options.against : options.against.id;
+    if (options.patch) o.patch = true;
+    return this.client.api.diff(this.id, o);
   }
 
   /** Saves the sandbox's memory, processes and files (it keeps running). */

@@ -1,12 +1,13 @@
 // Shard and Sandbox: the SDK's direct form, one method per API verb
 // (seed 001: create, exec with an argv, fork, remove).
 
-import { ShardApi, type ListOptions } from "./api.js";
+import { ShardApi, forkRequest, type DiffOptions, type ForkOptions, type ListOptions, type TreeOptions } from "./api.js";
+import { ShardError } from "./errors.js";
 import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
 import { SandboxFiles } from "./files.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo } from "./types.js";
+import type { Checkpoint, CreateRequest, Diff, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo, TreeNode } from "./types.js";
 
 /** Options of `new Shard()`; each falls back to the environment. */
 export interface ShardOptions extends ConnectionOptions {}
@@ -134,6 +135,27 @@ export class Shard {
     return new SandboxFiles(this.api, idOrName);
   }
 
+  /**
+   * The fork tree: every lineage of the project, oldest first; with a
+   * sandbox (id, name or Sandbox), the one lineage it is in (one root). Each
+   * node is a sandbox, a checkpoint its forks and restores came from, a
+   * snapshot or an environment, with what came from it in `children`; a
+   * removed sandbox stays while something that exists came from it (with
+   * `all`, always).
+   */
+  tree(sandbox?: string | Sandbox, options: TreeOptions = {}): Promise<TreeNode[]> {
+    return this.api.tree(typeof sandbox === "string" ? sandbox : sandbox?.id, options);
+  }
+
+  /**
+   * What changed in a sandbox's files (id or name): from options.against (a
+   * sandbox of its image) to it, or, without, since it started. `sandbox.diff`
+   * is the same for a Sandbox in hand.
+   */
+  diff(idOrName: string, options: DiffOptions = {}): Promise<Diff> {
+    return this.api.diff(idOrName, options);
+  }
+
   /** Closes keep-alive connections. Idempotent; later calls fail with `closed`. */
   close(): void {
     this.api.close();
@@ -192,12 +214,35 @@ export class Sandbox {
     return run;
   }
 
-  /** Copies this running sandbox (files, memory, processes) into a new one. */
-  async fork(options: { name?: string; tag?: string } = {}): Promise<Sandbox> {
-    const req: { name?: string; tag?: string } = {};
-    if (options.name) req.name = options.name;
-    if (options.tag) req.tag = options.tag;
+  /**
+   * Copies this running sandbox (files, memory, processes) into a new one.
+   * The executables in its /etc/shard/on-fork.d run in the fork before it is
+   * answered: a failing one rejects with ShardError `fork_hook_failed`
+   * (422, and no fork is left) unless `hookErrors: "ignore"`.
+   */
+  async fork(options: ForkOptions = {}): Promise<Sandbox> {
+    const req = forkRequest(options);
     return new Sandbox(this.shard, await this.shard.api.forkSandbox(this.id, req));
+  }
+
+  /** The fork tree it is in: its lineage's root, with everything that came from it. */
+  async tree(options: TreeOptions = {}): Promise<TreeNode> {
+    const roots = await this.shard.api.tree(this.id, options);
+    if (roots.length !== 1) throw new ShardError("bad_response", `the server answered ${roots.length} roots for the tree of sandbox ${this.name}, not one`);
+    return roots[0]!;
+  }
+
+  /**
+   * What changed in its files: since it started (the checkpoint it was
+   * forked or restored from, its snapshot, or its image), or from
+   * options.against (another sandbox of its image) to it: what it has that
+   * the other has not is "added".
+   */
+  diff(options: { against?: string | Sandbox; patch?: boolean } = {}): Promise<Diff> {
+    const o: DiffOptions = {};
+    if (options.against !== undefined) o.against = typeof options.against === "string" ? options.against : options.against.id;
+    if (options.patch) o.patch = true;
+    return this.shard.api.diff(this.id, o);
   }
 
   /** Saves its memory, processes and files without stopping it. */

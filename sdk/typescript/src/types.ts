@@ -130,6 +130,12 @@ export interface ExecExit {
 export interface ForkRequest {
   name?: string;
   tag?: string;
+  /** How long each on-fork hook (/etc/shard/on-fork.d) may run: a Go duration ("30s", the default; at most "10m"). */
+  hook_timeout?: string;
+  /** "fail" (the default): a failing hook refuses the fork (422 fork_hook_failed); "ignore": the fork is made, the failure is in its ledger. */
+  hook_errors?: "fail" | "ignore";
+  /** Run the hooks in the source too (SHARD_FORK_ROLE=source), after the forks'. */
+  hooks_in_source?: boolean;
 }
 
 /** A saved instant of a running sandbox: memory, processes and files. */
@@ -322,4 +328,76 @@ export interface WriteResult {
   files: number;
   /** What was sanitised or skipped: a setuid bit removed, a device node left out, ... */
   notes?: string[];
+}
+
+/** What a node of the fork tree is. */
+export type TreeNodeKind = "sandbox" | "checkpoint" | "snapshot" | "environment";
+
+/** One object of the fork tree (GET /v0/tree), and what came from it. */
+export interface TreeNode {
+  kind: TreeNodeKind | string;
+  /** A sandbox's, checkpoint's or snapshot's id; an environment's name. */
+  id: string;
+  /** A sandbox's or snapshot's name (a removed sandbox's as it was); a checkpoint's tag. */
+  name?: string;
+  /** A sandbox's state, or "removed"; "kept" or "removed" for the other kinds. */
+  state: SandboxState | "kept" | "removed" | string;
+  removed: boolean;
+  /** When it was made (RFC 3339). */
+  at: string;
+  /**
+   * How it came from its parent: "fork", "restore", "environment", "resume"
+   * or "snapshot" for a sandbox; a checkpoint's kind ("fork", "checkpoint",
+   * "environment"). Absent on a root.
+   */
+  via?: string;
+  image?: string;
+  provider?: string;
+  /** What came from it, oldest first; absent when nothing did. */
+  children?: TreeNode[];
+}
+
+/** The answer of GET /v0/tree and GET /v0/sandboxes/{id}/tree. */
+export interface Tree {
+  /** Every lineage, oldest first; a sandbox's tree has one root, its lineage's. */
+  roots: TreeNode[];
+}
+
+/** One side of a diff. */
+export interface DiffSide {
+  kind: "sandbox" | "checkpoint" | "snapshot" | "image" | string;
+  id: string;
+  name?: string;
+}
+
+/** What differs in a changed path. */
+export type ChangeWhat = "content" | "type" | "mode" | "owner" | "target" | "device";
+
+/** One path that differs between the two sides of a diff. */
+export interface Change {
+  path: string;
+  kind: "added" | "removed" | "changed";
+  /** What is at the path in `to` (in `from` for a removal). */
+  type: FileType | string;
+  /** For "changed": what differs (a modification time alone is no change). */
+  what?: (ChangeWhat | string)[];
+  /** A file's size in `from` (0 if none). */
+  size_a: number;
+  /** A file's size in `to` (0 if none). */
+  size_b: number;
+  /** With patch: a unified diff of a regular file's text (or "Binary files ... differ"). */
+  patch?: string;
+}
+
+/** What changed in a sandbox's files (GET /v0/sandboxes/{id}/diff): from `from` to `to`, the sandbox asked about. */
+export interface Diff {
+  from: DiffSide;
+  to: DiffSide;
+  /** In path order; a directory added or removed is followed by what it holds. */
+  changes: Change[];
+  added: number;
+  removed: number;
+  changed: number;
+  /** More than 100000 changes: only the first are listed. */
+  truncated: boolean;
 }

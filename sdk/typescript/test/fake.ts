@@ -1,10 +1,11 @@
 // A tiny in-memory stand-in for `shard serve`, made with node:http, for the
-// unit tests: sandboxes, fork, checkpoints, environments, secrets and grants,
-// and exec whose events a test scripts (with delays): the binary exec stream
-// when the client asks for it (or sends a framed body), NDJSON otherwise or
-// when `ndjson` is set (an older server). A framed request body is read as
-// it comes, while the answer is written: its frames after `Q` reach the
-// script as `w.input`.
+// unit tests: sandboxes, fork (with on-fork hooks from its files), the fork
+// tree (scripted) and diffs (of its files), checkpoints, environments,
+// secrets and grants, and exec whose events a test scripts (with delays):
+// the binary exec stream when the client asks for it (or sends a framed
+// body), NDJSON otherwise or when `ndjson` is set (an older server). A
+// framed request body is read as it comes, while the answer is written: its
+// frames after `Q` reach the script as `w.input`.
 
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -121,10 +122,14 @@ export class FakeShard {
   /** Tars written into a directory, kept as they came (a tar read of it answers them). */
   readonly archives = new Map<string, Buffer>();
   readonly uploads: FakeUpload[] = [];
+  /** The checkpoint each fork started from, with the source's files then. */
+  readonly startedFrom = new Map<string, { id: string; files: Map<string, FakeFile> }>();
   /** Set: reads of files go to it. */
   onFilesRead?: FilesReadScript;
   /** Answers with 409 sandbox_frozen this many times before a files call goes through. */
   frozenFiles = 0;
+  /** What GET /v0/tree answers (the roots); a sandbox's tree is the root it is under. */
+  tree: any[] = [];
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
     w.exit(0);
@@ -182,11 +187,7 @@ export class FakeShard {
   fs(sb: any): Map<string, FakeFile> {
     let m = this.files.get(sb.id);
     if (!m) {
-      const t = "2025-01-01T00:00:00Z";
-      m = new Map<string, FakeFile>([
-        ["/", { type: "dir", mode: 0o755, uid: 0, gid: 0, mtime: t }],
-        ["/tmp", { type: "dir", mode: 0o1777, uid: 0, gid: 0, mtime: t }],
-      ]);
+      m = imageFiles();
       this.files.set(sb.id, m);
     }
     return m;
@@ -281,6 +282,39 @@ export class FakeShard {
         return json(200, { removed: p[1] });
       }
     }
+    if (m === "GET" && ((p = /^\/v0\/sandboxes\/([^/]+)\/tree$/.exec(path)) || path === "/v0/tree")) {
+      const all = url.searchParams.get("all") === "true";
+      const roots = all ? this.tree : prune(this.tree);
+      if (!p) return json(200, { roots });
+      const sb = this.find(decodeURIComponent(p[1]!));
+      if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
+      const root = roots.find((r) => has(r, sb.id));
+      if (!root) return err(404, "sandbox_not_found", `sandbox ${sb.name} is in no lineage the ledger knows`);
+      return json(200, { roots: [root] });
+    }
+    if (m === "GET" && (p = /^\/v0\/sandboxes\/([^/]+)\/diff$/.exec(path))) {
+      const sb = this.find(decodeURIComponent(p[1]!));
+      if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
+      const against = url.searchParams.get("against");
+      const patch = url.searchParams.get("patch") === "true";
+      let from: any;
+      let base: Map<string, FakeFile>;
+      if (against) {
+        const o = this.find(against);
+        if (!o || o.project !== project) return err(404, "sandbox_not_found", `sandbox ${against} not found`);
+        if (o.image !== sb.image) return err(400, "different_images", `sandbox ${o.name} is of image ${o.image} and ${sb.name} of ${sb.image}: a diff compares sandboxes of one image (a lineage)`);
+        from = { kind: "sandbox", id: o.id, name: o.name };
+        base = this.fs(o);
+      } else if (this.startedFrom.has(sb.id)) {
+        const ck = this.startedFrom.get(sb.id)!;
+        from = { kind: "checkpoint", id: ck.id };
+        base = ck.files;
+      } else {
+        from = { kind: "image", id: sb.image };
+        base = imageFiles();
+      }
+      return json(200, { from, to: { kind: "sandbox", id: sb.id, name: sb.name }, ...fileDiff(base, this.fs(sb), patch) });
+    }
     if ((p = /^\/v0\/sandboxes\/([^/]+)\/(stop|start|fork|exec|checkpoints|grants)(?:\/([^/]+))?$/.exec(path))) {
       const sb = this.find(decodeURIComponent(p[1]!));
       if (!sb) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
@@ -289,8 +323,22 @@ export class FakeShard {
       if (verb === "start" && m === "POST") return json(200, Object.assign(sb, { state: "running" }));
       if (verb === "fork" && m === "POST") {
         if (this.createDelay) await sleep(this.createDelay);
+        const he = body?.hook_errors;
+        if (he !== undefined && he !== "fail" && he !== "ignore") return err(400, "invalid_argument", `hook_errors ${JSON.stringify(he)}: fail (the default: a failing hook refuses the fork) or ignore`);
+        // On-fork hooks, as the fake's files have them: one "fails" when it exits non-zero.
+        const files = this.fs(sb);
+        const hooks = [...files.keys()].filter((k) => k.startsWith("/etc/shard/on-fork.d/") && files.get(k)!.type === "file" && files.get(k)!.mode & 0o111).sort();
+        const failed = hooks.find((k) => /exit [1-9]/.test(files.get(k)!.data?.toString("utf8") ?? ""));
+        const name = body?.name || "fork";
+        if (failed && he !== "ignore") {
+          const hook = failed.slice(failed.lastIndexOf("/") + 1);
+          return err(422, "fork_hook_failed", `fork of ${sb.name}: on-fork hook ${hook} failed in fork ${name} (exit code 3): no lease; the fork was not made (--hook-errors=ignore keeps forks whose hooks fail)`);
+        }
         const ck = this.checkpoint(sb, "fork", body?.tag);
-        return json(201, this.sandbox({ name: body?.name, image: sb.image, session: `fork-${sb.name}-${ck.id.slice(0, 6)}`, extra: { parent_id: sb.id, grants: [...sb.grants] } }));
+        const fork = this.sandbox({ name: body?.name, image: sb.image, session: `fork-${sb.name}-${ck.id.slice(0, 6)}`, extra: { parent_id: sb.id, grants: [...sb.grants] } });
+        this.files.set(fork.id, new Map(files));
+        this.startedFrom.set(fork.id, { id: ck.id, files: new Map(files) });
+        return json(201, fork);
       }
       if (verb === "checkpoints" && m === "POST") return json(201, this.checkpoint(sb, "checkpoint", body?.tag));
       if (verb === "checkpoints" && m === "GET") return json(200, { checkpoints: this.checkpoints.filter((c) => c.session === sb.session) });
@@ -532,6 +580,55 @@ export class FakeShard {
       res.end();
     }
   }
+}
+
+/** A new sandbox's files: its image's ("/" and "/tmp"). */
+function imageFiles(): Map<string, FakeFile> {
+  const t = "2025-01-01T00:00:00Z";
+  return new Map<string, FakeFile>([
+    ["/", { type: "dir", mode: 0o755, uid: 0, gid: 0, mtime: t }],
+    ["/tmp", { type: "dir", mode: 0o1777, uid: 0, gid: 0, mtime: t }],
+  ]);
+}
+
+/** Whether a node of the fork tree is id, or has it below. */
+function has(n: any, id: string): boolean {
+  return n.id === id || (n.children ?? []).some((c: any) => has(c, id));
+}
+
+/** The tree without what was removed and has nothing that exists below it (what the server leaves out without all). */
+function prune(ns: any[]): any[] {
+  const out: any[] = [];
+  for (const n of ns) {
+    const children = prune(n.children ?? []);
+    if (n.removed && children.length === 0) continue;
+    const c = { ...n, children };
+    if (!children.length) delete c.children;
+    out.push(c);
+  }
+  return out;
+}
+
+/** What changed from files a to files b, as the server's diff lists it (content only; no modes). */
+function fileDiff(a: Map<string, FakeFile>, b: Map<string, FakeFile>, patch: boolean): any {
+  const changes: any[] = [];
+  const size = (f?: FakeFile) => f?.data?.length ?? 0;
+  for (const path of [...new Set([...a.keys(), ...b.keys()])].sort()) {
+    const x = a.get(path);
+    const y = b.get(path);
+    let c: any;
+    if (!x) c = { path, kind: "added", type: y!.type, size_a: 0, size_b: size(y) };
+    else if (!y) c = { path, kind: "removed", type: x.type, size_a: size(x), size_b: 0 };
+    else if (x.type === "file" && y.type === "file" && !x.data!.equals(y.data!)) c = { path, kind: "changed", type: "file", what: ["content"], size_a: size(x), size_b: size(y) };
+    else continue;
+    if (patch && c.type === "file") {
+      const lines = (f: FakeFile | undefined, sign: string) => (f?.data?.toString("utf8") ?? "").split("\n").filter(Boolean).map((l) => sign + l + "\n").join("");
+      c.patch = `--- a${path}\n+++ b${path}\n` + lines(x, "-") + lines(y, "+");
+    }
+    changes.push(c);
+  }
+  const count = (k: string) => changes.filter((c) => c.kind === k).length;
+  return { changes, added: count("added"), removed: count("removed"), changed: count("changed"), truncated: false };
 }
 
 export async function withFake<T>(fn: (f: FakeShard) => Promise<T>): Promise<T> {

@@ -1,9 +1,10 @@
 // SandboxClient against a real shard server: fork tags in the ledger,
 // checkpoint + resume vs restoreCheckpoint, credentials (and forks), live
-// streaming, exit codes, and maxConcurrency slots.
+// streaming, exit codes, maxConcurrency slots, and the fork tree, diffs and
+// on-fork hooks.
 
 import assert from "node:assert/strict";
-import { SandboxClient, ShardError } from "useshards";
+import { SandboxClient, Shard, ShardError, findNode } from "useshards";
 import { Collector, itest, pythonImage, uniq } from "./integration.js";
 
 const IMAGE = pythonImage("python:3.12-slim");
@@ -154,6 +155,72 @@ itest("maxConcurrency 2: a third sandbox waits until one closes", async () => {
     const f = await fork;
     assert.equal((await f.exec("echo forked")).stdout, "forked\n");
   } finally {
+    await client.close({ removeSandboxes: true });
+  }
+});
+
+itest("tree, diff and on-fork hooks: a base and two forks; a file one fork wrote is added against the other and its fork point", async () => {
+  const client = new SandboxClient();
+  const shard = new Shard();
+  const id = uniq();
+  try {
+    const base = await client.sandbox({ image: IMAGE, resources: SMALL, name: `ts-tree-${id}` });
+    await base.exec("mkdir -p /app && echo base > /app/notes");
+    const a = await base.fork({ name: `ts-tree-a-${id}`, tag: "tree-a" });
+    const b = await base.fork({ name: `ts-tree-b-${id}` });
+
+    // The tree of a fork is its lineage: the base as root, a fork checkpoint per fork, the forks under them.
+    const root = await a.tree();
+    assert.deepEqual([root.kind, root.id, root.name, root.state, root.removed, root.via], ["sandbox", base.id, base.name, "running", false, undefined]);
+    assert.ok(!Number.isNaN(Date.parse(root.at)), root.at);
+    const cks = (root.children ?? []).filter((c) => c.kind === "checkpoint");
+    assert.ok(cks.length === 2 && cks.every((c) => c.via === "fork" && c.state === "kept"), JSON.stringify(root, null, 1));
+    assert.ok(cks.some((c) => c.name === "tree-a"), "a checkpoint's name is its tag");
+    const forks = cks.flatMap((c) => c.children ?? []);
+    assert.deepEqual(forks.map((n) => n.id).sort(), [a.id, b.id].sort());
+    for (const n of forks) assert.deepEqual([n.kind, n.via, n.state, n.removed, n.image], ["sandbox", "fork", "running", false, base.info.image]);
+    // The project's tree has the lineage too; a tree by name is the same root.
+    assert.equal(findNode(await client.tree(), b.id)?.via, "fork");
+    assert.equal((await shard.tree(b.name))[0]!.id, base.id);
+
+    // A file written in fork a: added from b to a, and since a's fork point.
+    await a.files.write("/app/only-in-a.txt", "hello from a\n");
+    const d = await a.diff({ against: b, patch: true });
+    assert.deepEqual([d.from.kind, d.from.id, d.from.name, d.to.kind, d.to.id, d.to.name], ["sandbox", b.id, b.name, "sandbox", a.id, a.name]);
+    const added = d.changes.find((c) => c.path === "/app/only-in-a.txt");
+    assert.ok(added, JSON.stringify(d.changes.map((c) => `${c.kind} ${c.path}`)));
+    assert.deepEqual([added.kind, added.type, added.size_a, added.size_b], ["added", "file", 0, 13]);
+    assert.match(added.patch ?? "", /^\+hello from a$/m);
+    assert.ok(d.added >= 1 && d.truncated === false);
+    assert.ok(!d.changes.some((c) => c.path.startsWith("/run/shard") || c.path === "/etc/hostname"), "what the server puts in every sandbox is left out");
+    const own = await a.diff();
+    assert.equal(own.from.kind, "checkpoint");
+    assert.equal(own.to.id, a.id);
+    assert.equal(own.changes.find((c) => c.path === "/app/only-in-a.txt")?.kind, "added");
+    assert.equal(own.changes.find((c) => c.path === "/app/notes"), undefined, "what a had from its source is no change since its fork");
+    const back = await shard.diff(b.name, { against: a.name });
+    assert.equal(back.changes.find((c) => c.path === "/app/only-in-a.txt")?.kind, "removed");
+
+    // On-fork hooks: one that fails refuses a fork (nothing is left), unless its errors are ignored.
+    await base.files.write("/etc/shard/on-fork.d/50-lease", "#!/bin/sh\necho cannot get a lease >&2\nexit 3\n", { mode: 0o755, parents: true });
+    const kept = await base.fork({ name: `ts-tree-kept-${id}`, hookErrors: "ignore", hookTimeout: 20 });
+    assert.equal((await kept.exec("echo up")).stdout, "up\n");
+    const page = await client.api.transport.json<{ events: { type: string; data?: Record<string, unknown> }[] }>(
+      "GET",
+      `/ledger/sessions/${encodeURIComponent(kept.session)}/events`,
+    );
+    const runs = page.events.filter((e) => e.type === "sandbox.fork_hook");
+    assert.ok(runs.some((e) => e.data?.hook === "50-lease" && e.data?.exit_code === 3), JSON.stringify(runs));
+    await assert.rejects(base.fork({ name: `ts-tree-refused-${id}` }), (e: unknown) => {
+      assert.ok(e instanceof ShardError);
+      assert.deepEqual([e.code, e.status], ["fork_hook_failed", 422]);
+      assert.match(e.message, /50-lease/);
+      return true;
+    });
+    await assert.rejects(client.api.getSandbox(`ts-tree-refused-${id}`), (e: unknown) => e instanceof ShardError && e.code === "sandbox_not_found");
+    assert.equal((await base.exec("echo still")).stdout, "still\n", "the source runs on");
+  } finally {
+    shard.close();
     await client.close({ removeSandboxes: true });
   }
 });
