@@ -1,6 +1,7 @@
 """The SDK against a real shard server: the seed 001 example as written,
 streaming, fork tags, checkpoint/resume/restore, credentials, environments,
-and a sandbox's files (FilesTest).
+a sandbox's files (FilesTest), and the fork tree, diffs and on-fork hooks
+(LineageTest).
 
 Runs only with SHARD_INTEGRATION=1, and then it needs (and fails loudly
 without) SHARD_REMOTE, SHARD_API_KEY (scope "*") for an http(s) remote,
@@ -8,7 +9,8 @@ SHARD_TEST_PYTHON_IMAGE (an image with python and pip, standing in for
 python:3.12-slim) and SHARD_TEST_PIP_INDEX (a PEP 503 index reachable from
 inside sandboxes, with requests 2.31.0 and 2.32.3). ProjectTest needs
 SHARD_TEST_OTHER_PROJECT_KEY: a key of a project other than SHARD_API_KEY's.
-FilesTest needs SHARD_REMOTE, SHARD_API_KEY and SHARD_TEST_PYTHON_IMAGE only.
+FilesTest and LineageTest need SHARD_REMOTE, SHARD_API_KEY and
+SHARD_TEST_PYTHON_IMAGE only.
 """
 
 from __future__ import annotations
@@ -503,6 +505,102 @@ class FilesTest(unittest.TestCase):
             self.assertEqual(sb.exec(["cat", "/root/while-stopped.txt"]).stdout, "written while stopped\n")
         finally:
             sb.remove(force=True)
+
+
+@unittest.skipUnless(INTEGRATION, "set SHARD_INTEGRATION=1 (and SHARD_REMOTE, SHARD_API_KEY, SHARD_TEST_PYTHON_IMAGE) "
+                                  "to run against a real server")
+class LineageTest(unittest.TestCase):
+    """The fork tree, diffs and on-fork hooks: a base sandbox and two forks;
+    the tree of one; a file written in one fork, against the other and
+    against its fork point; a hook that fails, ignored and not."""
+
+    shard: Shard
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        remote = require("SHARD_REMOTE")
+        if remote.startswith(("http://", "https://")):
+            require("SHARD_API_KEY")
+        cls.shard = Shard()
+        cls.addClassCleanup(cls.shard.close)
+
+    def drop_checkpoints(self, session: str) -> None:
+        for c in self.shard.checkpoints():
+            if c.session == session and c.kind != "environment":
+                try:
+                    self.shard.remove_checkpoint(c)
+                except ShardError:
+                    pass
+
+    def remove_quietly(self, sb: Sandbox) -> None:
+        try:
+            sb.remove(force=True)
+        except ShardError as e:
+            if e.code != "sandbox_not_found":
+                raise
+
+    def test_tree_diff_and_fork_hooks(self) -> None:
+        u = secrets.token_hex(3)
+        base = self.shard.create(require("SHARD_TEST_PYTHON_IMAGE"), name=f"sdkpy-tree-{u}", memory_mib=256)
+        self.addCleanup(self.drop_checkpoints, base.session)  # the forks' checkpoints are in the source's session
+        self.addCleanup(self.remove_quietly, base)
+        self.assertEqual(base.exec(["sh", "-c", "mkdir -p /app && echo base > /app/notes"]).exit_code, 0)
+        a = base.fork(name=f"sdkpy-tree-a-{u}", tag="tree-a")
+        self.addCleanup(self.remove_quietly, a)
+        b = base.fork(name=f"sdkpy-tree-b-{u}")
+        self.addCleanup(self.remove_quietly, b)
+
+        # The tree of a fork: the base as root, a fork checkpoint per fork, the forks under them.
+        root = a.tree()
+        self.assertEqual((root.kind, root.id, root.name, root.state, root.removed, root.via),
+                         ("sandbox", base.id, base.name, "running", False, None))
+        self.assertIsNotNone(root.at)
+        cks = [c for c in root.children if c.kind == "checkpoint"]
+        self.assertEqual([(c.via, c.state) for c in cks], [("fork", "kept")] * 2, root)
+        self.assertIn("tree-a", [c.name for c in cks])  # a checkpoint's name is its tag
+        forks = [n for c in cks for n in c.children]
+        self.assertEqual(sorted(n.id for n in forks), sorted([a.id, b.id]))
+        for n in forks:
+            self.assertEqual((n.kind, n.via, n.state, n.removed, n.image), ("sandbox", "fork", "running", False, base.info.image))
+        # The project's tree has the lineage; a tree by name is the same root.
+        self.assertTrue(any(r.find(b.id) for r in self.shard.tree()))
+        self.assertEqual([r.id for r in self.shard.tree(b.name)], [base.id])
+
+        # A file written in fork a: added from b to a, and since a's fork point.
+        a.files.write("/app/only-in-a.txt", "hello from a\n")
+        d = a.diff(b, patch=True)
+        self.assertEqual((d.from_.kind, d.from_.id, d.from_.name), ("sandbox", b.id, b.name))
+        self.assertEqual((d.to.kind, d.to.id, d.to.name), ("sandbox", a.id, a.name))
+        added = d.get("/app/only-in-a.txt")
+        assert added is not None, [(c.kind, c.path) for c in d]
+        self.assertEqual((added.kind, added.type, added.size_a, added.size_b), ("added", "file", 0, 13))
+        self.assertIn("+hello from a", added.patch or "")
+        self.assertGreaterEqual(d.added, 1)
+        self.assertFalse(d.truncated)
+        self.assertFalse([c.path for c in d if c.path.startswith("/run/shard") or c.path == "/etc/hostname"])
+        own = a.diff()
+        self.assertEqual((own.from_.kind, own.to.id), ("checkpoint", a.id))
+        self.assertEqual(getattr(own.get("/app/only-in-a.txt"), "kind", None), "added")
+        self.assertIsNone(own.get("/app/notes"))  # a had it from its source: no change since the fork
+        back = self.shard.diff(b.name, a.name)
+        self.assertEqual(getattr(back.get("/app/only-in-a.txt"), "kind", None), "removed")
+
+        # On-fork hooks: one that fails refuses a fork (nothing is left), unless its errors are ignored.
+        base.files.write("/etc/shard/on-fork.d/50-lease", "#!/bin/sh\necho cannot get a lease >&2\nexit 3\n", mode=0o755, parents=True)
+        kept = base.fork(name=f"sdkpy-tree-kept-{u}", hook_errors="ignore", hook_timeout=20)
+        self.addCleanup(self.remove_quietly, kept)
+        self.assertEqual(kept.exec(["echo", "up"]).stdout, "up\n")
+        page = self.shard._t.request("GET", f"/ledger/sessions/{kept.session}/events")
+        runs = [e.get("data") or {} for e in page["events"] if e["type"] == "sandbox.fork_hook"]
+        self.assertIn(("50-lease", 3), [(r.get("hook"), r.get("exit_code")) for r in runs], runs)
+        with self.assertRaises(ShardError) as cm:
+            base.fork(name=f"sdkpy-tree-refused-{u}")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("fork_hook_failed", 422))
+        self.assertIn("50-lease", cm.exception.message)
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get(f"sdkpy-tree-refused-{u}")
+        self.assertEqual(cm.exception.code, "sandbox_not_found")
+        self.assertEqual(base.exec(["echo", "still"]).stdout, "still\n")  # the source runs on
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """The SDK's wire types (the dataclasses of _types.py) against the API's own
 description, internal/api/openapi.json, which Go tests tie to the server's
 routes and types: each dataclass that reads an answer is the copy of one
-schema, with exactly its properties (as fields of the same names), of its
-JSON types, and able to say "absent" exactly for what the schema does not
-require. The document is read at test time: nothing is generated."""
+schema, with exactly its properties (as fields of the same names, a Python
+keyword with a trailing underscore), of its JSON types, and able to say
+"absent" exactly for what the schema does not require. The document is read
+at test time: nothing is generated."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import json
+import keyword
 import os
 import typing
 import unittest
@@ -39,6 +41,10 @@ MIRRORS: Dict[type, str] = {
     _types.FileInfo: "FileInfo",
     _types.FileList: "FileList",
     _types.WriteResult: "WriteResult",
+    _types.TreeNode: "TreeNode",
+    _types.DiffSide: "DiffSide",
+    _types.Change: "Change",
+    _types.Diff: "Diff",
 }
 
 # Dataclasses of _types.py that are the SDK's own, not copies of a schema.
@@ -49,6 +55,12 @@ SDK_ONLY = {
 
 # Fields every mirror has beyond the schema: the answer it was read from.
 SDK_FIELDS = {"raw"}
+
+
+def field_name(prop: str) -> str:
+    """The field a property is read into: its own name, or with a trailing
+    underscore for a Python keyword (Diff's ``from`` is ``from_``)."""
+    return prop + "_" if keyword.iskeyword(prop) else prop
 
 # Properties of a mirrored schema the SDK's type leaves out, on purpose, and
 # why. Keep this short.
@@ -127,7 +139,7 @@ class WireTypesTest(unittest.TestCase):
             schema, prop = key.split(".")
             cls = mirrored.get(schema)
             self.assertIsNotNone(cls, f"LEFT_OUT names {key}, whose schema no dataclass mirrors: drop it")
-            self.assertNotIn(prop, {f.name for f in dataclasses.fields(cls)}, f"LEFT_OUT names {key}, which {cls.__name__} has now: drop it")
+            self.assertNotIn(field_name(prop), {f.name for f in dataclasses.fields(cls)}, f"LEFT_OUT names {key}, which {cls.__name__} has now: drop it")
 
     def test_mirrors_match_openapi(self) -> None:
         for cls, name in sorted(MIRRORS.items(), key=lambda kv: kv[1]):
@@ -146,22 +158,23 @@ class WireTypesTest(unittest.TestCase):
         fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in SDK_FIELDS}
         for prop in sorted(props):
             at = f"schema {name}: {prop}"
-            f = fields.get(prop)
+            f = fields.get(field_name(prop))
             if f is None:
                 if f"{name}.{prop}" not in LEFT_OUT:
                     out.append(f"{at} is not a field of the SDK's {cls.__name__}")
                 continue
-            tp, optional = unwrap_optional(hints[prop])
+            tp, optional = unwrap_optional(hints[f.name])
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if prop in required and optional and tp is not datetime.datetime and f"{name}.{prop}" not in MAY_BE_NONE:
                 # A time is None also when it cannot be read.
-                out.append(f"{at} is required, but the SDK's {cls.__name__}.{prop} may be None")
+                out.append(f"{at} is required, but the SDK's {cls.__name__}.{f.name} may be None")
             if prop not in required and not (optional or has_default):
-                out.append(f"{at} is not required (the server may leave it out), but the SDK's {cls.__name__}.{prop} has no default")
+                out.append(f"{at} is not required (the server may leave it out), but the SDK's {cls.__name__}.{f.name} has no default")
             self.compare_type(out, at, tp, props[prop])
-        for field_name in sorted(fields):
-            if field_name not in props:
-                out.append(f"schema {name}: the SDK's {cls.__name__} has the field {field_name}, which the schema does not")
+        wanted = {field_name(p) for p in props}
+        for fname in sorted(fields):
+            if fname not in wanted:
+                out.append(f"schema {name}: the SDK's {cls.__name__} has the field {fname}, which the schema does not")
         return out
 
     def compare_type(self, out: List[str], at: str, tp: Any, s: Dict[str, Any]) -> None:

@@ -18,8 +18,11 @@ from ._client import Credentials, Environment, ExecStream, Sandbox, Shard
 from ._errors import ShardError
 from ._files import FileReader, Files
 from ._types import (
+    Change,
     Checkpoint,
     Chunk,
+    Diff,
+    DiffSide,
     EnvironmentInfo,
     ExecResult,
     ExitStatus,
@@ -33,15 +36,19 @@ from ._types import (
     SandboxInfo,
     Secret,
     Token,
+    TreeNode,
     WriteResult,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Change",
     "Checkpoint",
     "Chunk",
     "Credentials",
+    "Diff",
+    "DiffSide",
     "Environment",
     "EnvironmentInfo",
     "ExecResult",
@@ -62,6 +69,7 @@ __all__ = [
     "Shard",
     "ShardError",
     "Token",
+    "TreeNode",
     "WriteResult",
     "__version__",
 ]

@@ -12,6 +12,7 @@ import ssl
 import threading
 from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
+from urllib.parse import urlencode
 
 from ._errors import ShardError
 from ._files import Files
@@ -19,6 +20,7 @@ from ._transport import DEFAULT_SOCKET, STREAM_TYPE, FramedBody, Response, Trans
 from ._types import (
     Checkpoint,
     Chunk,
+    Diff,
     EnvironmentInfo,
     ExecResult,
     ExitStatus,
@@ -28,6 +30,7 @@ from ._types import (
     SandboxInfo,
     Secret,
     Token,
+    TreeNode,
     as_object,
     objects,
 )
@@ -42,6 +45,9 @@ EnvVars = Union[Mapping[str, str], Sequence[str]]
 
 Size = Union[int, str]
 """A size: a number of bytes, or a string with a unit such as ``"2GiB"``."""
+
+Duration = Union[int, float, str]
+"""A duration: seconds, or a Go duration string such as ``"30s"`` or ``"2m"``."""
 
 SetupFn = Callable[["Sandbox"], Any]
 """An environment's setup: called once with a fresh sandbox to prepare."""
@@ -150,6 +156,45 @@ def _env(env: Optional[EnvVars]) -> Union[Dict[str, str], List[str], None]:
 
 def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+def _duration(name: str, v: Optional[Duration]) -> Optional[str]:
+    """A duration as the API takes it: a Go duration string (seconds become ``"Ns"``)."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f'{name} {v!r}: give seconds above 0, or a duration such as "30s"')
+    return ("%.9f" % v).rstrip("0").rstrip(".") + "s"  # never an exponent, which Go's durations lack
+
+
+def _fork_body(
+    name: Optional[str],
+    tag: Optional[str],
+    count: Optional[int],
+    hook_timeout: Optional[Duration],
+    hook_errors: Optional[str],
+    hooks_in_source: bool,
+) -> Dict[str, Any]:
+    return _drop_none(
+        {
+            "name": name,
+            "tag": tag,
+            "count": count,
+            "hook_timeout": _duration("hook_timeout", hook_timeout),
+            "hook_errors": hook_errors,
+            "hooks_in_source": True if hooks_in_source else None,
+        }
+    )
+
+
+def _tree_path(sandbox: Optional[str], all: bool) -> str:  # noqa: A002 - the API's name
+    p = f"/sandboxes/{esc(sandbox)}/tree" if sandbox else "/tree"
+    return p + "?all=true" if all else p
+
+
+def _diff_path(sandbox: str, against: Optional[str], patch: bool) -> str:
+    q = urlencode(_drop_none({"against": against or None, "patch": "true" if patch else None}))
+    return f"/sandboxes/{esc(sandbox)}/diff" + ("?" + q if q else "")
 
 
 def _mapping(doc: Any, what: str) -> JSONObject:
@@ -665,25 +710,74 @@ class Sandbox:
 
     # -- fork and checkpoints ------------------------------------------------
 
-    def fork(self, name: Optional[str] = None, tag: Optional[str] = None) -> "Sandbox":
+    def fork(
+        self,
+        name: Optional[str] = None,
+        tag: Optional[str] = None,
+        *,
+        hook_timeout: Optional[Duration] = None,
+        hook_errors: Optional[str] = None,
+        hooks_in_source: bool = False,
+    ) -> "Sandbox":
         """Copies this running sandbox (files, memory, processes) into a new
         running sandbox with its own id, name and address; this one freezes
         for a moment and carries on. ``tag`` is stored with the fork's
-        checkpoint (see :meth:`list_checkpoints`)."""
-        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/fork", _drop_none({"name": name, "tag": tag}))
+        checkpoint (see :meth:`list_checkpoints`).
+
+        The executables in the sandbox's ``/etc/shard/on-fork.d`` run in the
+        fork before it is answered, each within ``hook_timeout`` (seconds or
+        ``"30s"``; default 30 s, at most 10 min). One that fails refuses the
+        fork: ShardError ``fork_hook_failed`` (422), and no fork is left;
+        unless ``hook_errors="ignore"``, which makes the fork and leaves the
+        failure in its ledger (``sandbox.fork_hook``). ``hooks_in_source``
+        runs them in this sandbox too, after the fork's."""
+        body = _fork_body(name, tag, None, hook_timeout, hook_errors, hooks_in_source)
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/fork", body)
         return Sandbox(self._shard, SandboxInfo.from_json(_mapping(doc, "a fork")))
 
-    def fork_many(self, count: int, name: Optional[str] = None, tag: Optional[str] = None) -> List["Sandbox"]:
+    def fork_many(
+        self,
+        count: int,
+        name: Optional[str] = None,
+        tag: Optional[str] = None,
+        *,
+        hook_timeout: Optional[Duration] = None,
+        hook_errors: Optional[str] = None,
+        hooks_in_source: bool = False,
+    ) -> List["Sandbox"]:
         """Makes ``count`` forks from one freeze; with ``name``, they are
-        named NAME-1, NAME-2, ..."""
+        named NAME-1, NAME-2, ... The hook options are :meth:`fork`'s: a
+        hook that fails in any fork refuses them all."""
         if count < 1:
             raise ValueError("count must be at least 1")
+        hooks: Dict[str, Any] = dict(hook_timeout=hook_timeout, hook_errors=hook_errors, hooks_in_source=hooks_in_source)
         if count == 1:
-            return [self.fork(name=name, tag=tag)]
-        doc = self._shard._t.request(
-            "POST", f"/sandboxes/{esc(self.id)}/fork", _drop_none({"name": name, "tag": tag, "count": count})
-        )
+            return [self.fork(name=name, tag=tag, **hooks)]
+        body = _fork_body(name, tag, count, **hooks)
+        doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/fork", body)
         return [Sandbox(self._shard, SandboxInfo.from_json(d)) for d in _items(doc, "sandboxes")]
+
+    # -- lineage -------------------------------------------------------------
+
+    def tree(self, *, all: bool = False) -> TreeNode:  # noqa: A002 - the API's name
+        """The fork tree this sandbox is in: its lineage's root (its first
+        sandbox, snapshot or environment), with all that came from it
+        (:meth:`TreeNode.walk`, :meth:`TreeNode.find`). A removed sandbox
+        stays while something that exists came from it; with ``all``,
+        always."""
+        roots = self._shard.tree(self.id, all=all)
+        if len(roots) != 1:
+            raise ShardError("bad_response", f"the server answered {len(roots)} roots for the tree of sandbox {self.name}, not one")
+        return roots[0]
+
+    def diff(self, against: Union[str, "Sandbox", None] = None, *, patch: bool = False) -> Diff:
+        """What changed in this sandbox's files: since it started (the
+        checkpoint it was forked or restored from, its snapshot, or its
+        image), or from ``against`` (another sandbox of its image: id, name
+        or :class:`Sandbox`) to this one, so what this one has and the other
+        has not is ``added``. ``patch`` adds a unified diff of each changed
+        text file."""
+        return self._shard.diff(self.id, against, patch=patch)
 
     def checkpoint(self, tag: Optional[str] = None) -> Checkpoint:
         """Saves this running sandbox's memory, processes and files without
@@ -984,6 +1078,27 @@ class Shard:
         it up first (:attr:`Sandbox.files` is the same for a sandbox in
         hand)."""
         return Files(self, id_or_name)
+
+    # -- lineage -------------------------------------------------------------
+
+    def tree(self, sandbox: Union[str, Sandbox, None] = None, *, all: bool = False) -> List[TreeNode]:  # noqa: A002 - the API's name
+        """The fork tree: every lineage of the project, oldest first; with
+        ``sandbox`` (id, name or :class:`Sandbox`), the one lineage it is in
+        (one root). Each node is a sandbox, a checkpoint forks and restores
+        came from, a snapshot or an environment, with what came from it in
+        ``children``. A removed sandbox stays while something that exists
+        came from it; with ``all``, always."""
+        sid = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+        doc = self._t.request("GET", _tree_path(sid, all))
+        return [TreeNode.from_json(n) for n in _items(doc, "roots")]
+
+    def diff(self, id_or_name: str, against: Union[str, Sandbox, None] = None, *, patch: bool = False) -> Diff:
+        """What changed in a sandbox's files (:meth:`Sandbox.diff` for one
+        in hand): from ``against`` (a sandbox of its image) to it, or,
+        without, since it started."""
+        other = against.id if isinstance(against, Sandbox) else against
+        doc = self._t.request("GET", _diff_path(id_or_name, other, patch))
+        return Diff.from_json(_mapping(doc, "a diff"))
 
     # -- checkpoints, resume, environments ----------------------------------
 

@@ -11,8 +11,11 @@ from datetime import datetime
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, cast
 
 __all__ = [
+    "Change",
     "Chunk",
     "Checkpoint",
+    "Diff",
+    "DiffSide",
     "EnvironmentInfo",
     "ExecResult",
     "ExitStatus",
@@ -26,6 +29,7 @@ __all__ = [
     "SandboxInfo",
     "Secret",
     "Token",
+    "TreeNode",
     "WriteResult",
 ]
 
@@ -573,3 +577,156 @@ class WriteResult:
     def from_json(cls, d: Mapping[str, Any]) -> "WriteResult":
         """Reads a write's answer from its JSON object."""
         return cls(path=_str(d, "path"), bytes=_int(d, "bytes"), files=_int(d, "files"), notes=_strs(d, "notes"), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One object of the fork tree (:meth:`Shard.tree`), and what came from it.
+
+    ``kind`` is ``sandbox``, ``checkpoint``, ``snapshot`` or
+    ``environment``; ``id`` a sandbox's, checkpoint's or snapshot's id (an
+    environment's name); ``name`` a sandbox's or snapshot's name (a removed
+    sandbox's as it was), a checkpoint's tag. ``state`` is a sandbox's
+    state, or ``removed``; ``kept`` or ``removed`` for the other kinds.
+    ``via`` says how it came from its parent: ``fork``, ``restore``,
+    ``environment``, ``resume`` or ``snapshot`` for a sandbox, a
+    checkpoint's kind for a checkpoint; None on a root. ``children`` is what
+    came from it, oldest first.
+    """
+
+    kind: str
+    id: str
+    state: str
+    removed: bool
+    at: Optional[datetime]
+    """When it was made."""
+    name: Optional[str] = None
+    via: Optional[str] = None
+    image: Optional[str] = None
+    provider: Optional[str] = None
+    children: List["TreeNode"] = field(default_factory=lambda: [])
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    def walk(self) -> Iterator["TreeNode"]:
+        """This node and every node below it, depth first, each before what
+        came from it."""
+        stack: List[TreeNode] = [self]
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(n.children))
+
+    def find(self, id_or_name: str) -> Optional["TreeNode"]:
+        """The first node (depth first) whose id or name is ``id_or_name``; None if none."""
+        return next((n for n in self.walk() if id_or_name in (n.id, n.name)), None)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TreeNode":
+        """Reads a node, and those below it, from its JSON object."""
+        return cls(
+            kind=_str(d, "kind"),
+            id=_str(d, "id"),
+            state=_str(d, "state"),
+            removed=bool(d.get("removed")),
+            at=_time(d, "at"),
+            name=_opt_str(d, "name"),
+            via=_opt_str(d, "via"),
+            image=_opt_str(d, "image"),
+            provider=_opt_str(d, "provider"),
+            children=[TreeNode.from_json(c) for c in objects(d.get("children"))],
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class DiffSide:
+    """One side of a :class:`Diff`: ``kind`` is ``sandbox``, ``checkpoint``,
+    ``snapshot`` or ``image``; ``name`` a sandbox's or snapshot's name."""
+
+    kind: str
+    id: str
+    name: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DiffSide":
+        """Reads a side of a diff from its JSON object."""
+        return cls(kind=_str(d, "kind"), id=_str(d, "id"), name=_opt_str(d, "name"))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path that differs between the sides of a :class:`Diff`.
+
+    ``kind`` is ``added``, ``removed`` or ``changed`` (from ``from_`` to
+    ``to``); ``type`` what is at the path in ``to`` (in ``from_`` for a
+    removal): ``file``, ``dir``, ``symlink``, ``fifo``, ``socket``, ``char``
+    or ``block``; ``what``, for a change, what differs (``content``,
+    ``type``, ``mode``, ``owner``, ``target``, ``device``; a modification
+    time alone is no change); ``size_a`` and ``size_b`` a file's size in
+    ``from_`` and ``to`` (0 where none); ``patch``, when asked for, a
+    unified diff of a regular file's text.
+    """
+
+    path: str
+    kind: str
+    type: str
+    size_a: int
+    size_b: int
+    what: List[str] = field(default_factory=_empty_strs)
+    patch: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Change":
+        """Reads a change from its JSON object."""
+        return cls(
+            path=_str(d, "path"),
+            kind=_str(d, "kind"),
+            type=_str(d, "type"),
+            size_a=_int(d, "size_a"),
+            size_b=_int(d, "size_b"),
+            what=_strs(d, "what"),
+            patch=_opt_str(d, "patch"),
+        )
+
+
+@dataclass(frozen=True)
+class Diff:
+    """What changed in a sandbox's files (:meth:`Sandbox.diff`): from
+    ``from_`` (the JSON's ``from``: the sandbox compared with, or what it
+    started from) to ``to`` (the sandbox asked about). ``changes`` are in
+    path order (iterate the diff for them); ``added``, ``removed``,
+    ``changed`` count them; ``truncated``: there were more than 100000 and
+    only the first are listed."""
+
+    from_: DiffSide
+    to: DiffSide
+    changes: List[Change]
+    added: int
+    removed: int
+    changed: int
+    truncated: bool
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    def __iter__(self) -> Iterator[Change]:
+        return iter(self.changes)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def get(self, path: str) -> Optional[Change]:
+        """The change at ``path``; None when it is the same on both sides."""
+        return next((c for c in self.changes if c.path == path), None)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Diff":
+        """Reads a diff from its JSON object."""
+        return cls(
+            from_=DiffSide.from_json(as_object(d.get("from")) or {}),
+            to=DiffSide.from_json(as_object(d.get("to")) or {}),
+            changes=[Change.from_json(c) for c in objects(d.get("changes"))],
+            added=_int(d, "added"),
+            removed=_int(d, "removed"),
+            changed=_int(d, "changed"),
+            truncated=bool(d.get("truncated")),
+            raw=dict(d),
+        )
