@@ -183,6 +183,14 @@ func TestProjectMatrix(t *testing.T) {
 		"GET /v0/sandboxes/{id}/policy":             {{"/v0/sandboxes/{id}/policy", ""}},
 		"DELETE /v0/sandboxes/{id}/policy":          {{"/v0/sandboxes/{id}/policy", ""}},
 		"/v0/sandboxes/{id}/ports/{port}/{path...}": {{"/v0/sandboxes/{id}/ports/8080/x", ""}},
+		"GET /v0/sandboxes/{id}/files":              {{"/v0/sandboxes/{id}/files?path=/etc/hostname", ""}},
+		"PUT /v0/sandboxes/{id}/files":              {{"/v0/sandboxes/{id}/files?path=/tmp/pm-file", "x"}},
+		"DELETE /v0/sandboxes/{id}/files":           {{"/v0/sandboxes/{id}/files?path=/tmp/pm-none", ""}},
+		"GET /v0/sandboxes/{id}/files/stat":         {{"/v0/sandboxes/{id}/files/stat?path=/etc", ""}},
+		"GET /v0/sandboxes/{id}/files/list":         {{"/v0/sandboxes/{id}/files/list?path=/etc", ""}},
+		"GET /v0/sandboxes/{id}/tree":               {{"/v0/sandboxes/{id}/tree", ""}},
+		"GET /v0/sandboxes/{id}/diff":               {{"/v0/sandboxes/{id}/diff", ""}},
+		"GET /v0/tree":                              nil, // a list: checked below
 		"GET /v0/sandboxes":                         nil, // lists: checked below
 		"GET /v0/checkpoints":                       nil,
 		"GET /v0/snapshots":                         nil,
@@ -256,7 +264,7 @@ func TestProjectMatrix(t *testing.T) {
 
 	// pb's lists show none of pa's; pa's show them.
 	secretsOf := []string{run.ID, stopped.ID, ck.ID, snap.ID, "pm-snap", "pm-env", "pm-secret", "pm-stopped", "pm-img", tokA}
-	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df", "/v0/projects", "/v0/images"} {
+	for _, l := range []string{"/v0/sandboxes", "/v0/checkpoints", "/v0/snapshots", "/v0/ledger/sessions", "/v0/environments", "/v0/tokens", "/v0/secrets", "/v0/system/df", "/v0/projects", "/v0/images", "/v0/tree"} {
 		calls += 2
 		status, ce, body := projCall(t, "GET", l, keyB, "", nil)
 		if status != 200 {
