@@ -393,6 +393,11 @@ class FilesTest(unittest.TestCase):
                 out.write(data[: 3 << 20])
             with open(src, "rb") as inp:
                 f.write_stream("/root/from-file.bin", inp)
+            self.assertEqual(
+                self.sb.exec(["sha256sum", "/root/from-file.bin"]).stdout.split()[0],
+                hashlib.sha256(data[: 3 << 20]).hexdigest(),
+                "written",
+            )
             dst = os.path.join(d, "dst.bin")
             with f.read_stream("/root/from-file.bin") as r, open(dst, "wb") as out:
                 import shutil
