@@ -322,7 +322,13 @@ func (s *Store) Events(ctx context.Context, session string, after int64, limit i
 	}
 	// A session is its project's: an unscoped ctx (the server's own)
 	// reads the default project's.
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events WHERE project = ? AND session = ? AND seq > ? ORDER BY seq LIMIT ?`, project.Of(ctx), session, after, limit)
+	return s.queryEvents(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events WHERE project = ? AND session = ? AND seq > ? ORDER BY seq LIMIT ?`, project.Of(ctx), session, after, limit)
+}
+
+// queryEvents runs a query of events' columns (seq, project, session,
+// type, sandbox_id, at, data) and reads its rows.
+func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -435,25 +441,6 @@ func sortByCreated(s []*Sandbox) {
 // went (the fork tree's input): created, checkpoint_created,
 // snapshot_created, forked (a fork's name) and removed, of every session, removed sandboxes' too.
 func (s *Store) LineageEvents(ctx context.Context) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events
+	return s.queryEvents(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events
 		WHERE project = ? AND type IN ('sandbox.created', 'sandbox.checkpoint_created', 'sandbox.snapshot_created', 'sandbox.forked', 'sandbox.removed') ORDER BY seq`, project.Of(ctx))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var at string
-		var data sql.NullString
-		if err := rows.Scan(&e.Seq, &e.Project, &e.Session, &e.Type, &e.SandboxID, &at, &data); err != nil {
-			return nil, err
-		}
-		e.At, _ = time.Parse(time.RFC3339Nano, at)
-		if data.Valid && data.String != "" {
-			e.Data = json.RawMessage(data.String)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
 }
