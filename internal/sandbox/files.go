@@ -316,23 +316,30 @@ func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
 
 // StatFile describes a file of a sandbox (what a symlink names, with follow).
 func (s *Service) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
-	if _, err := files.CheckPath(path); err != nil {
-		return nil, pathError(err)
-	}
 	args := []string{files.OpStat, path}
 	if follow {
 		args = append(args, "--follow")
 	}
-	sb, h, err := s.helper(ctx, idOrName, "read", args, false)
-	if err != nil {
-		return nil, err
-	}
-	defer h.done()
-	res, err := s.answer(ctx, sb, h)
+	_, res, err := s.ask(ctx, idOrName, "read", path, args)
 	if err != nil {
 		return nil, err
 	}
 	return res.Info, nil
+}
+
+// ask runs one helper operation on path that answers its Result and
+// nothing more (stat, list, remove), path checked first.
+func (s *Service) ask(ctx context.Context, idOrName, verb, path string, args []string) (*store.Sandbox, files.Result, error) {
+	if _, err := files.CheckPath(path); err != nil {
+		return nil, files.Result{}, pathError(err)
+	}
+	sb, h, err := s.helper(ctx, idOrName, verb, args, false)
+	if err != nil {
+		return nil, files.Result{}, err
+	}
+	defer h.done()
+	res, err := s.answer(ctx, sb, h)
+	return sb, res, err
 }
 
 // pathError is a path the helper would refuse, refused before it runs.
@@ -343,18 +350,10 @@ func pathError(err error) error {
 // ListFiles describes the entries of a sandbox's directory (at most limit;
 // truncated says there were more).
 func (s *Service) ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error) {
-	if _, err := files.CheckPath(path); err != nil {
-		return nil, false, pathError(err)
-	}
 	if limit <= 0 || limit > files.DefaultListLimit {
 		limit = files.DefaultListLimit
 	}
-	sb, h, err := s.helper(ctx, idOrName, "read", []string{files.OpList, path, "--limit", strconv.Itoa(limit)}, false)
-	if err != nil {
-		return nil, false, err
-	}
-	defer h.done()
-	res, err := s.answer(ctx, sb, h)
+	_, res, err := s.ask(ctx, idOrName, "read", path, []string{files.OpList, path, "--limit", strconv.Itoa(limit)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -525,23 +524,15 @@ func (s *Service) fileEvent(ctx context.Context, sb *store.Sandbox, typ string, 
 // RemoveFile removes path in a sandbox (a directory that holds anything
 // only with recursive). The removal is in the sandbox's ledger.
 func (s *Service) RemoveFile(ctx context.Context, idOrName, path string, recursive bool) (*files.Info, error) {
-	clean, err := files.CheckPath(path)
-	if err != nil {
-		return nil, pathError(err)
-	}
 	args := []string{files.OpRemove, path}
 	if recursive {
 		args = append(args, "--recursive")
 	}
-	sb, h, err := s.helper(ctx, idOrName, "remove", args, false)
+	sb, res, err := s.ask(ctx, idOrName, "remove", path, args)
 	if err != nil {
 		return nil, err
 	}
-	defer h.done()
-	res, err := s.answer(ctx, sb, h)
-	if err != nil {
-		return nil, err
-	}
+	clean, _ := files.CheckPath(path)
 	s.fileEvent(ctx, sb, ledger.FilesRemoved, ledger.FilesData{Path: clean, Recursive: recursive}, true)
 	return res.Info, nil
 }
