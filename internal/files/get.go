@@ -70,7 +70,7 @@ func getFile(w io.Writer, p string) error {
 	}
 	// Exactly the size the answer gave: a file that grows meanwhile (a log)
 	// is cut there, one that shrinks fails the read.
-	n, err := copyPlain(w, io.LimitReader(f, in.Size), make([]byte, copyBuf))
+	n, err := copyFull(w, io.LimitReader(f, in.Size), make([]byte, copyBuf))
 	if err == nil && n < in.Size {
 		err = fmt.Errorf("%s shrank from %d to %d bytes while it was read", p, in.Size, n)
 	}
@@ -202,7 +202,7 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 	if err := t.tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	n, err := copyPlain(t.tw, io.LimitReader(f, hdr.Size), t.buf)
+	n, err := copyFull(t.tw, io.LimitReader(f, hdr.Size), t.buf)
 	if err != nil {
 		return err
 	}
@@ -218,27 +218,4 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 		n += int64(m)
 	}
 	return nil
-}
-
-// copyPlain copies with reads and writes of buf's size, never by
-// ReadFrom or WriteTo: in a gVisor sandbox the splice and sendfile those
-// choose moved a file into a pipe ten times slower than plain writes.
-func copyPlain(w io.Writer, r io.Reader, buf []byte) (int64, error) {
-	var n int64
-	for {
-		k, rerr := r.Read(buf)
-		if k > 0 {
-			m, werr := w.Write(buf[:k])
-			n += int64(m)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
-	}
 }
