@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 from urllib.parse import urlencode
 
 from ._errors import ShardError
-from ._files import Files
+from ._files import Files, pieces_of
 from ._transport import DEFAULT_SOCKET, STREAM_TYPE, FramedBody, Response, Transport, esc
 from ._types import (
     Checkpoint,
@@ -75,24 +75,10 @@ def _frame(typ: bytes, payload: bytes) -> bytes:
 
 
 def _chunks(source: Any) -> Iterator[bytes]:
-    """The bytes of a stdin stream, as it gives them (none empty)."""
-    read = getattr(source, "read", None)
-    if callable(read):
-        while True:
-            data = read(STDIN_CHUNK)
-            if data is None:  # a non-blocking file with nothing yet
-                continue
-            if not data:
-                return
-            yield data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        return
-    for data in source:
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        elif not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"stdin gave a {type(data).__name__}, not bytes or str")
-        if data:
-            yield bytes(data)
+    """The bytes of a stdin stream, as it gives them (none empty), each its
+    own copy (a source may reuse its buffer while the pump still sends)."""
+    for data in pieces_of(source, STDIN_CHUNK, "stdin"):
+        yield bytes(data)
 
 
 class _StdinPump:

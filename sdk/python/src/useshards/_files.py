@@ -96,12 +96,14 @@ def _stat_header(resp: Response) -> FileInfo:
     return FileInfo.from_json(doc)
 
 
-def _pieces(source: Any) -> Iterator[Any]:
-    """The bytes of a streamed write, as the source gives them (bytes-like)."""
+def pieces_of(source: Any, size: int = CHUNK, what: str = "the source") -> Iterator[Any]:
+    """The bytes of a streamed write (or of a command's stdin), as the
+    source gives them (bytes-like, none empty): a file-like read ``size`` at
+    a time, or an iterable's items."""
     read: Any = getattr(source, "read", None)
     if callable(read):
         while True:
-            data = read(CHUNK)
+            data = read(size)
             if data is None:  # a non-blocking file with nothing yet
                 continue
             if not data:
@@ -113,7 +115,7 @@ def _pieces(source: Any) -> Iterator[Any]:
         if isinstance(data, str):
             data = data.encode("utf-8")
         elif not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"the source gave a {type(data).__name__}, not bytes or str")
+            raise TypeError(f"{what} gave a {type(data).__name__}, not bytes or str")
         if data:
             yield data
 
@@ -396,7 +398,7 @@ class Files:
         if isinstance(source, (bytes, bytearray, memoryview, str)):
             return self.write(path, cast(Any, source), mode=mode, uid=uid, gid=gid, mtime=mtime, parents=parents)
         self._check_source(source, "write_stream")
-        return self._write(path, _pieces(source), _regular_file_left(source), "application/octet-stream", **params)
+        return self._write(path, pieces_of(source), _regular_file_left(source), "application/octet-stream", **params)
 
     def write_archive(self, directory: str, source: Source) -> WriteResult:
         """Unpacks a tar into the directory ``directory`` (made, with its
@@ -418,7 +420,7 @@ class Files:
             whole: Any = source
             return self._write(directory, _whole(whole), memoryview(whole).nbytes, TAR_TYPE)
         self._check_source(source, "write_archive")
-        return self._write(directory, _pieces(source), _regular_file_left(source), TAR_TYPE)
+        return self._write(directory, pieces_of(source), _regular_file_left(source), TAR_TYPE)
 
     @staticmethod
     def _check_source(source: Any, what: str) -> None:
