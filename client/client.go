@@ -153,7 +153,7 @@ func (c *Client) connErr(err error) error {
 
 func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	e := &Error{Status: resp.StatusCode}
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
 	if json.Unmarshal(b, e) != nil || e.Message == "" {
 		e.Code = "http_" + fmt.Sprint(resp.StatusCode)
 		e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
@@ -816,6 +816,15 @@ func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
 	}
 	err := c.call(ctx, "GET", "/tokens", nil, &out)
 	return out.Tokens, err
+}
+
+// Whoami tells who the client's key is: its name, project and scopes.
+func (c *Client) Whoami(ctx context.Context) (*Whoami, error) {
+	var out Whoami
+	if err := c.call(ctx, "GET", "/whoami", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // RevokeToken deletes an API key by its id or name; the key stops working

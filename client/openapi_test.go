@@ -33,6 +33,7 @@ const openAPIFile = "../internal/api/openapi.json"
 // (the client does not read the pid).
 var mirrors = map[string]any{
 	"Sandbox":            Sandbox{},
+	"Whoami":             Whoami{},
 	"CreateRequest":      CreateRequest{},
 	"ExecRequest":        ExecRequest{},
 	"ExecEvent":          ExecEvent{},

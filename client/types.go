@@ -134,6 +134,9 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID is the answer's X-Request-Id: the request's id in the
+	// server's access log ("" when no server answered).
+	RequestID string `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -380,6 +383,15 @@ type TokenRequest struct {
 type TokenCreated struct {
 	Token
 	Key string `json:"key"`
+}
+
+// Whoami is the answer to GET /v0/whoami: the key that asked (the Unix
+// socket's administrator is "admin", with every scope in every project).
+type Whoami struct {
+	Name        string   `json:"name"`
+	Project     string   `json:"project"` // "*": every project
+	Scopes      []string `json:"scopes"`
+	AllProjects bool     `json:"all_projects"`
 }
 
 // Secret is a stored secret as the API shows it: its name, never its value.

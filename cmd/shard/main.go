@@ -82,7 +82,7 @@ and imported images.`,
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
-		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a),
+		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a),
 	)
 	return root
 }
@@ -98,6 +98,10 @@ func main() {
 		}
 		termsafe.Fprintln(os.Stderr, "shard:", err)
 		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status >= 500 && ce.RequestID != "" {
+			// A fault of the server: its log has the rest, under this id.
+			termsafe.Fprintf(os.Stderr, "shard: (request id %s in the server's log)\n", ce.RequestID)
+		}
 		if errors.As(err, &ce) && ce.Code == "command_not_found" {
 			os.Exit(127)
 		}

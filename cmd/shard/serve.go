@@ -20,6 +20,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/provider/gvisor"
@@ -34,6 +35,7 @@ import (
 
 type serveOptions struct {
 	socket, listen, dataDir, runDir    string
+	metricsListen                      string
 	imageRAM, maxImageSize, forkMemory string
 	mirrors, insecure, allowed         []string
 	pullTimeout                        time.Duration
@@ -78,6 +80,7 @@ under the data directory (secret.key, root only).`,
 	f := cmd.Flags()
 	f.StringVar(&o.socket, "socket", client.DefaultSocket, "Unix socket to listen on (root only)")
 	f.StringVar(&o.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs the scope metrics:read")
 	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
 	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
 	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")
@@ -254,9 +257,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer db.Close()
+	m := metrics.New()
+	db.ObserveAppends(m.LedgerAppend)
 	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure,
 		Allowed: o.allowed, Blocked: []netip.Prefix{subnet}, PullTimeout: o.pullTimeout,
-		MaxImageSize: maxImageSize, Logger: log.With("component", "image")})
+		MaxImageSize: maxImageSize, Logger: log.With("component", "image"), Metrics: m})
 	if err != nil {
 		return err
 	}
@@ -285,11 +290,12 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err := sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Limits: limits,
+		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Limits: limits, Metrics: m,
 	})
 	if err != nil {
 		return err
 	}
+	m.Watch(svc.MetricsState)
 	// The new firewall holds every sandbox's egress until the stored
 	// policies are in; only then are they let out and is DNS answered.
 	if err := svc.ApplyPolicies(ctx); err != nil {
@@ -312,7 +318,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	defer stop()
 	srv := &http.Server{
 		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
-			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout}).Handler(),
+			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout, Metrics: m}).Handler(),
 		// The Unix socket is root's alone: whoever reaches it is the
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -347,6 +353,20 @@ func serve(ctx context.Context, o *serveOptions) error {
 		tl = api.LimitListener(tl, o.maxClientConns, log)
 		go func() { errc <- srv.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
+	}
+	if o.metricsListen != "" {
+		ml, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", o.metricsListen, err)
+		}
+		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
+		}
+		msrv := &http.Server{Handler: metricsOnly(m), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- msrv.Serve(ml) }()
+		defer msrv.Close()
+		log.Info("serving metrics", "tcp", ml.Addr().String())
 	}
 	select {
 	case <-ctx.Done():
@@ -384,4 +404,11 @@ func imageRAMDir(flag, dataDir string) string {
 		return filepath.Join("/dev/shm", "shard-"+hex.EncodeToString(sum[:4]))
 	}
 	return flag
+}
+
+// metricsOnly is the handler of --metrics-listen: GET /metrics, nothing else.
+func metricsOnly(m *metrics.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	return mux
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
@@ -47,6 +48,8 @@ type Server struct {
 	// BodyTimeout cuts a request body that stalls this long (0: never;
 	// see bodyDeadline).
 	BodyTimeout time.Duration
+	// Metrics counts requests and serves GET /metrics (nil: neither).
+	Metrics *metrics.Metrics
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
@@ -74,6 +77,8 @@ func (s *Server) routes() []route {
 		r("GET /v0/openapi.json", auth.None, s.openapi),
 		j("GET /v0/version", auth.None, s.version),
 		j("GET /v0/capabilities", auth.SandboxRead, s.capabilities),
+		j("GET /v0/whoami", auth.AnyKey, s.whoami),
+		r("GET /metrics", auth.MetricsRead, s.metrics),
 		j("POST /v0/sandboxes", auth.SandboxWrite, s.createSandbox),
 		j("GET /v0/sandboxes", auth.SandboxRead, s.listSandboxes),
 		j("GET /v0/sandboxes/{id}", auth.SandboxRead, s.getSandbox),
@@ -159,7 +164,7 @@ func (s *Server) Handler() http.Handler {
 				writeJSON(w, code, v)
 			}
 		}
-		mux.HandleFunc(rt.pattern, s.guard(rt.scope, h))
+		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
@@ -203,6 +208,9 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
 		}
 		if p != nil {
+			if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok && !p.Admin {
+				info.key = p.Name
+			}
 			if err := p.Need(scope); err != nil {
 				s.writeError(w, r, err)
 				return
@@ -286,23 +294,31 @@ func (s *Server) version(*http.Request) (any, int, error) {
 	return map[string]string{"version": s.Version, "api": "v0"}, 200, nil
 }
 
-// logged logs each request and turns a handler panic into a 500, never a
-// dropped connection.
+// logged gives each request its id (X-Request-Id, on every answer), logs
+// it as one access line carrying that id, counts it in the metrics, and
+// turns a handler panic into a 500, never a dropped connection.
 func (s *Server) logged(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		info := &requestInfo{id: requestID(r), route: "unmatched"}
+		w.Header().Set(RequestIDHeader, info.id)
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 		sw := &statusWriter{ResponseWriter: w, code: 200}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.Log.Error("panic in handler", "method", logValue(r.Method), "path", logValue(r.URL.Path), "panic", logValue(fmt.Sprint(p)))
+				s.Log.Error("panic in handler", "request_id", info.id, "method", logValue(r.Method), "path", logValue(r.URL.Path), "panic", logValue(fmt.Sprint(p)))
 				if !sw.wrote {
 					s.writeError(sw, r, fmt.Errorf("panic: %v", p))
 				}
 			}
-			s.Log.Debug("request", "method", logValue(r.Method), "path", logValue(r.URL.Path), "status", sw.code, "dur", time.Since(start))
+			d := time.Since(start)
+			method := knownMethod(r.Method)
+			s.Log.Info("request", "request_id", info.id, "method", method, "route", info.route, "path", logValue(r.URL.Path),
+				"status", sw.code, "dur", d, "remote", logValue(r.RemoteAddr), "key", info.key)
+			s.Metrics.Request(info.route, method, sw.code, d)
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -367,7 +383,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	msg := err.Error()
 	status := statusOf(kind)
 	if status >= 500 {
-		s.Log.Error("request failed", "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+		s.Log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
 		switch kind {
 		case errdefs.KindInternal:
 			msg = "internal error: " + msg

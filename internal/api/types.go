@@ -37,6 +37,7 @@ type (
 	Project            = client.Project
 	TokenRequest       = client.TokenRequest
 	TokenCreated       = client.TokenCreated
+	Whoami             = client.Whoami
 	Secret             = client.Secret
 	SecretRequest      = client.SecretRequest
 	Grant              = client.Grant

@@ -31,20 +31,22 @@ const (
 	TokenRead    = "token:read"  // list tokens
 	TokenWrite   = "token:write" // create and revoke tokens
 	TokenAll     = "token:*"
+	MetricsRead  = "metrics:read" // scrape GET /metrics
 	All          = "*"
-	None         = "" // an endpoint anyone may call (version, the OpenAPI document)
+	None         = ""    // an endpoint anyone may call (version, the OpenAPI document)
+	AnyKey       = "key" // an endpoint any valid key may call, whatever its scopes (whoami); never held
 )
 
 // Known lists every scope a token may hold.
 var Known = []string{SandboxRead, SandboxWrite, "sandbox:*", SecretRead, SecretWrite, SecretAll,
-	PolicyRead, PolicyWrite, PolicyAll, TokenRead, TokenWrite, TokenAll, All}
+	PolicyRead, PolicyWrite, PolicyAll, TokenRead, TokenWrite, TokenAll, MetricsRead, All}
 
 // Valid reports whether s is a scope a token may hold.
 func Valid(s string) bool { return slices.Contains(Known, s) }
 
 // Covers reports whether granted scopes allow need.
 func Covers(granted []string, need string) bool {
-	if need == None {
+	if need == None || need == AnyKey {
 		return true
 	}
 	for _, g := range granted {

@@ -29,7 +29,23 @@ import (
 // and installs it. It always asks the registry what the reference points
 // to now; layers already unpacked are reused, not downloaded again.
 func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (*Image, error) {
-	img, err := s.pull(ctx, ref, progress)
+	// The metrics count the bytes of the layers it downloaded, as the
+	// progress reports them (a cached layer reports none).
+	layers := map[string]int64{}
+	img, err := s.pull(ctx, ref, func(p Progress) {
+		// Calls come one at a time (the reporter serializes them).
+		if _, seen := layers[p.Layer]; p.Layer != "" && (p.Status == StatusDownloading || seen && p.Status == StatusComplete) {
+			layers[p.Layer] = max(layers[p.Layer], p.LayerDone)
+		}
+		if progress != nil {
+			progress(p)
+		}
+	})
+	var n int64
+	for _, b := range layers {
+		n += b
+	}
+	s.metrics.Pull(n, err)
 	if err != nil {
 		s.pullFailed(ctx, ref, err)
 	}

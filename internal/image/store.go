@@ -42,6 +42,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/project"
 )
 
@@ -65,6 +66,7 @@ type Options struct {
 	// their files (sparse ones at full size), and an import's upload (see
 	// limits.go). 0 is DefaultMaxImageSize.
 	MaxImageSize int64
+	Metrics      *metrics.Metrics // nil: pulls not counted
 }
 
 // Config is the part of an image's configuration that runs a container.
@@ -107,6 +109,7 @@ type Store struct {
 	idx  *index
 	pins map[string]int // digests/diffIDs in use by in-flight pulls: GC keeps them
 
+	metrics    *metrics.Metrics
 	layerLocks keyedMutex // one unpack per diffID at a time
 	refLocks   keyedMutex // one Ensure-triggered pull per reference at a time
 }
@@ -130,6 +133,7 @@ func Open(opts Options) (*Store, error) {
 		pullTime: opts.PullTimeout,
 		statfs:   statfs,
 		guard:    newGuard(),
+		metrics:  opts.Metrics,
 	}
 	if s.pullTime < 0 {
 		return nil, errdefs.Invalid("the pull timeout must not be negative")

@@ -216,6 +216,7 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 	rootfs.Unmount(filepath.Join(s.runDir(sb.ID), "rootfs"))
 	s.cfg.Storage.Detach(sb.ID)
 	s.cfg.Net.Delete(sb.ID)
+	s.cfg.Metrics.OOMKills(sb.Provider, ooms)
 	return ooms
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
@@ -25,7 +26,9 @@ func (s *Service) checkpointDir(id string) string {
 // stopping it (the fork machinery, minus the new sandbox) and writes
 // sandbox.checkpoint_created to its ledger session. A tag follows
 // names.Tag's rule.
-func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.Checkpoint, error) {
+func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (_ *store.Checkpoint, err error) {
+	var prov string
+	defer s.observe("checkpoint", time.Now(), &prov, &err)
 	if err := names.Tag(tag); err != nil {
 		return nil, err
 	}
@@ -33,6 +36,7 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (*store.
 	if err != nil {
 		return nil, err
 	}
+	prov = src.Provider
 	defer unlock()
 	if err := s.floor.check("checkpoint sandbox " + src.Name); err != nil {
 		return nil, err

@@ -84,7 +84,8 @@ func (s *Service) validate(req *CreateRequest) error {
 }
 
 // Create makes and starts a sandbox. On any failure nothing is left behind.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
+func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, err error) {
+	defer s.observe("create", time.Now(), &req.Provider, &err)
 	snap, err := s.fromSnapshot(ctx, &req)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -150,6 +151,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		return nil, nil, e.startFailed(dctx, err, req)
 	}
 	e.Session = sess
+	s.cfg.Metrics.ExecStarted(sb.Provider, time.Since(e.start))
 	if req.TimeoutMS > 0 {
 		// The agent ends a command at its timeout; a sandbox that cannot
 		// (paused, wedged, gone) must not hold the stream for ever.
@@ -316,6 +318,7 @@ func (e *ExecSession) finish(d ledger.ExecFinishedData) {
 	e.once.Do(func() {
 		d.Exec = e.id
 		d.DurationMS = time.Since(e.start).Milliseconds()
+		e.s.cfg.Metrics.ExecEnded(e.sb.Provider, exitClass(d), time.Since(e.start))
 		if err := e.s.cfg.Store.AddEvent(context.Background(), e.sb, &store.EventSpec{Type: ledger.ExecFinished, Data: d}); err != nil {
 			e.s.cfg.Log.Error("ledger: exec_finished", "sandbox", e.sb.ID, "exec", e.id, "err", err)
 		}
@@ -402,4 +405,23 @@ func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Reque
 			return ex.Code, nil
 		}
 	}
+}
+
+// exitClass is how a command ended, for the metrics.
+func exitClass(d ledger.ExecFinishedData) string {
+	switch {
+	case d.OOM:
+		return metrics.ExitOOM
+	case d.TimedOut:
+		return metrics.ExitTimeout
+	case d.Error != "" && d.ExitCode == nil:
+		return metrics.ExitError
+	case d.Signal != 0:
+		return metrics.ExitSignal
+	case d.ExitCode != nil && *d.ExitCode == 0:
+		return metrics.ExitOK
+	case d.ExitCode != nil:
+		return metrics.ExitNonzero
+	}
+	return metrics.ExitError
 }

@@ -68,7 +68,9 @@ const MaxForkCount = 64
 // The phases, in order: records for the forks (their names are taken before
 // the source is touched), the freeze (a checkpoint; the forks are staged as
 // soon as the source thaws), the restores, and the forks' move to running.
-func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([]*store.Sandbox, error) {
+func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_ []*store.Sandbox, err error) {
+	var prov string
+	defer s.observe("fork", time.Now(), &prov, &err)
 	names, err := forkNames(req)
 	if err != nil {
 		return nil, err
@@ -79,6 +81,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 		return nil, err
 	}
 	defer unlock()
+	prov = src.Provider
 	if err := req.Allow.check(src.Grants, src.Policy); err != nil {
 		return nil, err
 	}
@@ -123,6 +126,11 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) ([
 	}
 	tl.mark("running")
 	f.log.Debug("fork: timeline", tl.attrs()...)
+	frozen := time.Duration(f.ck.FreezeMS) * time.Millisecond
+	s.cfg.Metrics.ForkPhase("freeze", frozen)
+	s.cfg.Metrics.ForkPhase("staging", tl.at("staged")-tl.at("records")-frozen)
+	s.cfg.Metrics.ForkPhase("restore", tl.at("restored")-tl.at("staged"))
+	s.cfg.Metrics.ForkPhase("first_exec", tl.at("running")-tl.at("restored"))
 	r.Success()
 	f.persist()
 	f.tellSource(out, req.Tag)

@@ -109,6 +109,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 		rerr = cp.Resume(context.WithoutCancel(ctx), src.ID)
 	}
 	frozen := time.Since(start)
+	s.cfg.Metrics.Freeze(frozen)
 	if _, merr := s.move(context.WithoutCancel(ctx), src.ID, StateRunning, nil, nil); merr != nil && err == nil {
 		err = merr
 	}

@@ -66,7 +66,9 @@ type RestoreOptions struct {
 // Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
 // checkpoint's memory, processes and files, its bounds, a new id, name,
 // address and session, and a clean exec history — nothing is replayed.
-func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*store.Sandbox, error) {
+func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (_ *store.Sandbox, err error) {
+	var prov string
+	defer s.observe("restore", time.Now(), &prov, &err)
 	if err := validName(o.Name); err != nil {
 		return nil, err
 	}
@@ -76,6 +78,7 @@ func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	prov = ck.Shape.Provider
 	return s.restore(ctx, ck, o)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/secrets"
@@ -26,13 +27,14 @@ type Config struct {
 	Store           *store.Store     // the one record; a unit test opens a real one in a temporary directory
 	Secrets         *secrets.Service // nil: no secrets (grants refused)
 	Log             *slog.Logger
-	StopTimeout     time.Duration // how long processes get to end on stop
-	FreezeTimeout   time.Duration // how long a fork may hold its source frozen
-	MaxSandboxes    int           // most sandboxes at once, forks included (0: no limit)
-	DefaultDisk     int64         // disk bound of a create that gives none (0: DefaultDisk)
-	LedgerRetention time.Duration // ledger sessions left this long after their sandbox are removed (0: kept)
-	LedgerMinFree   int64         // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: image.Reserve; < 0: no floor)
-	Limits          Limits        // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
+	StopTimeout     time.Duration    // how long processes get to end on stop
+	FreezeTimeout   time.Duration    // how long a fork may hold its source frozen
+	MaxSandboxes    int              // most sandboxes at once, forks included (0: no limit)
+	DefaultDisk     int64            // disk bound of a create that gives none (0: DefaultDisk)
+	LedgerRetention time.Duration    // ledger sessions left this long after their sandbox are removed (0: kept)
+	LedgerMinFree   int64            // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: image.Reserve; < 0: no floor)
+	Limits          Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
+	Metrics         *metrics.Metrics // nil: nothing counted
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
 	// agent.Port); a unit test points it at an agent of its own.
 	AgentAddr func(sb *store.Sandbox) string
@@ -107,4 +109,18 @@ func (s *Service) Capabilities() []provider.Capabilities {
 		out = append(out, s.caps[n])
 	}
 	return out
+}
+
+// observe counts a lifecycle step in the metrics, under its provider's
+// name (the default for a request that named none; "other" for a name no
+// provider has, which a caller chose: labels stay bounded).
+func (s *Service) observe(op string, start time.Time, provider *string, err *error) {
+	p := *provider
+	if p == "" {
+		p = s.cfg.DefaultProvider
+	}
+	if _, ok := s.providers[p]; !ok {
+		p = "other"
+	}
+	s.cfg.Metrics.Op(op, p, time.Since(start), *err)
 }

@@ -106,6 +106,19 @@ func (p *sparePool) take(key, ckID string) *spare {
 }
 
 // forget drops the spare of key (the environment was removed or rebuilt).
+// ready counts the spares staged and waiting.
+func (p *sparePool) ready() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, sp := range p.m {
+		if sp.st != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *sparePool) forget(key string) {
 	p.mu.Lock()
 	sp, ok := p.m[key]

@@ -31,6 +31,8 @@ type Store struct {
 
 	addrMu sync.Mutex
 	addrs  addrIndex // guarded by addrMu
+
+	onAppend func(time.Duration) // see ObserveAppends
 }
 
 // Shape is what a sandbox is made of and bounded by: its image, runtime,
@@ -353,8 +355,18 @@ func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]E
 // AddEvent appends an event to a sandbox's session on its own. It returns
 // once the event is on disk.
 func (s *Store) AddEvent(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return addEvent(ctx, tx, sb, ev) })
+	start := time.Now()
+	err := s.tx(ctx, func(tx *sql.Tx) error { return addEvent(ctx, tx, sb, ev) })
+	if s.onAppend != nil && err == nil {
+		s.onAppend(time.Since(start))
+	}
+	return err
 }
+
+// ObserveAppends has fn told how long each event appended on its own took
+// to reach the disk (the metrics' ledger append latency). Call it before
+// the store is shared.
+func (s *Store) ObserveAppends(fn func(time.Duration)) { s.onAppend = fn }
 
 func addEvent(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) error {
 	_, err := addEventSeq(ctx, tx, sb, ev)

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/metrics"
+)
+
+// Every answer carries a request id, the access line carries the same, and
+// a caller's own id is kept only when it is a plain token.
+func TestRequestID(t *testing.T) {
+	tests := []struct {
+		name, sent string
+		keep       bool
+	}{
+		{"none sent", "", false},
+		{"plain kept", "trace-1.a:b_c", true},
+		{"spaces refused", "a b", false},
+		{"newline refused", "a\nlevel=ERROR msg=forged", false},
+		{"too long refused", strings.Repeat("a", 65), false},
+	}
+	random := regexp.MustCompile(`^[0-9a-f]{16}$`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, logBuf := testServer(t)
+			s.Metrics = metrics.New()
+			r := httptest.NewRequest(http.MethodGet, "/v0/nope", nil)
+			if tt.sent != "" {
+				r.Header[RequestIDHeader] = []string{tt.sent}
+			}
+			w := httptest.NewRecorder()
+			s.Handler().ServeHTTP(w, r)
+			id := w.Header().Get(RequestIDHeader)
+			if tt.keep && id != tt.sent {
+				t.Errorf("id %q, want the caller's %q", id, tt.sent)
+			}
+			if !tt.keep && !random.MatchString(id) {
+				t.Errorf("id %q, want 16 random hex digits", id)
+			}
+			if !strings.Contains(logBuf.String(), "request_id="+id) || !strings.Contains(logBuf.String(), "route=unmatched") {
+				t.Errorf("the access line lacks request_id=%s route=unmatched: %q", id, logBuf)
+			}
+		})
+	}
+}
+
+// The metrics count requests by the pattern they matched, never by the raw
+// path or an unknown method (both the caller's to choose).
+func TestRequestMetricsLabels(t *testing.T) {
+	s, _ := testServer(t)
+	s.Metrics = metrics.New()
+	h := s.Handler()
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/v0/version", nil),
+		httptest.NewRequest("BREW", "/v0/coffee-"+strings.Repeat("x", 40), nil),
+	} {
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	w := httptest.NewRecorder()
+	scrape := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	h.ServeHTTP(w, scrape.WithContext(auth.WithPrincipal(scrape.Context(), auth.Admin)))
+	out := w.Body.String()
+	for _, want := range []string{
+		`shard_api_requests_total{code="200",method="GET",route="GET /v0/version"} 1`,
+		`shard_api_requests_total{code="404",method="OTHER",route="unmatched"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(out, "coffee") || strings.Contains(out, "BREW") {
+		t.Errorf("a caller's path or method became a label")
+	}
+}
