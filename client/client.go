@@ -994,3 +994,38 @@ func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 		FlushInterval: -1, // streams (server-sent events, long polls) as they come
 	}
 }
+
+// ServerProxy is an http.Handler that forwards every request it gets to the
+// server, path and query as they are (WebSocket upgrades too), over this
+// client's own connection, with this client's API key: what the request
+// brought as a key (its Authorization header, or ?access_token= of an
+// upgrade) is dropped. A project the request names (Shard-Project, or
+// ?project= of an upgrade) is kept; else this client's. The caller decides
+// who may use it: `shard ui` lets through only requests that carry its
+// session's own key.
+func (c *Client) ServerProxy() http.Handler {
+	base, _ := url.Parse(c.base) // New checked it
+	return &httputil.ReverseProxy{
+		Transport: c.hc.Transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+			pr.Out.Host = ""
+			pr.Out.Header.Del("Authorization")
+			if q := pr.Out.URL.Query(); q.Has("access_token") {
+				q.Del("access_token")
+				pr.Out.URL.RawQuery = q.Encode()
+			}
+			proj := pr.In.Header.Get(ProjectHeader)
+			c.authorize(pr.Out.Header)
+			if proj != "" {
+				pr.Out.Header.Set(ProjectHeader, proj)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
+		},
+		FlushInterval: -1, // streams (exec output, a followed ledger) as they come
+	}
+}

@@ -122,9 +122,19 @@ log "go: $GOVERSION ($(command -v go))"
 [[ -f $RUNSC_MOD_DIR/go.mod && -f $RUNSC_MOD_DIR/go.sum ]] ||
 	die "$RUNSC_MOD_DIR/go.mod or go.sum is missing"
 
+# runsc_version: the version the built runsc is stamped with (runsc
+# --version): the pinned gVisor module's, and a hash of the patches on it.
+runsc_version() {
+	local gv sum
+	gv=$(cd "$RUNSC_MOD_DIR" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)
+	sum=$(cat "$RUNSC_MOD_DIR"/patches/*.patch 2>/dev/null | sha256sum | cut -c1-12)
+	echo "$gv+shard.$sum"
+}
+
 # True when runsc must be (re)built.
 runsc_stale() {
 	local p
+	[[ $("$RUNSC_BIN" --version 2>/dev/null | head -1) != "runsc version $(runsc_version)" ]] && return 0
 	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ||
 		$RUNSC_MOD_DIR/seccompgen/main.go -nt $RUNSC_BIN ]] && return 0
 	for p in "$RUNSC_MOD_DIR"/patches/*.patch; do
@@ -193,7 +203,8 @@ build_runsc() {
 	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go run -modfile "$RUNSC_SRC/go.mod" ./seccompgen \
 		-boot "$RUNSC_SRC/gvisor/runsc/boot/filter/filter_precompiled.go" \
 		-gofer "$RUNSC_SRC/gvisor/runsc/fsgofer/filter/filter_precompiled.go")
-	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$out" -trimpath -modfile "$RUNSC_SRC/go.mod" gvisor.dev/gvisor/runsc)
+	(cd "$RUNSC_MOD_DIR" && CGO_ENABLED=0 go build -o "$out" -trimpath -modfile "$RUNSC_SRC/go.mod" \
+		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(runsc_version)" gvisor.dev/gvisor/runsc)
 }
 
 if runsc_stale; then

@@ -24,8 +24,9 @@ if [[ -n $unformatted ]]; then
 fi
 
 echo "== go test -race (unit)"
-# The race detector needs cgo; the shard binary the integration tests build
-# stays static (CGO_ENABLED=0), as the agent it carries must be.
+# The race detector needs cgo. The shard binary the integration tests build
+# is a plain go build (with cgo here: cmd/shard/static.go links it
+# statically, as the agent it carries must be).
 CGO_ENABLED=1 go test -race -count=1 -timeout 15m "$@" ./internal/... ./client/... ./cmd/...
 
 # Each SDK's hand-written copy of the API's wire types against

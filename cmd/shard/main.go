@@ -1,4 +1,9 @@
 // Command shard is the sandbox server (`shard serve`) and its command line.
+
+// Go's DNS resolver, never the C library's, also in a build with cgo
+// (static.go): the static C library's would load shared modules at run time.
+//
+//go:debug netdns=go
 package main
 
 import (
@@ -82,7 +87,7 @@ and imported images.`,
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
-		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a),
+		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newUICmd(a),
 	)
 	return root
 }

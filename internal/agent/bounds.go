@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // Bounds the agent sets up inside a gVisor sandbox when it boots, as its
@@ -278,13 +279,16 @@ func mountType(dir string) (string, error) {
 
 // dropSetupCaps gives up, on every thread of the agent, what it was started
 // with for its setup: CAP_SYS_ADMIN altogether, and CAP_SYS_RESOURCE from
-// its bounding set, so no command it starts can have either. It keeps
+// its bounding set, so no command it starts can have either. Every thread:
+// psx does it through Go's AllThreadsSyscall without cgo, and through the C
+// library's threads in a build with cgo (cmd/shard/static.go), where Go's
+// refuses. It keeps
 // CAP_SYS_RESOURCE for itself: gVisor exempts its holder from
 // RLIMIT_NPROC, so the agent can always make a thread and start a command
 // however many processes its commands made. Then it checks the result.
 func dropSetupCaps() error {
 	for _, c := range []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SYS_RESOURCE} {
-		if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
+		if _, _, e := psx.Syscall3(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
 		}
 	}
@@ -298,7 +302,7 @@ func dropSetupCaps() error {
 	data[i].Effective &^= bit
 	data[i].Permitted &^= bit
 	data[i].Inheritable &^= bit
-	_, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	_, _, e := psx.Syscall3(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 	runtime.KeepAlive(&hdr)
 	runtime.KeepAlive(&data)
 	if e != 0 {

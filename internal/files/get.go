@@ -152,6 +152,15 @@ func WriteTar(w io.Writer, root, base string, contentsOnly bool) error {
 
 type fileKey struct{ dev, ino uint64 }
 
+// namelessInfo keeps tar.FileInfoHeader from looking owners' names up
+// (archives carry numeric owners only): a lookup reads the sandbox's
+// /etc/passwd, and through a C library's name services, which a build with
+// cgo has, would load the shared modules the sandbox's files provide.
+type namelessInfo struct{ fs.FileInfo }
+
+func (namelessInfo) Uname() (string, error) { return "", nil }
+func (namelessInfo) Gname() (string, error) { return "", nil }
+
 type tarWriter struct {
 	tw    *tar.Writer
 	links map[fileKey]string // a file with more than one link: its first name
@@ -169,7 +178,7 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 			return err
 		}
 	}
-	hdr, err := tar.FileInfoHeader(fi, link)
+	hdr, err := tar.FileInfoHeader(namelessInfo{fi}, link)
 	if err != nil {
 		return err
 	}
@@ -177,7 +186,6 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}
-	hdr.Uname, hdr.Gname = "", "" // numeric owners only: names would be the sandbox's
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
 		k := fileKey{uint64(st.Dev), st.Ino}
 		if first, ok := t.links[k]; ok {

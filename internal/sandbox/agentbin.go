@@ -66,7 +66,7 @@ func checkStatic(bin string) error {
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked; the agent it provides must run in any image: build shard with CGO_ENABLED=0", bin)
+			return fmt.Errorf("%s is dynamically linked; the agent it provides must run in any image: build shard with a plain go build (it links statically with cgo too), or CGO_ENABLED=0; not with -race", bin)
 		}
 	}
 	return nil

@@ -40,6 +40,7 @@ type env struct {
 	server   *exec.Cmd
 	serveLog string
 	tcp      string // the server's TCP address (--listen): API keys needed there
+	metrics  string // --metrics-listen: GET /metrics without a key
 	extra    []string
 	c        *client.Client
 }
@@ -115,9 +116,21 @@ func setup() (*env, error) {
 	}
 	e.dir = dir
 	e.bin = filepath.Join(dir, "shard")
+	// Built as a newcomer builds it, a plain go build: with cgo where a C
+	// compiler is (cmd/shard/static.go links it statically then), so
+	// every test runs that binary as the sandboxes' agent.
 	build := exec.Command("go", "build", "-o", e.bin, "./cmd/shard")
 	build.Dir = e.root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CGO_ENABLED=") {
+			build.Env = append(build.Env, kv)
+		}
+	}
+	if prebuilt := os.Getenv("SHARD_IT_BIN"); prebuilt != "" {
+		// A benchmark of an older build against this one (BenchmarkExecTrue
+		// before and after a change): the tests themselves always build.
+		build = exec.Command("cp", prebuilt, e.bin)
+	}
 	if out, err := build.CombinedOutput(); err != nil {
 		return e, fmt.Errorf("build shard: %v\n%s", err, out)
 	}
@@ -168,6 +181,13 @@ func (e *env) startServer(extra ...string) error {
 		}
 		e.tcp = fmt.Sprintf("127.0.0.1:%d", port)
 	}
+	if e.metrics == "" && os.Getenv("SHARD_IT_BIN") == "" { // an older build may not have the flag
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		e.metrics = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	logf, err := os.OpenFile(e.serveLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -175,6 +195,9 @@ func (e *env) startServer(extra ...string) error {
 	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
 		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", envOr("SHARD_IT_STORAGE_SIZE", "8GiB"), "--default-disk", "256MiB",
 		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
+	if e.metrics != "" {
+		args = append(args, "--metrics-listen", e.metrics)
+	}
 	args = append(args, e.extra...)
 	cmd := exec.Command(e.bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf

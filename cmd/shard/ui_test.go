@@ -1,0 +1,47 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestUIGate(t *testing.T) {
+	const session = "shui_secret"
+	passed := ""
+	h := uiGate(session, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { passed = r.URL.Path }))
+	tests := []struct {
+		name, path, auth string
+		upgrade          bool
+		want             int
+		through          bool
+	}{
+		{"console files need no key", "/ui/index.html", "", false, 200, true},
+		{"root redirects", "/", "", false, 302, false},
+		{"api without a key", "/v0/sandboxes", "", false, 401, false},
+		{"api with another key", "/v0/sandboxes", "Bearer shk_other", false, 401, false},
+		{"api with the session's key", "/v0/sandboxes", "Bearer " + session, false, 200, true},
+		{"upgrade with the key in the query", "/v0/sandboxes/x/exec?access_token=" + session, "", true, 200, true},
+		{"a plain request may not use the query", "/v0/sandboxes?access_token=" + session, "", false, 401, false},
+		{"upgrade with a wrong query key", "/v0/sandboxes/x/exec?access_token=nope", "", true, 401, false},
+		{"nothing else is forwarded", "/metrics", "Bearer " + session, false, 404, false},
+		{"nor a path that only starts alike", "/v0x", "Bearer " + session, false, 404, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			passed = ""
+			r := httptest.NewRequest("GET", tt.path, nil)
+			if tt.auth != "" {
+				r.Header.Set("Authorization", tt.auth)
+			}
+			if tt.upgrade {
+				r.Header.Set("Upgrade", "websocket")
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want || (passed != "") != tt.through {
+				t.Errorf("%s: %d (forwarded %v), want %d (forwarded %v)", tt.path, w.Code, passed != "", tt.want, tt.through)
+			}
+		})
+	}
+}
