@@ -5,7 +5,8 @@
 // the binary exec stream when the client asks for it (or sends a framed
 // body), NDJSON otherwise or when `ndjson` is set (an older server). A
 // framed request body is read as it comes, while the answer is written: its
-// frames after `Q` reach the script as `w.input`.
+// frames after `Q` reach the script as `w.input`. Every answer carries an
+// X-Request-Id, as the server's do.
 
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -19,6 +20,8 @@ export interface Recorded {
   at: number;
   /** A framed body: every frame it had, Q first (filled in as they come). */
   frames?: ClientFrame[];
+  /** The X-Request-Id of its answer. */
+  requestId: string;
 }
 
 export const STREAM = "application/vnd.shard.stream";
@@ -130,6 +133,7 @@ export class FakeShard {
   frozenFiles = 0;
   /** What GET /v0/tree answers (the roots); a sandbox's tree is the root it is under. */
   tree: any[] = [];
+  private requestSeq = 0;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
     w.exit(0);
@@ -194,12 +198,13 @@ export class FakeShard {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.setHeader("X-Request-Id", `fake-${++this.requestSeq}`);
     const early = new URL(req.url ?? "/", "http://x");
     const fp = /^\/v0\/sandboxes\/([^/]+)\/files(\/stat|\/list)?$/.exec(early.pathname);
     if (fp && !this.failWith) return this.filesCall(req, res, decodeURIComponent(fp[1]!), fp[2] ?? "", early);
     let body: any;
     let frames: AsyncGenerator<ClientFrame> | undefined;
-    const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now() };
+    const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now(), requestId: String(res.getHeader("X-Request-Id")) };
     if ((req.headers["content-type"] ?? "").split(";")[0] === STREAM) {
       // A framed body: the Q frame now, the rest while the answer goes out.
       rec.frames = [];
@@ -401,7 +406,7 @@ export class FakeShard {
   /** The files API, as the server has it (bodies streamed, never JSON-parsed). */
   private async filesCall(req: http.IncomingMessage, res: http.ServerResponse, id: string, op: string, url: URL): Promise<void> {
     const m = req.method ?? "";
-    const rec: Recorded = { method: m, path: url.pathname + url.search, headers: req.headers, body: undefined, at: performance.now() };
+    const rec: Recorded = { method: m, path: url.pathname + url.search, headers: req.headers, body: undefined, at: performance.now(), requestId: String(res.getHeader("X-Request-Id")) };
     this.requests.push(rec);
     const json = (status: number, v: unknown) => {
       const b = Buffer.from(JSON.stringify(v));
