@@ -133,6 +133,8 @@ export class FakeShard {
   frozenFiles = 0;
   /** What GET /v0/tree answers (the roots); a sandbox's tree is the root it is under. */
   tree: any[] = [];
+  /** What GET /v0/whoami answers (by default the socket's administrator). */
+  whoami: any = { name: "admin", project: "*", scopes: ["*"], all_projects: true };
   private requestSeq = 0;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
@@ -277,6 +279,7 @@ export class FakeShard {
       return json(200, { tokens: [{ id: "a1", name: "ci", project: "*", scopes: ["*"], created_at: "2025-01-01T00:00:00Z" }] });
     }
     if (m === "DELETE" && (p = /^\/v0\/tokens\/([^/]+)$/.exec(path))) return json(200, { revoked: decodeURIComponent(p[1]!) });
+    if (m === "GET" && path === "/v0/whoami") return json(200, this.whoami);
     if ((p = /^\/v0\/sandboxes\/([^/]+)$/.exec(path))) {
       const sb = this.find(decodeURIComponent(p[1]!));
       if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
