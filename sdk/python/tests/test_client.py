@@ -240,6 +240,40 @@ class ErrorTest(Base):
         e = cm.exception
         self.assertEqual((e.code, e.status, e.message, str(e)), ("sandbox_not_found", 404, "sandbox nope not found", "sandbox nope not found"))
 
+    def test_request_id_of_an_error_answer(self) -> None:
+        self.fake.route("GET", "/sandboxes/nope", status=404, body={"code": "sandbox_not_found", "message": "sandbox nope not found"})
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get("nope")
+        rid = self.fake.last("GET", "/sandboxes/nope").request_id
+        self.assertRegex(rid, r"^fake-\d+$")
+        self.assertEqual(cm.exception.request_id, rid)
+        self.assertIn(f"request_id={rid!r}", repr(cm.exception))
+        # An answer that is not {code, message}, and one to a stream, carry it too.
+        self.fake.route("GET", "/sandboxes", lambda h, r: h.send_raw(502, b"Bad Gateway\n"))
+        with self.assertRaises(ShardError) as cm:
+            self.shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("http_502", self.fake.last("GET", "/sandboxes").request_id))
+        self.fake.route("POST", PATH + "/exec", status=409, body={"code": "sandbox_not_running", "message": "sandbox base is stopped"})
+        sb = self.sandbox()
+        with self.assertRaises(ShardError) as cm:
+            sb.exec(["true"])
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("sandbox_not_running", self.fake.last("POST", PATH + "/exec").request_id))
+
+    def test_no_request_id_without_an_answer(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with Shard(f"http://127.0.0.1:{port}", "k") as shard:
+            with self.assertRaises(ShardError) as cm:
+                shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("unreachable", None))
+        self.assertNotIn("request_id", repr(cm.exception))
+        self.shard.close()
+        with self.assertRaises(ShardError) as cm:
+            self.shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("closed", None))
+
     def test_exec_refused_before_start(self) -> None:
         self.fake.route(
             "POST",
