@@ -22,6 +22,7 @@ from useshards import (
     SandboxInfo,
     Shard,
     ShardError,
+    Whoami,
 )
 
 
@@ -427,6 +428,24 @@ class AuthAndEnvTest(unittest.TestCase):
                 self.assertEqual(fake.last("DELETE", "/tokens/a1").method, "DELETE")
                 with self.assertRaises(TypeError):
                     shard.create_token("x", "sandbox:read")
+
+    def test_whoami(self) -> None:
+        with FakeServer() as fake:
+            me = {"name": "ci", "project": "team-a", "scopes": ["sandbox:read", "sandbox:write"], "all_projects": False}
+            fake.route("GET", "/whoami", body=me)
+            with Shard(fake.url, "shk_ci") as shard:
+                w = shard.whoami()
+                self.assertEqual(w, Whoami(name="ci", project="team-a", scopes=["sandbox:read", "sandbox:write"], all_projects=False))
+                self.assertEqual(w.raw, me)
+                self.assertEqual(fake.last("GET", "/whoami").headers.get("Authorization"), "Bearer shk_ci")
+                fake.route("GET", "/whoami", body={"name": "admin", "project": "*", "scopes": ["*"], "all_projects": True, "newer": 1})
+                w = shard.whoami()
+                self.assertEqual((w.name, w.project, w.scopes, w.all_projects, w.raw["newer"]), ("admin", "*", ["*"], True, 1))
+                fake.route("GET", "/whoami", status=401, body={"code": "unauthenticated", "message": "this API key is not valid"})
+                with self.assertRaises(ShardError) as cm:
+                    shard.whoami()
+                self.assertEqual((cm.exception.code, cm.exception.status), ("unauthenticated", 401))
+                self.assertEqual(cm.exception.request_id, fake.last("GET", "/whoami").request_id)
 
     def test_default_is_the_admin_socket(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("SHARD_REMOTE", "SHARD_API_KEY")}
