@@ -2,7 +2,8 @@
 a Unix socket, answering routes the test declares and recording every
 request. A framed request body (Content-Type application/vnd.shard.stream,
 chunked) is read as it comes: its Q frame before the route runs, the rest
-through ``Handler.client_frames()`` while the route writes its answer."""
+through ``Handler.client_frames()`` while the route writes its answer.
+Every answer carries an ``X-Request-Id``, as the server's do."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Recorded:
     frames: List[Tuple[bytes, bytes]] = field(default_factory=list)  # a framed body's, Q first, as they come
     body_ended: bool = False  # a chunked body's final chunk came
     pieces: List[Tuple[float, int]] = field(default_factory=list)  # a chunked body's chunks (time.monotonic(), size), as they came
+    request_id: str = ""  # the X-Request-Id of its answer
 
     @property
     def json(self) -> Any:
@@ -75,9 +77,16 @@ class Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_GET
 
+    def send_response(self, code: int, message: Optional[str] = None) -> None:
+        super().send_response(code, message)
+        rid = getattr(self, "_request_id", "")
+        if rid:
+            self.send_header("X-Request-Id", rid)
+
     def _serve(self) -> None:
         fake: FakeServer = self.server.fake
         u = urlsplit(self.path)
+        self._request_id = fake.new_request_id()
         self._frames: Optional[Iterator[Tuple[bytes, bytes]]] = None
         self._pieces: Optional[Iterator[bytes]] = None
         if (self.headers.get("Content-Type") or "").split(";")[0] == STREAM:
@@ -100,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(n) if n else b""
             rec = Recorded(self.command, u.path, parse_qs(u.query), {k: v for k, v in self.headers.items()}, body, self.conn_no)
             self._rec = rec
+        rec.request_id = self._request_id
         with fake.lock:
             fake.requests.append(rec)
             route = fake.routes.get((self.command, u.path))
@@ -231,6 +241,7 @@ class FakeServer:
         self.routes: Dict[Tuple[str, str], Route] = {}
         self.connections = 0
         self.close_after_each = False
+        self._answers = 0
         self._unix = unix
         self._dir: Optional[str] = None
         self._srv: Any = None
@@ -242,6 +253,12 @@ class FakeServer:
             h.send_json(status, body if body is not None else {})
 
         self.routes[(method, "/v0" + path)] = fn if fn is not None else reply
+
+    def new_request_id(self) -> str:
+        """The X-Request-Id of the next answer."""
+        with self.lock:
+            self._answers += 1
+            return f"fake-{self._answers}"
 
     def start(self) -> "FakeServer":
         if self._unix:

@@ -22,6 +22,7 @@ from useshards import (
     SandboxInfo,
     Shard,
     ShardError,
+    Whoami,
 )
 
 
@@ -240,6 +241,40 @@ class ErrorTest(Base):
         e = cm.exception
         self.assertEqual((e.code, e.status, e.message, str(e)), ("sandbox_not_found", 404, "sandbox nope not found", "sandbox nope not found"))
 
+    def test_request_id_of_an_error_answer(self) -> None:
+        self.fake.route("GET", "/sandboxes/nope", status=404, body={"code": "sandbox_not_found", "message": "sandbox nope not found"})
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get("nope")
+        rid = self.fake.last("GET", "/sandboxes/nope").request_id
+        self.assertRegex(rid, r"^fake-\d+$")
+        self.assertEqual(cm.exception.request_id, rid)
+        self.assertIn(f"request_id={rid!r}", repr(cm.exception))
+        # An answer that is not {code, message}, and one to a stream, carry it too.
+        self.fake.route("GET", "/sandboxes", lambda h, r: h.send_raw(502, b"Bad Gateway\n"))
+        with self.assertRaises(ShardError) as cm:
+            self.shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("http_502", self.fake.last("GET", "/sandboxes").request_id))
+        self.fake.route("POST", PATH + "/exec", status=409, body={"code": "sandbox_not_running", "message": "sandbox base is stopped"})
+        sb = self.sandbox()
+        with self.assertRaises(ShardError) as cm:
+            sb.exec(["true"])
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("sandbox_not_running", self.fake.last("POST", PATH + "/exec").request_id))
+
+    def test_no_request_id_without_an_answer(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with Shard(f"http://127.0.0.1:{port}", "k") as shard:
+            with self.assertRaises(ShardError) as cm:
+                shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("unreachable", None))
+        self.assertNotIn("request_id", repr(cm.exception))
+        self.shard.close()
+        with self.assertRaises(ShardError) as cm:
+            self.shard.list()
+        self.assertEqual((cm.exception.code, cm.exception.request_id), ("closed", None))
+
     def test_exec_refused_before_start(self) -> None:
         self.fake.route(
             "POST",
@@ -393,6 +428,24 @@ class AuthAndEnvTest(unittest.TestCase):
                 self.assertEqual(fake.last("DELETE", "/tokens/a1").method, "DELETE")
                 with self.assertRaises(TypeError):
                     shard.create_token("x", "sandbox:read")
+
+    def test_whoami(self) -> None:
+        with FakeServer() as fake:
+            me = {"name": "ci", "project": "team-a", "scopes": ["sandbox:read", "sandbox:write"], "all_projects": False}
+            fake.route("GET", "/whoami", body=me)
+            with Shard(fake.url, "shk_ci") as shard:
+                w = shard.whoami()
+                self.assertEqual(w, Whoami(name="ci", project="team-a", scopes=["sandbox:read", "sandbox:write"], all_projects=False))
+                self.assertEqual(w.raw, me)
+                self.assertEqual(fake.last("GET", "/whoami").headers.get("Authorization"), "Bearer shk_ci")
+                fake.route("GET", "/whoami", body={"name": "admin", "project": "*", "scopes": ["*"], "all_projects": True, "newer": 1})
+                w = shard.whoami()
+                self.assertEqual((w.name, w.project, w.scopes, w.all_projects, w.raw["newer"]), ("admin", "*", ["*"], True, 1))
+                fake.route("GET", "/whoami", status=401, body={"code": "unauthenticated", "message": "this API key is not valid"})
+                with self.assertRaises(ShardError) as cm:
+                    shard.whoami()
+                self.assertEqual((cm.exception.code, cm.exception.status), ("unauthenticated", 401))
+                self.assertEqual(cm.exception.request_id, fake.last("GET", "/whoami").request_id)
 
     def test_default_is_the_admin_socket(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("SHARD_REMOTE", "SHARD_API_KEY")}

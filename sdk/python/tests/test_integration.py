@@ -217,6 +217,21 @@ class IntegrationTest(unittest.TestCase):
                 bad.list()
         self.assertEqual((cm.exception.code, cm.exception.status), ("unauthenticated", 401))
 
+    def test_whoami_and_request_id(self) -> None:
+        with self.assertRaises(ShardError) as cm:
+            self.shard.get("sdkpy-none-" + self.uniq)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("sandbox_not_found", 404))
+        self.assertTrue(cm.exception.request_id, repr(cm.exception))
+        remote = os.environ["SHARD_REMOTE"]
+        if not remote.startswith(("http://", "https://")):
+            return  # over the Unix socket every request is the administrator's, whatever its key
+        tok = self.shard.create_token("sdkpy-whoami-" + self.uniq, ["sandbox:read"])
+        self.addCleanup(self.shard.revoke_token, tok)
+        assert tok.key is not None
+        with Shard(remote, tok.key) as reader:
+            w = reader.whoami()
+        self.assertEqual((w.name, w.project, w.scopes, w.all_projects), (tok.name, tok.project, ["sandbox:read"], False))
+
     # -- fork, checkpoint, resume, restore --------------------------------------
 
     def test_fork_tag_shows_in_checkpoints(self) -> None:

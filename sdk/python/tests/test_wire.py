@@ -45,6 +45,7 @@ MIRRORS: Dict[type, str] = {
     _types.DiffSide: "DiffSide",
     _types.Change: "Change",
     _types.Diff: "Diff",
+    _types.Whoami: "Whoami",
 }
 
 # Dataclasses of _types.py that are the SDK's own, not copies of a schema.

@@ -27,6 +27,7 @@ import type {
   TokenCreated,
   TokenRequest,
   TreeNode,
+  Whoami,
   WriteResult,
 } from "./types.js";
 
@@ -510,5 +511,10 @@ export class ShardApi {
   /** Revokes an API key by id or name (`token:write`). */
   async revokeToken(idOrName: string): Promise<void> {
     await this.transport.json("DELETE", `/tokens/${seg(idOrName)}`);
+  }
+
+  /** The key this client sends: its name, project and scopes (any valid key may ask). */
+  whoami(): Promise<Whoami> {
+    return this.transport.json("GET", "/whoami");
   }
 }

@@ -11,7 +11,7 @@ import { ExecRun, type ExecOptions } from "./exec.js";
 import { SandboxFiles } from "./files.js";
 import { resourcesToRequest, type Resources } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, Diff, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo, TreeNode } from "./types.js";
+import type { Checkpoint, CreateRequest, Diff, EnvironmentInfo, EnvVars, Grant, Provider, ReappliedChange, ReplayedExec, ResumeResponse, SandboxInfo, TreeNode, Whoami } from "./types.js";
 
 /** Options of `new SandboxClient()`. */
 export interface SandboxClientOptions extends ConnectionOptions {
@@ -244,6 +244,14 @@ export class SandboxClient {
   /** Deletes a stored secret (see `SandboxHandle.credentials`); grants of it then give nothing. */
   deleteSecret(name: string): Promise<void> {
     return this.api.removeSecret(name);
+  }
+
+  /**
+   * Who the client's key is: its name, project, scopes and whether it is of
+   * every project (`all_projects`). Any valid key may ask; no slot is taken.
+   */
+  whoami(): Promise<Whoami> {
+    return this.api.whoami();
   }
 
   /**

@@ -11,6 +11,9 @@
  *   the exec was let go (the command runs on in the sandbox).
  * - `sandbox_unreachable` / `stream_ended` (status 502): the exec stream
  *   was lost before the command's exit arrived; its fate is unknown.
+ *
+ * An error answer's `requestId` is its `X-Request-Id`: give it to whoever
+ * runs the server, who finds the request in its access log by it.
  */
 export class ShardError extends Error {
   /** Machine-readable code: the API's `code`, or one of the SDK's own. */
@@ -23,12 +26,18 @@ export class ShardError extends Error {
   readonly stdout?: string;
   /** `exit_status` only: all the command wrote to stderr. */
   readonly stderr?: string;
+  /**
+   * The error answer's `X-Request-Id`: the request's id in the server's
+   * access log. Undefined when no server answered (`unreachable`, `closed`,
+   * ...) and on errors the SDK makes itself.
+   */
+  readonly requestId?: string;
 
   constructor(
     code: string,
     message: string,
     status = 0,
-    extra?: { exitCode?: number; stdout?: string; stderr?: string; cause?: unknown },
+    extra?: { exitCode?: number; stdout?: string; stderr?: string; requestId?: string; cause?: unknown },
   ) {
     super(message, extra?.cause !== undefined ? { cause: extra.cause } : undefined);
     this.name = "ShardError";
@@ -37,6 +46,7 @@ export class ShardError extends Error {
     if (extra?.exitCode !== undefined) this.exitCode = extra.exitCode;
     if (extra?.stdout !== undefined) this.stdout = extra.stdout;
     if (extra?.stderr !== undefined) this.stderr = extra.stderr;
+    if (extra?.requestId) this.requestId = extra.requestId;
   }
 }
 

@@ -22,7 +22,7 @@ export { ShardError, isShardError } from "./errors.js";
 export { ShardApi, retryFrozen, forkRequest, TAR_TYPE, FILE_STAT_HEADER, fileStatHeader } from "./api.js";
 export type { ListOptions, WriteFileOptions, FilesRead, ForkOptions, ForkHookOptions, TreeOptions, DiffOptions } from "./api.js";
 export { walkTree, findNode } from "./lineage.js";
-export { Transport, DEFAULT_SOCKET, PROJECT_HEADER, resolveConnection, errorFromBody } from "./transport.js";
+export { Transport, DEFAULT_SOCKET, PROJECT_HEADER, REQUEST_ID_HEADER, resolveConnection, errorFromBody } from "./transport.js";
 export type { ConnectionOptions, RawResponse, RequestOptions, Upload } from "./transport.js";
 export { toMemory, toCpu, resourcesToRequest } from "./quantity.js";
 export type { Resources } from "./quantity.js";

@@ -7,7 +7,7 @@ import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
 import { SandboxFiles } from "./files.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, Diff, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo, TreeNode } from "./types.js";
+import type { Checkpoint, CreateRequest, Diff, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo, TreeNode, Whoami } from "./types.js";
 
 /** Options of `new Shard()`; each falls back to the environment. */
 export interface ShardOptions extends ConnectionOptions {}
@@ -154,6 +154,15 @@ export class Shard {
    */
   diff(idOrName: string, options: DiffOptions = {}): Promise<Diff> {
     return this.api.diff(idOrName, options);
+  }
+
+  /**
+   * Who the client's key is: its name, project, scopes and whether it is of
+   * every project (`all_projects`). Any valid key may ask, whatever its
+   * scopes; over the Unix socket it is "admin", of every project, with "*".
+   */
+  whoami(): Promise<Whoami> {
+    return this.api.whoami();
   }
 
   /** Closes keep-alive connections. Idempotent; later calls fail with `closed`. */

@@ -252,7 +252,7 @@ export class Transport {
       // A body never finished (framed, or an upload the server refused
       // early): the connection is not reused.
       if (framed || (upload && !req.writableFinished)) req.destroy();
-      throw errorFromBody(status, res.statusMessage ?? "", text);
+      throw errorFromBody(status, res.statusMessage ?? "", text, requestIdOf(res.headers));
     }
     return framed ? { status, headers: res.headers, body: res, request: req } : { status, headers: res.headers, body: res };
   }
@@ -337,17 +337,27 @@ function written(req: http.ClientRequest, buf: Buffer): Promise<void> {
   });
 }
 
-/** The ShardError for a non-2xx answer. */
-export function errorFromBody(status: number, statusText: string, text: string): ShardError {
+/** The header that carries a request's id in the server's access log, on every answer. */
+export const REQUEST_ID_HEADER = "X-Request-Id";
+
+/** An answer's X-Request-Id; undefined when it has none. */
+function requestIdOf(headers: http.IncomingHttpHeaders): string | undefined {
+  const v = headers[REQUEST_ID_HEADER.toLowerCase()];
+  return typeof v === "string" && v !== "" ? v : undefined;
+}
+
+/** The ShardError for a non-2xx answer; requestId is its X-Request-Id. */
+export function errorFromBody(status: number, statusText: string, text: string, requestId?: string): ShardError {
+  const extra = requestId ? { requestId } : undefined;
   try {
     const e = JSON.parse(text) as { code?: unknown; message?: unknown };
     if (e && typeof e.message === "string" && e.message !== "") {
-      return new ShardError(typeof e.code === "string" && e.code ? e.code : `http_${status}`, e.message, status);
+      return new ShardError(typeof e.code === "string" && e.code ? e.code : `http_${status}`, e.message, status, extra);
     }
   } catch {
     // not JSON: fall through
   }
-  return new ShardError(`http_${status}`, `server answered ${status} ${statusText}: ${text.trim().slice(0, 500)}`, status);
+  return new ShardError(`http_${status}`, `server answered ${status} ${statusText}: ${text.trim().slice(0, 500)}`, status, extra);
 }
 
 export async function readAll(stream: NodeJS.ReadableStream): Promise<Buffer> {

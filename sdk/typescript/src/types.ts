@@ -271,6 +271,21 @@ export interface TokenCreated extends Token {
   key: string;
 }
 
+/**
+ * The answer to GET /v0/whoami: the key that asked. Any valid key may ask,
+ * whatever its scopes; the Unix socket's administrator is "admin", of every
+ * project, with "*".
+ */
+export interface Whoami {
+  name: string;
+  /** The one project the key acts in, or "*" for every project. */
+  project: string;
+  /** e.g. "sandbox:read", "sandbox:*", "*". */
+  scopes: string[];
+  /** Whether the key may act in every project (and name one per client: ConnectionOptions.project). */
+  all_projects: boolean;
+}
+
 /** A ledger session: the durable event log of one sandbox. */
 export interface Session {
   name: string;

@@ -138,6 +138,52 @@ test("tokens: createToken sends its project; listTokens and revokeToken", () =>
     }
   }));
 
+test("whoami: Shard, SandboxClient and api.whoami() answer the key's name, project, scopes and all_projects", () =>
+  withFake(async (f) => {
+    f.whoami = { name: "ci", project: "team-a", scopes: ["sandbox:read", "sandbox:write"], all_projects: false };
+    const shard = new Shard({ remote: f.url, apiKey: "shk_ci" });
+    const client = new SandboxClient({ remote: f.url, apiKey: "shk_ci" });
+    try {
+      const me = await shard.whoami();
+      assert.deepEqual(me, { name: "ci", project: "team-a", scopes: ["sandbox:read", "sandbox:write"], all_projects: false });
+      assert.equal(f.requests.at(-1)!.method, "GET");
+      assert.equal(f.requests.at(-1)!.path, "/v0/whoami");
+      assert.equal(f.requests.at(-1)!.headers.authorization, "Bearer shk_ci");
+      assert.deepEqual(await client.whoami(), me);
+      assert.equal(client.slotsInUse, 0);
+      f.whoami = { name: "admin", project: "*", scopes: ["*"], all_projects: true };
+      const admin = await shard.api.whoami();
+      assert.equal(admin.all_projects, true);
+      assert.deepEqual([admin.name, admin.project, admin.scopes], ["admin", "*", ["*"]]);
+    } finally {
+      shard.close();
+      await client.close();
+    }
+  }));
+
+test("an error answer's X-Request-Id is the ShardError's requestId; without an answer there is none", () =>
+  withFake(async (f) => {
+    const shard = new Shard({ remote: f.url });
+    try {
+      await assert.rejects(shard.get("nope"), (e: unknown) => {
+        assert.ok(e instanceof ShardError);
+        assert.equal(e.code, "sandbox_not_found");
+        assert.equal(e.requestId, f.requests.at(-1)!.requestId);
+        assert.match(e.requestId!, /^fake-\d+$/);
+        return true;
+      });
+      // An answer that is not {code, message} keeps it too.
+      f.failWith = { status: 502, raw: "<html>bad gateway</html>" };
+      await assert.rejects(shard.list(), (e: unknown) => e instanceof ShardError && e.code === "http_502" && e.requestId === f.requests.at(-1)!.requestId);
+    } finally {
+      shard.close();
+    }
+    const gone = new Shard({ remote: "http://127.0.0.1:1" });
+    await assert.rejects(gone.list(), (e: unknown) => e instanceof ShardError && e.code === "unreachable" && e.requestId === undefined);
+    gone.close();
+    await assert.rejects(gone.list(), (e: unknown) => e instanceof ShardError && e.code === "closed" && e.requestId === undefined);
+  }));
+
 test("without remote, socket or SHARD_REMOTE the server is its Unix socket, as for the Go client and the Python SDK", () =>
   withEnv({ SHARD_REMOTE: undefined }, () => {
     assert.equal(DEFAULT_SOCKET, "/run/shard/shard.sock");

@@ -5,7 +5,8 @@
 // the binary exec stream when the client asks for it (or sends a framed
 // body), NDJSON otherwise or when `ndjson` is set (an older server). A
 // framed request body is read as it comes, while the answer is written: its
-// frames after `Q` reach the script as `w.input`.
+// frames after `Q` reach the script as `w.input`. Every answer carries an
+// X-Request-Id, as the server's do.
 
 import * as http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -19,6 +20,8 @@ export interface Recorded {
   at: number;
   /** A framed body: every frame it had, Q first (filled in as they come). */
   frames?: ClientFrame[];
+  /** The X-Request-Id of its answer. */
+  requestId: string;
 }
 
 export const STREAM = "application/vnd.shard.stream";
@@ -130,6 +133,9 @@ export class FakeShard {
   frozenFiles = 0;
   /** What GET /v0/tree answers (the roots); a sandbox's tree is the root it is under. */
   tree: any[] = [];
+  /** What GET /v0/whoami answers (by default the socket's administrator). */
+  whoami: any = { name: "admin", project: "*", scopes: ["*"], all_projects: true };
+  private requestSeq = 0;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
     w.exit(0);
@@ -194,12 +200,13 @@ export class FakeShard {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.setHeader("X-Request-Id", `fake-${++this.requestSeq}`);
     const early = new URL(req.url ?? "/", "http://x");
     const fp = /^\/v0\/sandboxes\/([^/]+)\/files(\/stat|\/list)?$/.exec(early.pathname);
     if (fp && !this.failWith) return this.filesCall(req, res, decodeURIComponent(fp[1]!), fp[2] ?? "", early);
     let body: any;
     let frames: AsyncGenerator<ClientFrame> | undefined;
-    const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now() };
+    const rec: Recorded = { method: req.method ?? "", path: "", headers: req.headers, body: undefined, at: performance.now(), requestId: String(res.getHeader("X-Request-Id")) };
     if ((req.headers["content-type"] ?? "").split(";")[0] === STREAM) {
       // A framed body: the Q frame now, the rest while the answer goes out.
       rec.frames = [];
@@ -272,6 +279,7 @@ export class FakeShard {
       return json(200, { tokens: [{ id: "a1", name: "ci", project: "*", scopes: ["*"], created_at: "2025-01-01T00:00:00Z" }] });
     }
     if (m === "DELETE" && (p = /^\/v0\/tokens\/([^/]+)$/.exec(path))) return json(200, { revoked: decodeURIComponent(p[1]!) });
+    if (m === "GET" && path === "/v0/whoami") return json(200, this.whoami);
     if ((p = /^\/v0\/sandboxes\/([^/]+)$/.exec(path))) {
       const sb = this.find(decodeURIComponent(p[1]!));
       if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);
@@ -401,7 +409,7 @@ export class FakeShard {
   /** The files API, as the server has it (bodies streamed, never JSON-parsed). */
   private async filesCall(req: http.IncomingMessage, res: http.ServerResponse, id: string, op: string, url: URL): Promise<void> {
     const m = req.method ?? "";
-    const rec: Recorded = { method: m, path: url.pathname + url.search, headers: req.headers, body: undefined, at: performance.now() };
+    const rec: Recorded = { method: m, path: url.pathname + url.search, headers: req.headers, body: undefined, at: performance.now(), requestId: String(res.getHeader("X-Request-Id")) };
     this.requests.push(rec);
     const json = (status: number, v: unknown) => {
       const b = Buffer.from(JSON.stringify(v));

@@ -37,6 +37,7 @@ from ._types import (
     Secret,
     Token,
     TreeNode,
+    Whoami,
     WriteResult,
 )
 
@@ -70,6 +71,7 @@ __all__ = [
     "ShardError",
     "Token",
     "TreeNode",
+    "Whoami",
     "WriteResult",
     "__version__",
 ]

@@ -31,6 +31,7 @@ from ._types import (
     Secret,
     Token,
     TreeNode,
+    Whoami,
     as_object,
     objects,
 )
@@ -1186,6 +1187,12 @@ class Shard:
         """Revokes an API key by id, name or :class:`Token` (``token:write``)."""
         ref = id_or_name.id if isinstance(id_or_name, Token) else id_or_name
         self._t.request("DELETE", f"/tokens/{esc(ref)}")
+
+    def whoami(self) -> Whoami:
+        """Who this client's key is: its name, project, scopes and whether it
+        is of every project. Any valid key may ask, whatever its scopes; over
+        the Unix socket it is ``admin``, of every project, with ``*``."""
+        return Whoami.from_json(_mapping(self._t.request("GET", "/whoami"), "whoami"))
 
     # -- the server ------------------------------------------------------------
 

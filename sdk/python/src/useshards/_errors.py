@@ -21,28 +21,36 @@ class ShardError(Exception):
             mid-exec), ``http_<status>`` (an error answer without a JSON body).
         status: the HTTP status of the answer; 0 when there was none.
         message: for people: what went wrong and, usually, what to do.
+        request_id: the error answer's ``X-Request-Id``, the request's id in
+            the server's access log (give it to whoever runs the server);
+            None when no server answered (``unreachable``, ``closed``, ...)
+            and on errors the SDK makes itself.
     """
 
     code: str
     status: int
     message: str
+    request_id: Optional[str]
 
-    def __init__(self, code: str, message: str, status: int = 0) -> None:
+    def __init__(self, code: str, message: str, status: int = 0, request_id: Optional[str] = None) -> None:
         super().__init__(message)
         self.code = code
         self.status = status
         self.message = message
+        self.request_id = request_id or None
 
     def __str__(self) -> str:
         return self.message
 
     def __repr__(self) -> str:
-        return f"ShardError(code={self.code!r}, status={self.status}, message={self.message!r})"
+        rid = f", request_id={self.request_id!r}" if self.request_id else ""
+        return f"ShardError(code={self.code!r}, status={self.status}, message={self.message!r}{rid})"
 
     @classmethod
-    def from_response(cls, status: int, reason: str, body: bytes) -> "ShardError":
+    def from_response(cls, status: int, reason: str, body: bytes, request_id: Optional[str] = None) -> "ShardError":
         """Builds the error for a non-2xx answer: its ``{code, message}`` body,
-        or ``http_<status>`` with the raw text when the body is not that."""
+        or ``http_<status>`` with the raw text when the body is not that;
+        ``request_id`` is the answer's ``X-Request-Id``."""
         import json
 
         doc: Optional[Dict[str, Any]] = None
@@ -56,9 +64,9 @@ class ShardError(Exception):
             message = doc.get("message")
             code = doc.get("code")
             if isinstance(message, str) and message:
-                return cls(code if isinstance(code, str) and code else f"http_{status}", message, status)
+                return cls(code if isinstance(code, str) and code else f"http_{status}", message, status, request_id)
         text = body.decode("utf-8", errors="replace").strip()
-        return cls(f"http_{status}", f"server answered {status} {reason}: {text}".rstrip(": "), status)
+        return cls(f"http_{status}", f"server answered {status} {reason}: {text}".rstrip(": "), status, request_id)
 
 
 def unreachable(where: str, err: Optional[BaseException]) -> ShardError:

@@ -14,7 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from ._errors import ShardError, unreachable
 
-__all__ = ["Transport", "Response", "FramedBody", "DEFAULT_SOCKET", "PROJECT_HEADER", "STREAM_TYPE", "esc"]
+__all__ = ["Transport", "Response", "FramedBody", "DEFAULT_SOCKET", "PROJECT_HEADER", "REQUEST_ID_HEADER", "STREAM_TYPE", "esc"]
 
 DEFAULT_SOCKET = "/run/shard/shard.sock"
 """Where ``shard serve`` listens by default: the administrator's way in."""
@@ -23,6 +23,10 @@ USER_AGENT = "useshards-python"
 
 PROJECT_HEADER = "Shard-Project"
 """The header that names the project a request acts in."""
+
+REQUEST_ID_HEADER = "X-Request-Id"
+"""The header on every answer that gives the request's id in the server's
+access log (:attr:`ShardError.request_id` of an error answer)."""
 
 STREAM_TYPE = "application/vnd.shard.stream"
 """The binary exec stream's media type (docs/exec-stream.md), both ways."""
@@ -363,7 +367,7 @@ class Transport:
             raise unreachable(self.where, e) from None
         self._put(conn, resp)
         if resp.status >= 300:
-            raise ShardError.from_response(resp.status, resp.reason, data)
+            raise ShardError.from_response(resp.status, resp.reason, data, resp.getheader(REQUEST_ID_HEADER))
         out: Any = None
         if data.strip():
             try:
@@ -406,7 +410,7 @@ class Transport:
             except (OSError, http.client.HTTPException):
                 data = b""
             conn.close()
-            raise ShardError.from_response(resp.status, resp.reason, data)
+            raise ShardError.from_response(resp.status, resp.reason, data, resp.getheader(REQUEST_ID_HEADER))
         return Response(self, conn, resp), FramedBody(conn)
 
     def upload(
@@ -483,7 +487,7 @@ class Transport:
         else:
             conn.close()  # the body was left unfinished: the connection cannot be reused
         if resp.status >= 300:
-            raise ShardError.from_response(resp.status, resp.reason, data)
+            raise ShardError.from_response(resp.status, resp.reason, data, resp.getheader(REQUEST_ID_HEADER))
         try:
             return json.loads(data.decode("utf-8")) if data.strip() else None
         except (UnicodeDecodeError, ValueError) as e:
@@ -544,7 +548,7 @@ class Transport:
                 data = b""
             else:
                 self._put(conn, resp)
-            raise ShardError.from_response(resp.status, resp.reason, data)
+            raise ShardError.from_response(resp.status, resp.reason, data, resp.getheader(REQUEST_ID_HEADER))
         return Response(self, conn, resp)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Secret",
     "Token",
     "TreeNode",
+    "Whoami",
     "WriteResult",
 ]
 
@@ -333,6 +334,33 @@ class Token:
             scopes=_strs(d, "scopes"),
             created_at=_time(d, "created_at"),
             key=_opt_str(d, "key"),
+        )
+
+
+@dataclass(frozen=True)
+class Whoami:
+    """The key a client sends, as :meth:`Shard.whoami` tells it (GET
+    /v0/whoami; any valid key may ask, whatever its scopes). Over the Unix
+    socket it is the administrator: ``admin``, project ``"*"``, scopes
+    ``["*"]``."""
+
+    name: str
+    project: str
+    """The one project the key acts in, or ``"*"`` for every project."""
+    scopes: List[str]
+    all_projects: bool
+    """Whether the key may act in every project (and name one per client)."""
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Whoami":
+        """Reads the answer to GET /v0/whoami."""
+        return cls(
+            name=_str(d, "name"),
+            project=_str(d, "project"),
+            scopes=_strs(d, "scopes"),
+            all_projects=d.get("all_projects") is True,
+            raw=dict(d),
         )
 
 
