@@ -36,7 +36,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			sb, err := e.c.Create(ctxT(b), client.CreateRequest{Image: busybox, Provider: "runc", Name: fmt.Sprintf("scrape-%d", i), Memory: json.RawMessage(`"32MiB"`)})
+			sb, err := e.c.Create(ctxT(b), client.CreateRequest{Image: busybox, Provider: "runc", Name: fmt.Sprintf("scrape-%d", i), Memory: json.RawMessage(`"32MiB"`), Disk: json.RawMessage(`"32MiB"`)})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
