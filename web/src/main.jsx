@@ -68,7 +68,7 @@ function Login({ error, onKey }) {
 function ProjectPicker() {
   const { me } = useSession();
   const q = usePoll(() => get('/v0/projects'), [], 0);
-  const all = me.admin || me.project === '*';
+  const all = me.all_projects || me.project === '*';
   if (!all) return <span class="who-project">project {me.project}</span>;
   const list = (q.data && q.data.projects) || [];
   const cur = getProject();
@@ -112,7 +112,7 @@ function TopBar({ path, onSignOut }) {
       <div class="spacer" />
       <ProjectPicker />
       <span class="who" title={(me.scopes || []).join(' ')} id="who">
-        {me.admin ? 'administrator' : me.name}
+        {me.name}
       </span>
       {getKey() ? (
         <button class="link" onClick={onSignOut} id="signout">

@@ -13,7 +13,7 @@ export function useSession() {
 }
 
 export function makeSession(me, providers) {
-  const can = (scope) => !!me && (me.admin || covers(me.scopes, scope));
+  const can = (scope) => !!me && covers(me.scopes, scope);
   const provider = (name) => (providers || []).find((p) => p.name === name);
   return { me, can, providers: providers || [], provider };
 }
