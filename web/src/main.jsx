@@ -67,9 +67,13 @@ function Login({ error, onKey }) {
 
 function ProjectPicker() {
   const { me } = useSession();
+  if (!(me.all_projects || me.project === '*')) return <span class="who-project">project {me.project}</span>;
+  return <ProjectSelect />;
+}
+
+// ProjectSelect lets a key of every project choose the one it looks at.
+function ProjectSelect() {
   const q = usePoll(() => get('/v0/projects'), [], 0);
-  const all = me.all_projects || me.project === '*';
-  if (!all) return <span class="who-project">project {me.project}</span>;
   const list = (q.data && q.data.projects) || [];
   const cur = getProject();
   return (
@@ -159,13 +163,15 @@ function App() {
       return false;
     }
     try {
-      const me = await get('/v0/whoami');
-      let providers = [];
-      try {
-        providers = (await get('/v0/capabilities')).providers;
-      } catch {
-        // a key without sandbox:read: no providers to know
-      }
+      // Both at once: the first page waits on them.
+      const [me, providers] = await Promise.all([
+        get('/v0/whoami'),
+        // A key without sandbox:read has no providers to know.
+        get('/v0/capabilities').then(
+          (c) => c.providers,
+          () => [],
+        ),
+      ]);
       setError(null);
       setSession(makeSession(me, providers));
       return true;
@@ -179,10 +185,11 @@ function App() {
 
   useEffect(() => {
     whenUnauthorized((e) => {
-      // Without a key the prompt needs no error; a refused key says why.
-      const had = !!getKey();
+      // The first 401 of a key says why; the others of its requests in
+      // flight find it gone already.
+      if (!getKey()) return;
       setKey('');
-      setError(had ? e : null);
+      setError(e);
       setSession(null);
     });
     signIn();
@@ -223,4 +230,6 @@ function App() {
   );
 }
 
+// index.html paints a shell before this script runs; the app replaces it.
+document.getElementById('boot').remove();
 render(<App />, document.getElementById('app'));

@@ -5,7 +5,6 @@ import { bytes, cpu, time, ms, argv, short } from '../format.js';
 import { useSession, Loaded, State, Mono, Empty, Section, ErrorBox } from '../ui.jsx';
 import { SandboxActions } from '../actions.jsx';
 import { CheckpointTable } from './saved.jsx';
-import { Terminal } from '../terminal.jsx';
 
 export function SandboxPage({ id }) {
   const { can } = useSession();
@@ -108,6 +107,17 @@ function Info({ sb }) {
   );
 }
 
+// LazyTerminal evaluates xterm.js (most of the bundle) only when a terminal
+// opens: esbuild keeps a dynamic import in the one bundle, in a function the
+// browser only pre-parses, so the console's first paint does not pay for it.
+function LazyTerminal(props) {
+  const [T, setT] = useState(null);
+  useEffect(() => {
+    import('../terminal.jsx').then((m) => setT(() => m.Terminal));
+  }, []);
+  return T ? <T {...props} /> : <p class="muted">Loading the terminal…</p>;
+}
+
 // TerminalSection stays mounted whatever the sandbox's state (a fork
 // freezes it for a moment): an open terminal ends only when its command
 // does, or when it is closed.
@@ -146,7 +156,7 @@ function TerminalSection({ sb }) {
       }
     >
       {term ? (
-        <Terminal key={term.n} id={sb.id} argv={term.argv} />
+        <LazyTerminal key={term.n} id={sb.id} argv={term.argv} />
       ) : (
         <p class="muted">
           {running
