@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -245,9 +246,9 @@ func TestConsole(t *testing.T) {
 	ui := "http://" + e.tcp + "/ui/"
 	admin := token(t, "console-admin", auth.All)
 	reader := token(t, "console-reader", auth.SandboxRead)
-	base, fork := "console-base", "console-fork"
+	base, fork, made := "console-base", "console-fork", "console-made"
 	t.Cleanup(func() {
-		for _, n := range []string{fork, base} {
+		for _, n := range []string{made, fork, base} {
 			e.c.Remove(context.Background(), n, true)
 		}
 	})
@@ -373,6 +374,39 @@ func TestConsole(t *testing.T) {
 		}
 	}
 
+	step(t, ctx, "checkpoint from the sandbox's page", time.Minute,
+		nav(ui+"sandboxes/"+sb.ID),
+		click(`.page-head button[data-action="checkpoint"]`),
+		visible(`dialog[open] input[name="tag"]`),
+		keys(`dialog[open] input[name="tag"]`, "from-the-console"),
+		click(`dialog[open] button[data-action="checkpoint-submit"]`),
+		gone(`dialog[open]`),
+		until(`document.querySelector('#checkpoints').textContent.includes('from-the-console')`),
+	)
+	step(t, ctx, "stop and start the fork", time.Minute,
+		nav(ui+"sandboxes"),
+		click(row(fork)+` button[data-action="stop"]`),
+		visible(row(fork)+`[data-state="stopped"] button[data-action="start"]`),
+		click(row(fork)+` button[data-action="start"]`),
+		visible(row(fork)+`[data-state="running"]`),
+	)
+	// A refused create shows the API's message in its dialog; then one
+	// that works.
+	step(t, ctx, "create from an image", 2*time.Minute,
+		click(`button[data-action="create"]`),
+		visible(`dialog[open] input[name="image"]`),
+		keys(`dialog[open] input[name="image"]`, busybox),
+		keys(`dialog[open] input[name="name"]`, base),
+		click(`dialog[open] button[data-action="create-submit"]`),
+		until(`(document.querySelector('dialog[open] .error') || {}).textContent?.includes('name_taken')`),
+		screenshot(t, "create-refused"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('dialog[open] input[name="name"]').value = ''`),
+		keys(`dialog[open] input[name="name"]`, made),
+		click(`dialog[open] button[data-action="create-submit"]`),
+		gone(`dialog[open]`),
+		visible(row(made)+`[data-state="running"]`),
+	)
+
 	step(t, ctx, "remove the fork, with a confirm", time.Minute,
 		nav(ui+"sandboxes"),
 		visible(row(fork)+` button[data-action="remove"]`),
@@ -438,6 +472,42 @@ func TestConsole(t *testing.T) {
 	}
 	if errs := rerrs.list(); len(errs) > 0 {
 		t.Errorf("the read-only tab logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleShardUI: `shard ui` serves the console for a server reached
+// over its socket, behind the key in the URL it prints; the console takes
+// the key from the fragment and acts as the socket's administrator.
+func TestConsoleShardUI(t *testing.T) {
+	e := need(t)
+	sb := create(t, client.CreateRequest{Image: busybox, Name: "console-ui"})
+	cmd := exec.Command(e.bin, "--socket", e.socket, "ui")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "/ui/#key=") {
+		t.Fatalf("shard ui printed %q (%v), want its URL", line, err)
+	}
+	ctx, _ := browser(t)
+	errs := watchErrors(ctx)
+	step(t, ctx, "the console behind shard ui", time.Minute,
+		reportCSP(),
+		nav(strings.TrimSpace(line)),
+		visible(row(sb.Name)+`[data-state="running"]`),
+		visible(row(sb.Name)+` button[data-action="fork"]`),
+		until(`location.hash === ''`),
+		// A key of every project chooses the project it looks at.
+		visible(`header select.who-project`),
+		screenshot(t, "shard-ui"),
+	)
+	if errs := errs.list(); len(errs) > 0 {
+		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
 
