@@ -57,6 +57,7 @@ PACKAGES=(
 	procps
 	# applies tools/runsc/patches to the pinned gVisor before the build.
 	patch
+	chromium chromium-driver # the web console's test in a real browser (test/integration/console_test.go)
 	# podman: Recommends it needs to run rootful containers with networking
 	# (CNI plugins for podman 4.3 on bookworm, an init for --init, overlay).
 	containernetworking-plugins catatonit fuse-overlayfs slirp4netns uidmap

@@ -25,6 +25,7 @@ import (
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
+	"github.com/useshards/shard/internal/ui"
 )
 
 //go:embed openapi.json
@@ -166,6 +167,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, h)))
 	}
+	mux.Handle("GET /ui/", ui.Handler()) // TEMP: until the lead's wiring is on main
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})

@@ -1,0 +1,130 @@
+package ui
+
+import (
+	"bytes"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func get(t *testing.T, h http.Handler, method, target string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// assets are the files index.html loads.
+func assets(t *testing.T) []string {
+	t.Helper()
+	index, err := fs.ReadFile(Files(), "index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range regexp.MustCompile(`(?:src|href)="/ui/([^"]+)"`).FindAllStringSubmatch(string(index), -1) {
+		out = append(out, m[1])
+	}
+	if len(out) != 2 {
+		t.Fatalf("index.html loads %v, want one script and one style sheet", out)
+	}
+	return out
+}
+
+func TestHandler(t *testing.T) {
+	h := Handler()
+	index, _ := fs.ReadFile(Files(), "index.html")
+	js, css := "", ""
+	for _, a := range assets(t) {
+		switch {
+		case strings.HasSuffix(a, ".js"):
+			js = a
+		case strings.HasSuffix(a, ".css"):
+			css = a
+		}
+	}
+	if js == "" || css == "" {
+		t.Fatalf("index.html loads no script or no style sheet: %s", index)
+	}
+	jsBody, _ := fs.ReadFile(Files(), js)
+	tests := []struct {
+		name, method, path string
+		status             int
+		ctype, cache       string
+		body               []byte
+	}{
+		{"root", "GET", "/ui/", 200, "text/html; charset=utf-8", "no-cache", index},
+		{"index by name", "GET", "/ui/index.html", 200, "text/html; charset=utf-8", "no-cache", index},
+		{"client route", "GET", "/ui/sandboxes/3f9a1c2b7d4e", 200, "text/html; charset=utf-8", "no-cache", index},
+		{"deep client route", "GET", "/ui/tree/x/y?focus=1", 200, "text/html; charset=utf-8", "no-cache", index},
+		{"dot-dot stays inside", "GET", "/ui/../../etc/passwd", 200, "text/html; charset=utf-8", "no-cache", index},
+		{"script", "GET", "/ui/" + js, 200, "text/javascript; charset=utf-8", "public, max-age=31536000, immutable", jsBody},
+		{"style", "GET", "/ui/" + css, 200, "text/css; charset=utf-8", "public, max-age=31536000, immutable", nil},
+		{"head", "HEAD", "/ui/" + js, 200, "text/javascript; charset=utf-8", "public, max-age=31536000, immutable", []byte{}},
+		{"missing asset", "GET", "/ui/assets/main-GONE.js", 404, "", "", nil},
+		{"post", "POST", "/ui/", 405, "", "", nil},
+		{"outside the prefix", "GET", "/other", 404, "", "", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := get(t, h, tc.method, tc.path)
+			if rec.Code != tc.status {
+				t.Fatalf("%s %s: status %d, want %d", tc.method, tc.path, rec.Code, tc.status)
+			}
+			for k, v := range securityHeaders {
+				if got := rec.Header().Get(k); got != v {
+					t.Errorf("%s: got %q, want %q", k, got, v)
+				}
+			}
+			if tc.ctype != "" {
+				if got := rec.Header().Get("Content-Type"); got != tc.ctype {
+					t.Errorf("Content-Type: got %q, want %q", got, tc.ctype)
+				}
+			}
+			if tc.cache != "" {
+				if got := rec.Header().Get("Cache-Control"); got != tc.cache {
+					t.Errorf("Cache-Control: got %q, want %q", got, tc.cache)
+				}
+			}
+			if tc.body != nil && !bytes.Equal(rec.Body.Bytes(), tc.body) {
+				t.Errorf("body: got %d bytes, want %d", rec.Body.Len(), len(tc.body))
+			}
+		})
+	}
+}
+
+// TestRevalidate: index.html is revalidated on every load, and answered
+// 304 while it did not change.
+func TestRevalidate(t *testing.T) {
+	h := Handler()
+	first := get(t, h, "GET", "/ui/")
+	etag := first.Header().Get("ETag")
+	if etag == "" {
+		t.Fatal("no ETag on index.html")
+	}
+	again := get(t, h, "GET", "/ui/sandboxes", "If-None-Match", etag)
+	if again.Code != http.StatusNotModified {
+		t.Fatalf("revalidation with the ETag: status %d, want 304", again.Code)
+	}
+}
+
+// TestNoInlineScript: the CSP allows only the console's own script files,
+// so index.html must hold no inline script (it would not run).
+func TestNoInlineScript(t *testing.T) {
+	index, _ := fs.ReadFile(Files(), "index.html")
+	for _, m := range regexp.MustCompile(`<script[^>]*>`).FindAllString(string(index), -1) {
+		if !strings.Contains(m, " src=") {
+			t.Errorf("inline script in index.html: %s", m)
+		}
+	}
+	if bytes.Contains(index, []byte("style=")) {
+		t.Errorf("index.html has a style attribute")
+	}
+}
