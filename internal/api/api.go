@@ -167,7 +167,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, h)))
 	}
-	mux.Handle("GET /ui/", ui.Handler()) // TEMP: until the lead's wiring is on main
+	// The web console's files: no key (they hold nothing secret; what it
+	// shows comes through /v0 with the user's key).
+	mux.HandleFunc("GET /ui/", named("GET /ui/", ui.Handler().ServeHTTP))
+	mux.HandleFunc("GET /ui", named("GET /ui/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ui.Prefix, http.StatusMovedPermanently)
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})

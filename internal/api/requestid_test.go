@@ -77,3 +77,25 @@ func TestRequestMetricsLabels(t *testing.T) {
 		t.Errorf("a caller's path or method became a label")
 	}
 }
+
+// The console is served without a key at /ui/ (and /ui redirects there);
+// its pages carry the CSP.
+func TestConsoleRoute(t *testing.T) {
+	s, _ := testServer(t)
+	h := s.Handler()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/ui/", nil))
+	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") || !strings.Contains(w.Header().Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("GET /ui/: %d %q, CSP %q", w.Code, w.Header().Get("Content-Type"), w.Header().Get("Content-Security-Policy"))
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/ui", nil))
+	if w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "/ui/" {
+		t.Errorf("GET /ui: %d to %q, want a redirect to /ui/", w.Code, w.Header().Get("Location"))
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/ui/", nil))
+	if w.Code == 200 {
+		t.Errorf("POST /ui/: 200, want a refusal")
+	}
+}
