@@ -7,6 +7,7 @@ package ui
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -47,21 +48,18 @@ func Files() fs.FS {
 // hash and cached for a year; index.html is revalidated every time, so a
 // new binary's console is picked up at once.
 func Handler() http.Handler {
-	files := Files()
-	index, err := fs.ReadFile(files, "index.html")
-	if err != nil {
-		panic("ui: dist/index.html is missing: run npm run build in web/")
-	}
-	// Each file's ETag, so a revalidated index.html is a 304.
-	etags := map[string]string{}
-	fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+	all := map[string]*file{}
+	fs.WalkDir(Files(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
-			b, _ := fs.ReadFile(files, p)
-			sum := sha256.Sum256(b)
-			etags[p] = `"` + hex.EncodeToString(sum[:8]) + `"`
+			b, _ := fs.ReadFile(Files(), p)
+			all[p] = newFile(b)
 		}
 		return nil
 	})
+	index := all["index.html"]
+	if index == nil {
+		panic("ui: dist/index.html is missing: run npm run build in web/")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k, v := range securityHeaders {
 			w.Header().Set(k, v)
@@ -78,8 +76,8 @@ func Handler() http.Handler {
 		}
 		name = strings.TrimPrefix(path.Clean("/"+name), "/")
 		if name != "" && name != "index.html" {
-			if b, err := fs.ReadFile(files, name); err == nil {
-				serve(w, r, name, etags[name], b, "public, max-age=31536000, immutable")
+			if f := all[name]; f != nil {
+				f.serve(w, r, name, "public, max-age=31536000, immutable")
 				return
 			}
 			// A missing asset is an old page asking for what a new
@@ -89,8 +87,32 @@ func Handler() http.Handler {
 				return
 			}
 		}
-		serve(w, r, "index.html", etags["index.html"], index, "no-cache")
+		index.serve(w, r, "index.html", "no-cache")
 	})
+}
+
+// file is one of the console's files, with its ETag (so a revalidated
+// index.html is a 304) and, when it is worth it, its gzip form: the
+// bundle goes over the wire at a quarter of its size (410 KB to 110 KB),
+// compressed once when the server starts.
+type file struct {
+	b, gz          []byte
+	etag, gzipETag string
+}
+
+func newFile(b []byte) *file {
+	sum := sha256.Sum256(b)
+	f := &file{b: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+	if len(b) >= 1024 {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		if buf.Len() < len(b) {
+			f.gz, f.gzipETag = buf.Bytes(), `"`+hex.EncodeToString(sum[:8])+`-gz"`
+		}
+	}
+	return f
 }
 
 // types are the console's files' media types, fixed here rather than read
@@ -110,15 +132,36 @@ var types = map[string]string{
 // content hashes in the assets' names, do the caching.
 var epoch time.Time
 
-func serve(w http.ResponseWriter, r *http.Request, name, etag string, b []byte, cache string) {
+func (f *file) serve(w http.ResponseWriter, r *http.Request, name, cache string) {
 	ctype, ok := types[path.Ext(name)]
 	if !ok {
 		ctype = "application/octet-stream"
 	}
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Cache-Control", cache)
-	if etag != "" {
-		w.Header().Set("ETag", etag)
+	b, etag := f.b, f.etag
+	if f.gz != nil {
+		w.Header().Set("Vary", "Accept-Encoding")
+		if acceptsGzip(r) {
+			b, etag = f.gz, f.gzipETag
+			w.Header().Set("Content-Encoding", "gzip")
+		}
 	}
+	w.Header().Set("ETag", etag)
 	http.ServeContent(w, r, name, epoch, bytes.NewReader(b))
+}
+
+// acceptsGzip reads Accept-Encoding as browsers send it ("gzip, deflate,
+// br, zstd"); a gzip with q=0 is a refusal.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(enc), "gzip") {
+				q := strings.ReplaceAll(params, " ", "")
+				return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+			}
+		}
+	}
+	return false
 }

@@ -2,6 +2,8 @@ package ui
 
 import (
 	"bytes"
+	"compress/gzip"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -126,5 +128,53 @@ func TestNoInlineScript(t *testing.T) {
 	}
 	if bytes.Contains(index, []byte("style=")) {
 		t.Errorf("index.html has a style attribute")
+	}
+}
+
+// The bundle goes gzipped to a browser that takes it, whole to one that
+// does not, with an ETag of its own per form.
+func TestGzip(t *testing.T) {
+	h := Handler()
+	for _, a := range assets(t) {
+		raw, err := fs.ReadFile(Files(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			accept string
+			gz     bool
+		}{
+			{"gzip, deflate, br, zstd", true},
+			{"br;q=1.0, gzip;q=0.8", true},
+			{"", false},
+			{"br", false},
+			{"gzip;q=0", false},
+		}
+		for _, tt := range tests {
+			rec := get(t, h, "GET", "/ui/"+a, "Accept-Encoding", tt.accept)
+			body := rec.Body.Bytes()
+			if gz := rec.Header().Get("Content-Encoding") == "gzip"; gz != tt.gz {
+				t.Errorf("%s with Accept-Encoding %q: gzipped %v, want %v", a, tt.accept, gz, tt.gz)
+				continue
+			}
+			if tt.gz {
+				zr, err := gzip.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasSuffix(rec.Header().Get("ETag"), `-gz"`) {
+					t.Errorf("%s gzipped has the ETag %s of the whole file", a, rec.Header().Get("ETag"))
+				}
+			}
+			if !bytes.Equal(body, raw) {
+				t.Errorf("%s with Accept-Encoding %q: not the file's bytes", a, tt.accept)
+			}
+			if rec.Header().Get("Vary") != "Accept-Encoding" {
+				t.Errorf("%s: Vary %q", a, rec.Header().Get("Vary"))
+			}
+		}
 	}
 }
