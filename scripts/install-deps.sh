@@ -124,24 +124,20 @@ log "go: $GOVERSION ($(command -v go))"
 	die "$RUNSC_MOD_DIR/go.mod or go.sum is missing"
 
 # runsc_version: the version the built runsc is stamped with (runsc
-# --version): the pinned gVisor module's, and a hash of the patches on it.
+# --version): the pinned gVisor module's, and a hash of what else makes the
+# build (the patches on it, the seccomp generator, the module sums). The
+# installed runsc is rebuilt when its stamp differs: a fresh checkout of
+# the same pins (whose files are all newer than the binary) keeps it.
 runsc_version() {
 	local gv sum
 	gv=$(cd "$RUNSC_MOD_DIR" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)
-	sum=$(cat "$RUNSC_MOD_DIR"/patches/*.patch 2>/dev/null | sha256sum | cut -c1-12)
+	sum=$(cat "$RUNSC_MOD_DIR"/patches/*.patch "$RUNSC_MOD_DIR/seccompgen/main.go" "$RUNSC_MOD_DIR/go.sum" 2>/dev/null | sha256sum | cut -c1-12)
 	echo "$gv+shard.$sum"
 }
 
 # True when runsc must be (re)built.
 runsc_stale() {
-	local p
-	[[ $("$RUNSC_BIN" --version 2>/dev/null | head -1) != "runsc version $(runsc_version)" ]] && return 0
-	[[ ! -x $RUNSC_BIN || $RUNSC_MOD_DIR/go.sum -nt $RUNSC_BIN || $RUNSC_MOD_DIR/go.mod -nt $RUNSC_BIN ||
-		$RUNSC_MOD_DIR/seccompgen/main.go -nt $RUNSC_BIN ]] && return 0
-	for p in "$RUNSC_MOD_DIR"/patches/*.patch; do
-		[[ -e $p && $p -nt $RUNSC_BIN ]] && return 0
-	done
-	return 1
+	[[ $("$RUNSC_BIN" --version 2>/dev/null | head -1) != "runsc version $(runsc_version)" ]]
 }
 
 # Another build may already be writing runsc (a concurrent run of this script,
@@ -223,7 +219,6 @@ if runsc_stale; then
 		trap 'rm -f "$tmp"' EXIT
 		build_runsc "$tmp"
 		mv -f "$tmp" "$RUNSC_BIN"
-		touch "$RUNSC_BIN" # newer than go.sum even if go reused an old file
 		trap - EXIT
 		log "runsc: built in $((SECONDS - start))s"
 	fi
