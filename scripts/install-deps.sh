@@ -225,7 +225,7 @@ if runsc_stale; then
 	flock -u 9
 	exec 9>&-
 else
-	log "runsc: $RUNSC_BIN is up to date with $RUNSC_MOD_DIR/go.sum"
+	log "runsc: $RUNSC_BIN is $(runsc_version), as pinned"
 fi
 
 "$RUNSC_BIN" --version
