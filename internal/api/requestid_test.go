@@ -99,3 +99,37 @@ func TestConsoleRoute(t *testing.T) {
 		t.Errorf("POST /ui/: 200, want a refusal")
 	}
 }
+
+// An informational answer (1xx) before the final one is not the request's
+// status: the access line and the metrics carry the final one. (The ports
+// proxy forwards a sandbox server's 103 Early Hints, and a 100 followed by
+// nothing is a 502.)
+func TestAccessStatusSkipsInformational(t *testing.T) {
+	s, logBuf := testServer(t)
+	s.Metrics = metrics.New()
+	h := s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusContinue)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v0/anything", nil))
+	if !strings.Contains(logBuf.String(), "status=502") {
+		t.Errorf("access line %q, want status=502", logBuf)
+	}
+	m := httptest.NewRecorder()
+	s.Metrics.Handler().ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(m.Body.String(), `shard_api_requests_total{code="502"`) || strings.Contains(m.Body.String(), `code="103"`) {
+		t.Errorf("metrics count the 1xx, not the final 502:\n%s", grepLines(m.Body.String(), "shard_api_requests_total"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
