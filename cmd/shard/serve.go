@@ -80,7 +80,7 @@ under the data directory (secret.key, root only).`,
 	f := cmd.Flags()
 	f.StringVar(&o.socket, "socket", client.DefaultSocket, "Unix socket to listen on (root only)")
 	f.StringVar(&o.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs the scope metrics:read")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs a key of every project with the scope metrics:read")
 	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
 	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
 	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/metrics"
+	"github.com/useshards/shard/internal/store"
 )
 
 // Every answer carries a request id, the access line carries the same, and
@@ -132,4 +133,32 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// The metrics are every project's: a project's key does not read them,
+// even with "*"; a key of every project with metrics:read does.
+func TestMetricsOnlyForEveryProject(t *testing.T) {
+	s, _ := testServer(t)
+	s.Metrics = metrics.New()
+	h := s.Handler()
+	for _, tt := range []struct {
+		p    *auth.Principal
+		want int
+	}{
+		{&auth.Principal{Name: "team", Project: "team-a", Scopes: []string{auth.All}}, http.StatusForbidden},
+		{&auth.Principal{Name: "prom-a", Project: "team-a", Scopes: []string{auth.MetricsRead}}, http.StatusForbidden},
+		{&auth.Principal{Name: "prom", Project: store.AllProjects, Scopes: []string{auth.MetricsRead}}, http.StatusOK},
+		{&auth.Principal{Name: "ci", Project: store.AllProjects, Scopes: []string{auth.SandboxRead}}, http.StatusForbidden},
+		{auth.Admin, http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), tt.p)))
+		if w.Code != tt.want {
+			t.Errorf("%s of project %q: %d %s, want %d", tt.p.Name, tt.p.Project, w.Code, w.Body, tt.want)
+		}
+		if tt.want == http.StatusForbidden && tt.p.Project != store.AllProjects && !strings.Contains(w.Body.String(), "wrong_project") {
+			t.Errorf("%s: %s, want wrong_project", tt.p.Name, w.Body)
+		}
+	}
 }
