@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -359,10 +360,14 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.metricsListen, err)
 		}
-		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+		loopback := false
+		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil {
+			loopback = ap.Addr().IsLoopback()
+		}
+		if !loopback {
 			log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
 		}
-		msrv := &http.Server{Handler: metricsOnly(m), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
+		msrv := &http.Server{Handler: metricsOnly(m, loopback), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { errc <- msrv.Serve(ml) }()
 		defer msrv.Close()
@@ -407,8 +412,35 @@ func imageRAMDir(flag, dataDir string) string {
 }
 
 // metricsOnly is the handler of --metrics-listen: GET /metrics, nothing else.
-func metricsOnly(m *metrics.Metrics) http.Handler {
+// On loopback it answers only requests addressed to an IP address or
+// localhost: a web page in a browser on this host could otherwise read the
+// metrics through a name of its own that it rebinds to 127.0.0.1 (DNS
+// rebinding), as such a request names the page's host.
+func metricsOnly(m *metrics.Metrics, loopback bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	return mux
+	if !loopback {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !localHost(r.Host) {
+			http.Error(w, "--metrics-listen answers requests to an IP address or localhost only", http.StatusMisdirectedRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// localHost reports whether a request's Host is an IP address or
+// localhost (with or without a port): what a scraper on this host uses,
+// and never a name a web page chose.
+func localHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return strings.EqualFold(host, "localhost")
 }
