@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -80,7 +81,7 @@ under the data directory (secret.key, root only).`,
 	f := cmd.Flags()
 	f.StringVar(&o.socket, "socket", client.DefaultSocket, "Unix socket to listen on (root only)")
 	f.StringVar(&o.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs the scope metrics:read")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs a key of every project with the scope metrics:read")
 	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
 	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
 	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")
@@ -359,10 +360,14 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.metricsListen, err)
 		}
-		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+		loopback := false
+		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil {
+			loopback = ap.Addr().IsLoopback()
+		}
+		if !loopback {
 			log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
 		}
-		msrv := &http.Server{Handler: metricsOnly(m), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
+		msrv := &http.Server{Handler: metricsOnly(m, loopback), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { errc <- msrv.Serve(ml) }()
 		defer msrv.Close()
@@ -407,8 +412,35 @@ func imageRAMDir(flag, dataDir string) string {
 }
 
 // metricsOnly is the handler of --metrics-listen: GET /metrics, nothing else.
-func metricsOnly(m *metrics.Metrics) http.Handler {
+// On loopback it answers only requests addressed to an IP address or
+// localhost: a web page in a browser on this host could otherwise read the
+// metrics through a name of its own that it rebinds to 127.0.0.1 (DNS
+// rebinding), as such a request names the page's host.
+func metricsOnly(m *metrics.Metrics, loopback bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	return mux
+	if !loopback {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !localHost(r.Host) {
+			http.Error(w, "--metrics-listen answers requests to an IP address or localhost only", http.StatusMisdirectedRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// localHost reports whether a request's Host is an IP address or
+// localhost (with or without a port): what a scraper on this host uses,
+// and never a name a web page chose.
+func localHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return strings.EqualFold(host, "localhost")
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/sandbox"
 )
 
@@ -71,6 +74,35 @@ func TestLedgerFloorFlag(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "--ledger-min-free") {
 			t.Errorf("ledgerFloorFlag(%q) = %v: the error does not name the flag", tt.in, err)
+		}
+	}
+}
+
+// --metrics-listen on loopback answers a scraper's request (to an address
+// or localhost), never one to a name, which only a web page rebinding its
+// own name to 127.0.0.1 would send (DNS rebinding).
+func TestMetricsOnlyRefusesRebinding(t *testing.T) {
+	m := metrics.New()
+	for _, tt := range []struct {
+		host     string
+		loopback bool
+		want     int
+	}{
+		{"127.0.0.1:9470", true, http.StatusOK},
+		{"[::1]:9470", true, http.StatusOK},
+		{"localhost:9470", true, http.StatusOK},
+		{"LOCALHOST", true, http.StatusOK},
+		{"attacker.example:9470", true, http.StatusMisdirectedRequest},
+		{"localhost.attacker.example", true, http.StatusMisdirectedRequest},
+		{"", true, http.StatusMisdirectedRequest},
+		{"prom-target.lan:9470", false, http.StatusOK}, // not loopback: warned of, served to any name
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.Host = tt.host
+		w := httptest.NewRecorder()
+		metricsOnly(m, tt.loopback).ServeHTTP(w, r)
+		if w.Code != tt.want {
+			t.Errorf("Host %q (loopback %v): %d, want %d", tt.host, tt.loopback, w.Code, tt.want)
 		}
 	}
 }

@@ -148,7 +148,7 @@ var scopeDoc = map[string]string{
 	auth.TokenRead:    "list tokens",
 	auth.TokenWrite:   "create and revoke tokens",
 	auth.TokenAll:     "both of those",
-	auth.MetricsRead:  "scrape GET /metrics (Prometheus)",
+	auth.MetricsRead:  "scrape GET /metrics (Prometheus; a key of every project only)",
 	auth.All:          "everything",
 }
 

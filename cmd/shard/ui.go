@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -85,6 +86,13 @@ for an API key there); shard ui is for one reached over its socket.`,
 // give headers), ?access_token=. Nothing else is forwarded.
 func uiGate(session string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only clean paths: /ui/../v0/... starts with /ui/ but is not the
+		// console's (the server would redirect it; the gate does not rely
+		// on that). The console never asks for one.
+		if p := r.URL.Path; p != cleanPath(p) {
+			uiRefuse(w, http.StatusNotFound, "not_found", "shard ui forwards clean paths only")
+			return
+		}
 		switch {
 		case r.URL.Path == "/" || r.URL.Path == "/ui":
 			http.Redirect(w, r, "/ui/", http.StatusFound)
@@ -107,6 +115,16 @@ func uiGate(session string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// cleanPath is p without dot segments or doubled slashes, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 func uiRefuse(w http.ResponseWriter, status int, code, msg string) {

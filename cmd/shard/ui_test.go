@@ -26,6 +26,13 @@ func TestUIGate(t *testing.T) {
 		{"upgrade with a wrong query key", "/v0/sandboxes/x/exec?access_token=nope", "", true, 401, false},
 		{"nothing else is forwarded", "/metrics", "Bearer " + session, false, 404, false},
 		{"nor a path that only starts alike", "/v0x", "Bearer " + session, false, 404, false},
+		// The server's mux would only redirect these, but the gate must
+		// not rest on that: without the key, nothing but /ui/ goes through.
+		{"no dot-dot out of /ui/", "/ui/../v0/tokens", "", false, 404, false},
+		{"nor an escaped one", "/ui/%2e%2e/v0/tokens", "", false, 404, false},
+		{"nor an escaped slash", "/ui/..%2fv0%2ftokens", "", false, 404, false},
+		{"nor a dot-dot upgrade", "/ui/../v0/sandboxes/x/exec", "", true, 404, false},
+		{"nor a doubled slash", "/ui//v0/tokens", "", false, 404, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -337,8 +337,12 @@ type statusWriter struct {
 	wrote bool
 }
 
+// WriteHeader records the answer's status: the first final one. An
+// informational 1xx (a 100 Continue, a 103 Early Hints that the ports
+// proxy forwards from a sandbox's server) is not the answer, and the
+// status that follows it is; 101 Switching Protocols is final.
 func (w *statusWriter) WriteHeader(c int) {
-	if !w.wrote {
+	if !w.wrote && (c >= 200 || c == http.StatusSwitchingProtocols) {
 		w.code, w.wrote = c, true
 	}
 	w.ResponseWriter.WriteHeader(c)

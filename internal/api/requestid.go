@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -77,10 +78,19 @@ func (s *Server) whoami(r *http.Request) (any, int, error) {
 	return Whoami{Name: p.Name, Project: p.Project, Scopes: p.Scopes, AllProjects: p.AllProjects()}, 200, nil
 }
 
-// metrics serves the Prometheus text format (see internal/metrics).
+// metrics serves the Prometheus text format (see internal/metrics). The
+// metrics are the whole server's (every project's sandboxes, execs and
+// requests), so a project's key does not read them, whatever its scopes:
+// only a key of every project, or the socket.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	if s.Metrics == nil {
 		http.NotFound(w, r)
+		return
+	}
+	if !isAdmin(r.Context()) {
+		p := auth.From(r.Context())
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "wrong_project",
+			"token %s belongs to project %s: the metrics are every project's, so only a key of every project reads them (shard token create --scope metrics:read --all-projects)", p.Name, p.Project))
 		return
 	}
 	s.Metrics.Handler().ServeHTTP(w, r)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/metrics"
+	"github.com/useshards/shard/internal/store"
 )
 
 // Every answer carries a request id, the access line carries the same, and
@@ -97,5 +98,67 @@ func TestConsoleRoute(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/ui/", nil))
 	if w.Code == 200 {
 		t.Errorf("POST /ui/: 200, want a refusal")
+	}
+}
+
+// An informational answer (1xx) before the final one is not the request's
+// status: the access line and the metrics carry the final one. (The ports
+// proxy forwards a sandbox server's 103 Early Hints, and a 100 followed by
+// nothing is a 502.)
+func TestAccessStatusSkipsInformational(t *testing.T) {
+	s, logBuf := testServer(t)
+	s.Metrics = metrics.New()
+	h := s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusContinue)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v0/anything", nil))
+	if !strings.Contains(logBuf.String(), "status=502") {
+		t.Errorf("access line %q, want status=502", logBuf)
+	}
+	m := httptest.NewRecorder()
+	s.Metrics.Handler().ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(m.Body.String(), `shard_api_requests_total{code="502"`) || strings.Contains(m.Body.String(), `code="103"`) {
+		t.Errorf("metrics count the 1xx, not the final 502:\n%s", grepLines(m.Body.String(), "shard_api_requests_total"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// The metrics are every project's: a project's key does not read them,
+// even with "*"; a key of every project with metrics:read does.
+func TestMetricsOnlyForEveryProject(t *testing.T) {
+	s, _ := testServer(t)
+	s.Metrics = metrics.New()
+	h := s.Handler()
+	for _, tt := range []struct {
+		p    *auth.Principal
+		want int
+	}{
+		{&auth.Principal{Name: "team", Project: "team-a", Scopes: []string{auth.All}}, http.StatusForbidden},
+		{&auth.Principal{Name: "prom-a", Project: "team-a", Scopes: []string{auth.MetricsRead}}, http.StatusForbidden},
+		{&auth.Principal{Name: "prom", Project: store.AllProjects, Scopes: []string{auth.MetricsRead}}, http.StatusOK},
+		{&auth.Principal{Name: "ci", Project: store.AllProjects, Scopes: []string{auth.SandboxRead}}, http.StatusForbidden},
+		{auth.Admin, http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), tt.p)))
+		if w.Code != tt.want {
+			t.Errorf("%s of project %q: %d %s, want %d", tt.p.Name, tt.p.Project, w.Code, w.Body, tt.want)
+		}
+		if tt.want == http.StatusForbidden && tt.p.Project != store.AllProjects && !strings.Contains(w.Body.String(), "wrong_project") {
+			t.Errorf("%s: %s, want wrong_project", tt.p.Name, w.Body)
+		}
 	}
 }

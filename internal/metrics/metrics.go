@@ -109,8 +109,18 @@ func (m *Metrics) Request(route, method string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.requests.WithLabelValues(route, method, codeLabel(code)).Inc()
 	m.requestDur.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// codeLabel is a status as a label: a status HTTP defines, else "other".
+// A sandbox's server chooses the status the ports proxy answers with, any
+// of 100 to 999: each would be a series of its own.
+func codeLabel(code int) string {
+	if http.StatusText(code) == "" {
+		return "other"
+	}
+	return strconv.Itoa(code)
 }
 
 // Op observes a lifecycle step (create, fork, checkpoint, restore).

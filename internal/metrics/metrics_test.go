@@ -87,3 +87,24 @@ func TestScrapeStateError(t *testing.T) {
 		}
 	}
 }
+
+// A status is a label only when HTTP defines it: the ports proxy answers
+// with whatever status a sandbox's server sends (100 to 999), and each
+// would otherwise be a series.
+func TestRequestCodeLabelBounded(t *testing.T) {
+	m := New()
+	for _, code := range []int{200, 418, 299, 599, 777, 999} {
+		m.Request("/v0/sandboxes/{id}/ports/{port}/{path...}", "GET", code, time.Millisecond)
+	}
+	out := scrape(t, m)
+	for _, want := range []string{`code="200"`, `code="418"`, `code="other",method="GET",route="/v0/sandboxes/{id}/ports/{port}/{path...}"} 4`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	for _, bad := range []string{`code="299"`, `code="599"`, `code="777"`, `code="999"`} {
+		if strings.Contains(out, bad) {
+			t.Errorf("a status HTTP does not define became a label: %s", bad)
+		}
+	}
+}

@@ -26,9 +26,11 @@ const Prefix = "/ui/"
 
 // Security headers on every answer: the console runs only its own script,
 // talks only to its own origin (the WebSocket exec included: 'self' covers
-// ws: to the same host), and is never framed.
+// ws: to the same host), and is never framed; no <base> and no form
+// submission (its forms are handled by script), which default-src does not
+// cover.
 var securityHeaders = map[string]string{
-	"Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+	"Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
 	"X-Content-Type-Options":  "nosniff",
 	"Referrer-Policy":         "no-referrer",
 }

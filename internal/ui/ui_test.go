@@ -177,4 +177,28 @@ func TestGzip(t *testing.T) {
 			}
 		}
 	}
+
+// TestCSP: the console's policy runs no inline or evaluated script, is
+// never framed, and closes what default-src leaves open (<base>, where
+// forms submit).
+func TestCSP(t *testing.T) {
+	csp := securityHeaders["Content-Security-Policy"]
+	directives := map[string]string{}
+	for _, d := range strings.Split(csp, ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+		directives[name] = value
+	}
+	for name, want := range map[string]string{
+		"default-src":     "'self'",
+		"frame-ancestors": "'none'",
+		"base-uri":        "'none'",
+		"form-action":     "'none'",
+	} {
+		if directives[name] != want {
+			t.Errorf("%s is %q, want %q (CSP %q)", name, directives[name], want, csp)
+		}
+	}
+	if _, ok := directives["script-src"]; ok || strings.Contains(csp, "unsafe-eval") {
+		t.Errorf("the CSP loosens scripts: %q", csp)
+	}
 }

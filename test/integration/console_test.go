@@ -555,3 +555,33 @@ func BenchmarkConsoleFirstPaint(b *testing.B) {
 	}
 	report(b, s, "", "first-contentful-paint", "sandboxes-table")
 }
+
+// TestConsoleKeyChangeDropsProject: the project a key of every project
+// chose stays with that key. Another key given to the same tab (by #key=,
+// or typed after a 401) starts from its own project: a project's key that
+// sent the other project's name was refused (wrong_project) on every
+// request, whoami too, and the tab could not sign in again.
+func TestConsoleKeyChangeDropsProject(t *testing.T) {
+	e := need(t)
+	ui := "http://" + e.tcp + "/ui/"
+	every := projectToken(t, "console-every", "*", auth.All)
+	own := token(t, "console-own", auth.SandboxRead)
+	ctx, _ := browser(t)
+	step(t, ctx, "a key of every project looks at another project", 30*time.Second,
+		nav(ui+"#key="+every),
+		visible(`header select.who-project`),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[any](`sessionStorage.setItem('shard.project', 'console-elsewhere')`)(ctx, tg)
+			return err
+		}),
+		chromedp.Reload(),
+		visible(`table#sandboxes`),
+		until(`document.querySelector('#who').textContent === 'console-every'`),
+	)
+	step(t, ctx, "a key of the default project given to the same tab signs in", 30*time.Second,
+		nav(ui+"sandboxes#key="+own),
+		visible(`table#sandboxes`),
+		until(`document.querySelector('#who').textContent === 'console-own'`),
+		until(`sessionStorage.getItem('shard.project') === null`),
+	)
+}

@@ -60,11 +60,22 @@ func scrapeMetrics(t testing.TB, addr, key string) map[string]float64 {
 // tells a key what it is.
 func TestMetricsAndRequestIDs(t *testing.T) {
 	e := need(t)
-	mkey := token(t, "metrics-reader", auth.MetricsRead)
+	// The metrics are every project's: a key of every project reads
+	// them, a project's key does not, whatever its scopes.
+	tc, err := e.c.CreateToken(ctxT(t), client.TokenRequest{Name: "metrics-reader", Scopes: []string{auth.MetricsRead}, Project: "*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.RevokeToken(context.Background(), tc.ID) })
+	mkey := tc.Key
+	pkey := token(t, "metrics-project", auth.All)
 	rkey := token(t, "metrics-sbread", auth.SandboxRead)
 
 	if got := scrapeMetrics(t, e.tcp, mkey); len(got) == 0 {
 		t.Fatal("a scrape with metrics:read found no series")
+	}
+	if status, ce := tcpCall(t, "GET", "/metrics", pkey, nil); status != 403 || ce.Code != "wrong_project" {
+		t.Errorf("GET /metrics with a project's key of every scope: %d %s %q, want 403 wrong_project", status, ce.Code, ce.Message)
 	}
 	if status, ce := tcpCall(t, "GET", "/metrics", rkey, nil); status != 403 || ce.Code != "missing_scope" || !strings.Contains(ce.Message, "metrics:read") {
 		t.Errorf("GET /metrics with sandbox:read: %d %s %q, want 403 missing_scope naming metrics:read", status, ce.Code, ce.Message)

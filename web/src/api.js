@@ -9,6 +9,11 @@ export function getKey() {
 }
 
 export function setKey(key) {
+  // The project chosen belongs to the key that chose it: another key (or
+  // none) starts from its own. A key of one project that sent the name of
+  // another would be refused (wrong_project) on every request, whoami too,
+  // and the tab could not sign in again.
+  if (key !== getKey()) sessionStorage.removeItem(PROJECT);
   if (key) sessionStorage.setItem(KEY, key);
   else sessionStorage.removeItem(KEY);
 }
