@@ -177,6 +177,7 @@ func TestGzip(t *testing.T) {
 			}
 		}
 	}
+}
 
 // TestCSP: the console's policy runs no inline or evaluated script, is
 // never framed, and closes what default-src leaves open (<base>, where
