@@ -984,6 +984,7 @@ func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 			pr.Out.Host = "" // the server's host, not the one the request was sent to
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del(ProjectHeader)
+			StripKeyProtocols(pr.Out.Header)
 			c.authorize(pr.Out.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -1011,6 +1012,7 @@ func (c *Client) ServerProxy() http.Handler {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
 			pr.Out.Host = ""
 			pr.Out.Header.Del("Authorization")
+			StripKeyProtocols(pr.Out.Header)
 			if q := pr.Out.URL.Query(); q.Has("access_token") {
 				q.Del("access_token")
 				pr.Out.URL.RawQuery = q.Encode()

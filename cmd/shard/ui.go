@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/termsafe"
 )
 
@@ -83,7 +84,8 @@ for an API key there); shard ui is for one reached over its socket.`,
 // uiGate lets the console's own files through (/ui/: nothing secret), and
 // the API (/v0/) only to a request carrying session as its key, in the
 // Authorization header or, for a WebSocket upgrade (which a browser cannot
-// give headers), ?access_token=. Nothing else is forwarded.
+// give headers), a subprotocol (client.KeyProtocol) or ?access_token=.
+// Nothing else is forwarded.
 func uiGate(session string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Only clean paths: /ui/../v0/... starts with /ui/ but is not the
@@ -107,7 +109,9 @@ func uiGate(session string, next http.Handler) http.Handler {
 		}
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-			key, ok = r.URL.Query().Get("access_token"), true
+			if key, ok = client.KeyFromProtocols(r.Header); !ok {
+				key, ok = r.URL.Query().Get("access_token"), true
+			}
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(session)) != 1 {
 			uiRefuse(w, http.StatusUnauthorized, "unauthenticated", "shard ui needs the key of its URL (after #key=): open the URL it printed")

@@ -52,3 +52,33 @@ func TestUIGate(t *testing.T) {
 		})
 	}
 }
+
+// A browser's WebSocket offers the key as a subprotocol; the gate takes it
+// there too, and only for an upgrade.
+func TestUIGateKeyProtocol(t *testing.T) {
+	const session = "shui_secret"
+	passed := false
+	h := uiGate(session, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { passed = true }))
+	for _, tt := range []struct {
+		name, proto string
+		upgrade     bool
+		want        int
+	}{
+		{"the session's key", "shard, shard.key." + session, true, 200},
+		{"another key", "shard, shard.key.shk_other", true, 401},
+		{"no key offered", "shard", true, 401},
+		{"not an upgrade", "shard, shard.key." + session, false, 401},
+	} {
+		passed = false
+		r := httptest.NewRequest("GET", "/v0/sandboxes/x/exec", nil)
+		r.Header.Set("Sec-WebSocket-Protocol", tt.proto)
+		if tt.upgrade {
+			r.Header.Set("Upgrade", "websocket")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tt.want || passed != (tt.want == 200) {
+			t.Errorf("%s: %d (forwarded %v), want %d", tt.name, w.Code, passed, tt.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
@@ -236,9 +237,10 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.Path = "/" + r.PathValue("path")
 			pr.Out.URL.RawPath = ""
 			// The shard key is not the app's: neither the header nor the
-			// ?access_token= a WebSocket client may have used.
+			// subprotocol or ?access_token= a WebSocket client may have used.
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del(ProjectHeader)
+			client.StripKeyProtocols(pr.Out.Header)
 			if q := pr.Out.URL.Query(); q.Has("access_token") {
 				q.Del("access_token")
 				pr.Out.URL.RawQuery = q.Encode()

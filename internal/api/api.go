@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
@@ -236,12 +237,16 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 }
 
 // bearer returns the request's API key: the Authorization header, or for a
-// WebSocket upgrade (which browsers cannot give headers) ?access_token=.
+// WebSocket upgrade (which browsers cannot give headers) a subprotocol
+// offered (client.KeyProtocol), or ?access_token=.
 func bearer(r *http.Request) (string, bool) {
 	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && v != "" {
 		return strings.TrimSpace(v), true
 	}
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if v, ok := client.KeyFromProtocols(r.Header); ok {
+			return v, true
+		}
 		if v := r.URL.Query().Get("access_token"); v != "" {
 			return v, true
 		}

@@ -388,7 +388,9 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sess.Close()
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	// The exec protocol is picked when offered: a browser that offered its
+	// key as a subprotocol must get one of its own back.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{client.ExecProtocol}})
 	if err != nil {
 		return
 	}

@@ -162,3 +162,25 @@ func TestMetricsOnlyForEveryProject(t *testing.T) {
 		}
 	}
 }
+
+// A WebSocket upgrade may carry its key as a subprotocol (a browser cannot
+// give it headers); a plain request may not.
+func TestBearerFromProtocol(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		upgrade bool
+		want    string
+	}{
+		{"upgrade", true, "shk_x_y"},
+		{"plain request", false, ""},
+	} {
+		r := httptest.NewRequest("GET", "/v0/sandboxes/a/exec", nil)
+		r.Header.Set("Sec-WebSocket-Protocol", "shard, shard.key.shk_x_y")
+		if tt.upgrade {
+			r.Header.Set("Upgrade", "websocket")
+		}
+		if got, _ := bearer(r); got != tt.want {
+			t.Errorf("%s: bearer %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -113,16 +113,23 @@ export function covers(granted, need) {
 }
 
 // execURL is the WebSocket exec's address; a browser cannot set headers on
-// an upgrade, so the key and project go in the query.
+// an upgrade, so the project goes in the query, and the key in the
+// subprotocols offered (execProtocols), never in the URL, which a
+// browser's console and a proxy's log print whole.
 export function execURL(id, req) {
   const u = new URL(`/v0/sandboxes/${enc(id)}/exec`, location.href);
   u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
   u.hash = '';
   u.search = '';
   u.searchParams.set('request', JSON.stringify(req));
-  const key = getKey();
-  if (key) u.searchParams.set('access_token', key);
   const p = getProject();
   if (p) u.searchParams.set('project', p);
   return u.toString();
+}
+
+// execProtocols are the subprotocols the exec's WebSocket offers: the
+// server picks "shard"; "shard.key.<key>" carries the key.
+export function execProtocols() {
+  const key = getKey();
+  return key ? ['shard', `shard.key.${key}`] : ['shard'];
 }

@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { Terminal as XTerm } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import '@xterm/xterm/css/xterm.css';
-import { execURL, get, enc } from './api.js';
+import { execURL, execProtocols, get, enc } from './api.js';
 
 const STDIN = 0x49; // 'I'
 const RESIZE = 0x52; // 'R'
@@ -52,7 +52,7 @@ export function Terminal({ id, argv }) {
       // not laid out yet: the observer below fits it
     }
     const req = { argv, tty: true, interactive: true, rows: term.rows, cols: term.cols };
-    const ws = new WebSocket(execURL(id, req));
+    const ws = new WebSocket(execURL(id, req), execProtocols());
     ws.binaryType = 'arraybuffer';
     let started = false;
     let exited = false;
