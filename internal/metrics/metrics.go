@@ -23,7 +23,8 @@ var opBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5
 
 // Metrics holds the server's instruments.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg     *prometheus.Registry
+	handler http.Handler
 
 	requests   *prometheus.CounterVec
 	requestDur *prometheus.HistogramVec
@@ -87,6 +88,8 @@ func New() *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
 	return m
 }
 
@@ -98,10 +101,12 @@ func (m *Metrics) Register(c prometheus.Collector) {
 	}
 }
 
-// Handler serves the text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
+// Handler serves the text format. Scrapes at once are few (one scraper,
+// perhaps two): past four, the next is refused with a 503 rather than let
+// a flood of them (--metrics-listen takes no key) eat the CPU the
+// sandboxes' execs need.
+// One handler serves every listener, so the bound is the server's.
+func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // Request counts an answered API request. route is the pattern it matched
 // (bounded: never the raw path, which a caller chooses).

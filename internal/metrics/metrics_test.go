@@ -108,3 +108,37 @@ func TestRequestCodeLabelBounded(t *testing.T) {
 		}
 	}
 }
+
+// Past four scrapes at once the next is refused (a flood on the keyless
+// --metrics-listen does not pile up reads of the server's state).
+func TestScrapesBounded(t *testing.T) {
+	m := New()
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	m.Watch(func() (State, error) {
+		entered <- struct{}{}
+		<-release
+		return State{}, nil
+	})
+	done := make(chan int, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			w := httptest.NewRecorder()
+			m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+			done <- w.Code
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		<-entered
+	}
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	if w.Code != 503 {
+		t.Errorf("a fifth scrape at once: %d, want 503", w.Code)
+	}
+	close(release)
+	for i := 0; i < 4; i++ {
+		if c := <-done; c != 200 {
+			t.Errorf("a scrape within the bound: %d", c)
+		}
+	}
+}
