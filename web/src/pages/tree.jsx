@@ -18,7 +18,7 @@ function label(n) {
 
 function sub(n) {
   if (n.kind === 'sandbox') return n.state;
-  if (n.kind === 'checkpoint') return n.via ? `${n.via} checkpoint` : 'checkpoint';
+  if (n.kind === 'checkpoint') return n.via && n.via !== 'checkpoint' ? `${n.via} checkpoint` : 'checkpoint';
   return n.kind + (n.removed ? ', removed' : '');
 }
 
