@@ -982,16 +982,11 @@ func (c *Client) PortProxy(sandbox string, port int) http.Handler {
 			rel = strings.TrimPrefix(rel, "/")
 			pr.Out.URL.Path, pr.Out.URL.RawPath = prefix+rel, escaped+(&url.URL{Path: rel}).EscapedPath()
 			pr.Out.Host = "" // the server's host, not the one the request was sent to
-			pr.Out.Header.Del("Authorization")
+			DropKey(pr.Out)
 			pr.Out.Header.Del(ProjectHeader)
-			StripKeyProtocols(pr.Out.Header)
 			c.authorize(pr.Out.Header)
 		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
-		},
+		ErrorHandler:  c.proxyError,
 		FlushInterval: -1, // streams (server-sent events, long polls) as they come
 	}
 }
@@ -1011,23 +1006,21 @@ func (c *Client) ServerProxy() http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
 			pr.Out.Host = ""
-			pr.Out.Header.Del("Authorization")
-			StripKeyProtocols(pr.Out.Header)
-			if q := pr.Out.URL.Query(); q.Has("access_token") {
-				q.Del("access_token")
-				pr.Out.URL.RawQuery = q.Encode()
-			}
+			DropKey(pr.Out)
 			proj := pr.In.Header.Get(ProjectHeader)
 			c.authorize(pr.Out.Header)
 			if proj != "" {
 				pr.Out.Header.Set(ProjectHeader, proj)
 			}
 		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
-		},
+		ErrorHandler:  c.proxyError,
 		FlushInterval: -1, // streams (exec output, a followed ledger) as they come
 	}
+}
+
+// proxyError answers a proxied request the server could not be reached for.
+func (c *Client) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
 }

@@ -47,6 +47,18 @@ func StripKeyProtocols(h http.Header) {
 	}
 }
 
+// DropKey removes every form of shard key from a request that goes on to
+// whoever must not see it: the Authorization header, a subprotocol
+// offered, ?access_token=.
+func DropKey(r *http.Request) {
+	r.Header.Del("Authorization")
+	StripKeyProtocols(r.Header)
+	if q := r.URL.Query(); q.Has("access_token") {
+		q.Del("access_token")
+		r.URL.RawQuery = q.Encode()
+	}
+}
+
 func protocols(h http.Header) []string {
 	var out []string
 	for _, v := range h.Values("Sec-WebSocket-Protocol") {

@@ -38,3 +38,16 @@ func TestKeyProtocols(t *testing.T) {
 		})
 	}
 }
+
+func TestDropKey(t *testing.T) {
+	r, _ := http.NewRequest("GET", "http://x/v0/sandboxes/a/exec?request=%7B%7D&access_token=shk_k&project=p", nil)
+	r.Header.Set("Authorization", "Bearer shk_k")
+	r.Header.Set("Sec-WebSocket-Protocol", "shard, shard.key.shk_k")
+	DropKey(r)
+	if r.Header.Get("Authorization") != "" || r.Header.Get("Sec-WebSocket-Protocol") != "shard" {
+		t.Errorf("headers kept a key: %v", r.Header)
+	}
+	if q := r.URL.Query(); q.Has("access_token") || q.Get("request") != "{}" || q.Get("project") != "p" {
+		t.Errorf("query %q: want the key gone and the rest kept", r.URL.RawQuery)
+	}
+}

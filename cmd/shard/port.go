@@ -86,19 +86,7 @@ Anyone who can reach the local address uses the port with your key: keep
 				termsafe.Fprintf(os.Stderr, "shard: listening on %s: anyone who can reach it uses port %d of %s with your key\n", ta, port, name)
 			}
 			termsafe.Fprintf(os.Stderr, "forwarding to port %d of sandbox %s; Ctrl-C to stop\n", port, name)
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if srv.Shutdown(sctx) != nil {
-				srv.Close()
-			}
-			return nil
+			return serveUntil(ctx, srv, ln)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "local address to serve on (port 0: a free one)")
@@ -126,4 +114,23 @@ func localURL(addr net.Addr) string {
 		}
 	}
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(ta.Port)) + "/"
+}
+
+// serveUntil serves ln until ctx ends (Ctrl-C), then shuts srv down, giving
+// requests under way two seconds: the local servers of shard port and
+// shard ui.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if srv.Shutdown(sctx) != nil {
+		srv.Close()
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -62,19 +61,7 @@ for an API key there); shard ui is for one reached over its socket.`,
 				termsafe.Fprintf(os.Stderr, "shard: listening on %s: anyone who reaches it and has the URL acts with your rights\n", ta)
 			}
 			termsafe.Fprintln(os.Stderr, "serving the console; Ctrl-C to stop")
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if srv.Shutdown(sctx) != nil {
-				srv.Close()
-			}
-			return nil
+			return serveUntil(ctx, srv, ln)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "local address to serve on (port 0: a free one)")

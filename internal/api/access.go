@@ -238,13 +238,8 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.RawPath = ""
 			// The shard key is not the app's: neither the header nor the
 			// subprotocol or ?access_token= a WebSocket client may have used.
-			pr.Out.Header.Del("Authorization")
+			client.DropKey(pr.Out)
 			pr.Out.Header.Del(ProjectHeader)
-			client.StripKeyProtocols(pr.Out.Header)
-			if q := pr.Out.URL.Query(); q.Has("access_token") {
-				q.Del("access_token")
-				pr.Out.URL.RawQuery = q.Encode()
-			}
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -275,4 +270,14 @@ func needFor(r *http.Request, grants, policy bool) error {
 		return need(r, auth.PolicyAll)
 	}
 	return nil
+}
+
+// whoami tells a key what it is: its name, project and scopes (the web
+// console hides what the key cannot do). The socket is the administrator.
+func (s *Server) whoami(r *http.Request) (any, int, error) {
+	p := auth.From(r.Context())
+	if p == nil || p.Admin {
+		return Whoami{Name: "admin", Project: store.AllProjects, Scopes: []string{auth.All}, AllProjects: true}, 200, nil
+	}
+	return Whoami{Name: p.Name, Project: p.Project, Scopes: p.Scopes, AllProjects: p.AllProjects()}, 200, nil
 }

@@ -216,7 +216,7 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
 		}
 		if p != nil {
-			if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok && !p.Admin {
+			if info := infoOf(r.Context()); info != nil && !p.Admin {
 				info.key = p.Name
 			}
 			if err := p.Need(scope); err != nil {
@@ -304,6 +304,24 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) version(*http.Request) (any, int, error) {
 	return map[string]string{"version": s.Version, "api": "v0"}, 200, nil
+}
+
+// metrics serves the Prometheus text format (see internal/metrics). The
+// metrics are the whole server's (every project's sandboxes, execs and
+// requests), so a project's key does not read them, whatever its scopes:
+// only a key of every project, or the socket.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.Metrics == nil {
+		http.NotFound(w, r)
+		return
+	}
+	if !isAdmin(r.Context()) {
+		p := auth.From(r.Context())
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "wrong_project",
+			"token %s belongs to project %s: the metrics are every project's, so only a key of every project reads them (shard token create --scope metrics:read --all-projects)", p.Name, p.Project))
+		return
+	}
+	s.Metrics.Handler().ServeHTTP(w, r)
 }
 
 // logged gives each request its id (X-Request-Id, on every answer), logs

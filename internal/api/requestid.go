@@ -1,13 +1,10 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
-
-	"github.com/useshards/shard/internal/auth"
-	"github.com/useshards/shard/internal/errdefs"
-	"github.com/useshards/shard/internal/store"
 )
 
 // RequestIDHeader carries a request's id on every answer (and may bring
@@ -23,6 +20,12 @@ type requestInfo struct {
 }
 
 type requestInfoKey struct{}
+
+// infoOf is the request's info that logged made (nil outside it).
+func infoOf(ctx context.Context) *requestInfo {
+	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	return info
+}
 
 // requestID is the caller's X-Request-Id when it is a plain token of at
 // most 64 characters (a proxy's or an SDK's id, kept so both logs agree),
@@ -50,7 +53,7 @@ func plainToken(s string) bool {
 // named records the route pattern a request matched.
 func named(pattern string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		if info := infoOf(r.Context()); info != nil {
 			info.route = pattern
 		}
 		next(w, r)
@@ -66,32 +69,4 @@ func knownMethod(m string) string {
 		return m
 	}
 	return "OTHER"
-}
-
-// whoami tells a key what it is: its name, project and scopes (the web
-// console hides what the key cannot do). The socket is the administrator.
-func (s *Server) whoami(r *http.Request) (any, int, error) {
-	p := auth.From(r.Context())
-	if p == nil || p.Admin {
-		return Whoami{Name: "admin", Project: store.AllProjects, Scopes: []string{auth.All}, AllProjects: true}, 200, nil
-	}
-	return Whoami{Name: p.Name, Project: p.Project, Scopes: p.Scopes, AllProjects: p.AllProjects()}, 200, nil
-}
-
-// metrics serves the Prometheus text format (see internal/metrics). The
-// metrics are the whole server's (every project's sandboxes, execs and
-// requests), so a project's key does not read them, whatever its scopes:
-// only a key of every project, or the socket.
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if s.Metrics == nil {
-		http.NotFound(w, r)
-		return
-	}
-	if !isAdmin(r.Context()) {
-		p := auth.From(r.Context())
-		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "wrong_project",
-			"token %s belongs to project %s: the metrics are every project's, so only a key of every project reads them (shard token create --scope metrics:read --all-projects)", p.Name, p.Project))
-		return
-	}
-	s.Metrics.Handler().ServeHTTP(w, r)
 }
