@@ -22,16 +22,24 @@ export function Confirm({ title, children, label, onConfirm, onClose }) {
       <form onSubmit={submit}>
         <div class="dialog-body">{children}</div>
         <ErrorBox error={a.error} />
-        <div class="buttons">
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="danger primary" data-action="confirm" disabled={a.busy}>
-            {a.busy ? label + '…' : label}
-          </button>
-        </div>
+        <DialogButtons onClose={onClose} busy={a.busy} action="confirm" label={label} danger />
       </form>
     </Dialog>
+  );
+}
+
+// DialogButtons are a dialog's Cancel and its submit button, which says
+// busyLabel (label and an ellipsis if none) while the request is under way.
+function DialogButtons({ onClose, busy, action, label, busyLabel, danger }) {
+  return (
+    <div class="buttons">
+      <button type="button" onClick={onClose}>
+        Cancel
+      </button>
+      <button type="submit" class={danger ? 'danger primary' : 'primary'} data-action={action} disabled={busy}>
+        {busy ? busyLabel || label + '…' : label}
+      </button>
+    </div>
   );
 }
 
@@ -84,14 +92,7 @@ function ForkDialog({ sb, onClose, done }) {
           <input name="tag" value={tag} onInput={(e) => setTag(e.currentTarget.value)} autocomplete="off" />
         </Field>
         <ErrorBox error={a.error} />
-        <div class="buttons">
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="primary" data-action="fork-submit" disabled={a.busy}>
-            {a.busy ? 'Forking…' : 'Fork'}
-          </button>
-        </div>
+        <DialogButtons onClose={onClose} busy={a.busy} action="fork-submit" label="Fork" busyLabel="Forking…" />
       </form>
     </Dialog>
   );
@@ -119,14 +120,7 @@ function CheckpointDialog({ sb, onClose, done }) {
           <input name="tag" value={tag} onInput={(e) => setTag(e.currentTarget.value)} autocomplete="off" />
         </Field>
         <ErrorBox error={a.error} />
-        <div class="buttons">
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="primary" data-action="checkpoint-submit" disabled={a.busy}>
-            {a.busy ? 'Saving…' : 'Checkpoint'}
-          </button>
-        </div>
+        <DialogButtons onClose={onClose} busy={a.busy} action="checkpoint-submit" label="Checkpoint" busyLabel="Saving…" />
       </form>
     </Dialog>
   );
@@ -330,14 +324,7 @@ export function CreateDialog({ onClose, done, from }) {
           </div>
         ) : null}
         <ErrorBox error={a.error} />
-        <div class="buttons">
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="primary" data-action="create-submit" disabled={a.busy}>
-            {a.busy ? 'Creating…' : 'Create'}
-          </button>
-        </div>
+        <DialogButtons onClose={onClose} busy={a.busy} action="create-submit" label="Create" busyLabel="Creating…" />
       </form>
     </Dialog>
   );
@@ -366,14 +353,7 @@ export function RestoreDialog({ cp, onClose, done }) {
           <input name="name" value={name} onInput={(e) => setName(e.currentTarget.value)} autocomplete="off" />
         </Field>
         <ErrorBox error={a.error} />
-        <div class="buttons">
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" class="primary" data-action="restore-submit" disabled={a.busy}>
-            {a.busy ? 'Restoring…' : 'Restore'}
-          </button>
-        </div>
+        <DialogButtons onClose={onClose} busy={a.busy} action="restore-submit" label="Restore" busyLabel="Restoring…" />
       </form>
     </Dialog>
   );

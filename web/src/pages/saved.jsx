@@ -183,11 +183,29 @@ export function Snapshots({ query }) {
   );
 }
 
+// useCreateFrom is a row's "New sandbox…" cell and the create dialog it
+// opens, from what from(row) names (the row's image or environment); the
+// new sandbox's page opens when it is made.
+function useCreateFrom(from) {
+  const [row, setRow] = useState(null);
+  const cell = (r) => (
+    <td class="right">
+      <button data-action="create" onClick={() => setRow(r)}>
+        New sandbox…
+      </button>
+    </td>
+  );
+  const dialog = row ? (
+    <CreateDialog from={from(row)} onClose={() => setRow(null)} done={(sb) => navigate(`/sandboxes/${sb.id}`)} />
+  ) : null;
+  return [cell, dialog];
+}
+
 export function Environments({ query }) {
   const { can } = useSession();
   const write = can('sandbox:write');
   const q = usePoll(() => get('/v0/environments'), [], 5000);
-  const [creating, setCreating] = useState(null);
+  const [newSandbox, createDialog] = useCreateFrom((en) => ({ environment: en.name }));
   const focus = query.get('focus');
   return (
     <Section title="Environments">
@@ -229,26 +247,14 @@ export function Environments({ query }) {
                     </Link>
                   </td>
                   <td>{time(en.created_at)}</td>
-                  {write ? (
-                    <td class="right">
-                      <button data-action="create" onClick={() => setCreating(en)}>
-                        New sandbox…
-                      </button>
-                    </td>
-                  ) : null}
+                  {write ? newSandbox(en) : null}
                 </tr>
               ))}
             </tbody>
           </table>
         )}
       </Loaded>
-      {creating ? (
-        <CreateDialog
-          from={{ environment: creating.name }}
-          onClose={() => setCreating(null)}
-          done={(sb) => navigate(`/sandboxes/${sb.id}`)}
-        />
-      ) : null}
+      {createDialog}
     </Section>
   );
 }
@@ -257,7 +263,7 @@ export function Images() {
   const { can } = useSession();
   const write = can('sandbox:write');
   const q = usePoll(() => get('/v0/images'), [], 5000);
-  const [creating, setCreating] = useState(null);
+  const [newSandbox, createDialog] = useCreateFrom((im) => ({ image: im.name }));
   return (
     <Section title="Images">
       <Loaded q={q}>
@@ -290,26 +296,14 @@ export function Images() {
                   <td>{im.layers}</td>
                   <td>{im.project || 'shared'}</td>
                   <td>{time(im.created)}</td>
-                  {write ? (
-                    <td class="right">
-                      <button data-action="create" onClick={() => setCreating(im)}>
-                        New sandbox…
-                      </button>
-                    </td>
-                  ) : null}
+                  {write ? newSandbox(im) : null}
                 </tr>
               ))}
             </tbody>
           </table>
         )}
       </Loaded>
-      {creating ? (
-        <CreateDialog
-          from={{ image: creating.name }}
-          onClose={() => setCreating(null)}
-          done={(sb) => navigate(`/sandboxes/${sb.id}`)}
-        />
-      ) : null}
+      {createDialog}
     </Section>
   );
 }
