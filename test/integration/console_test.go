@@ -407,6 +407,18 @@ func TestConsole(t *testing.T) {
 		visible(row(made)+`[data-state="running"]`),
 	)
 
+	// An image's row opens the create dialog with that image filled in;
+	// Cancel closes it and makes nothing.
+	step(t, ctx, "new sandbox from the images page", time.Minute,
+		nav(ui+"images"),
+		visible(`#images tbody tr button[data-action="create"]`),
+		click(`#images tbody tr button[data-action="create"]`),
+		visible(`dialog[open] input[name="image"]`),
+		until(`document.querySelector('dialog[open] input[name="image"]').value !== ''`),
+		click(`dialog[open] button[type="button"]`),
+		gone(`dialog[open]`),
+	)
+
 	step(t, ctx, "remove the fork, with a confirm", time.Minute,
 		nav(ui+"sandboxes"),
 		visible(row(fork)+` button[data-action="remove"]`),
