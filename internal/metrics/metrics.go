@@ -136,11 +136,6 @@ func (m *Metrics) Op(op, provider string, d time.Duration, err error) {
 	m.ops.WithLabelValues(op, provider, result(err)).Observe(d.Seconds())
 }
 
-// Since is Op from start until now: `defer m.Since("create", p, time.Now(), &err)`.
-func (m *Metrics) Since(op, provider string, start time.Time, err *error) {
-	m.Op(op, provider, time.Since(start), *err)
-}
-
 // ForkPhase observes one phase of a successful fork.
 func (m *Metrics) ForkPhase(phase string, d time.Duration) {
 	if m == nil {
