@@ -395,6 +395,8 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusConflict
 	case errdefs.KindUnavailable:
 		return http.StatusBadGateway
+	case errdefs.KindUnreachable:
+		return http.StatusServiceUnavailable
 	case errdefs.KindForbidden:
 		return http.StatusForbidden
 	case errdefs.KindUnauth:

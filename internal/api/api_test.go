@@ -178,6 +178,7 @@ func TestStatusOf(t *testing.T) {
 		{errdefs.KindConflict, http.StatusConflict},
 		{errdefs.KindUnsupported, http.StatusConflict},
 		{errdefs.KindUnavailable, http.StatusBadGateway},
+		{errdefs.KindUnreachable, http.StatusServiceUnavailable},
 		{errdefs.KindForbidden, http.StatusForbidden},
 		{errdefs.KindUnauth, http.StatusUnauthorized},
 		{errdefs.KindTooLarge, http.StatusRequestEntityTooLarge},

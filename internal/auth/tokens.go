@@ -14,7 +14,16 @@ import (
 
 // Tokens creates, lists, revokes and checks API keys.
 type Tokens struct {
-	Store *store.Store
+	Store TokenStore
+}
+
+// TokenStore keeps tokens' records: the server's SQLite store on a single
+// host, etcd in a cluster (internal/cluster).
+type TokenStore interface {
+	AddToken(ctx context.Context, t *store.Token) error
+	GetToken(ctx context.Context, idOrName string) (*store.Token, error)
+	ListTokens(ctx context.Context) ([]*store.Token, error)
+	DeleteToken(ctx context.Context, id string) error
 }
 
 var (

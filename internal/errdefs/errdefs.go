@@ -19,7 +19,8 @@ const (
 	KindNotFound    Kind = "not_found"         // 404
 	KindConflict    Kind = "conflict"          // 409: the state does not allow it
 	KindUnsupported Kind = "unsupported"       // 409: the provider cannot do this here
-	KindUnavailable Kind = "unavailable"       // 503/502: a dependency is not reachable
+	KindUnavailable Kind = "unavailable"       // 502: a dependency is not reachable
+	KindUnreachable Kind = "unreachable"       // 503: a node of the cluster (or its etcd) is not reachable; try again later
 	KindForbidden   Kind = "forbidden"         // 403
 	KindUnauth      Kind = "unauthenticated"   // 401
 	KindTooLarge    Kind = "too_large"         // 413

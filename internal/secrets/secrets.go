@@ -25,12 +25,21 @@ const MaxValue = 256 << 10
 
 // Service sets, lists, removes and opens secrets.
 type Service struct {
-	store *store.Store
+	store Store
 	aead  cipher.AEAD
 }
 
+// Store keeps sealed secrets: the server's SQLite store on a single host,
+// etcd in a cluster (internal/cluster).
+type Store interface {
+	PutSecret(ctx context.Context, sec *store.Secret) error
+	GetSecret(ctx context.Context, name string) (*store.Secret, error)
+	ListSecrets(ctx context.Context) ([]*store.Secret, error)
+	DeleteSecret(ctx context.Context, name string) error
+}
+
 // Open loads (or makes, on first use) the key at keyPath.
-func Open(st *store.Store, keyPath string) (*Service, error) {
+func Open(st Store, keyPath string) (*Service, error) {
 	key, err := os.ReadFile(keyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		key = make([]byte, 32)
@@ -49,6 +58,11 @@ func Open(st *store.Store, keyPath string) (*Service, error) {
 	if len(key) != 32 {
 		return nil, fmt.Errorf("secret key %s: %d bytes, want 32", keyPath, len(key))
 	}
+	return New(st, key)
+}
+
+// New seals with key (32 bytes): a cluster's nodes share theirs.
+func New(st Store, key []byte) (*Service, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err

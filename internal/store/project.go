@@ -131,6 +131,9 @@ func scope(ctx context.Context) (string, []any) {
 	return "", nil
 }
 
+// ProjectOf is projectOf for the stores kept elsewhere (the cluster's).
+func ProjectOf(ctx context.Context, rec string) (string, error) { return projectOf(ctx, rec) }
+
 // projectOf is the project a new record made under ctx belongs to: its own
 // if it names one (a fork's is its source's), else ctx's. A record of
 // another project than a scoped ctx's is a bug of the caller's, refused.

@@ -33,6 +33,7 @@ type Store struct {
 	addrs  addrIndex // guarded by addrMu
 
 	onAppend func(time.Duration) // see ObserveAppends
+	reg      Registry            // see SetRegistry; nil on a single host
 }
 
 // Shape is what a sandbox is made of and bounded by: its image, runtime,
@@ -204,11 +205,35 @@ type EventSpec struct {
 	Data    any
 }
 
+// Registry is told of every sandbox this store makes, renames or
+// removes: a cluster (internal/cluster) keeps names unique across its
+// nodes and knows where each sandbox lives. Claim refuses a name another
+// node's sandbox holds (name_taken), or fails when the registry cannot be
+// reached, and then nothing is made.
+type Registry interface {
+	Claim(ctx context.Context, sb *Sandbox) error
+	// Release forgets sb; a registry that cannot be reached now puts it
+	// right when it reconciles (and logs why it could not).
+	Release(ctx context.Context, sb *Sandbox)
+}
+
+// SetRegistry makes reg the store's registry (before the store is used).
+func (s *Store) SetRegistry(reg Registry) { s.reg = reg }
+
 // CreateSandbox inserts a new record (and its ledger session and event).
-func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
-	var err error
+func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) (err error) {
 	if sb.Project, err = projectOf(ctx, sb.Project); err != nil {
 		return err
+	}
+	if s.reg != nil {
+		if err := s.reg.Claim(ctx, sb); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				s.reg.Release(context.WithoutCancel(ctx), sb)
+			}
+		}()
 	}
 	want := sb.Session
 	err = s.tx(ctx, func(tx *sql.Tx) error {
@@ -259,9 +284,17 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		if err != nil {
 			return err
 		}
+		was := sb.Name
 		ev, err := fn(sb)
 		if err != nil {
 			return err
+		}
+		if s.reg != nil && sb.Name != was {
+			// Inside the transaction, so two renames of one sandbox
+			// reach the registry in the order they commit here.
+			if err := s.reg.Claim(ctx, sb); err != nil {
+				return err
+			}
 		}
 		doc, err := json.Marshal(sb)
 		if err != nil {
@@ -284,11 +317,13 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 
 // DeleteSandbox removes the record, writing ev in the same transaction.
 func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) error {
+	var gone *Sandbox
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		sb, err := getTx(ctx, tx, `id = ?1`, id)
 		if err != nil {
 			return err
 		}
+		gone = sb
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 			return err
 		}
@@ -296,6 +331,9 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) err
 	})
 	if err == nil {
 		s.unindexAddr(id)
+		if s.reg != nil {
+			s.reg.Release(context.WithoutCancel(ctx), gone)
+		}
 	}
 	return err
 }

@@ -1,0 +1,288 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/store"
+)
+
+// Tokens and secrets live in etcd, so a key made on one node works on
+// every node and a secret set on one is granted on another. Both keep the
+// store's rules: a scoped context sees its own project's records only.
+
+// Tokens is the cluster's token store (auth.TokenStore).
+func (c *Cluster) Tokens() *TokenStore { return &TokenStore{c: c} }
+
+// TokenStore keeps API keys' records (hashes, never keys) in etcd; a
+// watch keeps a copy of them on every node, so a key is checked without a
+// round trip and still works on a node that has lost etcd.
+type TokenStore struct{ c *Cluster }
+
+func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
+	var err error
+	if tok.Project, err = store.ProjectOf(ctx, tok.Project); err != nil {
+		return err
+	}
+	doc, _ := json.Marshal(tok)
+	c := t.c
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	nameKey := c.key("token-names", tok.Project, tok.Name)
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(nameKey), "=", 0)).
+		Then(clientv3.OpPut(nameKey, tok.ID), clientv3.OpPut(c.key("tokens", tok.ID), string(doc))).Commit()
+	if err != nil {
+		return Unavailable(err)
+	}
+	if !resp.Succeeded {
+		return errdefs.Conflict("name_taken", "a token named %s already exists", tok.Name)
+	}
+	c.tokens.put(tok)
+	return nil
+}
+
+func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Token, error) {
+	notFound := errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName)
+	if tok, ok := t.c.tokens.get(idOrName); ok {
+		if project.Visible(ctx, tok.Project) {
+			return tok, nil
+		}
+		return nil, notFound
+	}
+	all, err := t.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found []*store.Token
+	for _, tok := range all {
+		if tok.ID == idOrName {
+			return tok, nil
+		}
+		if tok.Name == idOrName {
+			found = append(found, tok)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, notFound
+	case 1:
+		return found[0], nil
+	}
+	return nil, errdefs.Conflict("ambiguous_name", "token %s exists in more than one project: give its id, or choose a project", idOrName)
+}
+
+func (t *TokenStore) ListTokens(ctx context.Context) ([]*store.Token, error) {
+	out, err := t.list(ctx)
+	slices.SortStableFunc(out, func(a, b *store.Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, err
+}
+
+// list reads every token visible under ctx from etcd (not the copy: a
+// token made a moment ago on another node is there).
+func (t *TokenStore) list(ctx context.Context) ([]*store.Token, error) {
+	c := t.c
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.key("tokens")+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, Unavailable(err)
+	}
+	var out []*store.Token
+	for _, kv := range resp.Kvs {
+		var tok store.Token
+		if json.Unmarshal(kv.Value, &tok) != nil {
+			continue
+		}
+		c.tokens.put(&tok)
+		if project.Visible(ctx, tok.Project) {
+			out = append(out, &tok)
+		}
+	}
+	return out, nil
+}
+
+func (t *TokenStore) DeleteToken(ctx context.Context, id string) error {
+	c := t.c
+	tok, err := t.GetToken(ctx, id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	nameKey := c.key("token-names", tok.Project, tok.Name)
+	_, err = c.cli.Txn(ctx).Then(
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(nameKey), "=", tok.ID)}, []clientv3.Op{clientv3.OpDelete(nameKey)}, nil),
+		clientv3.OpDelete(c.key("tokens", tok.ID)),
+	).Commit()
+	if err != nil {
+		return Unavailable(err)
+	}
+	c.tokens.drop(tok.ID)
+	return nil
+}
+
+// tokenCache is every node's copy of the tokens, kept by a watch. A key
+// whose id it lacks is looked up in etcd (it may be a moment old).
+type tokenCache struct {
+	c  *Cluster
+	mu sync.Mutex
+	m  map[string]*store.Token // by id; guarded by mu
+}
+
+func newTokenCache(c *Cluster) *tokenCache { return &tokenCache{c: c, m: map[string]*store.Token{}} }
+
+func (tc *tokenCache) get(id string) (*store.Token, bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	t, ok := tc.m[id]
+	if !ok {
+		return nil, false
+	}
+	cp := *t
+	return &cp, true
+}
+
+func (tc *tokenCache) put(t *store.Token) {
+	cp := *t
+	tc.mu.Lock()
+	tc.m[t.ID] = &cp
+	tc.mu.Unlock()
+}
+
+func (tc *tokenCache) drop(id string) { tc.mu.Lock(); delete(tc.m, id); tc.mu.Unlock() }
+
+// watch fills the copy and follows every change until stop; a broken watch
+// (etcd away, history compacted) starts over from a fresh list, which also
+// drops tokens revoked meanwhile.
+func (tc *tokenCache) watch(stop <-chan struct{}) {
+	c := tc.c
+	prefix := c.key("tokens") + "/"
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	for ctx.Err() == nil {
+		lctx, lcancel := context.WithTimeout(ctx, Timeout)
+		resp, err := c.cli.Get(lctx, prefix, clientv3.WithPrefix())
+		lcancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		fresh := map[string]*store.Token{}
+		for _, kv := range resp.Kvs {
+			var tok store.Token
+			if json.Unmarshal(kv.Value, &tok) == nil {
+				fresh[tok.ID] = &tok
+			}
+		}
+		tc.mu.Lock()
+		tc.m = fresh
+		tc.mu.Unlock()
+		wch := c.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				id := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+				if ev.Type == clientv3.EventTypeDelete {
+					tc.drop(id)
+					continue
+				}
+				var tok store.Token
+				if json.Unmarshal(ev.Kv.Value, &tok) == nil {
+					tc.put(&tok)
+				}
+			}
+		}
+	}
+}
+
+// Secrets is the cluster's secret store (secrets.Store): sealed values in
+// etcd, opened only with SealKey, which never leaves the nodes.
+func (c *Cluster) Secrets() *SecretStore { return &SecretStore{c: c} }
+
+// SealKey is the key secrets are sealed with, derived from the cluster key.
+func (c *Cluster) SealKey() []byte { return slices.Clone(c.sealKey) }
+
+// SecretStore keeps sealed secrets in etcd.
+type SecretStore struct{ c *Cluster }
+
+func (s *SecretStore) PutSecret(ctx context.Context, sec *store.Secret) error {
+	var err error
+	if sec.Project, err = store.ProjectOf(ctx, sec.Project); err != nil {
+		return err
+	}
+	doc, _ := json.Marshal(sec)
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	if _, err := s.c.cli.Put(ctx, s.c.key("secrets", sec.Project, sec.Name), string(doc)); err != nil {
+		return Unavailable(err)
+	}
+	return nil
+}
+
+func (s *SecretStore) GetSecret(ctx context.Context, name string) (*store.Secret, error) {
+	all, err := s.ListSecrets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found []*store.Secret
+	for _, sec := range all {
+		if sec.Name == name {
+			found = append(found, sec)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name)
+	case 1:
+		return found[0], nil
+	}
+	return nil, errdefs.Conflict("ambiguous_name", "secret %s exists in more than one project: choose a project", name)
+}
+
+func (s *SecretStore) ListSecrets(ctx context.Context) ([]*store.Secret, error) {
+	prefix := s.c.key("secrets") + "/"
+	if p, ok := project.From(ctx); ok {
+		prefix += p + "/"
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := s.c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, Unavailable(err)
+	}
+	var out []*store.Secret
+	for _, kv := range resp.Kvs {
+		var sec store.Secret
+		if json.Unmarshal(kv.Value, &sec) == nil {
+			out = append(out, &sec)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *store.Secret) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (s *SecretStore) DeleteSecret(ctx context.Context, name string) error {
+	sec, err := s.GetSecret(ctx, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	if _, err := s.c.cli.Delete(ctx, s.c.key("secrets", sec.Project, sec.Name)); err != nil {
+		return Unavailable(err)
+	}
+	return nil
+}

@@ -1,0 +1,376 @@
+// Package cluster joins several `shard serve` nodes into one server. Their
+// shared state lives in etcd under one prefix (nodes as leases, where each
+// sandbox lives, names unique across the nodes, tokens, sealed secrets), so
+// shard runs no consensus or membership protocol of its own; what belongs
+// to one node (rootfs, checkpoints, the ledger) stays on that node.
+//
+// The package knows etcd and nothing of HTTP or runtimes: internal/api
+// proxies a request to the node this package names, and the sandbox
+// store reports every sandbox it makes or removes (store.Registry).
+package cluster
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/names"
+)
+
+func zapNop() *zap.Logger { return zap.NewNop() }
+
+// Config is how a node joins.
+type Config struct {
+	Endpoints []string // etcd client URLs
+	Prefix    string   // every key lives under it; default "/shard/"
+	Node      string   // this node's name, unique in the cluster
+	Advertise string   // the URL other nodes reach this node's API at
+	// Key is the cluster key (32 bytes) every node holds: it seals secrets
+	// and signs node-to-node requests. It is never written to etcd, so
+	// etcd's contents alone open no secret and forge no request.
+	Key []byte
+	// TTL is the node's lease: a node silent this long is unreachable.
+	TTL time.Duration
+	// Stats returns this node's figures, published at every heartbeat.
+	Stats func() Stats
+	Log   *slog.Logger
+}
+
+// Stats is what a node publishes of itself for placement and `shard node ls`.
+type Stats struct {
+	Providers   []string `json:"providers"`
+	MemoryTotal int64    `json:"memory_total"`
+	MemoryFree  int64    `json:"memory_free"` // memory sandboxes may still be given
+	Load        float64  `json:"load"`        // 1-minute load average
+	CPUs        int      `json:"cpus"`
+	Sandboxes   int      `json:"sandboxes"`
+}
+
+// Node states.
+const (
+	NodeUp          = "up"
+	NodeUnreachable = "unreachable" // its lease expired: it may come back
+)
+
+// Node is one member of the cluster as etcd knows it.
+type Node struct {
+	Name     string    `json:"name"`
+	Address  string    `json:"address"`
+	State    string    `json:"state"`
+	JoinedAt time.Time `json:"joined_at"`
+	SeenAt   time.Time `json:"seen_at"` // its last heartbeat
+	Stats
+}
+
+// member is a node's lasting record: it stays when the node's lease
+// expires, so the node shows as unreachable rather than gone.
+type member struct {
+	Name     string    `json:"name"`
+	Address  string    `json:"address"`
+	JoinedAt time.Time `json:"joined_at"`
+}
+
+// Cluster is this node's membership. Its methods are safe for concurrent use.
+type Cluster struct {
+	cfg     Config
+	cli     *clientv3.Client
+	sealKey []byte // derived from the cluster key: secrets
+	signKey []byte // derived from the cluster key: node-to-node requests
+	tokens  *tokenCache
+
+	mu      sync.Mutex
+	lease   clientv3.LeaseID // guarded by mu
+	nodes   []Node           // the last list read, for when etcd is down; guarded by mu
+	healthy bool             // the last heartbeat reached etcd; guarded by mu
+	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
+	joined  time.Time
+
+	stop chan struct{}
+	done chan struct{}
+	// reconcile is called after every (re)join: the node puts its own
+	// sandboxes back into etcd and drops placements it no longer has.
+	reconcile func(context.Context) error
+}
+
+// Timeout bounds one etcd call made for a request, so a request never
+// hangs on an etcd that is gone.
+const Timeout = 3 * time.Second
+
+// Unavailable is the error of a cluster-wide write (or read) while etcd
+// cannot be reached: the node still serves its own sandboxes.
+func Unavailable(err error) error {
+	return errdefs.New(errdefs.KindUnreachable, "cluster_unavailable",
+		"the cluster's etcd cannot be reached (%v): this node still runs its own sandboxes, but creates, names, tokens and secrets need etcd; try again when it is back", shortErr(err))
+}
+
+func shortErr(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer in " + Timeout.String()
+	}
+	return err.Error()
+}
+
+// Open connects to etcd and registers this node (a lease holding its
+// record, refreshed every TTL/3). It refuses a name a live node at another
+// address holds.
+func Open(ctx context.Context, cfg Config) (*Cluster, error) {
+	if err := names.Name("node", cfg.Node); err != nil {
+		return nil, err
+	}
+	if len(cfg.Key) != 32 {
+		return nil, fmt.Errorf("the cluster key is %d bytes: it must be 32 (make one with: head -c 32 /dev/urandom > cluster.key)", len(cfg.Key))
+	}
+	u, err := url.Parse(cfg.Advertise)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("--advertise %q: give the URL other nodes reach this one's API at, like http://10.0.0.5:7000", cfg.Advertise)
+	}
+	cfg.Advertise = strings.TrimSuffix(cfg.Advertise, "/")
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/shard/"
+	}
+	if !strings.HasSuffix(cfg.Prefix, "/") {
+		cfg.Prefix += "/"
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = func() Stats { return Stats{} }
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("--cluster-etcd: give at least one etcd URL")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: Timeout, Logger: zapNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
+	}
+	c := &Cluster{cfg: cfg, cli: cli, sealKey: derive(cfg.Key, "shard secrets v1"), signKey: derive(cfg.Key, "shard nodes v1"),
+		stop: make(chan struct{}), done: make(chan struct{}), joined: time.Now().UTC()}
+	c.tokens = newTokenCache(c)
+	jctx, cancel := context.WithTimeout(ctx, 2*Timeout)
+	defer cancel()
+	if err := c.join(jctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start begins the heartbeat and the token watch; reconcile runs after
+// every (re)join.
+func (c *Cluster) Start(reconcile func(context.Context) error) {
+	c.reconcile = reconcile
+	if reconcile != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*Timeout)
+		if err := reconcile(ctx); err != nil {
+			c.cfg.Log.Warn("cluster: reconcile after joining", "err", err)
+		}
+		cancel()
+	}
+	c.mu.Lock()
+	c.started = true
+	c.mu.Unlock()
+	go c.tokens.watch(c.stop)
+	go c.heartbeat()
+}
+
+// Close stops the heartbeat and gives the lease back, so the node shows as
+// unreachable at once rather than after its TTL.
+func (c *Cluster) Close() error {
+	select {
+	case <-c.stop:
+		return nil
+	default:
+	}
+	close(c.stop)
+	c.mu.Lock()
+	lease, started := c.lease, c.started
+	c.mu.Unlock()
+	if started {
+		<-c.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	c.cli.Revoke(ctx, lease)
+	return c.cli.Close()
+}
+
+// Name is this node's name.
+func (c *Cluster) Name() string { return c.cfg.Node }
+
+// Address is the URL this node is reached at.
+func (c *Cluster) Address() string { return c.cfg.Advertise }
+
+// Healthy reports whether the last heartbeat reached etcd.
+func (c *Cluster) Healthy() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.healthy }
+
+func (c *Cluster) key(parts ...string) string { return c.cfg.Prefix + strings.Join(parts, "/") }
+
+// join takes a lease and writes this node's records. A live node of the
+// same name at another address is another machine: refused. At the same
+// address it is this node before a restart, whose lease has not expired.
+func (c *Cluster) join(ctx context.Context) error {
+	nodeKey := c.key("nodes", c.cfg.Node)
+	resp, err := c.cli.Get(ctx, nodeKey)
+	if err != nil {
+		return fmt.Errorf("etcd %v: %w", c.cfg.Endpoints, err)
+	}
+	if len(resp.Kvs) == 1 {
+		var old Node
+		if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Address != c.cfg.Advertise {
+			return fmt.Errorf("node name %s is taken by a live node at %s: give this one another --node", c.cfg.Node, old.Address)
+		}
+	}
+	lease, err := c.cli.Grant(ctx, int64(c.cfg.TTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("etcd lease: %w", err)
+	}
+	m, _ := json.Marshal(member{Name: c.cfg.Node, Address: c.cfg.Advertise, JoinedAt: c.joined})
+	if _, err := c.cli.Put(ctx, c.key("members", c.cfg.Node), string(m)); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	c.mu.Lock()
+	c.lease = lease.ID
+	c.mu.Unlock()
+	return c.publish(ctx)
+}
+
+// publish writes this node's record under its lease.
+func (c *Cluster) publish(ctx context.Context) error {
+	c.mu.Lock()
+	lease := c.lease
+	c.mu.Unlock()
+	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: c.cfg.Stats()}
+	b, _ := json.Marshal(n)
+	_, err := c.cli.Put(ctx, c.key("nodes", c.cfg.Node), string(b), clientv3.WithLease(lease))
+	return err
+}
+
+// heartbeat renews the lease and republishes the node's figures every
+// TTL/3. A lease lost (etcd was away longer than the TTL) is taken anew,
+// and the node reconciles its placements.
+func (c *Cluster) heartbeat() {
+	defer close(c.done)
+	tick := time.NewTicker(c.cfg.TTL / 3)
+	defer tick.Stop()
+	c.setHealthy(true)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		err := c.beat(ctx)
+		cancel()
+		if err != nil && c.Healthy() {
+			c.cfg.Log.Warn("cluster: etcd unreachable: serving this node's sandboxes only", "err", err)
+		} else if err == nil && !c.Healthy() {
+			c.cfg.Log.Info("cluster: etcd reachable again")
+		}
+		c.setHealthy(err == nil)
+	}
+}
+
+func (c *Cluster) beat(ctx context.Context) error {
+	c.mu.Lock()
+	lease := c.lease
+	c.mu.Unlock()
+	if _, err := c.cli.KeepAliveOnce(ctx, lease); err != nil {
+		if !strings.Contains(err.Error(), "requested lease not found") {
+			return err
+		}
+		c.cfg.Log.Warn("cluster: this node's lease expired: joining again")
+		if err := c.join(ctx); err != nil {
+			return err
+		}
+		if c.reconcile != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 4*Timeout)
+			defer cancel()
+			if err := c.reconcile(rctx); err != nil {
+				c.cfg.Log.Warn("cluster: reconcile after joining again", "err", err)
+			}
+		}
+		return nil
+	}
+	return c.publish(ctx)
+}
+
+func (c *Cluster) setHealthy(ok bool) { c.mu.Lock(); c.healthy = ok; c.mu.Unlock() }
+
+// Nodes lists every member: up (its lease holds) or unreachable. When etcd
+// cannot be reached it returns the last list read and an Unavailable error.
+func (c *Cluster) Nodes(ctx context.Context) ([]Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := c.cli.Txn(ctx).Then(
+		clientv3.OpGet(c.key("members")+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(c.key("nodes")+"/", clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		c.mu.Lock()
+		last := append([]Node(nil), c.nodes...)
+		c.mu.Unlock()
+		return last, Unavailable(err)
+	}
+	live := map[string]Node{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var n Node
+		if json.Unmarshal(kv.Value, &n) == nil {
+			live[n.Name] = n
+		}
+	}
+	var out []Node
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var m member
+		if json.Unmarshal(kv.Value, &m) != nil {
+			continue
+		}
+		n, ok := live[m.Name]
+		if !ok {
+			n = Node{Name: m.Name, Address: m.Address, JoinedAt: m.JoinedAt, State: NodeUnreachable}
+		}
+		out = append(out, n)
+	}
+	c.mu.Lock()
+	c.nodes = out
+	c.mu.Unlock()
+	return out, nil
+}
+
+// Node returns one member by name.
+func (c *Cluster) Node(ctx context.Context, name string) (Node, error) {
+	nodes, err := c.Nodes(ctx)
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	if err != nil {
+		return Node{}, err
+	}
+	return Node{}, errdefs.NotFound("node_not_found", "no node %s in the cluster (shard node ls lists them)", name)
+}
+
+// derive makes a purpose's key from the cluster key, so one file serves
+// both purposes without either key opening the other's.
+func derive(key []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}

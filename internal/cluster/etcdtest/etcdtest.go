@@ -1,0 +1,149 @@
+// Package etcdtest runs a real etcd (Debian's etcd-server) for tests: one
+// member or several, each killable and restartable, on loopback ports of
+// their own, with data in the test's temporary directory.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/internal/testenv"
+)
+
+// Cluster is a running etcd.
+type Cluster struct {
+	t       testing.TB
+	dir     string
+	members []*member
+}
+
+type member struct {
+	name, client, peer string
+	cmd                *exec.Cmd
+	done               chan struct{}
+}
+
+// Start runs an etcd of n members and waits until it answers. Without the
+// etcd binary the test is skipped, or fails in strict runs.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if _, err := exec.LookPath("etcd"); err != nil {
+		if testenv.Strict() {
+			t.Fatalf("etcd is not installed (scripts/install-deps.sh installs Debian's etcd-server), and SHARD_INTEGRATION=1 says this run must have it")
+		}
+		t.Skip("etcd is not installed: scripts/install-deps.sh installs it")
+	}
+	c := &Cluster{t: t, dir: t.TempDir()}
+	var initial []string
+	for i := range n {
+		m := &member{name: fmt.Sprintf("m%d", i), client: "http://" + freeAddr(t), peer: "http://" + freeAddr(t)}
+		c.members = append(c.members, m)
+		initial = append(initial, m.name+"="+m.peer)
+	}
+	for i := range c.members {
+		c.run(i, strings.Join(initial, ","))
+	}
+	t.Cleanup(c.stop)
+	c.wait()
+	return c
+}
+
+// Endpoints are the client URLs of every member.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, m := range c.members {
+		out = append(out, m.client)
+	}
+	return out
+}
+
+// Kill stops member i with SIGKILL.
+func (c *Cluster) Kill(i int) {
+	m := c.members[i]
+	if m.cmd != nil && m.cmd.Process != nil {
+		m.cmd.Process.Signal(syscall.SIGKILL)
+		<-m.done
+	}
+}
+
+// Restart starts member i again on its data (after Kill).
+func (c *Cluster) Restart(i int) {
+	var initial []string
+	for _, m := range c.members {
+		initial = append(initial, m.name+"="+m.peer)
+	}
+	c.run(i, strings.Join(initial, ","))
+	c.wait()
+}
+
+func (c *Cluster) run(i int, initial string) {
+	m := c.members[i]
+	data := filepath.Join(c.dir, m.name)
+	log, err := os.OpenFile(filepath.Join(c.dir, m.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.cmd = exec.Command("etcd", "--name", m.name, "--data-dir", data,
+		"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+		"--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(c.dir),
+		"--heartbeat-interval", "50", "--election-timeout", "500")
+	m.cmd.Stdout, m.cmd.Stderr = log, log
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		c.t.Fatalf("start etcd: %v", err)
+	}
+	m.done = make(chan struct{})
+	go func() { m.cmd.Wait(); log.Close(); close(m.done) }()
+}
+
+// wait until some member's /health says true (a leader is elected).
+func (c *Cluster) wait() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		for _, m := range c.members {
+			out, err := exec.CommandContext(ctx, "etcdctl", "--endpoints", m.client, "--command-timeout", "1s", "endpoint", "health").CombinedOutput()
+			if err == nil && strings.Contains(string(out), "is healthy") {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		c.t.Logf("%s:\n%s", l, tail(string(b), 2000))
+	}
+	c.t.Fatalf("etcd did not become healthy in 30s")
+}
+
+func (c *Cluster) stop() {
+	for i := range c.members {
+		c.Kill(i)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
