@@ -818,6 +818,16 @@ func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
 	return out.Tokens, err
 }
 
+// Nodes lists the nodes of the cluster the server belongs to (409
+// not_clustered from a single host).
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var out struct {
+		Nodes []Node `json:"nodes"`
+	}
+	err := c.call(ctx, "GET", "/nodes", nil, &out)
+	return out.Nodes, err
+}
+
 // Whoami tells who the client's key is: its name, project and scopes.
 func (c *Client) Whoami(ctx context.Context) (*Whoami, error) {
 	var out Whoami

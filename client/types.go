@@ -27,9 +27,26 @@ type Sandbox struct {
 	ParentID    string    `json:"parent_id,omitempty"`
 	Grants      []Grant   `json:"grants"`           // secrets it was given (names, never values)
 	Policy      *Policy   `json:"policy,omitempty"` // its egress policy, if any
+	Node        string    `json:"node,omitempty"`   // the node of a cluster it runs on
 	CreatedAt   time.Time `json:"created_at"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	StoppedAt   time.Time `json:"stopped_at,omitzero"`
+}
+
+// Node is one node of a cluster (GET /v0/nodes).
+type Node struct {
+	Name        string    `json:"name"`
+	Address     string    `json:"address"`
+	State       string    `json:"state"` // up, or unreachable (its lease expired)
+	Self        bool      `json:"self"`  // the node that answered
+	Sandboxes   int       `json:"sandboxes"`
+	Providers   []string  `json:"providers"`
+	MemoryBytes int64     `json:"memory_bytes"` // what its sandboxes may be given in all
+	MemoryFree  int64     `json:"memory_free"`  // what is left of it (and of the host's free memory)
+	Load        float64   `json:"load"`
+	CPUs        int       `json:"cpus"`
+	JoinedAt    time.Time `json:"joined_at"`
+	SeenAt      time.Time `json:"seen_at,omitzero"`
 }
 
 // CreateRequest is the body of POST /v0/sandboxes. Sizes are a string with a
@@ -52,6 +69,9 @@ type CreateRequest struct {
 	// bounds are the environment's; Image, Memory, CPU, Disk and Pids must
 	// be left out.
 	Environment string `json:"environment,omitempty"`
+	// Node places the sandbox on that node of a cluster (default: the
+	// node with the most free memory that has the provider).
+	Node string `json:"node,omitempty"`
 }
 
 // ExecRequest is the body of POST /v0/sandboxes/{id}/exec (and, URL-encoded

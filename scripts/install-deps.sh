@@ -58,6 +58,9 @@ PACKAGES=(
 	# applies tools/runsc/patches to the pinned gVisor before the build.
 	patch
 	chromium chromium-driver # the web console's test in a real browser (test/integration/console_test.go)
+	# a cluster's shared state (shard serve --cluster-etcd); the tests and
+	# scripts/demo-cluster.sh start their own etcd members.
+	etcd-server etcd-client
 	# podman: Recommends it needs to run rootful containers with networking
 	# (CNI plugins for podman 4.3 on bookworm, an init for --init, overlay).
 	containernetworking-plugins catatonit fuse-overlayfs slirp4netns uidmap
@@ -91,6 +94,13 @@ else
 		systemctl is-enabled --quiet docker-registry.service 2>/dev/null; then
 		log "apt: disabling the docker-registry system service (use scripts/registry.sh)"
 		systemctl disable --now docker-registry.service || true
+	fi
+	# Likewise etcd-server's service on :2379: scripts/demo-cluster.sh and
+	# the tests run their own members.
+	if [[ -d /run/systemd/system ]] &&
+		systemctl is-enabled --quiet etcd.service 2>/dev/null; then
+		log "apt: disabling the etcd system service (scripts/demo-cluster.sh starts its own)"
+		systemctl disable --now etcd.service || true
 	fi
 fi
 

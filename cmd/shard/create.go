@@ -15,7 +15,7 @@ import (
 )
 
 func newCreateCmd(a *app) *cobra.Command {
-	var name, memory, cpu, disk, provider, fromSnapshot, envFrom string
+	var name, memory, cpu, disk, provider, fromSnapshot, envFrom, node string
 	var env []string
 	var pids int64
 	var quiet bool
@@ -69,7 +69,7 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 			if err := nameFlag("sandbox", name); err != nil {
 				return err
 			}
-			req := client.CreateRequest{Name: name, Provider: provider, Pids: pids, FromSnapshot: fromSnapshot, Environment: envFrom}
+			req := client.CreateRequest{Name: name, Provider: provider, Pids: pids, FromSnapshot: fromSnapshot, Environment: envFrom, Node: node}
 			if len(args) > 0 {
 				req.Image = args[0]
 			}
@@ -109,6 +109,7 @@ image, bounds, variables and provider are the environment's, so IMAGE,
 	f.StringVar(&disk, "disk", "", "disk bound for the sandbox's own files, e.g. 4GiB (default 2GiB; reserved in full on the server)")
 	f.Int64Var(&pids, "pids", 0, "most processes at once, 8 to 4194304 (default 4096)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVar(&node, "node", "", "in a cluster, make it on this node (default: the node with the most free memory that has the provider; see shard node ls)")
 	f.StringVar(&provider, "provider", "", "isolation provider: gvisor (default), runc; see shard capabilities")
 	f.StringVar(&fromSnapshot, "from-snapshot", "", "start from a snapshot's files (id or name); IMAGE is then optional")
 	f.StringVar(&envFrom, "env-from", "", "start warm from an environment's checkpoint (its image and bounds)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -55,8 +56,13 @@ func listSandboxes(cmd *cobra.Command, a *app, quiet, allProjects bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	// A cluster's sandboxes say their node; a single host's have none.
+	clustered := slices.ContainsFunc(all, func(sb client.Sandbox) bool { return sb.Node != "" })
 	if allProjects {
 		termsafe.Fprintf(tw, "PROJECT\t")
+	}
+	if clustered {
+		termsafe.Fprintf(tw, "NODE\t")
 	}
 	termsafe.Fprintf(tw, "ID\tNAME\tSTATE\tPROVIDER\tIMAGE\tMEMORY\tCPU\tIP\tCREATED\n")
 	for _, sb := range all {
@@ -66,6 +72,9 @@ func listSandboxes(cmd *cobra.Command, a *app, quiet, allProjects bool) error {
 		}
 		if allProjects {
 			termsafe.Fprintf(tw, "%s\t", sb.Project)
+		}
+		if clustered {
+			termsafe.Fprintf(tw, "%s\t", sb.Node)
 		}
 		termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", sb.ID, sb.Name, sb.State, sb.Provider, sb.Image,
 			units.FormatSize(sb.MemoryBytes), sb.CPU, ip, ago(sb.CreatedAt))

@@ -87,7 +87,7 @@ and imported images.`,
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
-		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newUICmd(a),
+		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newUICmd(a), newNodeCmd(a),
 	)
 	return root
 }

@@ -19,10 +19,12 @@ import (
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/api"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/provider/gvisor"
 	"github.com/useshards/shard/internal/provider/runc"
@@ -56,6 +58,7 @@ type serveOptions struct {
 	maxMemory, maxCPU                  string
 	maxPids                            int64
 	mtu                                int
+	cluster                            clusterOptions
 }
 
 func newServeCmd() *cobra.Command {
@@ -114,6 +117,7 @@ under the data directory (secret.key, root only).`,
 	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
 	f.StringVar(&o.maxCPU, "max-cpu", "host", "the most cpu one sandbox may have, e.g. 2 or 500m (host: this host's cpus; more is refused)")
 	f.Int64Var(&o.maxPids, "max-pids", sandbox.MaxPids, "the most processes one sandbox may have (at most 4194304, the kernel's limit)")
+	o.cluster.flags(f)
 	return cmd
 }
 
@@ -225,6 +229,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.cluster.check(o.listen); err != nil {
+		return err
+	}
 	// Only root may enter the data and run directories: below them are
 	// trees that sandboxes and images write (see internal/hostdir).
 	for _, d := range []string{o.dataDir, o.runDir} {
@@ -279,7 +286,25 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if ramDir != "" {
 		defer os.Remove(ramDir)
 	}
-	secretSvc, err := secrets.Open(db, filepath.Join(o.dataDir, "secret.key"))
+	// In a cluster, tokens and secrets are in etcd (secrets sealed with
+	// the cluster's key) and every sandbox made is placed there.
+	var (
+		clu       *cluster.Cluster
+		svc       *sandbox.Service
+		apiClu    api.Cluster
+		tokens    auth.TokenStore = db
+		secretSvc *secrets.Service
+	)
+	if o.cluster.enabled() {
+		if clu, err = joinCluster(ctx, &o.cluster, db, &svc, log); err != nil {
+			return err
+		}
+		defer clu.Close()
+		apiClu, tokens = clu, clu.Tokens()
+		secretSvc, err = secrets.New(clu.Secrets(), clu.SealKey())
+	} else {
+		secretSvc, err = secrets.Open(db, filepath.Join(o.dataDir, "secret.key"))
+	}
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
@@ -288,7 +313,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
 	}
 	providers = append(providers, provider.Others()...)
-	svc, err := sandbox.New(ctx, sandbox.Config{
+	svc, err = sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
 		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Limits: limits, Metrics: m,
@@ -313,12 +338,24 @@ func serve(ctx context.Context, o *serveOptions) error {
 	}
 	go svc.Watch(ctx)
 	go svc.SweepLedger(ctx)
+	if clu != nil {
+		// The node's own sandboxes are its own again, whatever etcd held
+		// while it was away; then it beats.
+		clu.Start(func(ctx context.Context) error {
+			mine, err := svc.List(project.With(ctx, ""))
+			if err != nil {
+				return err
+			}
+			return clu.Reconcile(ctx, mine)
+		})
+		log.Info("joined the cluster", "node", clu.Name(), "advertise", clu.Address(), "etcd", o.cluster.etcd)
+	}
 	// Ledger followers stream until their client leaves: they end when the
 	// server starts shutting down, so Shutdown need not wait them out.
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
 	srv := &http.Server{
-		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: db}, Secrets: secretSvc,
+		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: tokens}, Secrets: secretSvc, Cluster: apiClu,
 			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout, Metrics: m}).Handler(),
 		// The Unix socket is root's alone: whoever reaches it is the
 		// administrator. TCP requests need an API key (api.guard).

@@ -158,7 +158,7 @@ func (s *Server) grantSecret(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), 200, nil
+	return s.sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) listGrants(r *http.Request) (any, int, error) {
@@ -174,7 +174,7 @@ func (s *Server) ungrantSecret(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), 200, nil
+	return s.sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) setPolicy(r *http.Request) (any, int, error) {

@@ -52,6 +52,11 @@ type Server struct {
 	BodyTimeout time.Duration
 	// Metrics counts requests and serves GET /metrics (nil: neither).
 	Metrics *metrics.Metrics
+	// Cluster is the cluster this node belongs to (nil: a single host).
+	Cluster Cluster
+
+	peerOnce sync.Once
+	peerRT   http.RoundTripper // to the other nodes; set by peerOnce
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
@@ -64,6 +69,11 @@ type route struct {
 	scope   string
 	json    func(*http.Request) (any, int, error)
 	raw     http.HandlerFunc
+	spread  spread // where a cluster serves it (cluster.go)
+	// probe (a GET handler here) and probeURI (the same GET on another
+	// node) ask whether a node holds what an anyNode route names.
+	probe    func(*http.Request) (any, int, error)
+	probeURI func(*http.Request) string
 }
 
 // routes is every endpoint and the scope it declares. A request over TCP
@@ -75,11 +85,12 @@ func (s *Server) routes() []route {
 		return route{pattern: p, scope: scope, json: fn}
 	}
 	r := func(p, scope string, fn http.HandlerFunc) route { return route{pattern: p, scope: scope, raw: fn} }
-	return []route{
+	rts := []route{
 		r("GET /v0/openapi.json", auth.None, s.openapi),
 		j("GET /v0/version", auth.None, s.version),
 		j("GET /v0/capabilities", auth.SandboxRead, s.capabilities),
 		j("GET /v0/whoami", auth.AnyKey, s.whoami),
+		j("GET /v0/nodes", auth.SandboxRead, s.listNodes),
 		r("GET /metrics", auth.MetricsRead, s.metrics),
 		j("POST /v0/sandboxes", auth.SandboxWrite, s.createSandbox),
 		j("GET /v0/sandboxes", auth.SandboxRead, s.listSandboxes),
@@ -138,6 +149,10 @@ func (s *Server) routes() []route {
 		j("DELETE /v0/sandboxes/{id}/policy", auth.PolicyWrite, s.clearPolicy),
 		r("/v0/sandboxes/{id}/ports/{port}/{path...}", auth.SandboxWrite, s.portProxy),
 	}
+	for i := range rts {
+		s.spreadOf(&rts[i])
+	}
+	return rts
 }
 
 // RouteScopes lists every endpoint's pattern and the scope it declares (for
@@ -166,7 +181,7 @@ func (s *Server) Handler() http.Handler {
 				writeJSON(w, code, v)
 			}
 		}
-		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, h)))
+		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, s.routed(rt, h))))
 	}
 	// The web console's files: no key (they hold nothing secret; what it
 	// shows comes through /v0 with the user's key).
@@ -177,7 +192,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})
-	return s.logged(bodyDeadline(s.BodyTimeout, mux))
+	return s.logged(bodyDeadline(s.BodyTimeout, s.peers(mux)))
 }
 
 // guard finds who makes the request (the Unix socket's administrator, or

@@ -193,7 +193,7 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	out := ResumeResponse{Sandbox: sandboxOut(r, res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
+	out := ResumeResponse{Sandbox: s.sandboxOut(r, res.Sandbox), Checkpoint: res.Checkpoint, Replayed: make([]ReplayedExec, 0, len(res.Replayed))}
 	for _, x := range res.Replayed {
 		out.Replayed = append(out.Replayed, ReplayedExec{Argv: x.Argv, RecordedExit: x.RecordedExit, ExitCode: x.ExitCode, Error: x.Error})
 	}

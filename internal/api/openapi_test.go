@@ -31,6 +31,7 @@ var routes = []string{
 	"GET /v0/version",
 	"GET /v0/capabilities",
 	"GET /v0/whoami",
+	"GET /v0/nodes",
 	"GET /metrics",
 	"POST /v0/sandboxes",
 	"GET /v0/sandboxes",

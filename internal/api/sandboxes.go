@@ -38,7 +38,13 @@ func view(sb *store.Sandbox) Sandbox {
 
 // sandboxOut is a sandbox as an answer shows it to the caller: every answer
 // that carries a sandbox goes through it.
-func sandboxOut(r *http.Request, sb *store.Sandbox) Sandbox { return redact(r, view(sb)) }
+func (s *Server) sandboxOut(r *http.Request, sb *store.Sandbox) Sandbox {
+	v := redact(r, view(sb))
+	if s.Cluster != nil {
+		v.Node = s.Cluster.Name()
+	}
+	return v
+}
 
 // redact hides a sandbox's grants and policy from a token that may not read
 // them (their own routes need secret:read and policy:read).
@@ -167,18 +173,28 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if req.Node != "" {
+		switch {
+		case s.Cluster == nil:
+			return nil, 0, errdefs.New(errdefs.KindUnsupported, "not_clustered", "node %s: this server is a single host, not part of a cluster: leave node out", strconv.QuoteToASCII(req.Node))
+		case req.Node != s.Cluster.Name():
+			// Placement sent it elsewhere; a call another node sent on
+			// is made here only.
+			return nil, 0, errdefs.Conflict("wrong_node", "this is node %s, not %s", s.Cluster.Name(), req.Node)
+		}
+	}
 	if req.Environment != "" {
 		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name, carried(r))
 		if err != nil {
 			return nil, 0, err
 		}
-		return sandboxOut(r, sb), http.StatusCreated, nil
+		return s.sandboxOut(r, sb), http.StatusCreated, nil
 	}
 	sb, err := s.Sandboxes.Create(r.Context(), cr)
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), http.StatusCreated, nil
+	return s.sandboxOut(r, sb), http.StatusCreated, nil
 }
 
 func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
@@ -192,7 +208,7 @@ func (s *Server) listSandboxes(r *http.Request) (any, int, error) {
 	}
 	out := make([]Sandbox, 0, len(all))
 	for _, sb := range all {
-		out = append(out, sandboxOut(r, sb))
+		out = append(out, s.sandboxOut(r, sb))
 	}
 	return map[string]any{"sandboxes": out}, 200, nil
 }
@@ -202,7 +218,7 @@ func (s *Server) getSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), 200, nil
+	return s.sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) removeSandbox(r *http.Request) (any, int, error) {
@@ -221,7 +237,7 @@ func (s *Server) stopSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), 200, nil
+	return s.sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) startSandbox(r *http.Request) (any, int, error) {
@@ -229,7 +245,7 @@ func (s *Server) startSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), 200, nil
+	return s.sandboxOut(r, sb), 200, nil
 }
 
 func (s *Server) capabilities(r *http.Request) (any, int, error) {
@@ -263,11 +279,11 @@ func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	if req.Count <= 1 {
-		return sandboxOut(r, forks[0]), http.StatusCreated, nil
+		return s.sandboxOut(r, forks[0]), http.StatusCreated, nil
 	}
 	out := ForkResponse{Sandboxes: make([]Sandbox, 0, len(forks))}
 	for _, f := range forks {
-		out.Sandboxes = append(out.Sandboxes, sandboxOut(r, f))
+		out.Sandboxes = append(out.Sandboxes, s.sandboxOut(r, f))
 	}
 	return out, http.StatusCreated, nil
 }

@@ -81,7 +81,7 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return sandboxOut(r, sb), http.StatusCreated, nil
+	return s.sandboxOut(r, sb), http.StatusCreated, nil
 }
 
 func (s *Server) snapshotView(sn *store.Snapshot) Snapshot {

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/sandbox"
+	"github.com/useshards/shard/internal/store"
+	"github.com/useshards/shard/internal/units"
+)
+
+// clusterOptions are serve's flags for joining a cluster.
+type clusterOptions struct {
+	etcd       []string
+	node       string
+	advertise  string
+	keyFile    string
+	prefix     string
+	nodeMemory string
+	ttl        time.Duration
+}
+
+func (o *clusterOptions) flags(f *pflag.FlagSet) {
+	f.StringSliceVar(&o.etcd, "cluster-etcd", nil, "join a cluster whose shared state is in this etcd (client URLs, comma-separated); without it this server is a single host")
+	f.StringVar(&o.node, "node", "", "this node's name in the cluster (default: the host name)")
+	f.StringVar(&o.advertise, "advertise", "", "the URL the other nodes reach this node's --listen at, e.g. http://10.0.0.5:7070 (needed with --cluster-etcd)")
+	f.StringVar(&o.keyFile, "cluster-key", "", "file holding the cluster key every node shares (32 bytes, or 64 hex digits; root only): it seals secrets and signs node-to-node calls, and is never written to etcd. Make one with: head -c 32 /dev/urandom > cluster.key")
+	f.StringVar(&o.prefix, "cluster-prefix", "/shard/", "the etcd key prefix every node of this cluster uses")
+	f.StringVar(&o.nodeMemory, "node-memory", "host", "the memory this node's sandboxes may be given in all, which placement counts down (host: this host's physical memory)")
+	f.DurationVar(&o.ttl, "node-ttl", 10*time.Second, "a node that has not renewed its etcd lease this long is unreachable")
+}
+
+func (o *clusterOptions) enabled() bool { return len(o.etcd) > 0 }
+
+// check validates the flags before anything starts.
+func (o *clusterOptions) check(listen string) error {
+	if !o.enabled() {
+		if o.node != "" || o.advertise != "" || o.keyFile != "" {
+			return fmt.Errorf("--node, --advertise and --cluster-key are for a cluster: give --cluster-etcd too")
+		}
+		return nil
+	}
+	if listen == "" {
+		return fmt.Errorf("--cluster-etcd: give --listen too (the other nodes call this one over TCP)")
+	}
+	if o.advertise == "" {
+		return fmt.Errorf("--cluster-etcd: give --advertise, the URL the other nodes reach this node's --listen at")
+	}
+	if o.keyFile == "" {
+		return fmt.Errorf("--cluster-etcd: give --cluster-key, the file of the key every node shares (head -c 32 /dev/urandom > cluster.key)")
+	}
+	if o.ttl < 3*time.Second {
+		return fmt.Errorf("--node-ttl %s: give 3s or more", o.ttl)
+	}
+	if o.node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node: %w", err)
+		}
+		o.node = strings.ToLower(strings.SplitN(h, ".", 2)[0])
+	}
+	return nil
+}
+
+// readClusterKey reads the key file: 32 raw bytes or 64 hex digits, and
+// no one but its owner may read it (as ssh asks of a private key).
+func readClusterKey(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-key: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--cluster-key %s is readable by others (mode %v): chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-key: %w", err)
+	}
+	if t := bytes.TrimSpace(b); len(t) == 64 {
+		if k, err := hex.DecodeString(string(t)); err == nil {
+			return k, nil
+		}
+	}
+	if len(b) != 32 {
+		return nil, fmt.Errorf("--cluster-key %s holds %d bytes: give 32 bytes or 64 hex digits (head -c 32 /dev/urandom > %s)", path, len(b), path)
+	}
+	return b, nil
+}
+
+// joinCluster joins the cluster and tells db of every sandbox it makes or
+// removes. svc is read later, by the heartbeat (it does not exist yet).
+func joinCluster(ctx context.Context, o *clusterOptions, db *store.Store, svc **sandbox.Service, log *slog.Logger) (*cluster.Cluster, error) {
+	key, err := readClusterKey(o.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	capacity := sandbox.HostLimits().MemoryBytes
+	if o.nodeMemory != "host" {
+		if capacity, err = units.ParseSize(o.nodeMemory); err != nil || capacity <= 0 {
+			return nil, fmt.Errorf("--node-memory %q: give a size like 16GiB, or host", o.nodeMemory)
+		}
+	}
+	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, Prefix: o.prefix, Node: o.node, Advertise: o.advertise,
+		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }})
+	if err != nil {
+		return nil, fmt.Errorf("join the cluster: %w", err)
+	}
+	db.SetRegistry(c)
+	return c, nil
+}
+
+// nodeStats is what this node publishes at each heartbeat.
+func nodeStats(svc *sandbox.Service, capacity int64) cluster.Stats {
+	st := cluster.Stats{MemoryTotal: capacity, CPUs: runtime.NumCPU(), Load: loadAverage(), Providers: []string{}}
+	if svc == nil {
+		return st
+	}
+	for _, c := range svc.Capabilities() {
+		if c.Available {
+			st.Providers = append(st.Providers, c.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	all, _ := svc.List(project.With(ctx, ""))
+	given := int64(0)
+	for _, sb := range all {
+		st.Sandboxes++
+		if sb.State != sandbox.StateStopped && sb.State != sandbox.StateFailed {
+			given += sb.MemoryBytes
+		}
+	}
+	st.MemoryFree = max(0, min(capacity-given, memAvailable()))
+	return st
+}
+
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return f
+}
+
+// memAvailable is MemAvailable of /proc/meminfo in bytes.
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

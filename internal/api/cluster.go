@@ -1,0 +1,536 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
+)
+
+// In a cluster any node answers any call: a call about a sandbox (or a
+// checkpoint, a session...) another node holds is sent on to that node,
+// which serves it as if it came from the caller. The node that took the
+// call has checked the caller's key; the key itself never travels on: the
+// next node gets the principal it vouches for, signed with the cluster key
+// (internal/cluster.Sign). A call that arrived from a node is served
+// here, never sent on again.
+
+// Cluster is what the API needs of the cluster this node belongs to (nil
+// on a single host).
+type Cluster interface {
+	Name() string
+	Locate(ctx context.Context, idOrName string) (*cluster.Placement, error)
+	Node(ctx context.Context, name string) (cluster.Node, error)
+	Nodes(ctx context.Context) ([]cluster.Node, error)
+	Place(ctx context.Context, want, provider string, memory int64) (cluster.Node, error)
+	Placements(ctx context.Context, node string) ([]cluster.Placement, error)
+	Sign(method, uri string, principal []byte) string
+	Verify(proof, method, uri string, principal []byte) (string, error)
+}
+
+// The headers of a call from another node.
+const (
+	nodeSignatureHeader = "Shard-Node-Signature"
+	nodePrincipalHeader = "Shard-Node-Principal"
+)
+
+// spread says where a route's calls are served in a cluster.
+type spread int
+
+const (
+	onNode    spread = iota // here (images, tokens, secrets: local, or in etcd for every node)
+	bySandbox               // on the node holding the sandbox {id}
+	anyNode                 // here, or on the first other node that has what {id} or {name} names
+	everyNode               // every node's answer, merged (a list)
+	placed                  // on the node placement chooses (create)
+)
+
+// vouched is the principal a node sends on with a call: who the caller
+// is (its key checked there) and the project it asked for.
+type vouched struct {
+	Admin   bool     `json:"admin,omitempty"`
+	TokenID string   `json:"token_id,omitempty"`
+	Name    string   `json:"name"`
+	Scopes  []string `json:"scopes,omitempty"`
+	Project string   `json:"project"`
+	Asked   string   `json:"asked,omitempty"` // the Shard-Project the caller sent
+}
+
+type peerKey struct{}
+
+// fromNode is the node that sent this call on ("" for a caller's own).
+func fromNode(ctx context.Context) string { n, _ := ctx.Value(peerKey{}).(string); return n }
+
+// peers admits a call another node sent on: its signature checked, the
+// principal it vouches for becomes the call's. A call without the headers
+// is a caller's own; with a bad signature it is refused (401).
+func (s *Server) peers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proof := r.Header.Get(nodeSignatureHeader)
+		if proof == "" {
+			r.Header.Del(nodePrincipalHeader)
+			next.ServeHTTP(w, r)
+			return
+		}
+		bad := func(why string) {
+			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "bad_node_signature", "a call from another node was refused: %s", why))
+		}
+		if s.Cluster == nil {
+			bad("this server is not part of a cluster")
+			return
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(r.Header.Get(nodePrincipalHeader))
+		if err != nil {
+			bad("its principal is not base64")
+			return
+		}
+		node, err := s.Cluster.Verify(proof, r.Method, r.URL.RequestURI(), raw)
+		if err != nil {
+			bad(err.Error())
+			return
+		}
+		var v vouched
+		if err := json.Unmarshal(raw, &v); err != nil {
+			bad("its principal is not JSON")
+			return
+		}
+		p := &auth.Principal{Admin: v.Admin, TokenID: v.TokenID, Name: v.Name, Scopes: v.Scopes, Project: v.Project}
+		if v.Admin {
+			p = auth.Admin
+		}
+		r.Header.Del(ProjectHeader)
+		if v.Asked != "" {
+			r.Header.Set(ProjectHeader, v.Asked)
+		}
+		ctx := context.WithValue(auth.WithPrincipal(r.Context(), p), peerKey{}, node)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// vouch signs out (a call going on to another node) for in's principal,
+// and drops the caller's key from it.
+func (s *Server) vouch(out, in *http.Request) {
+	client.DropKey(out)
+	p := auth.From(in.Context())
+	v := vouched{Admin: true, Name: auth.Admin.Name, Asked: requestedProject(in)}
+	if p != nil && !p.Admin {
+		v = vouched{TokenID: p.TokenID, Name: p.Name, Scopes: p.Scopes, Project: p.Project, Asked: v.Asked}
+	}
+	raw, _ := json.Marshal(v)
+	out.Header.Del(ProjectHeader)
+	out.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString(raw))
+	out.Header.Set(nodeSignatureHeader, s.Cluster.Sign(out.Method, out.URL.RequestURI(), raw))
+	if id := infoOf(in.Context()); id != nil {
+		out.Header.Set(RequestIDHeader, id.id) // one id across the hops
+	}
+}
+
+// transport is the connection pool to the other nodes.
+func (s *Server) transport() http.RoundTripper {
+	s.peerOnce.Do(func() {
+		s.peerRT = &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}
+	})
+	return s.peerRT
+}
+
+// upNode returns the named node if it is up.
+func (s *Server) upNode(ctx context.Context, name string) (cluster.Node, error) {
+	n, err := s.Cluster.Node(ctx, name)
+	if err != nil {
+		return n, err
+	}
+	if n.State != cluster.NodeUp {
+		return n, cluster.NodeDown(n.Name)
+	}
+	return n, nil
+}
+
+// proxy sends the call on to node and streams its answer back (exec
+// streams, WebSocket upgrades and ledger follows included). body, when not
+// nil, is the call's body already read.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body []byte) {
+	n, err := s.upNode(r.Context(), node)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	target, err := url.Parse(n.Address)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("node %s's address %q: %w", n.Name, n.Address, err))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			if body != nil {
+				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
+				pr.Out.ContentLength = int64(len(body))
+			}
+			s.vouch(pr.Out, pr.In)
+		},
+		Transport:     s.transport(),
+		FlushInterval: -1, // streams: every write goes out at once
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(RequestIDHeader) // ours is set already (the same id)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the caller left
+			}
+			s.writeError(w, r, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", n.Name, n.Address, err))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// call makes a JSON call to node for in's principal and decodes its answer
+// (for lists merged from every node, and for finding what a node holds).
+func (s *Server) call(ctx context.Context, in *http.Request, node cluster.Node, method, uri string, body []byte, v any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := http.NewRequestWithContext(ctx, method, node.Address+uri, rd)
+	if err != nil {
+		return 0, err
+	}
+	out.Header = in.Header.Clone()
+	out.Header.Del("Content-Length")
+	out.Header.Del("Accept-Encoding")
+	s.vouch(out, in)
+	resp, err := s.transport().RoundTrip(out)
+	if err != nil {
+		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s): %v", node.Name, node.Address, err)
+	}
+	if resp.StatusCode >= 400 {
+		var e Error
+		if json.Unmarshal(b, &e) == nil && e.Code != "" {
+			return resp.StatusCode, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "%s", e.Message)
+		}
+		return resp.StatusCode, fmt.Errorf("node %s answered %s", node.Name, resp.Status)
+	}
+	return resp.StatusCode, json.Unmarshal(b, v)
+}
+
+// kindOfStatus is the error class of another node's answer (statusOf
+// backwards), so its error is passed on as it was.
+func kindOfStatus(status int) errdefs.Kind {
+	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict, errdefs.KindUnavailable,
+		errdefs.KindUnreachable, errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge,
+		errdefs.KindNoSpace, errdefs.KindTooMany} {
+		if statusOf(k) == status {
+			return k
+		}
+	}
+	return errdefs.KindInternal
+}
+
+// routed wraps a route's handler with where its calls are served.
+func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
+	if rt.spread == onNode {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Cluster == nil || fromNode(r.Context()) != "" {
+			h(w, r)
+			return
+		}
+		switch rt.spread {
+		case bySandbox:
+			s.serveBySandbox(w, r, h)
+		case anyNode:
+			s.serveAnyNode(w, r, rt, h)
+		case everyNode:
+			s.serveEveryNode(w, r, rt)
+		case placed:
+			s.servePlaced(w, r, h)
+		}
+	}
+}
+
+// serveBySandbox serves a sandbox's call here when the sandbox is here,
+// else on its node (503 node_unreachable when that node is down).
+func (s *Server) serveBySandbox(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	id := r.PathValue("id")
+	if _, err := s.Sandboxes.Get(r.Context(), id); !errdefs.Is(err, errdefs.KindNotFound) {
+		h(w, r) // here (or an error of its own, which h gives)
+		return
+	}
+	p, err := s.Cluster.Locate(r.Context(), id)
+	switch {
+	case errdefs.Is(err, errdefs.KindNotFound) || (err == nil && p.Node == s.Cluster.Name()):
+		h(w, r) // here: h says it is not found
+	case err != nil:
+		s.writeError(w, r, err)
+	default:
+		s.proxy(w, r, p.Node, nil)
+	}
+}
+
+// serveAnyNode serves the call here unless what it names is not here;
+// then on the first other node that has it (a checkpoint, a snapshot, a
+// ledger session lives on the node that made it). Whether a node has it
+// is asked with the route's GET (probe here, probeURI there), so nothing
+// is changed on a node that does not hold it.
+func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, h http.HandlerFunc) {
+	v, code, err := rt.probe(r)
+	if !errdefs.Is(err, errdefs.KindNotFound) {
+		if r.Method == http.MethodGet && rt.json != nil { // the probe was the call
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			writeJSON(w, code, v)
+			return
+		}
+		h(w, r)
+		return
+	}
+	nodes, nerr := s.Cluster.Nodes(r.Context())
+	if nerr != nil {
+		s.writeError(w, r, nerr)
+		return
+	}
+	for _, n := range nodes {
+		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
+			continue
+		}
+		var answer json.RawMessage
+		if status, cerr := s.call(r.Context(), r, n, http.MethodGet, rt.probeURI(r), nil, &answer); cerr != nil {
+			if status != http.StatusNotFound {
+				s.cfgLog().Warn("cluster: a node did not say whether it holds it", "node", n.Name, "err", cerr)
+			}
+			continue
+		}
+		s.proxy(w, r, n.Name, nil)
+		return
+	}
+	s.writeError(w, r, err)
+}
+
+// serveEveryNode merges a list from every node that is up; a sandbox list
+// also shows the sandboxes of unreachable nodes, as unreachable.
+func (s *Server) serveEveryNode(w http.ResponseWriter, r *http.Request, rt route) {
+	v, code, err := rt.json(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	mine, err := json.Marshal(v)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var merged map[string][]json.RawMessage
+	if err := json.Unmarshal(mine, &merged); err != nil {
+		s.writeError(w, r, fmt.Errorf("merge %s: %w", rt.pattern, err))
+		return
+	}
+	nodes, err := s.Cluster.Nodes(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	type answer struct {
+		lists map[string][]json.RawMessage
+		err   error
+	}
+	answers := make([]answer, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, answers[i].err = s.call(r.Context(), r, n, http.MethodGet, r.URL.RequestURI(), nil, &answers[i].lists)
+		}()
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		switch {
+		case n.Name == s.Cluster.Name():
+		case n.State != cluster.NodeUp || answers[i].err != nil:
+			if answers[i].err != nil {
+				s.cfgLog().Warn("cluster: a node's list is left out", "node", n.Name, "err", answers[i].err)
+			}
+			if rt.pattern == "GET /v0/sandboxes" {
+				if err := s.addUnreachable(r, merged, n.Name); err != nil {
+					s.writeError(w, r, err)
+					return
+				}
+			}
+		default:
+			for k, list := range answers[i].lists {
+				merged[k] = append(merged[k], list...)
+			}
+		}
+	}
+	writeJSON(w, code, merged)
+}
+
+// addUnreachable lists an unreachable node's sandboxes from their
+// placements: what etcd knows of them, in state unreachable.
+func (s *Server) addUnreachable(r *http.Request, merged map[string][]json.RawMessage, node string) error {
+	ctx, err := everyProject(r)
+	if err != nil {
+		return err
+	}
+	ps, err := s.Cluster.Placements(ctx, node)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		b, _ := json.Marshal(Sandbox{ID: p.ID, Name: p.Name, Project: p.Project, Image: p.Image, Provider: p.Provider,
+			State: StateUnreachable, MemoryMiB: p.MemoryMiB, MemoryBytes: p.MemoryMiB << 20, Session: p.Session, ParentID: p.ParentID,
+			Node: p.Node, CreatedAt: p.CreatedAt, Env: []string{}, Grants: []Grant{}})
+		merged["sandboxes"] = append(merged["sandboxes"], b)
+	}
+	return nil
+}
+
+func (s *Server) cfgLog() *slog.Logger { return s.Log.With("component", "cluster") }
+
+// StateUnreachable is the state a sandbox shows while its node is.
+const StateUnreachable = "unreachable"
+
+// servePlaced serves a create on the node placement chooses: the one the
+// call names, or the up node with the most free memory that has its
+// provider.
+func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	body, err := readBody(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var want struct {
+		Node, Provider, Environment, FromSnapshot string
+		Memory                                    json.RawMessage
+		MemoryMiB                                 int64 `json:"memory_mib"`
+	}
+	json.Unmarshal(body, &want) // a bad body is refused by the node that serves it
+	mem, _ := sizeField("memory", want.Memory)
+	if want.MemoryMiB > 0 && fitsMiB(want.MemoryMiB) {
+		mem = want.MemoryMiB << 20
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if want.Environment != "" || want.FromSnapshot != "" {
+		// What it starts from is on a node of its own: serve it here
+		// (or on the node it names).
+		if want.Node == "" || want.Node == s.Cluster.Name() {
+			h(w, r)
+			return
+		}
+		s.proxy(w, r, want.Node, body)
+		return
+	}
+	n, err := s.Cluster.Place(r.Context(), want.Node, want.Provider, mem)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if n.Name == s.Cluster.Name() {
+		h(w, r)
+		return
+	}
+	s.proxy(w, r, n.Name, body)
+}
+
+// readBody reads a call's body (bounded, as decode does) so that it can be
+// sent again.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
+	if err != nil {
+		return nil, errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
+	}
+	return b, nil
+}
+
+// listNodes answers GET /v0/nodes.
+func (s *Server) listNodes(r *http.Request) (any, int, error) {
+	if s.Cluster == nil {
+		return nil, 0, errdefs.New(errdefs.KindUnsupported, "not_clustered", "this server is a single host, not part of a cluster (shard serve --cluster-etcd joins one)")
+	}
+	nodes, err := s.Cluster.Nodes(r.Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	ps, err := s.Cluster.Placements(project.With(r.Context(), ""), "")
+	if err != nil {
+		return nil, 0, err
+	}
+	count := map[string]int{}
+	for _, p := range ps {
+		count[p.Node]++
+	}
+	out := make([]client.Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, client.Node{Name: n.Name, Address: n.Address, State: n.State, Sandboxes: count[n.Name],
+			Providers: slices.Clone(n.Providers), MemoryBytes: n.MemoryTotal, MemoryFree: n.MemoryFree, Load: n.Load, CPUs: n.CPUs,
+			JoinedAt: n.JoinedAt, SeenAt: n.SeenAt, Self: n.Name == s.Cluster.Name()})
+		if out[len(out)-1].Providers == nil {
+			out[len(out)-1].Providers = []string{}
+		}
+	}
+	return map[string]any{"nodes": out}, 200, nil
+}
+
+// spreadOf says where a cluster serves rt: a sandbox's calls on its node;
+// what a node made (checkpoints, snapshots, sessions, environments) where
+// it is; lists from every node; creates where placement says.
+func (s *Server) spreadOf(rt *route) {
+	path := func(prefix, param string) func(*http.Request) string {
+		return func(r *http.Request) string { return prefix + url.PathEscape(r.PathValue(param)) }
+	}
+	switch rt.pattern {
+	case "POST /v0/sandboxes":
+		rt.spread = placed
+	case "GET /v0/sandboxes", "GET /v0/checkpoints", "GET /v0/snapshots", "GET /v0/ledger/sessions", "GET /v0/environments":
+		rt.spread = everyNode
+	case "GET /v0/checkpoints/{id}", "DELETE /v0/checkpoints/{id}", "POST /v0/checkpoints/{id}/restore":
+		rt.spread, rt.probe, rt.probeURI = anyNode, s.getCheckpoint, path("/v0/checkpoints/", "id")
+	case "GET /v0/snapshots/{id}", "DELETE /v0/snapshots/{id}":
+		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSnapshot, path("/v0/snapshots/", "id")
+	case "GET /v0/ledger/sessions/{name}", "GET /v0/ledger/sessions/{name}/events", "POST /v0/ledger/sessions/{name}/resume", "DELETE /v0/ledger/sessions/{name}":
+		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSession, path("/v0/ledger/sessions/", "name")
+	case "GET /v0/environments/{name}", "DELETE /v0/environments/{name}":
+		rt.spread, rt.probe, rt.probeURI = anyNode, s.getEnvironment, path("/v0/environments/", "name")
+	default:
+		if strings.HasPrefix(rt.pattern[strings.IndexByte(rt.pattern, ' ')+1:], "/v0/sandboxes/{id}") {
+			rt.spread = bySandbox
+		}
+	}
+}

@@ -1,0 +1,374 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/cluster/etcdtest"
+)
+
+// node is one `shard serve` of a test cluster: its own data and run
+// directories, socket, bridge, subnet and port.
+type node struct {
+	name, dir, socket, tcp, bridge, subnet, log string
+	args                                        []string
+	cmd                                         *exec.Cmd
+	admin                                       *client.Client // its socket
+}
+
+// testCluster is three nodes over a real etcd of three members.
+type testCluster struct {
+	etcd  *etcdtest.Cluster
+	nodes []*node
+	key   string // an API key of every project, made through node 0
+}
+
+// clusterNet is the /16 whose /24s the test nodes' sandboxes get (apart
+// from the shared server's SHARD_IT_SUBNET).
+func clusterNet() string { return envOr("SHARD_IT_CLUSTER_NET", "10.87.0.0/16") }
+
+func startCluster(t *testing.T, memory ...string) *testCluster {
+	e := need(t)
+	tc := &testCluster{etcd: etcdtest.Start(t, 3)}
+	keyFile := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("c", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := netip.MustParsePrefix(clusterNet()).Addr().As4()
+	for i, mem := range memory {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, err := os.MkdirTemp(e.dir, "node-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &node{name: string(rune('a' + i)), dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: fmt.Sprintf("127.0.0.1:%d", port),
+			bridge: fmt.Sprintf("%.12sc%d", e.bridge, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], i+1), log: filepath.Join(dir, "serve.log")}
+		n.args = []string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
+			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "3GiB", "--default-disk", "256MiB",
+			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
+			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", "http://" + n.tcp,
+			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem}
+		tc.nodes = append(tc.nodes, n)
+		n.start(t)
+		t.Cleanup(func() { n.teardown(t) })
+	}
+	tok, err := tc.nodes[0].admin.CreateToken(ctxT(t), client.TokenRequest{Name: "cluster-admin", Scopes: []string{"*"}, Project: "*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.key = tok.Key
+	// Every node has published its figures at least once.
+	waitUntil(t, 20*time.Second, "three nodes up", func() bool {
+		nodes, err := tc.nodes[0].admin.Nodes(ctxT(t))
+		up := 0
+		for _, n := range nodes {
+			if n.State == "up" && len(n.Providers) > 0 {
+				up++
+			}
+		}
+		return err == nil && up == len(memory)
+	})
+	return tc
+}
+
+func (n *node) start(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	n.cmd = exec.Command(need(t).bin, n.args...)
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if n.admin, err = client.New(client.Options{Socket: n.socket}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := n.admin.Capabilities(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(n.log)
+	t.Fatalf("node %s did not come up:\n%s", n.name, b)
+}
+
+// kill is kill -9: no lease given back, no clean-up.
+func (n *node) kill() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Signal(syscall.SIGKILL)
+		n.cmd.Wait()
+	}
+}
+
+func (n *node) teardown(t *testing.T) {
+	if n.cmd != nil && n.cmd.ProcessState == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if all, err := n.admin.List(ctx); err == nil {
+			for _, sb := range all {
+				if sb.Node == n.name {
+					n.admin.Remove(ctx, sb.ID, true)
+				}
+			}
+		}
+		cancel()
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { n.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			n.kill()
+		}
+	}
+	if t.Failed() {
+		b, _ := os.ReadFile(n.log)
+		os.WriteFile(filepath.Join(os.TempDir(), "shard-it-node-"+n.name+".log"), b, 0o644)
+	}
+	for _, rt := range [][2]string{{"runsc", filepath.Join(n.dir, "run", "runsc")}, {"runc", filepath.Join(n.dir, "run", "runc")}} {
+		exec.Command(rt[0], "--root", rt[1], "list").Run() // (delete below)
+		out, _ := exec.Command("sh", "-c", rt[0]+" --root "+rt[1]+" list -q 2>/dev/null").Output()
+		for _, id := range strings.Fields(string(out)) {
+			exec.Command(rt[0], "--root", rt[1], "delete", "--force", id).Run()
+		}
+	}
+	exec.Command("sh", "-c", "grep ' "+n.dir+"/' /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l").Run()
+	exec.Command("ip", "link", "del", n.bridge).Run()
+	exec.Command("nft", "delete", "table", "ip", n.bridge).Run()
+	exec.Command("nft", "delete", "table", "bridge", n.bridge).Run()
+}
+
+// keyed is a client of node n's TCP API with the cluster's key.
+func (tc *testCluster) keyed(t *testing.T, n *node, key string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Options{Remote: "http://" + n.tcp, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitUntil is waitFor that says what it waited for.
+func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func codeOf(err error) string {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return ""
+}
+
+func stateOn(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	all, err := c.List(ctxT(t))
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	for _, sb := range all {
+		if sb.ID == id {
+			return sb.State + "@" + sb.Node
+		}
+	}
+	return "absent"
+}
+
+// TestCluster: three nodes over a three-member etcd act as one server.
+func TestCluster(t *testing.T) {
+	// a has the most memory to give, so placement picks it.
+	tc := startCluster(t, "6GiB", "3GiB", "2GiB")
+	a, b, c := tc.nodes[0], tc.nodes[1], tc.nodes[2]
+	viaA, viaB, viaC := tc.keyed(t, a, tc.key), tc.keyed(t, b, tc.key), tc.keyed(t, c, tc.key)
+	ctx := ctxT(t)
+
+	// Create through C lands on A; exec, a streamed exec and the
+	// WebSocket exec through C reach it.
+	sb, err := viaC.Create(ctx, client.CreateRequest{Image: busybox, Name: "placed", MemoryMiB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Node != "a" {
+		t.Fatalf("create through c landed on %q, want a (the most free memory)", sb.Node)
+	}
+	res, err := viaC.Exec(ctx, "placed", client.ExecRequest{Argv: []string{"sh", "-c", "echo hi from $(hostname); echo oops >&2; exit 3"}})
+	if err != nil || res.ExitCode != 3 || !strings.HasPrefix(string(res.Stdout), "hi from") || string(res.Stderr) != "oops\n" {
+		t.Fatalf("exec through c: %+v %v", res, err)
+	}
+	var out, errOut strings.Builder
+	sres, err := viaC.ExecStream(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.2; done"}}, &out, &errOut)
+	if err != nil || sres.ExitCode != 0 || out.String() != "1\n2\n3\n" {
+		t.Fatalf("streamed exec through c: %+v %q %v", sres, out.String(), err)
+	}
+	ws, err := viaC.ExecInteractive(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat"}})
+	if err != nil {
+		t.Fatalf("websocket exec through c: %v", err)
+	}
+	out.Reset()
+	if wres, err := ws.Run(ctx, strings.NewReader("over the socket\n"), &out, &errOut); err != nil || wres.ExitCode != 0 || out.String() != "over the socket\n" {
+		t.Fatalf("websocket exec through c: %+v %q %v", wres, out.String(), err)
+	}
+	if got := stateOn(t, viaB, sb.ID); got != "running@a" {
+		t.Fatalf("list through b: %s", got)
+	}
+	if n := nodeNamed(t, viaC, "a"); n.Sandboxes != 1 || n.MemoryFree <= 0 {
+		t.Fatalf("node a as c lists it: %+v", n)
+	}
+
+	// A name taken on A is refused on B, also when B is asked to make it.
+	if _, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Name: "placed", Node: "b"}); codeOf(err) != "name_taken" {
+		t.Fatalf("name taken on a, made on b: %v", err)
+	}
+	// A token made on B works on A at once.
+	tok, err := b.admin.CreateToken(ctx, client.TokenRequest{Name: "made-on-b", Scopes: []string{"sandbox:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.keyed(t, a, tok.Key).Get(ctx, "placed"); err != nil {
+		t.Fatalf("token made on b, used on a: %v", err)
+	}
+	// ... and its scopes hold on the node the call is sent on to.
+	if _, err := tc.keyed(t, c, tok.Key).Exec(ctx, "placed", client.ExecRequest{Argv: []string{"true"}}); codeOf(err) != "missing_scope" {
+		t.Fatalf("a read-only key's exec sent on from c: %v", err)
+	}
+	// A forged node-to-node call is refused.
+	if code := forgedCall(t, b); code != "bad_node_signature" {
+		t.Fatalf("forged node call: %s", code)
+	}
+
+	// On B, a sandbox of B's own.
+	onB, err := viaA.Create(ctx, client.CreateRequest{Image: busybox, Name: "on-b", Node: "b"})
+	if err != nil || onB.Node != "b" {
+		t.Fatalf("create on b through a: %+v %v", onB, err)
+	}
+
+	// One etcd member of three killed: nothing lost, writes go on.
+	tc.etcd.Kill(2)
+	if _, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Name: "quorum", Node: "c"}); err != nil {
+		t.Fatalf("create with one etcd member of three down: %v", err)
+	}
+	for _, id := range []string{"placed", "on-b", "quorum"} {
+		if _, err := viaC.Get(ctx, id); err != nil {
+			t.Fatalf("%s with one etcd member down: %v", id, err)
+		}
+	}
+	if _, err := tc.keyed(t, a, tok.Key).Get(ctx, "on-b"); err != nil {
+		t.Fatalf("the token with one etcd member down: %v", err)
+	}
+	tc.etcd.Restart(2)
+
+	// kill -9 of A: its sandbox is unreachable (listed, not removed), a
+	// call for it gets 503 node_unreachable naming a; B's are unaffected.
+	a.kill()
+	waitUntil(t, 15*time.Second, "a's lease to expire", func() bool { return stateOn(t, viaB, sb.ID) == "unreachable@a" })
+	_, err = viaB.Exec(ctx, "placed", client.ExecRequest{Argv: []string{"true"}})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != "node_unreachable" || ce.Status != 503 || !strings.Contains(ce.Message, "node a") {
+		t.Fatalf("exec on a's sandbox while a is down: %v", err)
+	}
+	if n := nodeNamed(t, viaB, "a"); n.State != "unreachable" {
+		t.Fatalf("node a while down: %+v", n)
+	}
+	execVia(t, viaC, "on-b")
+	// A comes back with its sandbox, which runs again.
+	a.start(t)
+	waitUntil(t, 15*time.Second, "a back", func() bool { return stateOn(t, viaB, sb.ID) == "running@a" })
+	execVia(t, viaB, "placed")
+
+	// etcd down altogether: each node still runs its own sandboxes' execs
+	// (a key it knows still works); cluster-wide writes are refused.
+	for i := range 3 {
+		tc.etcd.Kill(i)
+	}
+	execVia(t, viaB, "on-b")
+	if _, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Node: "b"}); codeOf(err) != "cluster_unavailable" {
+		t.Fatalf("create with etcd down: %v", err)
+	}
+	for i := range 3 {
+		tc.etcd.Restart(i)
+	}
+	waitUntil(t, 20*time.Second, "etcd back: a create", func() bool {
+		_, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Name: "after", Node: "b"})
+		return err == nil
+	})
+	for _, id := range []string{"placed", "on-b", "quorum", "after"} {
+		execVia(t, viaA, id)
+	}
+}
+
+func execVia(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	res, err := c.Exec(ctxT(t), id, client.ExecRequest{Argv: []string{"echo", "ok"}})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+		t.Fatalf("exec in %s: %+v %v", id, res, err)
+	}
+}
+
+func nodeNamed(t *testing.T, c *client.Client, name string) client.Node {
+	t.Helper()
+	nodes, err := c.Nodes(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %s in %+v", name, nodes)
+	return client.Node{}
+}
+
+// forgedCall sends a call that claims to come from another node, with a
+// signature made without the cluster key, and returns the error code.
+func forgedCall(t *testing.T, n *node) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+n.tcp+"/v0/sandboxes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Shard-Node-Signature", fmt.Sprintf("node=a,t=%d,sig=00", time.Now().Unix()))
+	req.Header.Set("Shard-Node-Principal", "eyJhZG1pbiI6dHJ1ZX0") // {"admin":true}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e client.Error
+	json.NewDecoder(resp.Body).Decode(&e)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("forged node call: status %d", resp.StatusCode)
+	}
+	return e.Code
+}
