@@ -39,7 +39,7 @@ type testCluster struct {
 // from the shared server's SHARD_IT_SUBNET).
 func clusterNet() string { return envOr("SHARD_IT_CLUSTER_NET", "10.87.0.0/16") }
 
-func startCluster(t *testing.T, memory ...string) *testCluster {
+func startCluster(t testing.TB, memory ...string) *testCluster {
 	e := need(t)
 	tc := &testCluster{etcd: etcdtest.Start(t, 3)}
 	keyFile := filepath.Join(t.TempDir(), "cluster.key")
@@ -86,7 +86,7 @@ func startCluster(t *testing.T, memory ...string) *testCluster {
 	return tc
 }
 
-func (n *node) start(t *testing.T) {
+func (n *node) start(t testing.TB) {
 	t.Helper()
 	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -124,7 +124,7 @@ func (n *node) kill() {
 	}
 }
 
-func (n *node) teardown(t *testing.T) {
+func (n *node) teardown(t testing.TB) {
 	if n.cmd != nil && n.cmd.ProcessState == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if all, err := n.admin.List(ctx); err == nil {
@@ -162,7 +162,7 @@ func (n *node) teardown(t *testing.T) {
 }
 
 // keyed is a client of node n's TCP API with the cluster's key.
-func (tc *testCluster) keyed(t *testing.T, n *node, key string) *client.Client {
+func (tc *testCluster) keyed(t testing.TB, n *node, key string) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Options{Remote: "http://" + n.tcp, APIKey: key})
 	if err != nil {
@@ -172,7 +172,7 @@ func (tc *testCluster) keyed(t *testing.T, n *node, key string) *client.Client {
 }
 
 // waitUntil is waitFor that says what it waited for.
-func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
+func waitUntil(t testing.TB, d time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
@@ -191,7 +191,7 @@ func codeOf(err error) string {
 	return ""
 }
 
-func stateOn(t *testing.T, c *client.Client, id string) string {
+func stateOn(t testing.TB, c *client.Client, id string) string {
 	t.Helper()
 	all, err := c.List(ctxT(t))
 	if err != nil {
@@ -287,18 +287,19 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("the token with one etcd member down: %v", err)
 	}
 	tc.etcd.Restart(2)
+	tc.etcd.Wait()
 
 	// kill -9 of A: its sandbox is unreachable (listed, not removed), a
 	// call for it gets 503 node_unreachable naming a; B's are unaffected.
 	a.kill()
-	waitUntil(t, 15*time.Second, "a's lease to expire", func() bool { return stateOn(t, viaB, sb.ID) == "unreachable@a" })
+	waitUntil(t, 15*time.Second, "a's lease to expire", func() bool { return nodeNamed(t, viaB, "a").State == "unreachable" })
+	if got := stateOn(t, viaC, sb.ID); got != "unreachable@a" {
+		t.Fatalf("a's sandbox while a is down: %s", got)
+	}
 	_, err = viaB.Exec(ctx, "placed", client.ExecRequest{Argv: []string{"true"}})
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Code != "node_unreachable" || ce.Status != 503 || !strings.Contains(ce.Message, "node a") {
 		t.Fatalf("exec on a's sandbox while a is down: %v", err)
-	}
-	if n := nodeNamed(t, viaB, "a"); n.State != "unreachable" {
-		t.Fatalf("node a while down: %+v", n)
 	}
 	execVia(t, viaC, "on-b")
 	// A comes back with its sandbox, which runs again.
@@ -318,6 +319,7 @@ func TestCluster(t *testing.T) {
 	for i := range 3 {
 		tc.etcd.Restart(i)
 	}
+	tc.etcd.Wait()
 	waitUntil(t, 20*time.Second, "etcd back: a create", func() bool {
 		_, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Name: "after", Node: "b"})
 		return err == nil
@@ -327,7 +329,7 @@ func TestCluster(t *testing.T) {
 	}
 }
 
-func execVia(t *testing.T, c *client.Client, id string) {
+func execVia(t testing.TB, c *client.Client, id string) {
 	t.Helper()
 	res, err := c.Exec(ctxT(t), id, client.ExecRequest{Argv: []string{"echo", "ok"}})
 	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
@@ -335,7 +337,7 @@ func execVia(t *testing.T, c *client.Client, id string) {
 	}
 }
 
-func nodeNamed(t *testing.T, c *client.Client, name string) client.Node {
+func nodeNamed(t testing.TB, c *client.Client, name string) client.Node {
 	t.Helper()
 	nodes, err := c.Nodes(ctxT(t))
 	if err != nil {
@@ -352,7 +354,7 @@ func nodeNamed(t *testing.T, c *client.Client, name string) client.Node {
 
 // forgedCall sends a call that claims to come from another node, with a
 // signature made without the cluster key, and returns the error code.
-func forgedCall(t *testing.T, n *node) string {
+func forgedCall(t testing.TB, n *node) string {
 	t.Helper()
 	req, err := http.NewRequest("GET", "http://"+n.tcp+"/v0/sandboxes", nil)
 	if err != nil {

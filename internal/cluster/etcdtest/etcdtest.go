@@ -74,15 +74,19 @@ func (c *Cluster) Kill(i int) {
 	}
 }
 
-// Restart starts member i again on its data (after Kill).
+// Restart starts member i again on its data (after Kill). It does not
+// wait: members restarted one by one have no quorum until enough are
+// back (Wait waits for one).
 func (c *Cluster) Restart(i int) {
 	var initial []string
 	for _, m := range c.members {
 		initial = append(initial, m.name+"="+m.peer)
 	}
 	c.run(i, strings.Join(initial, ","))
-	c.wait()
 }
+
+// Wait waits until a member answers healthy (it has a leader).
+func (c *Cluster) Wait() { c.wait() }
 
 func (c *Cluster) run(i int, initial string) {
 	m := c.members[i]
