@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -22,9 +20,9 @@ import (
 // Tokens is the cluster's token store (auth.TokenStore).
 func (c *Cluster) Tokens() *TokenStore { return &TokenStore{c: c} }
 
-// TokenStore keeps API keys' records (hashes, never keys) in etcd; a
-// watch keeps a copy of them on every node, so a key is checked without a
-// round trip and still works on a node that has lost etcd.
+// TokenStore keeps API keys' records (hashes, never keys) in etcd; every
+// node's mirror holds them, so a key is checked without a round trip and
+// still works on a node that has lost etcd.
 type TokenStore struct{ c *Cluster }
 
 func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
@@ -45,17 +43,20 @@ func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
 	if !resp.Succeeded {
 		return errdefs.Conflict("name_taken", "a token named %s already exists", tok.Name)
 	}
-	c.tokens.put(tok)
+	c.mirror.put("tokens/"+tok.ID, doc)
 	return nil
 }
 
 func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Token, error) {
 	notFound := errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName)
-	if tok, ok := t.c.tokens.get(idOrName); ok {
-		if project.Visible(ctx, tok.Project) {
-			return tok, nil
+	if doc, ok := t.c.mirror.get("tokens/" + idOrName); ok {
+		var tok store.Token
+		if json.Unmarshal(doc, &tok) == nil {
+			if project.Visible(ctx, tok.Project) {
+				return &tok, nil
+			}
+			return nil, notFound
 		}
-		return nil, notFound
 	}
 	all, err := t.list(ctx)
 	if err != nil {
@@ -101,7 +102,7 @@ func (t *TokenStore) list(ctx context.Context) ([]*store.Token, error) {
 		if json.Unmarshal(kv.Value, &tok) != nil {
 			continue
 		}
-		c.tokens.put(&tok)
+		c.mirror.put("tokens/"+tok.ID, kv.Value)
 		if project.Visible(ctx, tok.Project) {
 			out = append(out, &tok)
 		}
@@ -125,87 +126,8 @@ func (t *TokenStore) DeleteToken(ctx context.Context, id string) error {
 	if err != nil {
 		return Unavailable(err)
 	}
-	c.tokens.drop(tok.ID)
+	c.mirror.del("tokens/" + tok.ID)
 	return nil
-}
-
-// tokenCache is every node's copy of the tokens, kept by a watch. A key
-// whose id it lacks is looked up in etcd (it may be a moment old).
-type tokenCache struct {
-	c  *Cluster
-	mu sync.Mutex
-	m  map[string]*store.Token // by id; guarded by mu
-}
-
-func newTokenCache(c *Cluster) *tokenCache { return &tokenCache{c: c, m: map[string]*store.Token{}} }
-
-func (tc *tokenCache) get(id string) (*store.Token, bool) {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	t, ok := tc.m[id]
-	if !ok {
-		return nil, false
-	}
-	cp := *t
-	return &cp, true
-}
-
-func (tc *tokenCache) put(t *store.Token) {
-	cp := *t
-	tc.mu.Lock()
-	tc.m[t.ID] = &cp
-	tc.mu.Unlock()
-}
-
-func (tc *tokenCache) drop(id string) { tc.mu.Lock(); delete(tc.m, id); tc.mu.Unlock() }
-
-// watch fills the copy and follows every change until stop; a broken watch
-// (etcd away, history compacted) starts over from a fresh list, which also
-// drops tokens revoked meanwhile.
-func (tc *tokenCache) watch(stop <-chan struct{}) {
-	c := tc.c
-	prefix := c.key("tokens") + "/"
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-stop; cancel() }()
-	for ctx.Err() == nil {
-		lctx, lcancel := context.WithTimeout(ctx, Timeout)
-		resp, err := c.cli.Get(lctx, prefix, clientv3.WithPrefix())
-		lcancel()
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		fresh := map[string]*store.Token{}
-		for _, kv := range resp.Kvs {
-			var tok store.Token
-			if json.Unmarshal(kv.Value, &tok) == nil {
-				fresh[tok.ID] = &tok
-			}
-		}
-		tc.mu.Lock()
-		tc.m = fresh
-		tc.mu.Unlock()
-		wch := c.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if wr.Err() != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				id := strings.TrimPrefix(string(ev.Kv.Key), prefix)
-				if ev.Type == clientv3.EventTypeDelete {
-					tc.drop(id)
-					continue
-				}
-				var tok store.Token
-				if json.Unmarshal(ev.Kv.Value, &tok) == nil {
-					tc.put(&tok)
-				}
-			}
-		}
-	}
 }
 
 // Secrets is the cluster's secret store (secrets.Store): sealed values in

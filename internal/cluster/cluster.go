@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,11 +89,10 @@ type Cluster struct {
 	cli     *clientv3.Client
 	sealKey []byte // derived from the cluster key: secrets
 	signKey []byte // derived from the cluster key: node-to-node requests
-	tokens  *tokenCache
+	mirror  *mirror
 
 	mu      sync.Mutex
 	lease   clientv3.LeaseID // guarded by mu
-	nodes   []Node           // the last list read, for when etcd is down; guarded by mu
 	healthy bool             // the last heartbeat reached etcd; guarded by mu
 	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
 	joined  time.Time
@@ -161,7 +161,7 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, cli: cli, sealKey: derive(cfg.Key, "shard secrets v1"), signKey: derive(cfg.Key, "shard nodes v1"),
 		stop: make(chan struct{}), done: make(chan struct{}), joined: time.Now().UTC()}
-	c.tokens = newTokenCache(c)
+	c.mirror = newMirror(cfg.Prefix)
 	jctx, cancel := context.WithTimeout(ctx, 2*Timeout)
 	defer cancel()
 	if err := c.join(jctx); err != nil {
@@ -185,7 +185,7 @@ func (c *Cluster) Start(reconcile func(context.Context) error) {
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
-	go c.tokens.watch(c.stop)
+	go c.mirror.run(c.cli, c.stop)
 	go c.heartbeat()
 }
 
@@ -204,9 +204,11 @@ func (c *Cluster) Close() error {
 	if started {
 		<-c.done
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	c.cli.Revoke(ctx, lease)
+	if c.Healthy() { // with etcd away the lease runs out by itself
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		c.cli.Revoke(ctx, lease)
+	}
 	return c.cli.Close()
 }
 
@@ -313,9 +315,13 @@ func (c *Cluster) beat(ctx context.Context) error {
 
 func (c *Cluster) setHealthy(ok bool) { c.mu.Lock(); c.healthy = ok; c.mu.Unlock() }
 
-// Nodes lists every member: up (its lease holds) or unreachable. When etcd
-// cannot be reached it returns the last list read and an Unavailable error.
+// Nodes lists every member: up (its lease holds) or unreachable. It reads
+// the mirror while it follows etcd; when etcd cannot be reached it returns
+// what the mirror last knew and an Unavailable error.
 func (c *Cluster) Nodes(ctx context.Context) ([]Node, error) {
+	if c.mirror.current() {
+		return nodesOf(c.mirror.list("members/"), c.mirror.list("nodes/")), nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	resp, err := c.cli.Txn(ctx).Then(
@@ -323,34 +329,41 @@ func (c *Cluster) Nodes(ctx context.Context) ([]Node, error) {
 		clientv3.OpGet(c.key("nodes")+"/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		c.mu.Lock()
-		last := append([]Node(nil), c.nodes...)
-		c.mu.Unlock()
-		return last, Unavailable(err)
+		return nodesOf(c.mirror.list("members/"), c.mirror.list("nodes/")), Unavailable(err)
 	}
-	live := map[string]Node{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+	values := func(i int) [][]byte {
+		var out [][]byte
+		for _, kv := range resp.Responses[i].GetResponseRange().Kvs {
+			out = append(out, kv.Value)
+		}
+		return out
+	}
+	return nodesOf(values(0), values(1)), nil
+}
+
+// nodesOf joins members' records with the live nodes' (by name).
+func nodesOf(members, live [][]byte) []Node {
+	up := map[string]Node{}
+	for _, b := range live {
 		var n Node
-		if json.Unmarshal(kv.Value, &n) == nil {
-			live[n.Name] = n
+		if json.Unmarshal(b, &n) == nil {
+			up[n.Name] = n
 		}
 	}
 	var out []Node
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+	for _, b := range members {
 		var m member
-		if json.Unmarshal(kv.Value, &m) != nil {
+		if json.Unmarshal(b, &m) != nil {
 			continue
 		}
-		n, ok := live[m.Name]
+		n, ok := up[m.Name]
 		if !ok {
 			n = Node{Name: m.Name, Address: m.Address, JoinedAt: m.JoinedAt, State: NodeUnreachable}
 		}
 		out = append(out, n)
 	}
-	c.mu.Lock()
-	c.nodes = out
-	c.mu.Unlock()
-	return out, nil
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Node returns one member by name.

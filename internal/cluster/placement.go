@@ -100,8 +100,12 @@ func (c *Cluster) release(ctx context.Context, p Placement) error {
 	return nil
 }
 
-// Locate finds where a sandbox (by id, or by name in ctx's project) lives.
+// Locate finds where a sandbox (by id, or by name in ctx's project) lives:
+// in the mirror, else (it may be a moment old) in etcd.
 func (c *Cluster) Locate(ctx context.Context, idOrName string) (*Placement, error) {
+	if p, ok := c.locateMirrored(ctx, idOrName); ok {
+		return p, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	proj, scoped := project.From(ctx)
@@ -143,19 +147,40 @@ func (c *Cluster) Locate(ctx context.Context, idOrName string) (*Placement, erro
 	return &p, nil
 }
 
+func (c *Cluster) locateMirrored(ctx context.Context, idOrName string) (*Placement, bool) {
+	doc, ok := c.mirror.get("sandboxes/" + idOrName)
+	if proj, scoped := project.From(ctx); !ok && scoped {
+		if id, found := c.mirror.get("names/" + proj + "/" + idOrName); found {
+			doc, ok = c.mirror.get("sandboxes/" + string(id))
+		}
+	}
+	var p Placement
+	if !ok || json.Unmarshal(doc, &p) != nil || !project.Visible(ctx, p.Project) {
+		return nil, false
+	}
+	return &p, true
+}
+
 // Placements lists the placements of one node ("" for every node), in
 // ctx's project when it is scoped.
 func (c *Cluster) Placements(ctx context.Context, node string) ([]Placement, error) {
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	resp, err := c.cli.Get(ctx, c.key("sandboxes")+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, Unavailable(err)
+	docs := c.mirror.list("sandboxes/")
+	if !c.mirror.current() {
+		ctx, cancel := context.WithTimeout(ctx, Timeout)
+		defer cancel()
+		resp, err := c.cli.Get(ctx, c.key("sandboxes")+"/", clientv3.WithPrefix())
+		if err != nil {
+			return nil, Unavailable(err)
+		}
+		docs = docs[:0]
+		for _, kv := range resp.Kvs {
+			docs = append(docs, kv.Value)
+		}
 	}
 	var out []Placement
-	for _, kv := range resp.Kvs {
+	for _, doc := range docs {
 		var p Placement
-		if json.Unmarshal(kv.Value, &p) != nil || (node != "" && p.Node != node) || !project.Visible(ctx, p.Project) {
+		if json.Unmarshal(doc, &p) != nil || (node != "" && p.Node != node) || !project.Visible(ctx, p.Project) {
 			continue
 		}
 		out = append(out, p)
