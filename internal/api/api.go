@@ -183,6 +183,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.HandleFunc(rt.pattern, named(rt.pattern, s.guard(rt.scope, s.routed(rt, h))))
 	}
+	// A checkpoint another node sends (a fork moved across the cluster):
+	// for nodes only, so not in routes (nor the OpenAPI document).
+	mux.HandleFunc("POST /v0/cluster/checkpoints", named("POST /v0/cluster/checkpoints", s.importCheckpoint))
 	// The web console's files: no key (they hold nothing secret; what it
 	// shows comes through /v0 with the user's key).
 	mux.HandleFunc("GET /ui/", named("GET /ui/", ui.Handler().ServeHTTP))

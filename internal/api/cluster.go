@@ -41,6 +41,7 @@ type Cluster interface {
 	Nodes(ctx context.Context) ([]cluster.Node, error)
 	Place(ctx context.Context, want, provider string, memory int64) (cluster.Node, error)
 	Placements(ctx context.Context, node string) ([]cluster.Placement, error)
+	Free() int64 // the memory this node's sandboxes may still be given
 	Sign(method, uri string, principal []byte) string
 	Verify(proof, method, uri string, principal []byte) (string, error)
 }
@@ -237,6 +238,9 @@ func (s *Server) call(ctx context.Context, in *http.Request, node cluster.Node, 
 			return resp.StatusCode, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "%s", e.Message)
 		}
 		return resp.StatusCode, fmt.Errorf("node %s answered %s", node.Name, resp.Status)
+	}
+	if v == nil {
+		return resp.StatusCode, nil
 	}
 	return resp.StatusCode, json.Unmarshal(b, v)
 }

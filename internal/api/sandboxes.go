@@ -274,6 +274,16 @@ func (s *Server) forkSandbox(r *http.Request) (any, int, error) {
 	// A fork carries the source's grants and policy: making one needs the
 	// scopes to hold them (seed 001), checked under the source's lock.
 	req.Allow = carried(r)
+	if s.Cluster != nil {
+		// A fork runs here, on its source's node, when the node has room.
+		src, err := s.Sandboxes.Get(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return nil, 0, err
+		}
+		if !s.roomHere(src.MemoryBytes * int64(req.Count)) {
+			return s.forkElsewhere(r, src, req)
+		}
+	}
 	forks, err := s.Sandboxes.Fork(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return nil, 0, err

@@ -77,7 +77,11 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Name: name, Allow: carried(r)})
+	o := sandbox.RestoreOptions{Name: name, Allow: carried(r)}
+	if fromNode(r.Context()) != "" { // a fork another node moved here
+		o.FromNode = r.URL.Query().Get("from_node")
+	}
+	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), o)
 	if err != nil {
 		return nil, 0, err
 	}

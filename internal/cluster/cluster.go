@@ -218,6 +218,9 @@ func (c *Cluster) Name() string { return c.cfg.Node }
 // Address is the URL this node is reached at.
 func (c *Cluster) Address() string { return c.cfg.Advertise }
 
+// Free is the memory this node's sandboxes may still be given, now.
+func (c *Cluster) Free() int64 { return c.cfg.Stats().MemoryFree }
+
 // Healthy reports whether the last heartbeat reached etcd.
 func (c *Cluster) Healthy() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.healthy }
 

@@ -216,7 +216,7 @@ func TestChoose(t *testing.T) {
 		{"d", "", 0, "", "node_unreachable"},
 		{"zz", "", 0, "", "node_not_found"},
 	} {
-		n, err := choose(nodes, tc.want, tc.provider, tc.mem)
+		n, err := Choose(nodes, tc.want, tc.provider, tc.mem)
 		if n.Name != tc.node || errdefs.CodeOf(err) != tc.code && !(err == nil && tc.code == "") {
 			t.Errorf("choose(%q, %q, %d) = %s, %v; want %s, %s", tc.want, tc.provider, tc.mem, n.Name, err, tc.node, tc.code)
 		}

@@ -223,10 +223,11 @@ func (c *Cluster) Place(ctx context.Context, want, provider string, memory int64
 	if err != nil {
 		return Node{}, err
 	}
-	return choose(nodes, want, provider, memory)
+	return Choose(nodes, want, provider, memory)
 }
 
-func choose(nodes []Node, want, provider string, memory int64) (Node, error) {
+// Choose is Place's choice among nodes.
+func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 	if want != "" {
 		for _, n := range nodes {
 			if n.Name != want {

@@ -54,6 +54,9 @@ type CreatedData struct {
 	ResumedFrom  string `json:"resumed_from,omitempty"` // a session
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	Environment  string `json:"environment,omitempty"`
+	// FromNode is the node of a cluster whose checkpoint this sandbox was
+	// restored from on this one (a fork whose source's node had no room).
+	FromNode string `json:"from_node,omitempty"`
 }
 
 // CreatedOf is the sandbox.created data of a sandbox of shape sh (its

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"net/netip"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -39,6 +40,7 @@ type Storage interface {
 	RemoveSaved(key string) error
 	ListSaved() ([]string, error)
 	SavedPath(key string) string
+	Receive(key string, size int64, ext rootfs.Extents, r io.Reader) error // files another node sent
 	ImagePath(id string) string
 	Bound(id string) int64
 	SavedUsage(key string) int64

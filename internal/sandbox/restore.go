@@ -60,6 +60,7 @@ type RestoreOptions struct {
 	Name        string
 	Environment string // set by a create from an environment
 	ResumedFrom string // set by resume
+	FromNode    string // the node that sent the checkpoint (a fork moved across a cluster)
 	Allow       Allow  // asked whether the sandbox may carry the checkpoint's grants and policy
 }
 
@@ -102,7 +103,7 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	}
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		d := ledger.CreatedOf(r.Shape)
-		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom = ck.ID, ck.ID, o.Environment, o.ResumedFrom
+		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom, d.FromNode = ck.ID, ck.ID, o.Environment, o.ResumedFrom, o.FromNode
 		return "", d
 	})
 	if err != nil {

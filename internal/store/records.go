@@ -93,6 +93,19 @@ func (s *Store) AddCheckpoint(ctx context.Context, ck *Checkpoint, sb *Sandbox, 
 	})
 }
 
+// ImportCheckpoint records a checkpoint another node took (its ledger
+// event stays in its sandbox's session there).
+func (s *Store) ImportCheckpoint(ctx context.Context, ck *Checkpoint) error {
+	doc, err := json.Marshal(ck)
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO checkpoints(id, project, session, doc) VALUES(?,?,?,?)`, ck.ID, ck.Project, ck.Session, string(doc))
+		return err
+	})
+}
+
 // GetCheckpoint finds a checkpoint by id.
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, error) {
 	return getDoc[Checkpoint](ctx, s.db, "checkpoints", `id = ?1`, id,

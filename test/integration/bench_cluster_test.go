@@ -2,6 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +74,65 @@ func BenchmarkClusterCreate(b *testing.B) {
 		}
 	}
 	report(b, s, "direct", "direct", "through-b")
+}
+
+// BenchmarkClusterForkMove: a fork of a 256 MiB gVisor sandbox (160 MiB of
+// it held by a process) whose node has no room, moved to another node (checkpoint,
+// send, restore), against a fork on the node itself in the same run; and
+// the bytes sent between the nodes (from the source node's log).
+func BenchmarkClusterForkMove(b *testing.B) {
+	// a holds the source and has no room for a fork of it; b has.
+	tc := startCluster(b, "400MiB", "8GiB")
+	viaA, viaB := tc.keyed(b, tc.nodes[0], tc.key), tc.keyed(b, tc.nodes[1], tc.key)
+	ctx := context.Background()
+	// sort holds what it read in memory until its input ends, which is never.
+	fill := "((head -c 160m /dev/urandom; sleep 100000) | sort > /dev/null 2>&1 &); sleep 5; grep -E 'VmRSS' /proc/$(pidof sort)/status"
+	srcA, err := viaA.Create(ctx, client.CreateRequest{Image: busybox, Node: "a", MemoryMiB: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srcB, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Node: "b", MemoryMiB: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sb := range []*client.Sandbox{srcA, srcB} {
+		b.Cleanup(func() { viaB.Remove(context.Background(), sb.ID, true) })
+		if res, err := viaB.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", fill}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("fill: %+v %v", res, err)
+		}
+	}
+	s := samples{}
+	var moved []float64
+	for i := 0; i < b.N; i++ {
+		for _, f := range []struct {
+			name string
+			src  string
+		}{{"fork-same-node", srcB.ID}, {"fork-moved", srcA.ID}} {
+			t0 := time.Now()
+			fk, err := viaA.Fork(ctx, f.src, client.ForkRequest{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.add(f.name, time.Since(t0))
+			if f.name == "fork-moved" && fk.Node != "b" {
+				b.Fatalf("the fork landed on %q", fk.Node)
+			}
+			if err := viaB.Remove(ctx, fk.ID, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	report(b, s, "fork-same-node", "fork-same-node", "fork-moved")
+	log, _ := os.ReadFile(tc.nodes[0].log)
+	for _, line := range strings.Split(string(log), "\n") {
+		if i := strings.Index(line, "sent_bytes="); i >= 0 && strings.Contains(line, "fork moved") {
+			var n float64
+			fmt.Sscanf(line[i+len("sent_bytes="):], "%g", &n)
+			moved = append(moved, n/(1<<20))
+		}
+	}
+	if len(moved) > 0 {
+		slices.Sort(moved)
+		b.ReportMetric(moved[len(moved)/2], "moved-p50-MiB")
+	}
 }

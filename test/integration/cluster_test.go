@@ -144,8 +144,8 @@ func (n *node) teardown(t testing.TB) {
 			n.kill()
 		}
 	}
-	if t.Failed() {
-		b, _ := os.ReadFile(n.log)
+	// The node's log outlives the run's directory, for a post-mortem.
+	if b, err := os.ReadFile(n.log); err == nil {
 		os.WriteFile(filepath.Join(os.TempDir(), "shard-it-node-"+n.name+".log"), b, 0o644)
 	}
 	for _, rt := range [][2]string{{"runsc", filepath.Join(n.dir, "run", "runsc")}, {"runc", filepath.Join(n.dir, "run", "runc")}} {
@@ -273,6 +273,35 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("create on b through a: %+v %v", onB, err)
 	}
 
+	// A fork whose source's node is full lands on another node, its
+	// memory intact: a shell holding a value only in its memory goes on
+	// writing it in the fork.
+	src, err := viaA.Create(ctx, client.CreateRequest{Image: busybox, Name: "full-src", Node: "c", MemoryMiB: 1200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execVia(t, viaA, src.ID)
+	if res, err := viaA.Exec(ctx, src.ID, client.ExecRequest{Argv: []string{"sh", "-c",
+		"v=$(date +%s%N); echo $v > /tmp/v0; (while :; do echo $v > /tmp/v; sleep 0.1; done) >/dev/null 2>&1 & sleep 0.3"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the writer: %+v %v", res, err)
+	}
+	fork, err := viaB.Fork(ctx, "full-src", client.ForkRequest{Name: "moved"})
+	if err != nil {
+		t.Fatalf("fork of a sandbox on a full node: %v", err)
+	}
+	if fork.Node == "c" || fork.Node == "" {
+		t.Fatalf("the fork of a sandbox on full node c landed on %q", fork.Node)
+	}
+	want := strings.TrimSpace(execVia2(t, viaC, "moved", "cat /tmp/v0"))
+	if got := strings.TrimSpace(execVia2(t, viaC, "moved", "rm -f /tmp/v; sleep 0.5; cat /tmp/v")); got != want {
+		t.Fatalf("the moved fork's writer wrote %q, want %q (its memory)", got, want)
+	}
+	execVia(t, viaA, "full-src") // the source goes on
+	page, err := viaA.Events(ctx, fork.Session, 0, 10)
+	if err != nil || len(page.Events) == 0 || !strings.Contains(string(page.Events[0].Data), `"from_node": "c"`) && !strings.Contains(string(page.Events[0].Data), `"from_node":"c"`) {
+		t.Fatalf("the moved fork's ledger: %+v %v", page, err)
+	}
+
 	// One etcd member of three killed: nothing lost, writes go on.
 	tc.etcd.Kill(2)
 	if _, err := viaB.Create(ctx, client.CreateRequest{Image: busybox, Name: "quorum", Node: "c"}); err != nil {
@@ -327,6 +356,16 @@ func TestCluster(t *testing.T) {
 	for _, id := range []string{"placed", "on-b", "quorum", "after"} {
 		execVia(t, viaA, id)
 	}
+}
+
+// execVia2 runs a shell command through c and returns its stdout.
+func execVia2(t testing.TB, c *client.Client, id, script string) string {
+	t.Helper()
+	res, err := c.Exec(ctxT(t), id, client.ExecRequest{Argv: []string{"sh", "-c", script}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %+v %v", script, id, res, err)
+	}
+	return string(res.Stdout)
 }
 
 func execVia(t testing.TB, c *client.Client, id string) {

@@ -1,0 +1,248 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
+	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/store"
+)
+
+// A checkpoint moves between the nodes of a cluster (a fork whose source's
+// node has no room is restored on another) as one stream: a zstd-compressed
+// tar of its record (checkpoint.json), its memory image (image/...) and its
+// files (files.img, a filesystem image, mostly holes, which zstd squeezes
+// and the receiver writes back sparse). The agent binary its memory maps is
+// not sent: the receiving node must run the same shard build.
+
+var checkpointID = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+// ExportCheckpoint writes checkpoint id to w.
+func (s *Service) ExportCheckpoint(ctx context.Context, id string, w io.Writer) error {
+	release := s.cks.use(id)
+	defer release()
+	ck, err := s.cfg.Store.GetCheckpoint(ctx, id)
+	if err != nil {
+		return err
+	}
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(zw)
+	doc, err := json.Marshal(ck)
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "checkpoint.json", Mode: 0o600, Size: int64(len(doc))}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(doc); err != nil {
+		return err
+	}
+	dir := s.checkpointDir(id)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "image/" + rel + "/", Mode: 0o700})
+		}
+		return addFile(tw, p, "image/"+rel)
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint %s's memory image: %w", id, err)
+	}
+	if err := addFile(tw, s.cfg.Storage.SavedPath(checkpointKey(id)), "files.img"); err != nil {
+		return fmt.Errorf("checkpoint %s's files: %w", id, err)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// addFile adds a regular file as its data extents (the records say where
+// they go and the file's size), following a symlink the image may hold to
+// where it was staged.
+func addFile(tw *tar.Writer, p, name string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
+	ext, err := rootfs.FileExtents(f, st.Size())
+	if err != nil {
+		return err
+	}
+	hdr := &tar.Header{Name: name, Mode: 0o600, Size: ext.Bytes(), Format: tar.FormatPAX,
+		PAXRecords: map[string]string{paxSize: strconv.FormatInt(st.Size(), 10), paxExtents: ext.String()}}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	return rootfs.ReadExtents(f, ext, tw)
+}
+
+// The records of a sparse file in the stream.
+const (
+	paxSize    = "SHARD.size"
+	paxExtents = "SHARD.extents"
+)
+
+// sparseOf reads a file entry's size and extents.
+func sparseOf(hdr *tar.Header) (int64, rootfs.Extents, error) {
+	size, err := strconv.ParseInt(hdr.PAXRecords[paxSize], 10, 64)
+	if err != nil || size < 0 {
+		return 0, nil, fmt.Errorf("%s: no size", hdr.Name)
+	}
+	ext, err := rootfs.ParseExtents(hdr.PAXRecords[paxExtents], size)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", hdr.Name, err)
+	}
+	if ext.Bytes() != hdr.Size {
+		return 0, nil, fmt.Errorf("%s: extents of %d bytes, entry of %d", hdr.Name, ext.Bytes(), hdr.Size)
+	}
+	return size, ext, nil
+}
+
+// ImportCheckpoint reads what ExportCheckpoint wrote (another node of the
+// cluster, which signed the call) and records the checkpoint here under
+// its id, pulling its image if this node lacks it. Everything in the
+// stream is checked as if hostile: names, kinds, sizes.
+func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Checkpoint, err error) {
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	bad := func(format string, a ...any) error {
+		return errdefs.Invalid("checkpoint stream: "+format, a...)
+	}
+	hdr, err := tr.Next()
+	if err != nil || hdr.Name != "checkpoint.json" || hdr.Size > 1<<20 {
+		return nil, bad("it must start with checkpoint.json")
+	}
+	var ck store.Checkpoint
+	if err := json.NewDecoder(io.LimitReader(tr, hdr.Size)).Decode(&ck); err != nil {
+		return nil, bad("checkpoint.json: %v", err)
+	}
+	if !checkpointID.MatchString(ck.ID) {
+		return nil, bad("checkpoint id %q", ck.ID)
+	}
+	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), ck.ID); err == nil {
+		return nil, errdefs.Conflict("checkpoint_exists", "checkpoint %s is already on this node", ck.ID)
+	}
+	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
+		return nil, errdefs.Unsupported("provider %s cannot restore on this node", ck.Provider)
+	}
+	// The memory image maps the agent binary: it must be this node's.
+	agent := filepath.Join(filepath.Dir(s.agentDir), filepath.Base(ck.AgentDir))
+	if _, err := os.Stat(filepath.Join(agent, "shard")); err != nil {
+		return nil, errdefs.Unsupported("checkpoint %s was taken under another shard build (agent %s) than this node runs: a fork moves only between nodes of one build", ck.ID, filepath.Base(ck.AgentDir))
+	}
+	ck.AgentDir = agent
+	start := time.Now()
+	if _, err := s.cfg.Images.Ensure(ctx, ck.Image+"@"+ck.ImageDigest, nil); err != nil {
+		if _, gerr := s.cfg.Images.Get(ctx, ck.ImageDigest); gerr != nil {
+			return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
+		}
+	}
+	dir := s.checkpointDir(ck.ID)
+	key := checkpointKey(ck.ID)
+	defer func() {
+		if err != nil {
+			provider.RemoveImage(dir)
+			s.cfg.Storage.RemoveSaved(key)
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	imageTook := time.Since(start)
+	files := false
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		name := path.Clean(hdr.Name)
+		var size int64
+		var ext rootfs.Extents
+		if hdr.Typeflag == tar.TypeReg {
+			if size, ext, err = sparseOf(hdr); err != nil {
+				return nil, bad("%v", err)
+			}
+		}
+		switch {
+		case name == "files.img" && hdr.Typeflag == tar.TypeReg:
+			if err := s.cfg.Storage.Receive(key, size, ext, tr); err != nil {
+				return nil, err
+			}
+			files = true
+		case strings.HasPrefix(name, "image/") && !strings.Contains(name, "..") && (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeDir):
+			p := filepath.Join(dir, strings.TrimPrefix(name, "image/"))
+			if hdr.Typeflag == tar.TypeDir {
+				if err := os.MkdirAll(p, 0o700); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err := writeSparse(p, size, ext, tr); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, bad("unexpected entry %q", hdr.Name)
+		}
+	}
+	if !files {
+		return nil, bad("no files.img")
+	}
+	if err := s.cfg.Store.ImportCheckpoint(project.With(ctx, ""), &ck); err != nil {
+		return nil, err
+	}
+	s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))
+	return &ck, nil
+}
+
+// writeSparse writes a new file at p of size bytes: ext's data from r, the
+// rest holes.
+func writeSparse(p string, size int64, ext rootfs.Extents, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := rootfs.WriteExtents(f, size, ext, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
