@@ -265,7 +265,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer db.Close()
-	m := metrics.New()
+	m := metrics.New(o.cluster.node)
 	db.ObserveAppends(m.LedgerAppend)
 	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure,
 		Allowed: o.allowed, Blocked: []netip.Prefix{subnet}, PullTimeout: o.pullTimeout,

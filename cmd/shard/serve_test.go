@@ -82,7 +82,7 @@ func TestLedgerFloorFlag(t *testing.T) {
 // or localhost), never one to a name, which only a web page rebinding its
 // own name to 127.0.0.1 would send (DNS rebinding).
 func TestMetricsOnlyRefusesRebinding(t *testing.T) {
-	m := metrics.New()
+	m := metrics.New("")
 	for _, tt := range []struct {
 		host     string
 		loopback bool

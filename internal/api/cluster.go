@@ -61,6 +61,7 @@ const (
 	anyNode                 // here, or on the first other node that has what {id} or {name} names
 	everyNode               // every node's answer, merged (a list)
 	placed                  // on the node placement chooses (create)
+	byBodySandbox           // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
 )
 
 // vouched is the principal a node sends on with a call: who the caller
@@ -277,6 +278,8 @@ func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
 			s.serveEveryNode(w, r, rt)
 		case placed:
 			s.servePlaced(w, r, h)
+		case byBodySandbox:
+			s.serveByBodySandbox(w, r, h)
 		}
 	}
 }
@@ -300,6 +303,36 @@ func (s *Server) serveBySandbox(w http.ResponseWriter, r *http.Request, h http.H
 	}
 }
 
+// serveByBodySandbox serves a call whose body names a sandbox ("sandbox":
+// a snapshot of it, an environment from it) on that sandbox's node.
+func (s *Server) serveByBodySandbox(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	body, err := readBody(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var named struct{ Sandbox string }
+	json.Unmarshal(body, &named) // a bad body is refused by the node that serves it
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if named.Sandbox == "" {
+		h(w, r)
+		return
+	}
+	if _, err := s.Sandboxes.Get(r.Context(), named.Sandbox); !errdefs.Is(err, errdefs.KindNotFound) {
+		h(w, r)
+		return
+	}
+	p, err := s.Cluster.Locate(r.Context(), named.Sandbox)
+	switch {
+	case errdefs.Is(err, errdefs.KindNotFound) || (err == nil && p.Node == s.Cluster.Name()):
+		h(w, r)
+	case err != nil:
+		s.writeError(w, r, err)
+	default:
+		s.proxy(w, r, p.Node, body)
+	}
+}
+
 // serveAnyNode serves the call here unless what it names is not here;
 // then on the first other node that has it (a checkpoint, a snapshot, a
 // ledger session lives on the node that made it). Whether a node has it
@@ -319,26 +352,27 @@ func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, 
 		h(w, r)
 		return
 	}
-	nodes, nerr := s.Cluster.Nodes(r.Context())
-	if nerr != nil {
-		s.writeError(w, r, nerr)
+	if node := s.holder(r, rt.probeURI(r)); node != "" {
+		s.proxy(w, r, node, nil)
 		return
 	}
+	s.writeError(w, r, err)
+}
+
+// holder is the first other up node that answers the GET uri (what a
+// call names is there), or "" when none does.
+func (s *Server) holder(r *http.Request, uri string) string {
+	nodes, _ := s.Cluster.Nodes(r.Context())
 	for _, n := range nodes {
 		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
 			continue
 		}
 		var answer json.RawMessage
-		if status, cerr := s.call(r.Context(), r, n, http.MethodGet, rt.probeURI(r), nil, &answer); cerr != nil {
-			if status != http.StatusNotFound {
-				s.cfgLog().Warn("cluster: a node did not say whether it holds it", "node", n.Name, "err", cerr)
-			}
-			continue
+		if _, err := s.call(r.Context(), r, n, http.MethodGet, uri, nil, &answer); err == nil {
+			return n.Name
 		}
-		s.proxy(w, r, n.Name, nil)
-		return
 	}
-	s.writeError(w, r, err)
+	return ""
 }
 
 // serveEveryNode merges a list from every node that is up; a sandbox list
@@ -449,13 +483,25 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if want.Environment != "" || want.FromSnapshot != "" {
-		// What it starts from is on a node of its own: serve it here
-		// (or on the node it names).
-		if want.Node == "" || want.Node == s.Cluster.Name() {
+		// What it starts from is on a node of its own: serve it there
+		// (or on the node the call names).
+		node := want.Node
+		if node == "" {
+			probe := "/v0/environments/" + url.PathEscape(want.Environment)
+			_, err := s.Sandboxes.GetEnvironment(r.Context(), want.Environment)
+			if want.FromSnapshot != "" {
+				probe = "/v0/snapshots/" + url.PathEscape(want.FromSnapshot)
+				_, err = s.Sandboxes.GetSnapshot(r.Context(), want.FromSnapshot)
+			}
+			if errdefs.Is(err, errdefs.KindNotFound) {
+				node = s.holder(r, probe)
+			}
+		}
+		if node == "" || node == s.Cluster.Name() {
 			h(w, r)
 			return
 		}
-		s.proxy(w, r, want.Node, body)
+		s.proxy(w, r, node, body)
 		return
 	}
 	n, err := s.Cluster.Place(r.Context(), want.Node, want.Provider, mem)
@@ -522,6 +568,8 @@ func (s *Server) spreadOf(rt *route) {
 	switch rt.pattern {
 	case "POST /v0/sandboxes":
 		rt.spread = placed
+	case "POST /v0/snapshots", "POST /v0/environments":
+		rt.spread = byBodySandbox
 	case "GET /v0/sandboxes", "GET /v0/checkpoints", "GET /v0/snapshots", "GET /v0/ledger/sessions", "GET /v0/environments":
 		rt.spread = everyNode
 	case "GET /v0/checkpoints/{id}", "DELETE /v0/checkpoints/{id}", "POST /v0/checkpoints/{id}/restore":

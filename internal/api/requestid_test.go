@@ -29,7 +29,7 @@ func TestRequestID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, logBuf := testServer(t)
-			s.Metrics = metrics.New()
+			s.Metrics = metrics.New("")
 			r := httptest.NewRequest(http.MethodGet, "/v0/nope", nil)
 			if tt.sent != "" {
 				r.Header[RequestIDHeader] = []string{tt.sent}
@@ -54,7 +54,7 @@ func TestRequestID(t *testing.T) {
 // path or an unknown method (both the caller's to choose).
 func TestRequestMetricsLabels(t *testing.T) {
 	s, _ := testServer(t)
-	s.Metrics = metrics.New()
+	s.Metrics = metrics.New("")
 	h := s.Handler()
 	for _, r := range []*http.Request{
 		httptest.NewRequest(http.MethodGet, "/v0/version", nil),
@@ -107,7 +107,7 @@ func TestConsoleRoute(t *testing.T) {
 // nothing is a 502.)
 func TestAccessStatusSkipsInformational(t *testing.T) {
 	s, logBuf := testServer(t)
-	s.Metrics = metrics.New()
+	s.Metrics = metrics.New("")
 	h := s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusContinue)
@@ -139,7 +139,7 @@ func grepLines(s, sub string) string {
 // even with "*"; a key of every project with metrics:read does.
 func TestMetricsOnlyForEveryProject(t *testing.T) {
 	s, _ := testServer(t)
-	s.Metrics = metrics.New()
+	s.Metrics = metrics.New("")
 	h := s.Handler()
 	for _, tt := range []struct {
 		p    *auth.Principal

@@ -24,6 +24,7 @@ var opBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5
 // Metrics holds the server's instruments.
 type Metrics struct {
 	reg     *prometheus.Registry
+	into    prometheus.Registerer // reg, adding the node label in a cluster
 	handler http.Handler
 
 	requests   *prometheus.CounterVec
@@ -39,10 +40,16 @@ type Metrics struct {
 	ledger     prometheus.Histogram
 }
 
-// New makes the instruments, with the Go runtime's and the process's.
-func New() *Metrics {
+// New makes the instruments, with the Go runtime's and the process's. In
+// a cluster every series carries node (one Prometheus scrapes every node,
+// and their series must not collide); on a single host node is "".
+func New(node string) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
-	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.into = m.reg
+	if node != "" {
+		m.into = prometheus.WrapRegistererWith(prometheus.Labels{"node": node}, m.reg)
+	}
+	f := func(c prometheus.Collector) { m.into.MustRegister(c) }
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shard_api_requests_total", Help: "API requests answered, by route pattern, method and HTTP status.",
 	}, []string{"route", "method", "code"})
@@ -97,7 +104,7 @@ func New() *Metrics {
 // sandboxes by state, disk, spares).
 func (m *Metrics) Register(c prometheus.Collector) {
 	if m != nil {
-		m.reg.MustRegister(c)
+		m.into.MustRegister(c)
 	}
 }
 

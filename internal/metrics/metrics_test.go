@@ -37,7 +37,7 @@ func scrape(t *testing.T, m *Metrics) string {
 }
 
 func TestScrape(t *testing.T) {
-	m := New()
+	m := New("")
 	m.Request("GET /v0/sandboxes/{id}", "GET", 404, 2*time.Millisecond)
 	m.Op("fork", "gvisor", 300*time.Millisecond, nil)
 	m.Op("create", "runc", time.Second, errors.New("x"))
@@ -78,7 +78,7 @@ func TestScrape(t *testing.T) {
 
 // A state that cannot be read is said, and the rest is still served.
 func TestScrapeStateError(t *testing.T) {
-	m := New()
+	m := New("")
 	m.Watch(func() (State, error) { return State{SparesReady: 2}, errors.New("database locked") })
 	out := scrape(t, m)
 	for _, want := range []string{"shard_state_scrape_errors 1", "shard_warm_spares_ready 2"} {
@@ -92,7 +92,7 @@ func TestScrapeStateError(t *testing.T) {
 // with whatever status a sandbox's server sends (100 to 999), and each
 // would otherwise be a series.
 func TestRequestCodeLabelBounded(t *testing.T) {
-	m := New()
+	m := New("")
 	for _, code := range []int{200, 418, 299, 599, 777, 999} {
 		m.Request("/v0/sandboxes/{id}/ports/{port}/{path...}", "GET", code, time.Millisecond)
 	}
@@ -112,7 +112,7 @@ func TestRequestCodeLabelBounded(t *testing.T) {
 // Past four scrapes at once the next is refused (a flood on the keyless
 // --metrics-listen does not pile up reads of the server's state).
 func TestScrapesBounded(t *testing.T) {
-	m := New()
+	m := New("")
 	entered, release := make(chan struct{}, 8), make(chan struct{})
 	m.Watch(func() (State, error) {
 		entered <- struct{}{}
@@ -139,6 +139,23 @@ func TestScrapesBounded(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		if c := <-done; c != 200 {
 			t.Errorf("a scrape within the bound: %d", c)
+		}
+	}
+}
+
+// In a cluster every series says its node, the scraped ones too.
+func TestNodeLabel(t *testing.T) {
+	m := New("node-a")
+	m.Request("GET /v0/version", "GET", 200, time.Millisecond)
+	m.Watch(func() (State, error) { return State{SparesReady: 2}, nil })
+	out := scrape(t, m)
+	for _, want := range []string{
+		`shard_api_requests_total{code="200",method="GET",node="node-a",route="GET /v0/version"} 1`,
+		`shard_warm_spares_ready{node="node-a"} 2`,
+		`go_goroutines{node="node-a"}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
 		}
 	}
 }

@@ -273,6 +273,22 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("create on b through a: %+v %v", onB, err)
 	}
 
+	// A snapshot of b's sandbox asked of c is made on b; a sandbox made
+	// from it, asked of a, runs on b, where the snapshot is.
+	if _, err := viaC.Stop(ctx, "on-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := viaC.CreateSnapshot(ctx, client.SnapshotRequest{Sandbox: "on-b", Name: "snap-b"}); err != nil {
+		t.Fatalf("snapshot of b's sandbox through c: %v", err)
+	}
+	if _, err := viaA.Start(ctx, "on-b"); err != nil {
+		t.Fatal(err)
+	}
+	fromSnap, err := viaA.Create(ctx, client.CreateRequest{FromSnapshot: "snap-b", Name: "from-snap"})
+	if err != nil || fromSnap.Node != "b" {
+		t.Fatalf("create from b's snapshot through a: %+v %v", fromSnap, err)
+	}
+
 	// A fork whose source's node is full lands on another node, its
 	// memory intact: a shell holding a value only in its memory goes on
 	// writing it in the fork.
