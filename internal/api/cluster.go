@@ -56,12 +56,12 @@ const (
 type spread int
 
 const (
-	onNode    spread = iota // here (images, tokens, secrets: local, or in etcd for every node)
-	bySandbox               // on the node holding the sandbox {id}
-	anyNode                 // here, or on the first other node that has what {id} or {name} names
-	everyNode               // every node's answer, merged (a list)
-	placed                  // on the node placement chooses (create)
-	byBodySandbox           // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
+	onNode        spread = iota // here (images, tokens, secrets: local, or in etcd for every node)
+	bySandbox                   // on the node holding the sandbox {id}
+	anyNode                     // here, or on the first other node that has what {id} or {name} names
+	everyNode                   // every node's answer, merged (a list)
+	placed                      // on the node placement chooses (create)
+	byBodySandbox               // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
 )
 
 // vouched is the principal a node sends on with a call: who the caller
