@@ -313,6 +313,9 @@ type Environment struct {
 	Fingerprint string     `json:"fingerprint"` // changes when the definition does
 	Checkpoint  string     `json:"checkpoint"`
 	CreatedAt   time.Time  `json:"created_at"`
+	// Origin is, in a cluster, the node that built it when the node that
+	// answered holds a copy (made on its first use there).
+	Origin string `json:"origin,omitempty"`
 }
 
 // EnvironmentRequest is the body of POST /v0/environments. Either Setup

@@ -185,7 +185,8 @@ func (s *Server) Handler() http.Handler {
 	}
 	// A checkpoint another node sends (a fork moved across the cluster):
 	// for nodes only, so not in routes (nor the OpenAPI document).
-	mux.HandleFunc("POST /v0/cluster/checkpoints", named("POST /v0/cluster/checkpoints", s.importCheckpoint))
+	mux.HandleFunc("POST /v0/cluster/checkpoints", named("POST /v0/cluster/checkpoints", s.guard(auth.SandboxWrite, s.importCheckpoint)))
+	mux.HandleFunc("POST /v0/cluster/environments/{name}/send", named("POST /v0/cluster/environments/{name}/send", s.guard(auth.SandboxWrite, s.nodesOnly(s.sendEnvironment))))
 	// The web console's files: no key (they hold nothing secret; what it
 	// shows comes through /v0 with the user's key).
 	mux.HandleFunc("GET /ui/", named("GET /ui/", ui.Handler().ServeHTTP))

@@ -311,7 +311,9 @@ func (s *Server) serveByBodySandbox(w http.ResponseWriter, r *http.Request, h ht
 		s.writeError(w, r, err)
 		return
 	}
-	var named struct{ Sandbox string }
+	var named struct {
+		Sandbox string `json:"sandbox"`
+	}
 	json.Unmarshal(body, &named) // a bad body is refused by the node that serves it
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if named.Sandbox == "" {
@@ -472,9 +474,12 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 		return
 	}
 	var want struct {
-		Node, Provider, Environment, FromSnapshot string
-		Memory                                    json.RawMessage
-		MemoryMiB                                 int64 `json:"memory_mib"`
+		Node         string          `json:"node"`
+		Provider     string          `json:"provider"`
+		Environment  string          `json:"environment"`
+		FromSnapshot string          `json:"from_snapshot"`
+		Memory       json.RawMessage `json:"memory"`
+		MemoryMiB    int64           `json:"memory_mib"`
 	}
 	json.Unmarshal(body, &want) // a bad body is refused by the node that serves it
 	mem, _ := sizeField("memory", want.Memory)
@@ -578,7 +583,7 @@ func (s *Server) spreadOf(rt *route) {
 		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSnapshot, path("/v0/snapshots/", "id")
 	case "GET /v0/ledger/sessions/{name}", "GET /v0/ledger/sessions/{name}/events", "POST /v0/ledger/sessions/{name}/resume", "DELETE /v0/ledger/sessions/{name}":
 		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSession, path("/v0/ledger/sessions/", "name")
-	case "GET /v0/environments/{name}", "DELETE /v0/environments/{name}":
+	case "GET /v0/environments/{name}":
 		rt.spread, rt.probe, rt.probeURI = anyNode, s.getEnvironment, path("/v0/environments/", "name")
 	default:
 		if strings.HasPrefix(rt.pattern[strings.IndexByte(rt.pattern, ' ')+1:], "/v0/sandboxes/{id}") {

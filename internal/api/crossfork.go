@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -85,10 +86,15 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 
 // sendCheckpoint streams checkpoint id to node and returns the bytes sent.
 func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id string) (int64, error) {
+	return s.sendCheckpointTo(ctx, in, node, id, "")
+}
+
+// sendCheckpointTo is sendCheckpoint with a query for the receiver.
+func (s *Server) sendCheckpointTo(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw)) }()
 	counted := &countingReader{r: pr}
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, node.Address+"/v0/cluster/checkpoints", counted)
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, node.Address+"/v0/cluster/checkpoints"+query, counted)
 	if err != nil {
 		return 0, err
 	}
@@ -126,10 +132,145 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may send a checkpoint here"))
 		return
 	}
+	var env *store.Environment
+	if v := r.URL.Query().Get("environment"); v != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(v)
+		if err == nil {
+			err = json.Unmarshal(raw, &env)
+		}
+		if err != nil {
+			s.writeError(w, r, errdefs.Invalid("environment: %v", err))
+			return
+		}
+	}
 	ck, err := s.Sandboxes.ImportCheckpoint(r.Context(), r.Body)
+	if env != nil && errdefs.CodeOf(err) == "checkpoint_exists" {
+		ck, err = &store.Checkpoint{ID: env.Checkpoint}, nil // a copy made before: keep it
+	}
+	if err == nil && env != nil {
+		err = s.Sandboxes.CacheEnvironment(r.Context(), env, fromNode(r.Context()))
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]string{"id": ck.ID})
+}
+
+// removeEverywhere sends DELETE uri to every other node that is up and
+// reports whether one removed something.
+func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
+	nodes, _ := s.Cluster.Nodes(r.Context())
+	removed := false
+	for _, n := range nodes {
+		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
+			continue
+		}
+		if _, err := s.call(r.Context(), r, n, http.MethodDelete, uri, nil, nil); err == nil {
+			removed = true
+		} else if !errdefs.Is(err, errdefs.KindNotFound) {
+			s.cfgLog().Warn("cluster: a node did not remove it", "node", n.Name, "uri", uri, "err", err)
+		}
+	}
+	return removed
+}
+
+// ensureEnvironment makes sure this node holds environment name before a
+// create from it: built here, or a copy still the same as its origin's. A
+// copy is made on the first use here (the origin sends its checkpoint) and
+// kept; one whose origin rebuilt or removed the environment is dropped. A
+// copy whose origin is unreachable is used as it is.
+func (s *Server) ensureEnvironment(r *http.Request, name string) error {
+	ctx := r.Context()
+	e, err := s.Sandboxes.GetEnvironment(ctx, name)
+	switch {
+	case err == nil && e.Origin == "":
+		return nil
+	case err != nil && !errdefs.Is(err, errdefs.KindNotFound):
+		return err
+	}
+	var origin cluster.Node
+	var current Environment
+	if e != nil { // a copy: is it still its origin's?
+		n, err := s.upNode(ctx, e.Origin)
+		if err != nil {
+			return nil
+		}
+		_, cerr := s.call(ctx, r, n, http.MethodGet, "/v0/environments/"+url.PathEscape(name), nil, &current)
+		if cerr == nil && current.Checkpoint == e.Checkpoint {
+			return nil
+		}
+		if cerr != nil && !errdefs.Is(cerr, errdefs.KindNotFound) {
+			return nil
+		}
+		if err := s.Sandboxes.RemoveEnvironment(ctx, name); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
+			return err
+		}
+		if cerr != nil {
+			return cerr // removed at its origin
+		}
+		origin = n
+	} else {
+		nodes, _ := s.Cluster.Nodes(ctx)
+		for _, n := range nodes {
+			if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
+				continue
+			}
+			if _, err := s.call(ctx, r, n, http.MethodGet, "/v0/environments/"+url.PathEscape(name), nil, &current); err == nil && current.Origin == "" {
+				origin = n
+				break
+			}
+		}
+		if origin.Name == "" {
+			_, err := s.Sandboxes.GetEnvironment(ctx, name)
+			return err // not found anywhere
+		}
+	}
+	start := time.Now()
+	if _, err := s.call(ctx, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {
+		return fmt.Errorf("environment %s: copy from node %s: %w", name, origin.Name, err)
+	}
+	s.Log.Info("environment copied here on first use", "environment", name, "from", origin.Name, "took", time.Since(start))
+	return nil
+}
+
+// sendEnvironment is POST /v0/cluster/environments/{name}/send?to=NODE
+// (nodes only): this node, which built the environment, sends its
+// checkpoint to NODE, which keeps it as a copy.
+func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
+	ctx := r.Context()
+	e, err := s.Sandboxes.GetEnvironment(ctx, r.PathValue("name"))
+	if err != nil {
+		return nil, 0, err
+	}
+	if e.Origin != "" {
+		return nil, 0, errdefs.Conflict("environment_copy", "environment %s here is a copy of node %s's", e.Name, e.Origin)
+	}
+	to, err := s.upNode(ctx, r.URL.Query().Get("to"))
+	if err != nil {
+		return nil, 0, err
+	}
+	doc, _ := json.Marshal(e)
+	q := "?environment=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString(doc))
+	n, err := s.sendCheckpointTo(ctx, r, to, e.Checkpoint, q)
+	if err != nil {
+		return nil, 0, err
+	}
+	return map[string]any{"sent_bytes": n}, 200, nil
+}
+
+// nodesOnly answers a route only another node of the cluster may call.
+func (s *Server) nodesOnly(fn func(*http.Request) (any, int, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Cluster == nil || fromNode(r.Context()) == "" {
+			s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may call %s", r.URL.Path))
+			return
+		}
+		v, code, err := fn(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, code, v)
+	}
 }

@@ -184,6 +184,11 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 		}
 	}
 	if req.Environment != "" {
+		if s.Cluster != nil {
+			if err := s.ensureEnvironment(r, req.Environment); err != nil {
+				return nil, 0, err
+			}
+		}
 		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name, carried(r))
 		if err != nil {
 			return nil, 0, err

@@ -2,7 +2,9 @@ package api
 
 import (
 	"net/http"
+	"net/url"
 
+	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -144,7 +146,7 @@ func environmentView(e *store.Environment) Environment {
 	return Environment{
 		Name: e.Name, Image: e.Image, ImageDigest: e.ImageDigest, Provider: e.Provider, MemoryBytes: e.MemoryBytes,
 		CPU: float64(e.CPUMillis) / 1000, DiskBytes: e.DiskBytes, Env: e.Env, Setup: e.Setup,
-		Fingerprint: e.Fingerprint, Checkpoint: e.Checkpoint, CreatedAt: e.CreatedAt,
+		Fingerprint: e.Fingerprint, Checkpoint: e.Checkpoint, CreatedAt: e.CreatedAt, Origin: e.Origin,
 	}
 }
 
@@ -173,6 +175,9 @@ func (s *Server) listEnvironments(r *http.Request) (any, int, error) {
 	}
 	out := make([]Environment, 0, len(envs))
 	for _, e := range envs {
+		if e.Origin != "" && s.Cluster != nil {
+			continue // a copy: its origin lists it
+		}
 		out = append(out, environmentView(e))
 	}
 	return map[string]any{"environments": out}, 200, nil
@@ -188,7 +193,10 @@ func (s *Server) getEnvironment(r *http.Request) (any, int, error) {
 
 func (s *Server) removeEnvironment(r *http.Request) (any, int, error) {
 	name := r.PathValue("name")
-	if err := s.Sandboxes.RemoveEnvironment(r.Context(), name); err != nil {
+	// In a cluster the environment goes from every node: its origin and
+	// the copies others made on first use.
+	removed := s.Cluster != nil && fromNode(r.Context()) == "" && s.removeEverywhere(r, "/v0/environments/"+url.PathEscape(name))
+	if err := s.Sandboxes.RemoveEnvironment(r.Context(), name); err != nil && !(removed && errdefs.Is(err, errdefs.KindNotFound)) {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": name}, 200, nil

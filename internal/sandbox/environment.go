@@ -186,6 +186,22 @@ func (s *Service) Environments(ctx context.Context) ([]*store.Environment, error
 	return s.cfg.Store.ListEnvironments(ctx)
 }
 
+// CacheEnvironment records e, built on node origin of a cluster, as a copy
+// here: its checkpoint (e.Checkpoint) must have been imported already.
+func (s *Service) CacheEnvironment(ctx context.Context, e *store.Environment, origin string) error {
+	unlock := s.locks.lock(envKey(e.Project, e.Name))
+	defer unlock()
+	if old, err := s.cfg.Store.GetEnvironment(project.With(ctx, e.Project), e.Name); err == nil && old.Origin == "" {
+		return errdefs.Conflict("environment_exists", "environment %s was built on this node", e.Name)
+	}
+	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), e.Checkpoint); err != nil {
+		return err
+	}
+	cp := *e
+	cp.Origin = origin
+	return s.cfg.Store.PutEnvironment(project.With(ctx, e.Project), &cp)
+}
+
 // RemoveEnvironment deletes an environment and its checkpoint. Sandboxes
 // started from it keep running with their own copies.
 func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {

@@ -59,6 +59,9 @@ type Environment struct {
 	Fingerprint string     `json:"fingerprint"`
 	Checkpoint  string     `json:"checkpoint"`
 	CreatedAt   time.Time  `json:"created_at"`
+	// Origin is, for a copy cached on this node of a cluster, the node that
+	// built the environment; "" for one built here.
+	Origin string `json:"origin,omitempty"`
 }
 
 // Session is a ledger session with a summary of its events.

@@ -289,6 +289,37 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("create from b's snapshot through a: %+v %v", fromSnap, err)
 	}
 
+	// An environment built on a, used on b: b copies its checkpoint on the
+	// first use and keeps it; lists show it once; removing it through c
+	// removes it from both.
+	if _, err := viaA.CreateEnvironment(ctx, client.EnvironmentRequest{Name: "env-a", Image: busybox,
+		Setup: [][]string{{"sh", "-c", "echo set-up > /root/marker"}}}); err != nil {
+		t.Fatalf("environment on a: %v", err)
+	}
+	for i := range 2 {
+		fromEnv, err := viaC.Create(ctx, client.CreateRequest{Environment: "env-a", Node: "b"})
+		if err != nil || fromEnv.Node != "b" {
+			t.Fatalf("create %d from a's environment on b: %+v %v", i, fromEnv, err)
+		}
+		if got := execVia2(t, viaC, fromEnv.ID, "cat /root/marker"); got != "set-up\n" {
+			t.Fatalf("from a's environment on b: marker %q", got)
+		}
+	}
+	if envs, err := viaB.Environments(ctx); err != nil || len(envs) != 1 || envs[0].Name != "env-a" {
+		t.Fatalf("environments listed through b: %+v %v", envs, err)
+	}
+	if e, err := b.admin.GetEnvironment(ctx, "env-a"); err != nil || e.Origin != "a" {
+		t.Fatalf("b's copy of env-a: %+v %v", e, err)
+	}
+	if err := viaC.RemoveEnvironment(ctx, "env-a"); err != nil {
+		t.Fatalf("remove env-a through c: %v", err)
+	}
+	for _, n := range []*node{a, b} {
+		if _, err := n.admin.GetEnvironment(ctx, "env-a"); codeOf(err) != "environment_not_found" {
+			t.Fatalf("env-a on %s after its removal: %v", n.name, err)
+		}
+	}
+
 	// A fork whose source's node is full lands on another node, its
 	// memory intact: a shell holding a value only in its memory goes on
 	// writing it in the fork.
