@@ -34,6 +34,7 @@ const openAPIFile = "../internal/api/openapi.json"
 var mirrors = map[string]any{
 	"Sandbox":            Sandbox{},
 	"Whoami":             Whoami{},
+	"Node":               Node{},
 	"CreateRequest":      CreateRequest{},
 	"ExecRequest":        ExecRequest{},
 	"ExecEvent":          ExecEvent{},
