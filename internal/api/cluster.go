@@ -130,10 +130,14 @@ func (s *Server) peers(next http.Handler) http.Handler {
 // and drops the caller's key from it.
 func (s *Server) vouch(out, in *http.Request) {
 	client.DropKey(out)
-	p := auth.From(in.Context())
-	v := vouched{Admin: true, Name: auth.Admin.Name, Asked: requestedProject(in)}
-	if p != nil && !p.Admin {
-		v = vouched{TokenID: p.TokenID, Name: p.Name, Scopes: p.Scopes, Project: p.Project, Asked: v.Asked}
+	// No principal (a route anyone may call) vouches for no one: no scope.
+	v := vouched{Name: "anonymous", Project: "-", Asked: requestedProject(in)}
+	switch p := auth.From(in.Context()); {
+	case p == nil:
+	case p.Admin:
+		v.Admin, v.Name, v.Project = true, auth.Admin.Name, ""
+	default:
+		v.TokenID, v.Name, v.Scopes, v.Project = p.TokenID, p.Name, p.Scopes, p.Project
 	}
 	raw, _ := json.Marshal(v)
 	out.Header.Del(ProjectHeader)

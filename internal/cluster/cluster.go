@@ -90,6 +90,7 @@ type Cluster struct {
 	sealKey []byte // derived from the cluster key: secrets
 	signKey []byte // derived from the cluster key: node-to-node requests
 	mirror  *mirror
+	seen    seenProofs // signatures verified: each is good once
 
 	mu      sync.Mutex
 	lease   clientv3.LeaseID // guarded by mu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -245,10 +246,26 @@ func TestSignature(t *testing.T) {
 		"other principal": {key, now, proof, "GET", "/v0/sandboxes/x", []byte(`{"name":"admin"}`)},
 		"other node":      {key, now, strings.Replace(proof, "node=a", "node=b", 1), "GET", "/v0/sandboxes/x", p},
 		"garbage":         {key, now, "sig=00", "GET", "/v0/sandboxes/x", p},
+		"other nonce":     {key, now, regexp.MustCompile(`n=[0-9a-f]+`).ReplaceAllString(proof, "n="+strings.Repeat("0", 24)), "GET", "/v0/sandboxes/x", p},
 	} {
 		if _, err := verify(tc.key, tc.at, tc.proof, tc.method, tc.uri, tc.principal); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A signature is good once.
+func TestReplay(t *testing.T) {
+	c := &Cluster{signKey: derive(testKey, "shard nodes v1"), cfg: Config{Node: "a"}}
+	proof := c.Sign("POST", "/v0/sandboxes/x/exec", []byte("{}"))
+	if _, err := c.Verify(proof, "POST", "/v0/sandboxes/x/exec", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Verify(proof, "POST", "/v0/sandboxes/x/exec", []byte("{}")); err == nil || !strings.Contains(err.Error(), "replayed") {
+		t.Fatalf("a replay: %v", err)
+	}
+	if a, b := c.Sign("GET", "/", nil), c.Sign("GET", "/", nil); a == b {
+		t.Fatal("two signatures of one request in one second are the same")
 	}
 }
 
