@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -31,6 +33,9 @@ type clusterOptions struct {
 	prefix     string
 	nodeMemory string
 	ttl        time.Duration
+	etcdCA     string
+	etcdCert   string
+	etcdKey    string
 }
 
 func (o *clusterOptions) flags(f *pflag.FlagSet) {
@@ -41,6 +46,45 @@ func (o *clusterOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.prefix, "cluster-prefix", "/shard/", "the etcd key prefix every node of this cluster uses")
 	f.StringVar(&o.nodeMemory, "node-memory", "host", "the memory this node's sandboxes may be given in all, which placement counts down (host: this host's physical memory)")
 	f.DurationVar(&o.ttl, "node-ttl", 10*time.Second, "a node that has not renewed its etcd lease this long is unreachable")
+	f.StringVar(&o.etcdCA, "etcd-ca", "", "CA certificate (PEM) that etcd's server certificate is checked against, for https:// --cluster-etcd URLs (default: the system's)")
+	f.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate (PEM) this node shows etcd (with --etcd-key), when etcd asks for one (--client-cert-auth)")
+	f.StringVar(&o.etcdKey, "etcd-key", "", "the private key (PEM) of --etcd-cert")
+}
+
+// etcdTLS is the TLS of https:// etcd URLs (nil for plain http://).
+func (o *clusterOptions) etcdTLS() (*tls.Config, error) {
+	secure := false
+	for _, u := range o.etcd {
+		secure = secure || strings.HasPrefix(u, "https://")
+	}
+	if !secure {
+		if o.etcdCA != "" || o.etcdCert != "" || o.etcdKey != "" {
+			return nil, fmt.Errorf("--etcd-ca, --etcd-cert and --etcd-key are for https:// --cluster-etcd URLs")
+		}
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.etcdCA != "" {
+		pem, err := os.ReadFile(o.etcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-ca %s holds no PEM certificate", o.etcdCA)
+		}
+	}
+	if (o.etcdCert == "") != (o.etcdKey == "") {
+		return nil, fmt.Errorf("give --etcd-cert and --etcd-key together")
+	}
+	if o.etcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.etcdCert, o.etcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 func (o *clusterOptions) enabled() bool { return len(o.etcd) > 0 }
@@ -113,7 +157,11 @@ func joinCluster(ctx context.Context, o *clusterOptions, db *store.Store, svc **
 			return nil, fmt.Errorf("--node-memory %q: give a size like 16GiB, or host", o.nodeMemory)
 		}
 	}
-	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, Prefix: o.prefix, Node: o.node, Advertise: o.advertise,
+	tlsCfg, err := o.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Advertise: o.advertise,
 		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)

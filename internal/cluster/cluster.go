@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,10 +35,11 @@ func zapNop() *zap.Logger { return zap.NewNop() }
 
 // Config is how a node joins.
 type Config struct {
-	Endpoints []string // etcd client URLs
-	Prefix    string   // every key lives under it; default "/shard/"
-	Node      string   // this node's name, unique in the cluster
-	Advertise string   // the URL other nodes reach this node's API at
+	Endpoints []string    // etcd client URLs
+	TLS       *tls.Config // for https:// endpoints (client certificate, CA); nil: plain
+	Prefix    string      // every key lives under it; default "/shard/"
+	Node      string      // this node's name, unique in the cluster
+	Advertise string      // the URL other nodes reach this node's API at
 	// Key is the cluster key (32 bytes) every node holds: it seals secrets
 	// and signs node-to-node requests. It is never written to etcd, so
 	// etcd's contents alone open no secret and forge no request.
@@ -156,7 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("--cluster-etcd: give at least one etcd URL")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: Timeout, Logger: zapNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: Timeout, Logger: zapNop(), TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
 	}

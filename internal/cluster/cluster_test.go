@@ -254,6 +254,24 @@ func TestSignature(t *testing.T) {
 	}
 }
 
+// An etcd that serves https and wants a client certificate: a node with
+// the right one joins; one without it is refused with etcd's reason.
+func TestEtcdTLS(t *testing.T) {
+	etcd, tlsCfg, _ := etcdtest.StartTLS(t)
+	c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: tlsCfg, Node: "a", Advertise: "http://127.0.0.1:1",
+		Key: testKey, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("join over TLS: %v", err)
+	}
+	c.Close()
+	noCert := tlsCfg.Clone()
+	noCert.Certificates = nil
+	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: noCert, Node: "b", Advertise: "http://127.0.0.1:2",
+		Key: testKey, Log: slog.New(slog.DiscardHandler)}); err == nil {
+		t.Fatal("a node without a client certificate joined")
+	}
+}
+
 // A signature is good once.
 func TestReplay(t *testing.T) {
 	c := &Cluster{signKey: derive(testKey, "shard nodes v1"), cfg: Config{Node: "a"}}

@@ -5,7 +5,15 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +31,7 @@ type Cluster struct {
 	t       testing.TB
 	dir     string
 	members []*member
+	tlsArgs []string // the members' TLS flags (StartTLS)
 }
 
 type member struct {
@@ -33,7 +42,17 @@ type member struct {
 
 // Start runs an etcd of n members and waits until it answers. Without the
 // etcd binary the test is skipped, or fails in strict runs.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int) *Cluster { return start(t, n, false) }
+
+// StartTLS runs a one-member etcd that serves https and asks clients for a
+// certificate, and returns it with the TLS config of a client it accepts
+// (and the paths of that client's CA, certificate and key files).
+func StartTLS(t testing.TB) (*Cluster, *tls.Config, [3]string) {
+	c := start(t, 1, true)
+	return c, c.clientTLS(), [3]string{filepath.Join(c.dir, "ca.pem"), filepath.Join(c.dir, "client.pem"), filepath.Join(c.dir, "client-key.pem")}
+}
+
+func start(t testing.TB, n int, secure bool) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		if testenv.Strict() {
@@ -42,9 +61,16 @@ func Start(t testing.TB, n int) *Cluster {
 		t.Skip("etcd is not installed: scripts/install-deps.sh installs it")
 	}
 	c := &Cluster{t: t, dir: t.TempDir()}
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+		c.makeCerts()
+		c.tlsArgs = []string{"--cert-file", filepath.Join(c.dir, "server.pem"), "--key-file", filepath.Join(c.dir, "server-key.pem"),
+			"--client-cert-auth", "--trusted-ca-file", filepath.Join(c.dir, "ca.pem")}
+	}
 	var initial []string
 	for i := range n {
-		m := &member{name: fmt.Sprintf("m%d", i), client: "http://" + freeAddr(t), peer: "http://" + freeAddr(t)}
+		m := &member{name: fmt.Sprintf("m%d", i), client: scheme + freeAddr(t), peer: "http://" + freeAddr(t)}
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peer)
 	}
@@ -100,6 +126,7 @@ func (c *Cluster) run(i int, initial string) {
 		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
 		"--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(c.dir),
 		"--heartbeat-interval", "50", "--election-timeout", "500")
+	m.cmd.Args = append(m.cmd.Args, c.tlsArgs...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
@@ -115,7 +142,11 @@ func (c *Cluster) wait() {
 	defer cancel()
 	for ctx.Err() == nil {
 		for _, m := range c.members {
-			out, err := exec.CommandContext(ctx, "etcdctl", "--endpoints", m.client, "--command-timeout", "1s", "endpoint", "health").CombinedOutput()
+			args := []string{"--endpoints", m.client, "--command-timeout", "1s"}
+			if c.tlsArgs != nil {
+				args = append(args, "--cacert", filepath.Join(c.dir, "ca.pem"), "--cert", filepath.Join(c.dir, "client.pem"), "--key", filepath.Join(c.dir, "client-key.pem"))
+			}
+			out, err := exec.CommandContext(ctx, "etcdctl", append(args, "endpoint", "health")...).CombinedOutput()
 			if err == nil && strings.Contains(string(out), "is healthy") {
 				return
 			}
@@ -150,4 +181,51 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// makeCerts writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all signed by the CA, into the cluster's directory.
+func (c *Cluster) makeCerts() {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcdtest CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	c.writePEM("ca.pem", "CERTIFICATE", caDER)
+	issue := func(name string, serial int64, usage x509.ExtKeyUsage) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		kb, _ := x509.MarshalECPrivateKey(key)
+		c.writePEM(name+".pem", "CERTIFICATE", der)
+		c.writePEM(name+"-key.pem", "EC PRIVATE KEY", kb)
+	}
+	issue("server", 2, x509.ExtKeyUsageServerAuth)
+	issue("client", 3, x509.ExtKeyUsageClientAuth)
+}
+
+func (c *Cluster) writePEM(name, typ string, der []byte) {
+	if err := os.WriteFile(filepath.Join(c.dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *Cluster) clientTLS() *tls.Config {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(c.dir, "client.pem"), filepath.Join(c.dir, "client-key.pem"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, "ca.pem"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b)
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }
