@@ -346,7 +346,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 			if err != nil {
 				return err
 			}
-			return clu.Reconcile(ctx, mine)
+			envs, err := svc.Environments(project.With(ctx, ""))
+			if err != nil {
+				return err
+			}
+			return clu.Reconcile(ctx, mine, envs)
 		})
 		log.Info("joined the cluster", "node", clu.Name(), "advertise", clu.Address(), "etcd", o.cluster.etcd)
 	}

@@ -42,6 +42,7 @@ type Cluster interface {
 	Place(ctx context.Context, want, provider string, memory int64) (cluster.Node, error)
 	Placements(ctx context.Context, node string) ([]cluster.Placement, error)
 	Free() int64 // the memory this node's sandboxes may still be given
+	Environment(ctx context.Context, name string) (*cluster.EnvPlacement, error)
 	Sign(method, uri string, principal []byte) string
 	Verify(proof, method, uri string, principal []byte) (string, error)
 }
@@ -317,10 +318,18 @@ func (s *Server) serveByBodySandbox(w http.ResponseWriter, r *http.Request, h ht
 	}
 	var named struct {
 		Sandbox string `json:"sandbox"`
+		Name    string `json:"name"`
 	}
 	json.Unmarshal(body, &named) // a bad body is refused by the node that serves it
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if named.Sandbox == "" {
+		// An environment is (re)built on the node that built it.
+		if strings.HasSuffix(r.URL.Path, "/environments") && named.Name != "" {
+			if p, err := s.Cluster.Environment(r.Context(), named.Name); err == nil && p.Node != s.Cluster.Name() {
+				s.proxy(w, r, p.Node, body)
+				return
+			}
+		}
 		h(w, r)
 		return
 	}
@@ -491,20 +500,18 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 		mem = want.MemoryMiB << 20
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if want.Environment != "" || want.FromSnapshot != "" {
-		// What it starts from is on a node of its own: serve it there
-		// (or on the node the call names).
+	if want.Environment != "" && want.Node == "" {
+		// Placed as any create, with the environment's provider and
+		// memory: the node chosen copies it on its first use there.
+		if p, err := s.Cluster.Environment(r.Context(), want.Environment); err == nil {
+			want.Provider, mem = p.Provider, p.MemoryBytes
+		}
+	} else if want.FromSnapshot != "" {
+		// A snapshot is on the node of its sandbox: serve it there (or
+		// on the node the call names).
 		node := want.Node
-		if node == "" {
-			probe := "/v0/environments/" + url.PathEscape(want.Environment)
-			_, err := s.Sandboxes.GetEnvironment(r.Context(), want.Environment)
-			if want.FromSnapshot != "" {
-				probe = "/v0/snapshots/" + url.PathEscape(want.FromSnapshot)
-				_, err = s.Sandboxes.GetSnapshot(r.Context(), want.FromSnapshot)
-			}
-			if errdefs.Is(err, errdefs.KindNotFound) {
-				node = s.holder(r, probe)
-			}
+		if _, err := s.Sandboxes.GetSnapshot(r.Context(), want.FromSnapshot); node == "" && errdefs.Is(err, errdefs.KindNotFound) {
+			node = s.holder(r, "/v0/snapshots/"+url.PathEscape(want.FromSnapshot))
 		}
 		if node == "" || node == s.Cluster.Name() {
 			h(w, r)

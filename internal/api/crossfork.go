@@ -176,10 +176,11 @@ func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
 }
 
 // ensureEnvironment makes sure this node holds environment name before a
-// create from it: built here, or a copy still the same as its origin's. A
-// copy is made on the first use here (the origin sends its checkpoint) and
-// kept; one whose origin rebuilt or removed the environment is dropped. A
-// copy whose origin is unreachable is used as it is.
+// create from it: built here, or a copy of the checkpoint etcd names for
+// it. A copy is made on the first use here (its origin sends the
+// checkpoint) and kept while etcd names the same checkpoint; one whose
+// origin rebuilt or removed the environment is dropped. With etcd away a
+// copy is used as it is.
 func (s *Server) ensureEnvironment(r *http.Request, name string) error {
 	ctx := r.Context()
 	e, err := s.Sandboxes.GetEnvironment(ctx, name)
@@ -189,42 +190,24 @@ func (s *Server) ensureEnvironment(r *http.Request, name string) error {
 	case err != nil && !errdefs.Is(err, errdefs.KindNotFound):
 		return err
 	}
-	var origin cluster.Node
-	var current Environment
-	if e != nil { // a copy: is it still its origin's?
-		n, err := s.upNode(ctx, e.Origin)
-		if err != nil {
-			return nil
-		}
-		_, cerr := s.call(ctx, r, n, http.MethodGet, "/v0/environments/"+url.PathEscape(name), nil, &current)
-		if cerr == nil && current.Checkpoint == e.Checkpoint {
-			return nil
-		}
-		if cerr != nil && !errdefs.Is(cerr, errdefs.KindNotFound) {
-			return nil
-		}
+	p, perr := s.Cluster.Environment(ctx, name)
+	switch {
+	case perr != nil && e != nil && !errdefs.Is(perr, errdefs.KindNotFound):
+		return nil // etcd away: the copy is what there is
+	case e != nil && perr == nil && p.Checkpoint == e.Checkpoint:
+		return nil
+	}
+	if e != nil { // rebuilt or removed at its origin
 		if err := s.Sandboxes.RemoveEnvironment(ctx, name); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
 			return err
 		}
-		if cerr != nil {
-			return cerr // removed at its origin
-		}
-		origin = n
-	} else {
-		nodes, _ := s.Cluster.Nodes(ctx)
-		for _, n := range nodes {
-			if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
-				continue
-			}
-			if _, err := s.call(ctx, r, n, http.MethodGet, "/v0/environments/"+url.PathEscape(name), nil, &current); err == nil && current.Origin == "" {
-				origin = n
-				break
-			}
-		}
-		if origin.Name == "" {
-			_, err := s.Sandboxes.GetEnvironment(ctx, name)
-			return err // not found anywhere
-		}
+	}
+	if perr != nil {
+		return perr
+	}
+	origin, err := s.upNode(ctx, p.Node)
+	if err != nil {
+		return fmt.Errorf("environment %s was built on node %s: %w", name, p.Node, err)
 	}
 	start := time.Now()
 	if _, err := s.call(ctx, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {

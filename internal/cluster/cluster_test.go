@@ -76,6 +76,35 @@ func TestNamesAcrossNodes(t *testing.T) {
 	}
 }
 
+func TestEnvironmentsAcrossNodes(t *testing.T) {
+	etcd := etcdtest.Start(t, 1)
+	a := join(t, etcd.Endpoints(), "a", Stats{})
+	b := join(t, etcd.Endpoints(), "b", Stats{})
+	ctx := project.With(context.Background(), "p1")
+	e := &store.Environment{Name: "py", Project: "p1", Checkpoint: "000000000001", Fingerprint: "f1"}
+	if err := a.ClaimEnvironment(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	e.Checkpoint = "000000000002" // a rebuild on a
+	if err := a.ClaimEnvironment(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ClaimEnvironment(ctx, &store.Environment{Name: "py", Project: "p1"}); errdefs.CodeOf(err) != "name_taken" {
+		t.Fatalf("py built on b too: %v", err)
+	}
+	if p, err := b.Environment(ctx, "py"); err != nil || p.Node != "a" || p.Checkpoint != "000000000002" {
+		t.Fatalf("py seen from b: %+v %v", p, err)
+	}
+	b.ReleaseEnvironment(ctx, e) // not b's: nothing happens
+	if _, err := b.Environment(ctx, "py"); err != nil {
+		t.Fatalf("b released a's environment: %v", err)
+	}
+	a.ReleaseEnvironment(ctx, e)
+	if _, err := b.Environment(ctx, "py"); errdefs.CodeOf(err) != "environment_not_found" {
+		t.Fatalf("after a removed it: %v", err)
+	}
+}
+
 func TestReconcile(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	a := join(t, etcd.Endpoints(), "a", Stats{})
@@ -85,7 +114,7 @@ func TestReconcile(t *testing.T) {
 	if err := a.Claim(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Reconcile(ctx, []*store.Sandbox{kept}); err != nil {
+	if err := a.Reconcile(ctx, []*store.Sandbox{kept}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ps, err := a.Placements(ctx, "a")

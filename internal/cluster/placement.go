@@ -190,10 +190,13 @@ func (c *Cluster) Placements(ctx context.Context, node string) ([]Placement, err
 }
 
 // Reconcile makes etcd agree with this node's own sandboxes (mine, every
-// project): each is claimed (a name another node took while this one was
+// project) and environments (envs): each is claimed (a name another node took while this one was
 // away stays with it, and is logged), and a placement of this node's that
 // it no longer has is released.
-func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox) error {
+func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox, envs []*store.Environment) error {
+	if err := c.reconcileEnvs(ctx, envs); err != nil {
+		return err
+	}
 	held, err := c.Placements(project.With(ctx, ""), c.cfg.Node)
 	if err != nil {
 		return err

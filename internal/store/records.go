@@ -178,6 +178,11 @@ func (s *Store) PutEnvironment(ctx context.Context, e *Environment) error {
 	if e.Project, err = projectOf(ctx, e.Project); err != nil {
 		return err
 	}
+	if reg, ok := s.reg.(EnvRegistry); ok && e.Origin == "" {
+		if err := reg.ClaimEnvironment(ctx, e); err != nil {
+			return err
+		}
+	}
 	doc, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -203,7 +208,14 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]*Environment, error) {
 
 // DeleteEnvironment removes an environment's record.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
-	return s.deleteRow(ctx, "environments", "name", name)
+	e, _ := s.GetEnvironment(ctx, name)
+	if err := s.deleteRow(ctx, "environments", "name", name); err != nil {
+		return err
+	}
+	if reg, ok := s.reg.(EnvRegistry); ok && e != nil && e.Origin == "" {
+		reg.ReleaseEnvironment(context.WithoutCancel(ctx), e)
+	}
+	return nil
 }
 
 const sessionSummary = `SELECT s.project, s.name, s.sandbox_id, s.created_at,

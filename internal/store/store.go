@@ -217,6 +217,14 @@ type Registry interface {
 	Release(ctx context.Context, sb *Sandbox)
 }
 
+// EnvRegistry is a Registry that also keeps environments' names (those
+// built here, not copies) unique across a cluster's nodes, and says where
+// each was built.
+type EnvRegistry interface {
+	ClaimEnvironment(ctx context.Context, e *Environment) error
+	ReleaseEnvironment(ctx context.Context, e *Environment)
+}
+
 // SetRegistry makes reg the store's registry (before the store is used).
 func (s *Store) SetRegistry(reg Registry) { s.reg = reg }
 

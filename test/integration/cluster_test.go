@@ -296,6 +296,11 @@ func TestCluster(t *testing.T) {
 		Setup: [][]string{{"sh", "-c", "echo set-up > /root/marker"}}}); err != nil {
 		t.Fatalf("environment on a: %v", err)
 	}
+	// Its name is the cluster's: b cannot build another env-a.
+	if _, err := b.admin.CreateEnvironment(ctx, client.EnvironmentRequest{Name: "env-a", Image: busybox,
+		Setup: [][]string{{"true"}}}); codeOf(err) != "name_taken" {
+		t.Fatalf("env-a built again on b: %v", err)
+	}
 	for i := range 2 {
 		fromEnv, err := viaC.Create(ctx, client.CreateRequest{Environment: "env-a", Node: "b"})
 		if err != nil || fromEnv.Node != "b" {

@@ -13,7 +13,9 @@ export type SandboxState =
   | "stopped"
   | "starting"
   | "removing"
-  | "failed";
+  | "failed"
+  /** In a cluster: its node's lease expired (listed, not removed). */
+  | "unreachable";
 
 /** Environment variables: `{"K": "V"}` or `["K=V"]`. */
 export type EnvVars = Record<string, string> | string[];
@@ -58,6 +60,8 @@ export interface SandboxInfo {
   parent_id?: string;
   grants: Grant[];
   policy?: Policy;
+  /** In a cluster, the node it runs on. */
+  node?: string;
   created_at: string;
   started_at?: string;
   stopped_at?: string;
@@ -76,6 +80,8 @@ export interface CreateRequest {
   provider?: Provider | string;
   from_snapshot?: string;
   environment?: string;
+  /** In a cluster, the node to make it on (default: placement's choice). */
+  node?: string;
 }
 
 /** The body of POST /v0/sandboxes/{id}/exec. */
@@ -218,6 +224,8 @@ export interface EnvironmentInfo {
   fingerprint: string;
   checkpoint: string;
   created_at: string;
+  /** In a cluster, on a node holding a copy: the node that built it. */
+  origin?: string;
 }
 
 /** The body of POST /v0/environments. */

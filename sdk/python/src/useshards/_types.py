@@ -146,7 +146,8 @@ class SandboxInfo:
     image_digest: str
     provider: str
     state: str
-    """creating, running, freezing, stopping, stopped, starting, removing or failed."""
+    """creating, running, freezing, stopping, stopped, starting, removing or
+    failed; in a cluster, unreachable (its node's lease expired)."""
     memory_bytes: int
     memory_mib: int
     cpu: float
@@ -163,6 +164,8 @@ class SandboxInfo:
     error: Optional[str] = None
     parent_id: Optional[str] = None
     policy: Optional[Policy] = None
+    node: Optional[str] = None
+    """In a cluster, the node it runs on."""
     created_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
     stopped_at: Optional[datetime] = None
@@ -193,6 +196,7 @@ class SandboxInfo:
             error=_opt_str(d, "error"),
             parent_id=_opt_str(d, "parent_id"),
             policy=Policy.from_json(policy) if policy is not None else None,
+            node=_opt_str(d, "node"),
             created_at=_time(d, "created_at"),
             started_at=_time(d, "started_at"),
             stopped_at=_time(d, "stopped_at"),
@@ -274,6 +278,8 @@ class EnvironmentInfo:
     env: List[str] = field(default_factory=_empty_strs)
     setup: List[List[str]] = field(default_factory=lambda: [])
     created_at: Optional[datetime] = None
+    origin: Optional[str] = None
+    """In a cluster, on a node holding a copy: the node that built it."""
     raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
 
     @classmethod
@@ -292,6 +298,7 @@ class EnvironmentInfo:
             env=_strs(d, "env"),
             setup=[[a for a in as_list(argv) if isinstance(a, str)] for argv in as_list(d.get("setup"))],
             created_at=_time(d, "created_at"),
+            origin=_opt_str(d, "origin"),
             raw=dict(d),
         )
 
