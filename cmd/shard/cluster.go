@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -36,6 +38,7 @@ type clusterOptions struct {
 	etcdCA     string
 	etcdCert   string
 	etcdKey    string
+	replace    bool
 }
 
 func (o *clusterOptions) flags(f *pflag.FlagSet) {
@@ -46,6 +49,7 @@ func (o *clusterOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.prefix, "cluster-prefix", "/shard/", "the etcd key prefix every node of this cluster uses")
 	f.StringVar(&o.nodeMemory, "node-memory", "host", "the memory this node's sandboxes may be given in all, which placement counts down (host: this host's physical memory)")
 	f.DurationVar(&o.ttl, "node-ttl", 10*time.Second, "a node that has not renewed its etcd lease this long is unreachable")
+	f.BoolVar(&o.replace, "replace-node", false, "take --node's name over from another shard serve that had it and is down for good (another data directory): the cluster forgets that node's sandboxes")
 	f.StringVar(&o.etcdCA, "etcd-ca", "", "CA certificate (PEM) that etcd's server certificate is checked against, for https:// --cluster-etcd URLs (default: the system's)")
 	f.StringVar(&o.etcdCert, "etcd-cert", "", "client certificate (PEM) this node shows etcd (with --etcd-key), when etcd asks for one (--client-cert-auth)")
 	f.StringVar(&o.etcdKey, "etcd-key", "", "the private key (PEM) of --etcd-cert")
@@ -146,8 +150,12 @@ func readClusterKey(path string) ([]byte, error) {
 
 // joinCluster joins the cluster and tells db of every sandbox it makes or
 // removes. svc is read later, by the heartbeat (it does not exist yet).
-func joinCluster(ctx context.Context, o *clusterOptions, db *store.Store, svc **sandbox.Service, log *slog.Logger) (*cluster.Cluster, error) {
+func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *store.Store, svc **sandbox.Service, log *slog.Logger) (*cluster.Cluster, error) {
 	key, err := readClusterKey(o.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	instance, err := nodeInstance(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -161,13 +169,32 @@ func joinCluster(ctx context.Context, o *clusterOptions, db *store.Store, svc **
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Advertise: o.advertise,
+	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Instance: instance, Replace: o.replace, Advertise: o.advertise,
 		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}
 	db.SetRegistry(c)
 	return c, nil
+}
+
+// nodeInstance is the id of this data directory in a cluster (made on the
+// first join, kept in DATA/node-id): a restart is the same node; another
+// server that claims the name is not.
+func nodeInstance(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "node-id")
+	if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) == 32 {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b)
+	if err := os.WriteFile(path+".tmp", []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return id, os.Rename(path+".tmp", path)
 }
 
 // nodeStats is what this node publishes at each heartbeat.

@@ -296,7 +296,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		secretSvc *secrets.Service
 	)
 	if o.cluster.enabled() {
-		if clu, err = joinCluster(ctx, &o.cluster, db, &svc, log); err != nil {
+		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, log); err != nil {
 			return err
 		}
 		defer clu.Close()
@@ -392,7 +392,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.listen, err)
 		}
-		tl = api.LimitListener(tl, o.maxClientConns, log)
+		var exempt func(string) bool
+		if clu != nil {
+			exempt = clu.IsNodeIP
+		}
+		tl = api.LimitListener(tl, o.maxClientConns, log, exempt)
 		go func() { errc <- srv.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
 	}

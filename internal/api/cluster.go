@@ -43,7 +43,7 @@ type Cluster interface {
 	Placements(ctx context.Context, node string) ([]cluster.Placement, error)
 	Free() int64 // the memory this node's sandboxes may still be given
 	Environment(ctx context.Context, name string) (*cluster.EnvPlacement, error)
-	Sign(method, uri string, principal []byte) string
+	Sign(to, method, uri string, principal []byte) string
 	Verify(proof, method, uri string, principal []byte) (string, error)
 }
 
@@ -114,6 +114,10 @@ func (s *Server) peers(next http.Handler) http.Handler {
 			bad("its principal is not JSON")
 			return
 		}
+		// Nothing further (a sandbox's server behind the ports proxy) sees
+		// who the node vouched for.
+		r.Header.Del(nodeSignatureHeader)
+		r.Header.Del(nodePrincipalHeader)
 		p := &auth.Principal{Admin: v.Admin, TokenID: v.TokenID, Name: v.Name, Scopes: v.Scopes, Project: v.Project}
 		if v.Admin {
 			p = auth.Admin
@@ -127,9 +131,9 @@ func (s *Server) peers(next http.Handler) http.Handler {
 	})
 }
 
-// vouch signs out (a call going on to another node) for in's principal,
-// and drops the caller's key from it.
-func (s *Server) vouch(out, in *http.Request) {
+// vouch signs out (a call going on to node to) for in's principal, and
+// drops the caller's key from it.
+func (s *Server) vouch(out, in *http.Request, to string) {
 	client.DropKey(out)
 	// No principal (a route anyone may call) vouches for no one: no scope.
 	v := vouched{Name: "anonymous", Project: "-", Asked: requestedProject(in)}
@@ -143,7 +147,7 @@ func (s *Server) vouch(out, in *http.Request) {
 	raw, _ := json.Marshal(v)
 	out.Header.Del(ProjectHeader)
 	out.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString(raw))
-	out.Header.Set(nodeSignatureHeader, s.Cluster.Sign(out.Method, out.URL.RequestURI(), raw))
+	out.Header.Set(nodeSignatureHeader, s.Cluster.Sign(to, out.Method, out.URL.RequestURI(), raw))
 	if id := infoOf(in.Context()); id != nil {
 		out.Header.Set(RequestIDHeader, id.id) // one id across the hops
 	}
@@ -194,7 +198,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
 				pr.Out.ContentLength = int64(len(body))
 			}
-			s.vouch(pr.Out, pr.In)
+			s.vouch(pr.Out, pr.In, n.Name)
 		},
 		Transport:     s.transport(),
 		FlushInterval: -1, // streams: every write goes out at once
@@ -228,7 +232,7 @@ func (s *Server) call(ctx context.Context, in *http.Request, node cluster.Node, 
 	out.Header = in.Header.Clone()
 	out.Header.Del("Content-Length")
 	out.Header.Del("Accept-Encoding")
-	s.vouch(out, in)
+	s.vouch(out, in, node.Name)
 	resp, err := s.transport().RoundTrip(out)
 	if err != nil {
 		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
@@ -554,7 +558,12 @@ func (s *Server) listNodes(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ps, err := s.Cluster.Placements(project.With(r.Context(), ""), "")
+	// A project's key counts its own project's sandboxes only.
+	pctx := r.Context()
+	if isAdmin(pctx) {
+		pctx = project.With(pctx, "")
+	}
+	ps, err := s.Cluster.Placements(pctx, "")
 	if err != nil {
 		return nil, 0, err
 	}

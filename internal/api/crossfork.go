@@ -46,6 +46,13 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	if err != nil {
 		return nil, 0, fmt.Errorf("fork of %s: node %s has no room for it, nor another node: %w", src.Name, s.Cluster.Name(), err)
 	}
+	if req.Hooks.InSource {
+		return nil, 0, errdefs.Unsupported("fork of %s: node %s has no room for it, and hooks_in_source is not available for a fork that moves to another node", src.Name, s.Cluster.Name())
+	}
+	hooks := url.Values{"from_node": {s.Cluster.Name()}, "hook_errors": {"fail"}, "hook_timeout": {req.Hooks.Timeout.String()}}
+	if req.Hooks.Ignore {
+		hooks.Set("hook_errors", "ignore")
+	}
 	start := time.Now()
 	ck, err := s.Sandboxes.Checkpoint(ctx, src.ID, req.Tag)
 	if err != nil {
@@ -68,7 +75,7 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 		}
 		body, _ := json.Marshal(RestoreRequest{Name: name})
 		var sb Sandbox
-		if _, err := s.call(ctx, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?from_node="+url.QueryEscape(s.Cluster.Name()), body, &sb); err != nil {
+		if _, err := s.call(ctx, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?"+hooks.Encode(), body, &sb); err != nil {
 			for _, f := range forks {
 				s.call(bg, r, target, http.MethodDelete, "/v0/sandboxes/"+f.ID+"?force=true", nil, nil)
 			}
@@ -99,7 +106,7 @@ func (s *Server) sendCheckpointTo(ctx context.Context, in *http.Request, node cl
 		return 0, err
 	}
 	out.Header.Set("Content-Type", "application/zstd")
-	s.vouch(out, in)
+	s.vouch(out, in, node.Name)
 	resp, err := s.transport().RoundTrip(out)
 	pr.CloseWithError(io.ErrClosedPipe) // the exporter stops if the send failed early
 	if err != nil {

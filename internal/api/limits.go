@@ -141,19 +141,24 @@ func clientAddr(remote string) string {
 
 // LimitListener bounds the connections one client address holds at once:
 // the connection past max gets a 429 and is closed. max <= 0: no bound.
-func LimitListener(l net.Listener, max int, log *slog.Logger) net.Listener {
+//
+// exempt (nil: none) names addresses the limit does not apply to: the other
+// nodes of a cluster, whose connections carry every user's calls sent on
+// (one key's streams must not use up a node's budget for all).
+func LimitListener(l net.Listener, max int, log *slog.Logger, exempt func(ip string) bool) net.Listener {
 	if max <= 0 {
 		return l
 	}
-	return &limitListener{Listener: l, max: max, open: map[string]int{}, warn: newWindowLog(log, time.Minute)}
+	return &limitListener{Listener: l, max: max, open: map[string]int{}, warn: newWindowLog(log, time.Minute), exempt: exempt}
 }
 
 type limitListener struct {
 	net.Listener
-	max  int
-	mu   sync.Mutex
-	open map[string]int // client address → connections open; guarded by mu
-	warn *windowLog
+	max    int
+	exempt func(ip string) bool
+	mu     sync.Mutex
+	open   map[string]int // client address → connections open; guarded by mu
+	warn   *windowLog
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -163,6 +168,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		ip := clientAddr(c.RemoteAddr().String())
+		if l.exempt != nil && l.exempt(ip) {
+			return c, nil
+		}
 		l.mu.Lock()
 		if l.open[ip] >= l.max {
 			l.mu.Unlock()

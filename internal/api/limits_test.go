@@ -40,7 +40,7 @@ func serveLoopback(t *testing.T, h http.Handler, maxConns int) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: testHeader, IdleTimeout: testIdle}
-	go srv.Serve(LimitListener(l, maxConns, slog.New(slog.DiscardHandler)))
+	go srv.Serve(LimitListener(l, maxConns, slog.New(slog.DiscardHandler), nil))
 	t.Cleanup(func() { srv.Close() })
 	return l.Addr().String()
 }

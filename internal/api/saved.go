@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/sandbox"
@@ -81,7 +82,13 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 	}
 	o := sandbox.RestoreOptions{Name: name, Allow: carried(r)}
 	if fromNode(r.Context()) != "" { // a fork another node moved here
-		o.FromNode = r.URL.Query().Get("from_node")
+		q := r.URL.Query()
+		o.FromNode = q.Get("from_node")
+		if q.Has("hook_errors") {
+			h := sandbox.HookOptions{Ignore: q.Get("hook_errors") == "ignore"}
+			h.Timeout, _ = time.ParseDuration(q.Get("hook_timeout"))
+			o.Hooks = &h
+		}
 	}
 	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), o)
 	if err != nil {

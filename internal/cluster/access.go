@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -58,6 +59,21 @@ func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Toke
 			return nil, notFound
 		}
 	}
+	if tokenIDRe.MatchString(idOrName) {
+		// An id the mirror lacks: a token made a moment ago on another
+		// node, or none. One key is read, not the whole list; with etcd
+		// away a key the mirror never saw is not valid (401, not 503).
+		tok, err := t.getByID(ctx, idOrName)
+		switch {
+		case err == nil && project.Visible(ctx, tok.Project):
+			return tok, nil
+		case err == nil || errdefs.Is(err, errdefs.KindNotFound):
+		case t.c.mirror.current() || t.c.mirror.wasLoaded():
+			return nil, notFound
+		default:
+			return nil, err
+		}
+	}
 	all, err := t.list(ctx)
 	if err != nil {
 		return nil, err
@@ -78,6 +94,26 @@ func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Toke
 		return found[0], nil
 	}
 	return nil, errdefs.Conflict("ambiguous_name", "token %s exists in more than one project: give its id, or choose a project", idOrName)
+}
+
+var tokenIDRe = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+func (t *TokenStore) getByID(ctx context.Context, id string) (*store.Token, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := t.c.cli.Get(ctx, t.c.key("tokens", id))
+	if err != nil {
+		return nil, Unavailable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, errdefs.NotFound("token_not_found", "token %s not found", id)
+	}
+	var tok store.Token
+	if err := json.Unmarshal(resp.Kvs[0].Value, &tok); err != nil {
+		return nil, err
+	}
+	t.c.mirror.put("tokens/"+id, resp.Kvs[0].Value)
+	return &tok, nil
 }
 
 func (t *TokenStore) ListTokens(ctx context.Context) ([]*store.Token, error) {
@@ -102,7 +138,6 @@ func (t *TokenStore) list(ctx context.Context) ([]*store.Token, error) {
 		if json.Unmarshal(kv.Value, &tok) != nil {
 			continue
 		}
-		c.mirror.put("tokens/"+tok.ID, kv.Value)
 		if project.Visible(ctx, tok.Project) {
 			out = append(out, &tok)
 		}

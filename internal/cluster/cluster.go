@@ -14,10 +14,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -39,7 +42,14 @@ type Config struct {
 	TLS       *tls.Config // for https:// endpoints (client certificate, CA); nil: plain
 	Prefix    string      // every key lives under it; default "/shard/"
 	Node      string      // this node's name, unique in the cluster
-	Advertise string      // the URL other nodes reach this node's API at
+	// Instance tells this node's data directory from another's that
+	// claims the same name (kept in the data directory): a second server
+	// under a name in use is refused, and never drops the first's records.
+	Instance string
+	// Replace takes the name over from another instance that is down
+	// (a machine that will not come back): its placements are dropped.
+	Replace   bool
+	Advertise string // the URL other nodes reach this node's API at
 	// Key is the cluster key (32 bytes) every node holds: it seals secrets
 	// and signs node-to-node requests. It is never written to etcd, so
 	// etcd's contents alone open no secret and forge no request.
@@ -71,6 +81,7 @@ const (
 type Node struct {
 	Name     string    `json:"name"`
 	Address  string    `json:"address"`
+	Instance string    `json:"instance,omitempty"`
 	State    string    `json:"state"`
 	JoinedAt time.Time `json:"joined_at"`
 	SeenAt   time.Time `json:"seen_at"` // its last heartbeat
@@ -82,6 +93,7 @@ type Node struct {
 type member struct {
 	Name     string    `json:"name"`
 	Address  string    `json:"address"`
+	Instance string    `json:"instance"`
 	JoinedAt time.Time `json:"joined_at"`
 }
 
@@ -94,11 +106,13 @@ type Cluster struct {
 	mirror  *mirror
 	seen    seenProofs // signatures verified: each is good once
 
-	mu      sync.Mutex
-	lease   clientv3.LeaseID // guarded by mu
-	healthy bool             // the last heartbeat reached etcd; guarded by mu
-	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
-	joined  time.Time
+	mu        sync.Mutex
+	lease     clientv3.LeaseID // guarded by mu
+	healthy   bool             // the last heartbeat reached etcd; guarded by mu
+	started   bool             // Start ran: the heartbeat is to be waited for; guarded by mu
+	nodeIPs   map[string]bool  // the nodes' addresses (IsNodeIP); guarded by mu
+	nodeIPsAt time.Time        // when nodeIPs was made; guarded by mu
+	joined    time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -229,28 +243,44 @@ func (c *Cluster) Healthy() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.he
 
 func (c *Cluster) key(parts ...string) string { return c.cfg.Prefix + strings.Join(parts, "/") }
 
-// join takes a lease and writes this node's records. A live node of the
-// same name at another address is another machine: refused. At the same
-// address it is this node before a restart, whose lease has not expired.
+// join takes a lease and writes this node's records. A name held by
+// another instance (another data directory) is refused: while that one is
+// up, always; while it is down, unless Replace says to take it over. The
+// same instance (this one before a restart) takes its name back.
 func (c *Cluster) join(ctx context.Context) error {
-	nodeKey := c.key("nodes", c.cfg.Node)
-	resp, err := c.cli.Get(ctx, nodeKey)
+	nodeKey, memberKey := c.key("nodes", c.cfg.Node), c.key("members", c.cfg.Node)
+	if err := c.checkKey(ctx); err != nil {
+		return err
+	}
+	resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(nodeKey), clientv3.OpGet(memberKey)).Commit()
 	if err != nil {
 		return fmt.Errorf("etcd %v: %w", c.cfg.Endpoints, err)
 	}
-	if len(resp.Kvs) == 1 {
-		var old Node
-		if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Address != c.cfg.Advertise {
-			return fmt.Errorf("node name %s is taken by a live node at %s: give this one another --node", c.cfg.Node, old.Address)
+	var memberRev int64
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		var live Node
+		if json.Unmarshal(kvs[0].Value, &live) == nil && live.Instance != c.cfg.Instance {
+			return fmt.Errorf("node name %s is taken by a live node at %s (another data directory): give this one another --node", c.cfg.Node, live.Address)
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+		memberRev = kvs[0].ModRevision
+		var m member
+		if json.Unmarshal(kvs[0].Value, &m) == nil && m.Instance != c.cfg.Instance && !c.cfg.Replace {
+			return fmt.Errorf("node name %s belongs to another shard serve (at %s, with another data directory), now down: give this one another --node, or --replace-node to take the name over (that node's sandboxes are then forgotten by the cluster)", c.cfg.Node, m.Address)
 		}
 	}
 	lease, err := c.cli.Grant(ctx, int64(c.cfg.TTL/time.Second))
 	if err != nil {
 		return fmt.Errorf("etcd lease: %w", err)
 	}
-	m, _ := json.Marshal(member{Name: c.cfg.Node, Address: c.cfg.Advertise, JoinedAt: c.joined})
-	if _, err := c.cli.Put(ctx, c.key("members", c.cfg.Node), string(m)); err != nil {
+	m, _ := json.Marshal(member{Name: c.cfg.Node, Address: c.cfg.Advertise, Instance: c.cfg.Instance, JoinedAt: c.joined})
+	ok, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(memberKey), "=", memberRev)).Then(clientv3.OpPut(memberKey, string(m))).Commit()
+	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
+	}
+	if !ok.Succeeded {
+		return fmt.Errorf("node name %s was taken while this node joined: try again, or give another --node", c.cfg.Node)
 	}
 	c.mu.Lock()
 	c.lease = lease.ID
@@ -258,12 +288,31 @@ func (c *Cluster) join(ctx context.Context) error {
 	return c.publish(ctx)
 }
 
+// checkKey makes sure this node holds the cluster's key: the first node
+// writes a check value derived from it, the others compare. A node with
+// another key would sign calls no node accepts (and open no secret).
+func (c *Cluster) checkKey(ctx context.Context) error {
+	check := hex.EncodeToString(derive(c.cfg.Key, "shard key check v1"))
+	key := c.key("key-check")
+	if _, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, check)).Commit(); err != nil {
+		return fmt.Errorf("etcd %v: %w", c.cfg.Endpoints, err)
+	}
+	resp, err := c.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd %v: %w", c.cfg.Endpoints, err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != check {
+		return fmt.Errorf("--cluster-key differs from the key the cluster's nodes hold: give every node the same key file")
+	}
+	return nil
+}
+
 // publish writes this node's record under its lease.
 func (c *Cluster) publish(ctx context.Context) error {
 	c.mu.Lock()
 	lease := c.lease
 	c.mu.Unlock()
-	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: c.cfg.Stats()}
+	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, Instance: c.cfg.Instance, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: c.cfg.Stats()}
 	b, _ := json.Marshal(n)
 	_, err := c.cli.Put(ctx, c.key("nodes", c.cfg.Node), string(b), clientv3.WithLease(lease))
 	return err
@@ -370,6 +419,37 @@ func nodesOf(members, live [][]byte) []Node {
 	}
 	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// IsNodeIP reports whether ip is the address of a node of the cluster (as
+// its advertise URL gives it, a literal address; a host name is looked up
+// at most every 10 seconds).
+func (c *Cluster) IsNodeIP(ip string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.nodeIPsAt) > 10*time.Second {
+		c.nodeIPsAt = time.Now()
+		ips := map[string]bool{}
+		for _, b := range c.mirror.list("members/") {
+			var m member
+			if json.Unmarshal(b, &m) != nil {
+				continue
+			}
+			u, err := url.Parse(m.Address)
+			if err != nil {
+				continue
+			}
+			if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+				ips[a.Unmap().String()] = true
+			} else if addrs, err := net.LookupHost(u.Hostname()); err == nil {
+				for _, a := range addrs {
+					ips[a] = true
+				}
+			}
+		}
+		c.nodeIPs = ips
+	}
+	return c.nodeIPs[ip]
 }
 
 // Node returns one member by name.

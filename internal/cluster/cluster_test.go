@@ -20,7 +20,7 @@ var testKey = []byte(strings.Repeat("k", 32))
 
 func join(t *testing.T, endpoints []string, name string, stats Stats) *Cluster {
 	t.Helper()
-	c, err := Open(context.Background(), Config{Endpoints: endpoints, Node: name, Advertise: "http://127.0.0.1:1/" + "",
+	c, err := Open(context.Background(), Config{Endpoints: endpoints, Node: name, Instance: "instance-" + name, Advertise: "http://127.0.0.1:1/" + "",
 		Key: testKey, TTL: 2 * time.Second, Stats: func() Stats { return stats }, Log: slog.New(slog.DiscardHandler), Prefix: "/t/"})
 	if err != nil {
 		t.Fatal(err)
@@ -154,10 +154,29 @@ func TestLeaseExpiry(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The same name from another address is refused while a is up.
-	_, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: "a", Advertise: "http://elsewhere.invalid:7000", Key: testKey, Prefix: "/t/", Log: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), "taken by a live node") {
+	// The same name from another data directory is refused while a is up,
+	// and while b is down unless it takes b's name over.
+	other := func(name string, replace bool) error {
+		c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: name, Instance: "elsewhere", Replace: replace,
+			Advertise: "http://elsewhere.invalid:7000", Key: testKey, Prefix: "/t/", Log: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := other("a", true); err == nil || !strings.Contains(err.Error(), "taken by a live node") {
 		t.Fatalf("a second node a: %v", err)
+	}
+	if err := other("b", false); err == nil || !strings.Contains(err.Error(), "--replace-node") {
+		t.Fatalf("a second node b while b is down: %v", err)
+	}
+	if err := other("b", true); err != nil {
+		t.Fatalf("b taken over: %v", err)
+	}
+	// A node with another cluster key is refused.
+	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: "z", Instance: "z", Advertise: "http://z.invalid:7000",
+		Key: []byte(strings.Repeat("x", 32)), Prefix: "/t/", Log: slog.New(slog.DiscardHandler)}); err == nil || !strings.Contains(err.Error(), "--cluster-key differs") {
+		t.Fatalf("a node with another key: %v", err)
 	}
 }
 
@@ -243,6 +262,7 @@ func TestChoose(t *testing.T) {
 		{"", "vz", 0, "", "provider_unavailable"},
 		{"a", "", 0, "a", ""},
 		{"a", "gvisor", 0, "", "provider_unavailable"},
+		{"a", "", 150 << 20, "", "node_full"},
 		{"d", "", 0, "", "node_unreachable"},
 		{"zz", "", 0, "", "node_not_found"},
 	} {
@@ -257,8 +277,8 @@ func TestSignature(t *testing.T) {
 	key := derive(testKey, "shard nodes v1")
 	now := time.Unix(1_800_000_000, 0)
 	p := []byte(`{"name":"ci"}`)
-	proof := sign(key, "a", now, "GET", "/v0/sandboxes/x", p)
-	if n, err := verify(key, now.Add(time.Second), proof, "GET", "/v0/sandboxes/x", p); err != nil || n != "a" {
+	proof := sign(key, "a", "b", now, "GET", "/v0/sandboxes/x", p)
+	if n, err := verify(key, "b", now.Add(time.Second), proof, "GET", "/v0/sandboxes/x", p); err != nil || n != "a" {
 		t.Fatalf("good proof: %s %v", n, err)
 	}
 	for name, tc := range map[string]struct {
@@ -277,9 +297,12 @@ func TestSignature(t *testing.T) {
 		"garbage":         {key, now, "sig=00", "GET", "/v0/sandboxes/x", p},
 		"other nonce":     {key, now, regexp.MustCompile(`n=[0-9a-f]+`).ReplaceAllString(proof, "n="+strings.Repeat("0", 24)), "GET", "/v0/sandboxes/x", p},
 	} {
-		if _, err := verify(tc.key, tc.at, tc.proof, tc.method, tc.uri, tc.principal); err == nil {
+		if _, err := verify(tc.key, "b", tc.at, tc.proof, tc.method, tc.uri, tc.principal); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if _, err := verify(key, "c", now, proof, "GET", "/v0/sandboxes/x", p); err == nil {
+		t.Error("a call made for b accepted by c")
 	}
 }
 
@@ -304,14 +327,14 @@ func TestEtcdTLS(t *testing.T) {
 // A signature is good once.
 func TestReplay(t *testing.T) {
 	c := &Cluster{signKey: derive(testKey, "shard nodes v1"), cfg: Config{Node: "a"}}
-	proof := c.Sign("POST", "/v0/sandboxes/x/exec", []byte("{}"))
+	proof := c.Sign("a", "POST", "/v0/sandboxes/x/exec", []byte("{}"))
 	if _, err := c.Verify(proof, "POST", "/v0/sandboxes/x/exec", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Verify(proof, "POST", "/v0/sandboxes/x/exec", []byte("{}")); err == nil || !strings.Contains(err.Error(), "replayed") {
 		t.Fatalf("a replay: %v", err)
 	}
-	if a, b := c.Sign("GET", "/", nil), c.Sign("GET", "/", nil); a == b {
+	if a, b := c.Sign("a", "GET", "/", nil), c.Sign("a", "GET", "/", nil); a == b {
 		t.Fatal("two signatures of one request in one second are the same")
 	}
 }

@@ -51,6 +51,16 @@ func (m *mirror) list(prefix string) [][]byte {
 	return out
 }
 
+// wasLoaded reports whether the mirror has loaded etcd's keys once.
+func (m *mirror) wasLoaded() bool {
+	select {
+	case <-m.loaded:
+		return true
+	default:
+		return false
+	}
+}
+
 // current reports whether the mirror follows etcd now.
 func (m *mirror) current() bool { m.mu.RLock(); defer m.mu.RUnlock(); return m.synced }
 

@@ -13,25 +13,27 @@ import (
 )
 
 // Node-to-node requests carry a signature made with a key derived from the
-// cluster key, over the sending node, the time, a random nonce, the
+// cluster key, over the sending node, the node it is for, the time, a
+// random nonce, the
 // method, the request URI and the principal the sender vouches for (whose
 // API key it checked: that key is never sent on). A signature is good for
 // SignWindow and once: a request copied off the wire cannot be changed,
-// replayed later, or replayed at once to the same node.
+// replayed later, replayed at once to the same node, or sent to another.
 
 // SignWindow is how far a signed request's time may be from the receiver's.
 const SignWindow = 30 * time.Second
 
-// Sign returns the proof that this node sends method uri for principal.
-func (c *Cluster) Sign(method, uri string, principal []byte) string {
-	return sign(c.signKey, c.cfg.Node, time.Now(), method, uri, principal)
+// Sign returns the proof that this node sends method uri for principal
+// to node to (which alone accepts it).
+func (c *Cluster) Sign(to, method, uri string, principal []byte) string {
+	return sign(c.signKey, c.cfg.Node, to, time.Now(), method, uri, principal)
 }
 
 // Verify checks a signature made by Sign on any node of this cluster, and
 // not seen before, and returns the node that made it.
 func (c *Cluster) Verify(proof, method, uri string, principal []byte) (string, error) {
 	now := time.Now()
-	node, err := verify(c.signKey, now, proof, method, uri, principal)
+	node, err := verify(c.signKey, c.cfg.Node, now, proof, method, uri, principal)
 	if err != nil {
 		return "", err
 	}
@@ -70,24 +72,25 @@ func (s *seenProofs) first(proof string, now time.Time) bool {
 	return true
 }
 
-func sign(key []byte, node string, now time.Time, method, uri string, principal []byte) string {
+func sign(key []byte, node, to string, now time.Time, method, uri string, principal []byte) string {
 	t := strconv.FormatInt(now.Unix(), 10)
 	b := make([]byte, 12)
 	rand.Read(b)
 	n := hex.EncodeToString(b)
-	return "node=" + node + ",t=" + t + ",n=" + n + ",sig=" + mac(key, node, t, n, method, uri, principal)
+	return "node=" + node + ",t=" + t + ",n=" + n + ",sig=" + mac(key, node, to, t, n, method, uri, principal)
 }
 
-func mac(key []byte, node, t, nonce, method, uri string, principal []byte) string {
+func mac(key []byte, node, to, t, nonce, method, uri string, principal []byte) string {
 	m := hmac.New(sha256.New, key)
-	for _, part := range []string{node, t, nonce, method, uri} {
+	for _, part := range []string{node, to, t, nonce, method, uri} {
 		fmt.Fprintf(m, "%d:%s\n", len(part), part)
 	}
 	m.Write(principal)
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func verify(key []byte, now time.Time, proof, method, uri string, principal []byte) (string, error) {
+// verify checks proof on node self: made for self, by a node with the key.
+func verify(key []byte, self string, now time.Time, proof, method, uri string, principal []byte) (string, error) {
 	var node, t, nonce, sig string
 	for _, kv := range strings.Split(proof, ",") {
 		k, v, _ := strings.Cut(kv, "=")
@@ -109,8 +112,8 @@ func verify(key []byte, now time.Time, proof, method, uri string, principal []by
 	if d := now.Sub(time.Unix(sec, 0)); d > SignWindow || d < -SignWindow {
 		return "", fmt.Errorf("node %s's signature is %s old: are the nodes' clocks in step?", node, d.Round(time.Second))
 	}
-	if !hmac.Equal([]byte(sig), []byte(mac(key, node, t, nonce, method, uri, principal))) {
-		return "", fmt.Errorf("bad node signature (a node with another cluster key?)")
+	if !hmac.Equal([]byte(sig), []byte(mac(key, node, self, t, nonce, method, uri, principal))) {
+		return "", fmt.Errorf("bad node signature (a call made for another node, or by a node with another cluster key?)")
 	}
 	return node, nil
 }

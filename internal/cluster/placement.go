@@ -78,6 +78,17 @@ func (c *Cluster) Claim(ctx context.Context, sb *store.Sandbox) error {
 	return errdefs.Conflict("name_taken", "a sandbox named %s is being made on another node", p.Name)
 }
 
+// placeOnly records where sb lives, without its name.
+func (c *Cluster) placeOnly(ctx context.Context, sb *store.Sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	doc, _ := json.Marshal(placementOf(c.cfg.Node, sb))
+	if _, err := c.cli.Put(ctx, c.key("sandboxes", sb.ID), string(doc)); err != nil {
+		return Unavailable(err)
+	}
+	return nil
+}
+
 // Release forgets sb's placement and its name (store.Registry), if they
 // are still sb's. With etcd away, the next reconcile does it.
 func (c *Cluster) Release(ctx context.Context, sb *store.Sandbox) {
@@ -204,7 +215,14 @@ func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox, envs []*
 	have := map[string]bool{}
 	for _, sb := range mine {
 		have[sb.ID] = true
-		if err := c.Claim(ctx, sb); err != nil {
+		err := c.Claim(ctx, sb)
+		if errdefs.CodeOf(err) == "name_taken" {
+			// Another node's sandbox took the name while this one was
+			// away: this one stays reachable by its id.
+			c.cfg.Log.Warn("cluster: this node's sandbox lost its name to another node's while this node was away; reach it by its id", "id", sb.ID, "name", sb.Name)
+			err = c.placeOnly(ctx, sb)
+		}
+		if err != nil {
 			c.cfg.Log.Warn("cluster: cannot claim this node's sandbox", "id", sb.ID, "name", sb.Name, "err", err)
 		}
 	}
@@ -241,6 +259,9 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 			}
 			if provider != "" && !slices.Contains(n.Providers, provider) {
 				return Node{}, errdefs.New(errdefs.KindUnsupported, "provider_unavailable", "node %s has no provider %s (it has %v)", n.Name, provider, n.Providers)
+			}
+			if memory > 0 && n.MemoryFree < memory {
+				return Node{}, errdefs.New(errdefs.KindNoSpace, "node_full", "node %s has %d MiB free, not the %d MiB the sandbox needs (shard node ls)", n.Name, n.MemoryFree>>20, memory>>20)
 			}
 			return n, nil
 		}

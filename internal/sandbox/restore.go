@@ -61,7 +61,10 @@ type RestoreOptions struct {
 	Environment string // set by a create from an environment
 	ResumedFrom string // set by resume
 	FromNode    string // the node that sent the checkpoint (a fork moved across a cluster)
-	Allow       Allow  // asked whether the sandbox may carry the checkpoint's grants and policy
+	// Hooks are the on-fork hooks' options (nil: restoreHooks): a fork
+	// moved to another node keeps the ones it was asked with.
+	Hooks *HookOptions
+	Allow Allow // asked whether the sandbox may carry the checkpoint's grants and policy
 }
 
 // Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
@@ -118,7 +121,11 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
-	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
+	hooks := restoreHooks
+	if o.Hooks != nil {
+		hooks = *o.Hooks
+	}
+	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), hooks); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })

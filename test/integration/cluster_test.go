@@ -292,14 +292,15 @@ func TestCluster(t *testing.T) {
 	// An environment built on a, used on b: b copies its checkpoint on the
 	// first use and keeps it; lists show it once; removing it through c
 	// removes it from both.
-	if _, err := viaA.CreateEnvironment(ctx, client.EnvironmentRequest{Name: "env-a", Image: busybox,
-		Setup: [][]string{{"sh", "-c", "echo set-up > /root/marker"}}}); err != nil {
+	envReq := client.EnvironmentRequest{Name: "env-a", Image: busybox, Setup: [][]string{{"sh", "-c", "echo set-up > /root/marker"}}}
+	built, err := viaA.CreateEnvironment(ctx, envReq)
+	if err != nil {
 		t.Fatalf("environment on a: %v", err)
 	}
-	// Its name is the cluster's: b cannot build another env-a.
-	if _, err := b.admin.CreateEnvironment(ctx, client.EnvironmentRequest{Name: "env-a", Image: busybox,
-		Setup: [][]string{{"true"}}}); codeOf(err) != "name_taken" {
-		t.Fatalf("env-a built again on b: %v", err)
+	// Its name is the cluster's: asked of b, the same definition is a's
+	// (sent to a, which has it built already).
+	if again, isNew, err := b.admin.BuildEnvironment(ctx, envReq); err != nil || isNew || again.Checkpoint != built.Checkpoint {
+		t.Fatalf("env-a asked of b: %+v new %v %v", again, isNew, err)
 	}
 	for i := range 2 {
 		fromEnv, err := viaC.Create(ctx, client.CreateRequest{Environment: "env-a", Node: "b"})
