@@ -199,6 +199,14 @@ func (c *Cluster) Start(reconcile func(context.Context) error) {
 		}
 		cancel()
 	}
+	// The record written when joining had no figures yet (the node's
+	// sandbox service did not exist): publish them now, not a beat later,
+	// or placement would pass this node over until then.
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	if err := c.publish(ctx); err != nil {
+		c.cfg.Log.Warn("cluster: publishing this node's figures", "err", err)
+	}
+	cancel()
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
