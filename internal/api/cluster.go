@@ -217,13 +217,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 }
 
 // call makes a JSON call to node for in's principal and decodes its answer
-// (for lists merged from every node, and for finding what a node holds).
+// (for lists merged from every node, and for finding what a node holds),
+// within 30 seconds.
 func (s *Server) call(ctx context.Context, in *http.Request, node cluster.Node, method, uri string, body []byte, v any) (int, error) {
+	return s.callWithin(ctx, 30*time.Second, in, node, method, uri, body, v)
+}
+
+// callWithin is call for work that takes longer (a restore, a copy).
+func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Request, node cluster.Node, method, uri string, body []byte, v any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	out, err := http.NewRequestWithContext(ctx, method, node.Address+uri, rd)
 	if err != nil {

@@ -75,7 +75,7 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 		}
 		body, _ := json.Marshal(RestoreRequest{Name: name})
 		var sb Sandbox
-		if _, err := s.call(ctx, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?"+hooks.Encode(), body, &sb); err != nil {
+		if _, err := s.callWithin(ctx, 10*time.Minute, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?"+hooks.Encode(), body, &sb); err != nil {
 			for _, f := range forks {
 				s.call(bg, r, target, http.MethodDelete, "/v0/sandboxes/"+f.ID+"?force=true", nil, nil)
 			}
@@ -217,7 +217,7 @@ func (s *Server) ensureEnvironment(r *http.Request, name string) error {
 		return fmt.Errorf("environment %s was built on node %s: %w", name, p.Node, err)
 	}
 	start := time.Now()
-	if _, err := s.call(ctx, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {
+	if _, err := s.callWithin(ctx, time.Hour, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {
 		return fmt.Errorf("environment %s: copy from node %s: %w", name, origin.Name, err)
 	}
 	s.Log.Info("environment copied here on first use", "environment", name, "from", origin.Name, "took", time.Since(start))
