@@ -302,7 +302,12 @@ func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
 // serveBySandbox serves a sandbox's call here when the sandbox is here,
 // else on its node (503 node_unreachable when that node is down).
 func (s *Server) serveBySandbox(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
-	id := r.PathValue("id")
+	s.serveOnNodeOf(w, r, h, r.PathValue("id"), nil)
+}
+
+// serveOnNodeOf serves the call here when sandbox id is here (or nowhere:
+// h says so), else on its node; body is the call's, read already (nil: not).
+func (s *Server) serveOnNodeOf(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, id string, body []byte) {
 	if _, err := s.Sandboxes.Get(r.Context(), id); !errdefs.Is(err, errdefs.KindNotFound) {
 		h(w, r) // here (or an error of its own, which h gives)
 		return
@@ -314,7 +319,7 @@ func (s *Server) serveBySandbox(w http.ResponseWriter, r *http.Request, h http.H
 	case err != nil:
 		s.writeError(w, r, err)
 	default:
-		s.proxy(w, r, p.Node, nil)
+		s.proxy(w, r, p.Node, body)
 	}
 }
 
@@ -343,19 +348,7 @@ func (s *Server) serveByBodySandbox(w http.ResponseWriter, r *http.Request, h ht
 		h(w, r)
 		return
 	}
-	if _, err := s.Sandboxes.Get(r.Context(), named.Sandbox); !errdefs.Is(err, errdefs.KindNotFound) {
-		h(w, r)
-		return
-	}
-	p, err := s.Cluster.Locate(r.Context(), named.Sandbox)
-	switch {
-	case errdefs.Is(err, errdefs.KindNotFound) || (err == nil && p.Node == s.Cluster.Name()):
-		h(w, r)
-	case err != nil:
-		s.writeError(w, r, err)
-	default:
-		s.proxy(w, r, p.Node, body)
-	}
+	s.serveOnNodeOf(w, r, h, named.Sandbox, body)
 }
 
 // serveAnyNode serves the call here unless what it names is not here;
