@@ -44,7 +44,7 @@ func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
 	if !resp.Succeeded {
 		return errdefs.Conflict("name_taken", "a token named %s already exists", tok.Name)
 	}
-	c.mirror.put("tokens/"+tok.ID, doc)
+	c.mirror.put("tokens/"+tok.ID, doc, resp.Header.Revision)
 	return nil
 }
 
@@ -112,7 +112,7 @@ func (t *TokenStore) getByID(ctx context.Context, id string) (*store.Token, erro
 	if err := json.Unmarshal(resp.Kvs[0].Value, &tok); err != nil {
 		return nil, err
 	}
-	t.c.mirror.put("tokens/"+id, resp.Kvs[0].Value)
+	t.c.mirror.put("tokens/"+id, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 	return &tok, nil
 }
 
@@ -154,14 +154,14 @@ func (t *TokenStore) DeleteToken(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	nameKey := c.key("token-names", tok.Project, tok.Name)
-	_, err = c.cli.Txn(ctx).Then(
+	resp, err := c.cli.Txn(ctx).Then(
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(nameKey), "=", tok.ID)}, []clientv3.Op{clientv3.OpDelete(nameKey)}, nil),
 		clientv3.OpDelete(c.key("tokens", tok.ID)),
 	).Commit()
 	if err != nil {
 		return Unavailable(err)
 	}
-	c.mirror.del("tokens/" + tok.ID)
+	c.mirror.del("tokens/"+tok.ID, resp.Header.Revision)
 	return nil
 }
 

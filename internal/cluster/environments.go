@@ -56,7 +56,7 @@ func (c *Cluster) ClaimEnvironment(ctx context.Context, e *store.Environment) er
 			return Unavailable(err)
 		}
 		if ok.Succeeded {
-			c.mirror.put(envKey(p.Project, p.Name), doc)
+			c.mirror.put(envKey(p.Project, p.Name), doc, ok.Header.Revision)
 			return nil
 		}
 	}
@@ -85,10 +85,11 @@ func (c *Cluster) releaseEnv(ctx context.Context, proj, name string) error {
 	if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Node != c.cfg.Node {
 		return nil
 	}
-	if _, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+	del, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
 		return Unavailable(err)
 	}
-	c.mirror.del(envKey(proj, name))
+	c.mirror.del(envKey(proj, name), del.Header.Revision)
 	return nil
 }
 

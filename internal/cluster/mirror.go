@@ -19,14 +19,23 @@ type mirror struct {
 	prefix string
 
 	mu     sync.RWMutex
-	kv     map[string][]byte // by key without the prefix; guarded by mu
-	synced bool              // loaded, and the watch follows; guarded by mu
-	loaded chan struct{}     // closed after the first load
+	kv     map[string]entry // by key without the prefix; guarded by mu
+	synced bool             // loaded, and the watch follows; guarded by mu
+	loaded chan struct{}    // closed after the first load
 	once   sync.Once
 }
 
+// entry is a key's value at a revision; gone marks a key this node removed
+// (kept until a load at that revision or later, so a load that began
+// before the removal does not bring the key back).
+type entry struct {
+	value []byte
+	rev   int64
+	gone  bool
+}
+
 func newMirror(prefix string) *mirror {
-	return &mirror{prefix: prefix, kv: map[string][]byte{}, loaded: make(chan struct{})}
+	return &mirror{prefix: prefix, kv: map[string]entry{}, loaded: make(chan struct{})}
 }
 
 func mirrored(key string) bool { return !strings.HasPrefix(key, "secrets/") }
@@ -34,8 +43,8 @@ func mirrored(key string) bool { return !strings.HasPrefix(key, "secrets/") }
 func (m *mirror) get(key string) ([]byte, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	v, ok := m.kv[key]
-	return v, ok
+	e, ok := m.kv[key]
+	return e.value, ok && !e.gone
 }
 
 // list returns the values under a key prefix ("nodes/").
@@ -43,9 +52,9 @@ func (m *mirror) list(prefix string) [][]byte {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out [][]byte
-	for k, v := range m.kv {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, v)
+	for k, e := range m.kv {
+		if !e.gone && strings.HasPrefix(k, prefix) {
+			out = append(out, e.value)
 		}
 	}
 	return out
@@ -64,16 +73,27 @@ func (m *mirror) wasLoaded() bool {
 // current reports whether the mirror follows etcd now.
 func (m *mirror) current() bool { m.mu.RLock(); defer m.mu.RUnlock(); return m.synced }
 
-func (m *mirror) put(key string, v []byte) {
+// put records key's value at revision rev (this node's write, or the
+// watch's), unless the mirror holds a later one.
+func (m *mirror) put(key string, v []byte, rev int64) {
 	if !mirrored(key) {
 		return
 	}
 	m.mu.Lock()
-	m.kv[key] = v
+	if m.kv[key].rev <= rev {
+		m.kv[key] = entry{value: v, rev: rev}
+	}
 	m.mu.Unlock()
 }
 
-func (m *mirror) del(key string) { m.mu.Lock(); delete(m.kv, key); m.mu.Unlock() }
+// del records that key is gone at revision rev.
+func (m *mirror) del(key string, rev int64) {
+	m.mu.Lock()
+	if m.kv[key].rev <= rev {
+		m.kv[key] = entry{rev: rev, gone: true}
+	}
+	m.mu.Unlock()
+}
 
 // run loads every key and follows every change until stop; a broken watch
 // (etcd away, history compacted) starts over from a fresh load, which also
@@ -93,15 +113,14 @@ func (m *mirror) run(cli *clientv3.Client, stop <-chan struct{}) {
 			}
 			continue
 		}
-		fresh := map[string][]byte{}
+		at := resp.Header.Revision
+		fresh := map[string]entry{}
 		for _, kv := range resp.Kvs {
 			if k := strings.TrimPrefix(string(kv.Key), m.prefix); mirrored(k) {
-				fresh[k] = kv.Value
+				fresh[k] = entry{value: kv.Value, rev: kv.ModRevision}
 			}
 		}
-		m.mu.Lock()
-		m.kv, m.synced = fresh, true
-		m.mu.Unlock()
+		m.replace(fresh, at)
 		m.once.Do(func() { close(m.loaded) })
 		wch := cli.Watch(clientv3.WithRequireLeader(ctx), m.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
@@ -111,14 +130,27 @@ func (m *mirror) run(cli *clientv3.Client, stop <-chan struct{}) {
 			for _, ev := range wr.Events {
 				k := strings.TrimPrefix(string(ev.Kv.Key), m.prefix)
 				if ev.Type == clientv3.EventTypeDelete {
-					m.del(k)
+					m.del(k, ev.Kv.ModRevision)
 				} else {
-					m.put(k, ev.Kv.Value)
+					m.put(k, ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
 		}
 		m.setSynced(false)
 	}
+}
+
+// replace takes a load made at revision at, keeping what this node wrote
+// (or removed) after it.
+func (m *mirror) replace(fresh map[string]entry, at int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, e := range m.kv {
+		if e.rev > at {
+			fresh[k] = e
+		}
+	}
+	m.kv, m.synced = fresh, true
 }
 
 func (m *mirror) setSynced(ok bool) { m.mu.Lock(); m.synced = ok; m.mu.Unlock() }
