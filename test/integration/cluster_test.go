@@ -207,6 +207,10 @@ func stateOn(t testing.TB, c *client.Client, id string) string {
 
 // TestCluster: three nodes over a three-member etcd act as one server.
 func TestCluster(t *testing.T) {
+	// A single host is no cluster.
+	if _, err := need(t).c.Nodes(ctxT(t)); codeOf(err) != "not_clustered" {
+		t.Fatalf("GET /v0/nodes of a single host: %v", err)
+	}
 	// a has the most memory to give, so placement picks it.
 	tc := startCluster(t, "6GiB", "3GiB", "2GiB")
 	a, b, c := tc.nodes[0], tc.nodes[1], tc.nodes[2]
@@ -244,6 +248,14 @@ func TestCluster(t *testing.T) {
 	}
 	if n := nodeNamed(t, viaC, "a"); n.Sandboxes != 1 || n.MemoryFree <= 0 {
 		t.Fatalf("node a as c lists it: %+v", n)
+	}
+	// A project's key counts its own project's sandboxes only.
+	p1, err := a.admin.CreateToken(ctx, client.TokenRequest{Name: "p1-reader", Scopes: []string{"sandbox:read"}, Project: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeNamed(t, tc.keyed(t, c, p1.Key), "a"); n.Sandboxes != 0 {
+		t.Fatalf("node a as project p1's key sees it: %+v", n)
 	}
 
 	// A name taken on A is refused on B, also when B is asked to make it.

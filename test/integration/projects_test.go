@@ -207,6 +207,7 @@ func TestProjectMatrix(t *testing.T) {
 		"GET /v0/version":                           nil,
 		"GET /v0/capabilities":                      nil,
 		"GET /v0/whoami":                            nil, // the key itself; checked in TestMetricsAndRequestIDs
+		"GET /v0/nodes":                             nil, // a single host: 409 not_clustered; in a cluster, counts per project (TestCluster)
 		"GET /metrics":                              nil, // the server's, not of a project
 		"POST /v0/images/pull":                      nil, // images: their own tests (images_test.go)
 		"POST /v0/images/import":                    nil,
