@@ -75,9 +75,16 @@ its database with what the runtimes report and cleans up leftovers.
 Who may do what: a request on the Unix socket (root only) is the
 administrator; a request over TCP (--listen) needs an API key with the
 scopes its endpoint declares (shard token create). Secrets are kept encrypted
-under the data directory (secret.key, root only).`,
+under the data directory (secret.key, root only).
+
+With --cluster-etcd it is a node of a cluster: several servers acting as one,
+their shared state (nodes, where each sandbox lives, names, keys, sealed
+secrets, environments) in etcd; any node answers any call, sending a call
+about another node's sandbox on to it (see shard node ls).`,
 		Example: `  shard serve
-  shard serve --listen 127.0.0.1:7070 --registry-mirror http://127.0.0.1:5000`,
+  shard serve --listen 127.0.0.1:7070 --registry-mirror http://127.0.0.1:5000
+  shard serve --listen 10.0.0.5:7070 --cluster-etcd http://10.0.0.9:2379 \
+    --node a --advertise http://10.0.0.5:7070 --cluster-key /etc/shard/cluster.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
 	}
