@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -218,7 +217,7 @@ func nodeStats(svc *sandbox.Service, capacity int64) cluster.Stats {
 			given += sb.MemoryBytes
 		}
 	}
-	st.MemoryFree = max(0, min(capacity-given, memAvailable()))
+	st.MemoryFree = max(0, min(capacity-given, sandbox.HostMemAvailable()))
 	return st
 }
 
@@ -229,21 +228,4 @@ func loadAverage() float64 {
 	}
 	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	return f
-}
-
-// memAvailable is MemAvailable of /proc/meminfo in bytes.
-func memAvailable() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

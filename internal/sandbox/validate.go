@@ -52,11 +52,25 @@ func HostLimits() Limits {
 	return l
 }
 
+// HostMemAvailable is MemAvailable of /proc/meminfo in bytes (0 when it
+// cannot be read): what this host can still give.
+func HostMemAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	n, _ := meminfo(b, "MemAvailable:")
+	return n
+}
+
 // memTotal reads MemTotal (in bytes) from the text of /proc/meminfo.
-func memTotal(meminfo []byte) (int64, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(meminfo))
+func memTotal(text []byte) (int64, bool) { return meminfo(text, "MemTotal:") }
+
+// meminfo reads one field (in bytes) from the text of /proc/meminfo.
+func meminfo(text []byte, field string) (int64, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(text))
 	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		v, ok := strings.CutPrefix(sc.Text(), field)
 		if !ok {
 			continue
 		}
