@@ -49,7 +49,7 @@ func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
 }
 
 func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Token, error) {
-	notFound := errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName)
+	notFound := store.TokenNotFound(idOrName)
 	if doc, ok := t.c.mirror.get("tokens/" + idOrName); ok {
 		var tok store.Token
 		if json.Unmarshal(doc, &tok) == nil {
@@ -93,7 +93,7 @@ func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Toke
 	case 1:
 		return found[0], nil
 	}
-	return nil, errdefs.Conflict("ambiguous_name", "token %s exists in more than one project: give its id, or choose a project", idOrName)
+	return nil, store.Ambiguous("token", idOrName)
 }
 
 var tokenIDRe = regexp.MustCompile(`^[0-9a-f]{12}$`)
@@ -106,7 +106,7 @@ func (t *TokenStore) getByID(ctx context.Context, id string) (*store.Token, erro
 		return nil, Unavailable(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, errdefs.NotFound("token_not_found", "token %s not found", id)
+		return nil, store.TokenNotFound(id)
 	}
 	var tok store.Token
 	if err := json.Unmarshal(resp.Kvs[0].Value, &tok); err != nil {
@@ -202,11 +202,11 @@ func (s *SecretStore) GetSecret(ctx context.Context, name string) (*store.Secret
 	}
 	switch len(found) {
 	case 0:
-		return nil, errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name)
+		return nil, store.SecretNotFound(name)
 	case 1:
 		return found[0], nil
 	}
-	return nil, errdefs.Conflict("ambiguous_name", "secret %s exists in more than one project: choose a project", name)
+	return nil, store.Ambiguous("secret", name)
 }
 
 func (s *SecretStore) ListSecrets(ctx context.Context) ([]*store.Secret, error) {

@@ -106,7 +106,7 @@ func (c *Cluster) Environment(ctx context.Context, name string) (*EnvPlacement, 
 			return nil, Unavailable(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return nil, errdefs.NotFound("environment_not_found", "environment %s not found (shard env ls lists them)", name)
+			return nil, store.EnvironmentNotFound(name)
 		}
 		doc = resp.Kvs[0].Value
 	}

@@ -22,6 +22,17 @@ type Token struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// TokenNotFound is the error of a token that is not there (here or in a
+// cluster's store).
+func TokenNotFound(idOrName string) error {
+	return errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName)
+}
+
+// SecretNotFound is the error of a secret that is not there.
+func SecretNotFound(name string) error {
+	return errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name)
+}
+
 // AddToken records a token.
 func (s *Store) AddToken(ctx context.Context, t *Token) error {
 	var err error
@@ -43,8 +54,7 @@ func (s *Store) AddToken(ctx context.Context, t *Token) error {
 
 // GetToken finds a token by id or name.
 func (s *Store) GetToken(ctx context.Context, idOrName string) (*Token, error) {
-	return getDoc[Token](ctx, s.db, "tokens", `id = ?1 OR name = ?1`, idOrName,
-		errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName))
+	return getDoc[Token](ctx, s.db, "tokens", `id = ?1 OR name = ?1`, idOrName, TokenNotFound(idOrName))
 }
 
 // ListTokens returns every token, oldest first.
@@ -87,8 +97,7 @@ func (s *Store) PutSecret(ctx context.Context, sec *Secret) error {
 
 // GetSecret finds a secret by name.
 func (s *Store) GetSecret(ctx context.Context, name string) (*Secret, error) {
-	return getDoc[Secret](ctx, s.db, "secrets", `name = ?1`, name,
-		errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name))
+	return getDoc[Secret](ctx, s.db, "secrets", `name = ?1`, name, SecretNotFound(name))
 }
 
 // ListSecrets returns every secret by name.

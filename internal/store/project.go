@@ -150,6 +150,9 @@ func projectOf(ctx context.Context, rec string) (string, error) {
 	return rec, nil
 }
 
+// Ambiguous is ambiguous for the stores kept elsewhere (the cluster's).
+func Ambiguous(what, name string) error { return ambiguous(what, name) }
+
 // ambiguous is the error of a name that, seen from every project, names
 // objects of several: the server's own lookups are by id.
 func ambiguous(what, name string) error {

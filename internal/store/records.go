@@ -172,6 +172,11 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	return s.deleteRow(ctx, "snapshots", "id", id)
 }
 
+// EnvironmentNotFound is the error of an environment that is not there.
+func EnvironmentNotFound(name string) error {
+	return errdefs.NotFound("environment_not_found", "environment %s not found (shard env ls lists them)", name)
+}
+
 // PutEnvironment creates or replaces an environment.
 func (s *Store) PutEnvironment(ctx context.Context, e *Environment) error {
 	var err error
@@ -195,8 +200,7 @@ func (s *Store) PutEnvironment(ctx context.Context, e *Environment) error {
 
 // GetEnvironment finds an environment by name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*Environment, error) {
-	return getDoc[Environment](ctx, s.db, "environments", `name = ?1`, name,
-		errdefs.NotFound("environment_not_found", "environment %s not found (shard env ls lists them)", name))
+	return getDoc[Environment](ctx, s.db, "environments", `name = ?1`, name, EnvironmentNotFound(name))
 }
 
 // ListEnvironments returns every environment by name.
