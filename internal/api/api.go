@@ -467,16 +467,27 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // decode reads a JSON body strictly: bounded size, no unknown fields, one
 // value. Every failure is the user's, so a 4xx.
 func decode(r *http.Request, v any) error {
-	body := http.MaxBytesReader(nil, r.Body, MaxBody)
-	b, err := io.ReadAll(body)
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(b, v)
+}
+
+// readBody reads a request's body, bounded by MaxBody (413 past it).
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
+			return nil, errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
 		}
-		return errdefs.Invalid("read request body: %v", err)
+		return nil, errdefs.Invalid("read request body: %v", err)
 	}
-	return decodeJSON(b, v)
+	return b, nil
 }
 
 // decodeJSON decodes b as decode does a body: no unknown fields, one value,

@@ -380,17 +380,27 @@ func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, 
 // holder is the first other up node that answers the GET uri (what a
 // call names is there), or "" when none does.
 func (s *Server) holder(r *http.Request, uri string) string {
-	nodes, _ := s.Cluster.Nodes(r.Context())
-	for _, n := range nodes {
-		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
-			continue
-		}
+	others, _ := s.otherUpNodes(r.Context())
+	for _, n := range others {
 		var answer json.RawMessage
 		if _, err := s.call(r.Context(), r, n, http.MethodGet, uri, nil, &answer); err == nil {
 			return n.Name
 		}
 	}
 	return ""
+}
+
+// otherUpNodes are the nodes, this one aside, that are up (with etcd away:
+// as this node last knew, and Nodes' error).
+func (s *Server) otherUpNodes(ctx context.Context) ([]cluster.Node, error) {
+	nodes, err := s.Cluster.Nodes(ctx)
+	var out []cluster.Node
+	for _, n := range nodes {
+		if n.Name != s.Cluster.Name() && n.State == cluster.NodeUp {
+			out = append(out, n)
+		}
+	}
+	return out, err
 }
 
 // serveEveryNode merges a list from every node that is up; a sandbox list
@@ -533,19 +543,6 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 		return
 	}
 	s.proxy(w, r, n.Name, body)
-}
-
-// readBody reads a call's body (bounded, as decode does) so that it can be
-// sent again.
-func readBody(r *http.Request) ([]byte, error) {
-	if r.Body == nil {
-		return nil, nil
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBody))
-	if err != nil {
-		return nil, errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
-	}
-	return b, nil
 }
 
 // listNodes answers GET /v0/nodes.

@@ -32,15 +32,9 @@ func (s *Server) roomHere(need int64) bool {
 func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.ForkRequest) (any, int, error) {
 	ctx := r.Context()
 	need := src.MemoryBytes * int64(req.Count)
-	nodes, err := s.Cluster.Nodes(ctx)
+	others, err := s.otherUpNodes(ctx)
 	if err != nil {
-		return nil, 0, err
-	}
-	others := nodes[:0:0]
-	for _, n := range nodes {
-		if n.Name != s.Cluster.Name() {
-			others = append(others, n)
-		}
+		return nil, 0, err // etcd away: no placement
 	}
 	target, err := cluster.Choose(others, "", src.Provider, need)
 	if err != nil {
@@ -61,7 +55,7 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	bg := context.WithoutCancel(ctx)
 	defer s.Sandboxes.RemoveCheckpoint(bg, ck.ID)
 	frozen := time.Since(start)
-	moved, err := s.sendCheckpoint(ctx, r, target, ck.ID)
+	moved, err := s.sendCheckpoint(ctx, r, target, ck.ID, "")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -91,13 +85,9 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	return ForkResponse{Sandboxes: forks}, http.StatusCreated, nil
 }
 
-// sendCheckpoint streams checkpoint id to node and returns the bytes sent.
-func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id string) (int64, error) {
-	return s.sendCheckpointTo(ctx, in, node, id, "")
-}
-
-// sendCheckpointTo is sendCheckpoint with a query for the receiver.
-func (s *Server) sendCheckpointTo(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
+// sendCheckpoint streams checkpoint id to node (with query for the
+// receiver: "" or ?environment=) and returns the bytes sent.
+func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw)) }()
 	counted := &countingReader{r: pr}
@@ -167,12 +157,9 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 // removeEverywhere sends DELETE uri to every other node that is up and
 // reports whether one removed something.
 func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
-	nodes, _ := s.Cluster.Nodes(r.Context())
 	removed := false
-	for _, n := range nodes {
-		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
-			continue
-		}
+	others, _ := s.otherUpNodes(r.Context())
+	for _, n := range others {
 		if _, err := s.call(r.Context(), r, n, http.MethodDelete, uri, nil, nil); err == nil {
 			removed = true
 		} else if !errdefs.Is(err, errdefs.KindNotFound) {
@@ -242,7 +229,7 @@ func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
 	}
 	doc, _ := json.Marshal(e)
 	q := "?environment=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString(doc))
-	n, err := s.sendCheckpointTo(ctx, r, to, e.Checkpoint, q)
+	n, err := s.sendCheckpoint(ctx, r, to, e.Checkpoint, q)
 	if err != nil {
 		return nil, 0, err
 	}
