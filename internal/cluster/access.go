@@ -125,21 +125,24 @@ func (t *TokenStore) ListTokens(ctx context.Context) ([]*store.Token, error) {
 // list reads every token visible under ctx from etcd (not the copy: a
 // token made a moment ago on another node is there).
 func (t *TokenStore) list(ctx context.Context) ([]*store.Token, error) {
-	c := t.c
+	all, err := readAll[store.Token](ctx, t.c, t.c.key("tokens")+"/")
+	return slices.DeleteFunc(all, func(tok *store.Token) bool { return !project.Visible(ctx, tok.Project) }), err
+}
+
+// readAll reads the records under prefix from etcd (one that is not JSON
+// of T skipped).
+func readAll[T any](ctx context.Context, c *Cluster, prefix string) ([]*T, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.key("tokens")+"/", clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, Unavailable(err)
 	}
-	var out []*store.Token
+	var out []*T
 	for _, kv := range resp.Kvs {
-		var tok store.Token
-		if json.Unmarshal(kv.Value, &tok) != nil {
-			continue
-		}
-		if project.Visible(ctx, tok.Project) {
-			out = append(out, &tok)
+		var v T
+		if json.Unmarshal(kv.Value, &v) == nil {
+			out = append(out, &v)
 		}
 	}
 	return out, nil
@@ -214,21 +217,9 @@ func (s *SecretStore) ListSecrets(ctx context.Context) ([]*store.Secret, error) 
 	if p, ok := project.From(ctx); ok {
 		prefix += p + "/"
 	}
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	resp, err := s.c.cli.Get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, Unavailable(err)
-	}
-	var out []*store.Secret
-	for _, kv := range resp.Kvs {
-		var sec store.Secret
-		if json.Unmarshal(kv.Value, &sec) == nil {
-			out = append(out, &sec)
-		}
-	}
+	out, err := readAll[store.Secret](ctx, s.c, prefix)
 	slices.SortStableFunc(out, func(a, b *store.Secret) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return out, err
 }
 
 func (s *SecretStore) DeleteSecret(ctx context.Context, name string) error {
