@@ -22,7 +22,7 @@
 #                      and removing Debian's EXTERNALLY-MANAGED marker so that
 #                      `pip install` works as in the official image, and an
 #                      /etc/pip.conf trusting the tests' package index host
-#                      (10.252.0.2, plain HTTP; see test/integration/pypi_test.go).
+#                      (198.18.252.2, plain HTTP; see test/integration/pypi_test.go).
 #                      Cmd ["python3"], LANG=C.UTF-8.
 #   node:22            named for the seeds' node:22; it holds the python image
 #                      plus this machine's own Node.js (/usr/bin/node, 20.x)
@@ -220,9 +220,9 @@ build_python() { # OUT_LAYOUT TAG
 	# Second, small layer, so that tests see a multi-layer image.
 	ln -sfn /usr/bin/python3 "$R/usr/local/bin/python"
 	rm -f "$R"/usr/lib/python3*/EXTERNALLY-MANAGED
-	# The tests' stand-in for PyPI is served over plain HTTP from 10.252.0.2
+	# The tests' stand-in for PyPI is served over plain HTTP from 198.18.252.2
 	# (test/integration/pypi_test.go): pip must trust that host.
-	printf '[global]\ntrusted-host = 10.252.0.2\n' >"$R/etc/pip.conf"
+	printf '[global]\ntrusted-host = 198.18.252.2\n' >"$R/etc/pip.conf"
 	printf 'shard test image python:%s (Debian %s python3 %s), built by scripts/test-images.sh\n' \
 		"$tag" "$SUITE" "$(chroot "$R" python3 -c 'import platform; print(platform.python_version())')" \
 		>"$R/etc/shard-test-image"

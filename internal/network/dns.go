@@ -50,6 +50,8 @@ const (
 	ednsOptionEDE  = 15
 	edeProhibited  = 18
 	edeRefusalText = "denied by the sandbox's egress policy"
+	// The answer named an address no sandbox of this server reaches.
+	edeBoundaryText = "the answer points to an address sandboxes may not reach"
 )
 
 type dnsState struct {
@@ -286,6 +288,13 @@ func (d *dnsProxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 		d.m.cfg.Log.Debug("DNS proxy: upstream", "err", err)
 		return dnsReply(q, dnsmessage.RCodeServerFailure)
 	}
+	if a, why := d.m.boundaryAnswer(resp); why != "" {
+		// A name that points into the boundary (DNS rebinding, or an
+		// internal name): the sandbox could not reach the address, and
+		// is not told it either.
+		d.m.cfg.Log.Debug("DNS proxy: an answer points into the egress boundary", "sandbox", src, "addr", a, "why", why)
+		return localReply(q, dnsmessage.RCodeRefused, true, edeBoundaryText)
+	}
 	if answers, ttls := parseAnswer(resp); len(answers) > 0 {
 		if err := d.m.fw.learn(src, answers, ttls); err != nil {
 			// Fail closed: a denied domain's address must not be handed
@@ -452,16 +461,18 @@ func answers(q, resp []byte) bool {
 }
 
 // dnsReply is an empty answer to q with rcode (nil if q does not parse).
-func dnsReply(q []byte, rcode dnsmessage.RCode) []byte { return localReply(q, rcode, false) }
+func dnsReply(q []byte, rcode dnsmessage.RCode) []byte { return localReply(q, rcode, false, "") }
 
 // dnsRefusal is the proxy's own answer to a query it does not forward: a
 // REFUSED one says why in an EDE option (Prohibited) when the query had an
 // OPT record.
 func dnsRefusal(q []byte, rcode dnsmessage.RCode) []byte {
-	return localReply(q, rcode, rcode == dnsmessage.RCodeRefused)
+	return localReply(q, rcode, rcode == dnsmessage.RCodeRefused, edeRefusalText)
 }
 
-func localReply(q []byte, rcode dnsmessage.RCode, ede bool) []byte {
+// localReply is the proxy's own answer to q with rcode; with ede, a
+// query's OPT record is answered with an EDE option (Prohibited) of text.
+func localReply(q []byte, rcode dnsmessage.RCode, ede bool, text string) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil {
@@ -497,7 +508,7 @@ func localReply(q []byte, rcode dnsmessage.RCode, ede bool) []byte {
 		var o dnsmessage.ResourceHeader
 		if o.SetEDNS0(1232, dnsmessage.RCodeSuccess, false) == nil && b.StartAdditionals() == nil {
 			data := binary.BigEndian.AppendUint16(nil, edeProhibited)
-			data = append(data, edeRefusalText...)
+			data = append(data, text...)
 			b.OPTResource(o, dnsmessage.OPTResource{Options: []dnsmessage.Option{{Code: ednsOptionEDE, Data: data}}})
 		}
 	}
@@ -584,6 +595,47 @@ func (l *dnsLimiter) get(src netip.Addr, now time.Time) *dnsSrc {
 		l.srcs[src] = s
 	}
 	return s
+}
+
+// boundaryAnswer finds an address record (A, or AAAA) in resp's answer
+// section, whatever name owns it, that points where no sandbox may go.
+func (m *Manager) boundaryAnswer(resp []byte) (netip.Addr, string) {
+	var p dnsmessage.Parser
+	if _, err := p.Start(resp); err != nil {
+		return netip.Addr{}, ""
+	}
+	if err := p.SkipAllQuestions(); err != nil {
+		return netip.Addr{}, ""
+	}
+	for {
+		rh, err := p.AnswerHeader()
+		if err != nil {
+			return netip.Addr{}, ""
+		}
+		var a netip.Addr
+		switch rh.Type {
+		case dnsmessage.TypeA:
+			r, err := p.AResource()
+			if err != nil {
+				return netip.Addr{}, ""
+			}
+			a = netip.AddrFrom4(r.A)
+		case dnsmessage.TypeAAAA:
+			r, err := p.AAAAResource()
+			if err != nil {
+				return netip.Addr{}, ""
+			}
+			a = netip.AddrFrom16(r.AAAA)
+		default:
+			if err := p.SkipAnswer(); err != nil {
+				return netip.Addr{}, ""
+			}
+			continue
+		}
+		if why := m.Refusal(a); why != "" {
+			return a, why
+		}
+	}
 }
 
 // parseAnswer reads the A records of a successful response that answer its

@@ -392,7 +392,11 @@ func TestDNSProxyForwardsOnlyAllowed(t *testing.T) {
 	up := startCountingUpstream(t)
 	subnet := netip.MustParsePrefix("10.93.0.0/24")
 	fw := &firewall{subnet: subnet, gateway: netip.MustParseAddr("10.93.0.1"), policies: map[netip.Addr]*compiled{}}
-	m := &Manager{cfg: Config{Log: slog.New(slog.DiscardHandler)}, fw: fw, gateway: fw.gateway}
+	bound, err := newBoundary(subnet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{cfg: Config{Log: slog.New(slog.DiscardHandler)}, fw: fw, gateway: fw.gateway, bound: bound}
 	d := newDNSProxy(m, []string{up.addr})
 	sbs := map[string]*Policy{
 		"10.93.0.2": {DenyAll: true},

@@ -36,8 +36,8 @@ var (
 	ptSubnet = netip.MustParsePrefix("10.93.0.0/24")
 	ptA      = netip.MustParseAddr("10.93.0.2")
 	ptB      = netip.MustParseAddr("10.93.0.3")
-	ptT1     = "10.94.0.2:8080" // allowed.test
-	ptT3     = "10.94.0.3:8080" // denied.test
+	ptT1     = "198.18.94.2:8080" // allowed.test
+	ptT3     = "198.18.94.3:8080" // denied.test
 )
 
 // inNetns runs fn on an OS thread in the namespace at path: sockets made
@@ -191,7 +191,7 @@ func queryA(network, server, name string) (dnsmessage.RCode, []netip.Addr, error
 }
 
 // serveTarget runs, in the target namespace, a TCP server on :8080 (a
-// greeting, then an echo) and a DNS server on 10.94.0.2:53 (UDP and TCP).
+// greeting, then an echo) and a DNS server on 198.18.94.2:53 (UDP and TCP).
 func serveTarget(t *testing.T, ns string) {
 	var tl, dl net.Listener
 	var dp net.PacketConn
@@ -200,10 +200,10 @@ func serveTarget(t *testing.T, ns string) {
 		if tl, err = net.Listen("tcp4", ":8080"); err != nil {
 			return err
 		}
-		if dl, err = net.Listen("tcp4", "10.94.0.2:53"); err != nil {
+		if dl, err = net.Listen("tcp4", "198.18.94.2:53"); err != nil {
 			return err
 		}
-		dp, err = net.ListenPacket("udp4", "10.94.0.2:53")
+		dp, err = net.ListenPacket("udp4", "198.18.94.2:53")
 		return err
 	})
 	if err != nil {
@@ -240,7 +240,7 @@ func serveTarget(t *testing.T, ns string) {
 		if err != nil {
 			return nil
 		}
-		ips := map[string]string{"allowed.test.": "10.94.0.2", "denied.test.": "10.94.0.3"}
+		ips := map[string]string{"allowed.test.": "198.18.94.2", "denied.test.": "198.18.94.3"}
 		ip, ok := ips[strings.ToLower(qq.Name.String())]
 		rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RCode: dnsmessage.RCodeSuccess}
 		if !ok {
@@ -311,7 +311,7 @@ func delTables(name string) {
 }
 
 // makeTarget makes a namespace standing for the outside world: eth0 with
-// 10.94.0.2 and 10.94.0.3, its peer on the host with 10.94.0.1.
+// 198.18.94.2 and 198.18.94.3, its peer on the host with 198.18.94.1.
 func makeTarget(t *testing.T, m *Manager, dir string) string {
 	path := filepath.Join(dir, "target")
 	if err := m.newNamedNetns(path); err != nil {
@@ -339,7 +339,7 @@ func makeTarget(t *testing.T, m *Manager, dir string) string {
 			t.Fatal(err)
 		}
 	}
-	must(netlink.AddrAdd(host, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 94, 0, 1), Mask: net.CIDRMask(24, 32)}}))
+	must(netlink.AddrAdd(host, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 94, 1), Mask: net.CIDRMask(24, 32)}}))
 	must(netlink.LinkSetUp(host))
 	h, err := netlink.NewHandleAt(ns)
 	must(err)
@@ -350,10 +350,10 @@ func makeTarget(t *testing.T, m *Manager, dir string) string {
 	eth, err := h.LinkByName("eth0")
 	must(err)
 	for _, last := range []byte{2, 3} {
-		must(h.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 94, 0, last), Mask: net.CIDRMask(24, 32)}}))
+		must(h.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 94, last), Mask: net.CIDRMask(24, 32)}}))
 	}
 	must(h.LinkSetUp(eth))
-	must(h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IPv4(10, 94, 0, 1)}))
+	must(h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IPv4(198, 18, 94, 1)}))
 	return path
 }
 
@@ -381,6 +381,7 @@ func TestEgressPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.Close)
 	if err := m.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +397,7 @@ func TestEgressPolicy(t *testing.T) {
 	t.Cleanup(func() { m.Delete(ptSbB) })
 	target := makeTarget(t, m, dir)
 	serveTarget(t, target)
-	if err := m.StartDNS(ctx, []string{"10.94.0.2"}); err != nil {
+	if err := m.StartDNS(ctx, []string{"198.18.94.2"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.StartDNS(ctx, nil); err == nil {
@@ -471,7 +472,7 @@ func TestEgressPolicy(t *testing.T) {
 	}()
 	func() {
 		t.Log("step: allow cidr")
-		set(&Policy{Allow: []string{"10.94.0.0/24"}})
+		set(&Policy{Allow: []string{"198.18.94.0/24"}})
 		reach("A", nsA, ptT1, true)
 		reach("A", nsA, ptT3, true)
 		bUnaffected()
@@ -481,34 +482,34 @@ func TestEgressPolicy(t *testing.T) {
 		p := &Policy{Allow: []string{"Allowed.test"}}
 		set(p)
 		reach("A", nsA, ptT1, false) // not resolved yet
-		resolve(nsA, "udp", "allowed.test", "10.94.0.2")
+		resolve(nsA, "udp", "allowed.test", "198.18.94.2")
 		reach("A", nsA, ptT1, true)
 		reach("A", nsA, ptT3, false)
 		refused(nsA, "tcp", "denied.test") // not allowed: not even resolved
 		refused(nsA, "udp", "denied.test")
 		reach("A", nsA, ptT3, false)
-		if got := m.fw.learnedNames(ptA, netip.MustParseAddr("10.94.0.2")); !reflect.DeepEqual(got, []string{"allowed.test"}) {
-			t.Fatalf("learned names for 10.94.0.2: %q", got)
+		if got := m.fw.learnedNames(ptA, netip.MustParseAddr("198.18.94.2")); !reflect.DeepEqual(got, []string{"allowed.test"}) {
+			t.Fatalf("learned names for 198.18.94.2: %q", got)
 		}
 		for _, tc := range []struct {
 			dst  string
 			want bool
-		}{{"10.94.0.2", true}, {"10.94.0.3", false}} {
+		}{{"198.18.94.2", true}, {"198.18.94.3", false}} {
 			dst := netip.MustParseAddr(tc.dst)
 			if got := p.Decide(dst, m.fw.learnedNames(ptA, dst)); got != tc.want {
 				t.Fatalf("Decide(%s) = %v, want %v as enforced", dst, got, tc.want)
 			}
 		}
 		// B resolving through the proxy changes nothing for A or B.
-		resolve(nsB, "udp", "allowed.test", "10.94.0.2")
+		resolve(nsB, "udp", "allowed.test", "198.18.94.2")
 		bUnaffected()
 	}()
 	func() {
 		t.Log("step: deny address, live change")
-		set(&Policy{Deny: []string{"10.94.0.2"}})
+		set(&Policy{Deny: []string{"198.18.94.2"}})
 		reach("A", nsA, ptT1, false)
 		reach("A", nsA, ptT3, true)
-		resolve(nsA, "tcp", "denied.test", "10.94.0.3") // names are not limited: resolved
+		resolve(nsA, "tcp", "denied.test", "198.18.94.3") // names are not limited: resolved
 		bUnaffected()
 		// A connection open when the policy changes stays open; new ones
 		// follow the new policy.
@@ -522,7 +523,7 @@ func TestEgressPolicy(t *testing.T) {
 		defer held.Close()
 		r := bufio.NewReader(held)
 		r.ReadString('\n')
-		set(&Policy{Deny: []string{"10.94.0.3"}})
+		set(&Policy{Deny: []string{"198.18.94.3"}})
 		reach("A", nsA, ptT3, false)
 		reach("A", nsA, ptT1, true)
 		held.SetDeadline(time.Now().Add(2 * time.Second))
@@ -539,10 +540,10 @@ func TestEgressPolicy(t *testing.T) {
 		reach("A", nsA, ptT3, false)
 		reach("A", nsA, ptT1, true)
 		refused(nsA, "udp", "denied.test")
-		resolve(nsA, "udp", "allowed.test", "10.94.0.2")
+		resolve(nsA, "udp", "allowed.test", "198.18.94.2")
 		reach("A", nsA, ptT3, false)
 		// Deny wins over an allowed CIDR.
-		set(&Policy{Allow: []string{"10.94.0.0/24"}, Deny: []string{"denied.test"}})
+		set(&Policy{Allow: []string{"198.18.94.0/24"}, Deny: []string{"denied.test"}})
 		reach("A", nsA, ptT1, true)
 		reach("A", nsA, ptT3, false)
 		bUnaffected()
@@ -572,7 +573,7 @@ func TestEgressPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range sets {
-			if s.Name != "egress" {
+			if s.Name != "egress" && s.Name != "never" && s.Name != "private" {
 				t.Fatalf("set %s left", s.Name)
 			}
 		}
@@ -583,7 +584,7 @@ func TestEgressPolicy(t *testing.T) {
 	}()
 	func() {
 		t.Log("step: bad address")
-		for _, ip := range []string{"10.94.0.2", "10.93.0.1", "10.93.0.255"} {
+		for _, ip := range []string{"198.18.94.2", "10.93.0.1", "10.93.0.255"} {
 			if err := m.SetPolicy(netip.MustParseAddr(ip), &Policy{DenyAll: true}); err == nil {
 				t.Fatalf("SetPolicy(%s) succeeded", ip)
 			}
@@ -680,10 +681,12 @@ func TestEgressPolicy(t *testing.T) {
 		// A new Manager remakes the tables, as a server start does: the
 		// ports of running sandboxes are registered again from their
 		// aliases, and policies are applied again by the caller.
+		m.Close()
 		m2, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(m2.Close)
 		if got := m2.fw.portIPs; got[hostVeth(ptSbA)] != ptA || got[hostVeth(ptSbB)] != ptB {
 			t.Fatalf("ports after restart: %v", got)
 		}

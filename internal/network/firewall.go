@@ -42,6 +42,8 @@ type firewall struct {
 	table  *nftables.Table // ip family
 	btable *nftables.Table // bridge family
 	egress *nftables.Set   // vmap: source address -> jump p-<addr>
+	never  *nftables.Set   // interval: the boundary no sandbox crosses (boundary.go)
+	closed *nftables.Set   // interval: private ranges not opened to sandboxes
 	ports  *nftables.Set   // bridge: sandbox ports (ifname)
 	pairs  *nftables.Set   // bridge: ifname . ipv4 a port may send from
 
@@ -89,7 +91,7 @@ func inSet(s *nftables.Set) *expr.Lookup {
 	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}
 }
 
-func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *slog.Logger) (*firewall, error) {
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *boundary, log *slog.Logger) (*firewall, error) {
 	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log,
 		policies: map[netip.Addr]*compiled{},
 		learned:  map[netip.Addr]map[netip.Addr]map[string]time.Time{},
@@ -152,9 +154,41 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *sl
 		return nil, err
 	}
 
+	// The boundary, before any policy: what no sandbox reaches (never),
+	// and the private ranges the administrator did not open (closed).
+	nev, priv := bound.sets()
+	fw.never = &nftables.Set{Table: t, Name: "never", KeyType: nftables.TypeIPAddr, Interval: true}
+	fw.closed = &nftables.Set{Table: t, Name: "private", KeyType: nftables.TypeIPAddr, Interval: true}
+	if err := c.AddSet(fw.never, intervalElems(nev)); err != nil {
+		return nil, err
+	}
+	if err := c.AddSet(fw.closed, intervalElems(priv)); err != nil {
+		return nil, err
+	}
+
 	policyAccept := nftables.ChainPolicyAccept
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	// Out of a sandbox into the boundary: refused, whatever its policy
+	// (the chain boundary). The destination is judged as the sandbox named
+	// it too (conntrack's original direction), so a host's DNAT (a
+	// published port of another container runtime, say) is no way to an
+	// address of the node. (A chain of its own: the forward chain is read
+	// back by open, and this library cannot read a ct direction back.)
+	bch := c.AddChain(&nftables.Chain{Name: "boundary", Table: t})
+	for _, s := range []*nftables.Set{fw.never, fw.closed} {
+		for _, dst := range []expr.Any{
+			ipAddr(1, 16),
+			&expr.Ct{Register: 1, Key: expr.CtKeyDST, Direction: 0},
+		} {
+			c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
+				dst, inSet(s), &expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
+			}})
+		}
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: bch.Name},
+	})})
 	// Out of a sandbox with a policy: through its chain (p-<addr>), which
 	// ends in a verdict. Sources not in the map go on to the next rule.
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
@@ -245,6 +279,32 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, log *sl
 		return nil, fmt.Errorf("write table %s: %w", tableName, err)
 	}
 	return fw, nil
+}
+
+// setBoundary replaces the contents of the boundary's sets, in one batch:
+// no packet sees the boundary half made.
+func (f *firewall) setBoundary(nev, priv []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	for _, x := range []struct {
+		s  *nftables.Set
+		ps []netip.Prefix
+	}{{f.never, nev}, {f.closed, priv}} {
+		c.FlushSet(x.s)
+		if els := intervalElems(x.ps); len(els) > 0 {
+			if err := c.SetAddElements(x.s, els); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress boundary: %w", err)
+	}
+	return nil
 }
 
 func maskBytes(bits int) []byte {

@@ -126,5 +126,6 @@ func testManager(t *testing.T, br, subnet string, links ...string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.Close)
 	return m
 }

@@ -36,7 +36,10 @@ type Config struct {
 	Subnet   netip.Prefix // e.g. 10.88.0.0/16; the bridge takes the first address
 	NetnsDir string       // where namespaces are bind-mounted, e.g. /run/shard/netns
 	MTU      int          // of the bridge and the sandboxes' links; 0 is DefaultMTU
-	Log      *slog.Logger
+	// AllowPrivate opens these private ranges (inside PrivateRanges) to
+	// sandboxes: shard serve --allow-private-egress. See boundary.go.
+	AllowPrivate []netip.Prefix
+	Log          *slog.Logger
 }
 
 // Manager sets up the bridge and NAT once and namespaces per sandbox.
@@ -45,6 +48,10 @@ type Manager struct {
 	gateway netip.Addr
 	fw      *firewall
 	dns     dnsState
+	bound   *boundary
+
+	stopWatch chan struct{} // closed by Close: the host address watch ends
+	watchDone chan struct{} // closed when it has
 }
 
 // New prepares the bridge, its address, IP forwarding and the NAT rules.
@@ -68,20 +75,43 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.NetnsDir, 0o755); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, gateway: cfg.Subnet.Addr().Next()}
+	bound, err := newBoundary(cfg.Subnet, cfg.AllowPrivate)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, gateway: cfg.Subnet.Addr().Next(), bound: bound,
+		stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
 	if err := m.setupBridge(); err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", cfg.Bridge, err)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable ip forwarding: %w", err)
 	}
-	fw, err := newFirewall(cfg.Bridge, cfg.Subnet, m.gateway, cfg.Log)
+	fw, err := newFirewall(cfg.Bridge, cfg.Subnet, m.gateway, bound, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	m.fw = fw
+	// The host's addresses are in the boundary before any sandbox is let
+	// out (Open), and followed from then on.
+	if err := m.refreshHost(); err != nil {
+		return nil, fmt.Errorf("egress boundary: %w", err)
+	}
+	go m.watchHost(m.stopWatch)
 	m.registerRunningPorts()
 	return m, nil
+}
+
+// Close stops following the host's addresses. The firewall stays: the
+// sandboxes outlive the server, and so does their boundary.
+func (m *Manager) Close() {
+	select {
+	case <-m.stopWatch:
+		return
+	default:
+	}
+	close(m.stopWatch)
+	<-m.watchDone
 }
 
 // registerRunningPorts restores the anti-spoofing entries of the sandboxes

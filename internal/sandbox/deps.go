@@ -62,6 +62,9 @@ type Network interface {
 	Delete(name string) error
 	List() ([]string, error)
 	SetPolicy(ip netip.Addr, p *network.Policy) error
+	// CheckPolicy refuses a policy that allows what the server's egress
+	// boundary never lets a sandbox reach.
+	CheckPolicy(p *network.Policy) error
 }
 
 var (

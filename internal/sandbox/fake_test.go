@@ -364,6 +364,7 @@ func sortedKeys[V any](mu *sync.Mutex, m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 func (n *fakeNet) SetPolicy(netip.Addr, *network.Policy) error { return nil }
+func (n *fakeNet) CheckPolicy(*network.Policy) error           { return nil }
 
 // fakeImages has one image, of no layers, whatever the name.
 type fakeImages struct{}

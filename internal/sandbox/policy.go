@@ -19,6 +19,9 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 		if err := np.Validate(); err != nil {
 			return nil, errdefs.Invalid("%v", err)
 		}
+		if err := s.cfg.Net.CheckPolicy(np); err != nil {
+			return nil, errdefs.New(errdefs.KindInvalid, "policy_refused", "%v", err)
+		}
 		if np.Empty() {
 			np, p = nil, nil
 		} else {
