@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,7 @@ type clusterOptions struct {
 	etcd       []string
 	node       string
 	advertise  string
+	listen     string // --cluster-listen
 	keyFile    string
 	prefix     string
 	nodeMemory string
@@ -43,7 +46,8 @@ type clusterOptions struct {
 func (o *clusterOptions) flags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.etcd, "cluster-etcd", nil, "join a cluster whose shared state is in this etcd (client URLs, comma-separated); without it this server is a single host")
 	f.StringVar(&o.node, "node", "", "this node's name in the cluster (default: the host name)")
-	f.StringVar(&o.advertise, "advertise", "", "the URL the other nodes reach this node's --listen at, e.g. http://10.0.0.5:7070 (needed with --cluster-etcd)")
+	f.StringVar(&o.advertise, "advertise", "", "the https:// URL the other nodes reach this node's cluster port (--cluster-listen) at, e.g. https://10.0.0.5:7071 (needed with --cluster-etcd)")
+	f.StringVar(&o.listen, "cluster-listen", "", "the TCP address of this node's cluster port, where the other nodes call it over mutual TLS with certificates made from the cluster key (default: the host and port of --advertise); callers use --listen")
 	f.StringVar(&o.keyFile, "cluster-key", "", "file holding the cluster key every node shares (32 bytes, or 64 hex digits; root only): it seals secrets and signs node-to-node calls, and is never written to etcd. Make one with: head -c 32 /dev/urandom > cluster.key")
 	f.StringVar(&o.prefix, "cluster-prefix", "/shard/", "the etcd key prefix every node of this cluster uses")
 	f.StringVar(&o.nodeMemory, "node-memory", "host", "the memory this node's sandboxes may be given in all, which placement counts down (host: this host's physical memory)")
@@ -104,7 +108,20 @@ func (o *clusterOptions) check(listen string) error {
 		return fmt.Errorf("--cluster-etcd: give --listen too (the other nodes call this one over TCP)")
 	}
 	if o.advertise == "" {
-		return fmt.Errorf("--cluster-etcd: give --advertise, the URL the other nodes reach this node's --listen at")
+		return fmt.Errorf("--cluster-etcd: give --advertise, the https:// URL the other nodes reach this node's cluster port at")
+	}
+	u, err := url.Parse(o.advertise)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("--advertise %q: give the https:// URL the other nodes reach this node's cluster port at, like https://10.0.0.5:7071", o.advertise)
+	}
+	if u.Scheme != "https" {
+		return fmt.Errorf("--advertise %q: nodes talk over mutual TLS: give an https:// URL (the cluster port, --cluster-listen), like https://%s", o.advertise, u.Host)
+	}
+	if o.listen == "" {
+		o.listen = u.Host
+	}
+	if o.listen == listen {
+		return fmt.Errorf("--cluster-listen %s is --listen's address: the cluster port is a port of its own", o.listen)
 	}
 	if o.keyFile == "" {
 		return fmt.Errorf("--cluster-etcd: give --cluster-key, the file of the key every node shares (head -c 32 /dev/urandom > cluster.key)")
@@ -120,6 +137,22 @@ func (o *clusterOptions) check(listen string) error {
 		o.node = strings.ToLower(strings.SplitN(h, ".", 2)[0])
 	}
 	return nil
+}
+
+// warnPlainEtcd warns of plain http:// etcd URLs that are not on loopback:
+// whoever reaches such an etcd reads and writes the cluster's state
+// (tokens among it), with no key.
+func (o *clusterOptions) warnPlainEtcd(log *slog.Logger) {
+	for _, raw := range o.etcd {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" {
+			continue
+		}
+		if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.IsLoopback() || u.Hostname() == "localhost" {
+			continue
+		}
+		log.Warn("etcd is reached over plain HTTP on a network address: anyone who reaches etcd administers the cluster (reads and writes its API keys); run etcd with client-certificate TLS (--client-cert-auth) and give https:// URLs with --etcd-ca, --etcd-cert and --etcd-key (docs/cluster.md)", "etcd", raw)
+	}
 }
 
 // readClusterKey reads the key file: 32 raw bytes or 64 hex digits, and
@@ -149,7 +182,7 @@ func readClusterKey(path string) ([]byte, error) {
 
 // joinCluster joins the cluster and tells db of every sandbox it makes or
 // removes. svc is read later, by the heartbeat (it does not exist yet).
-func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *store.Store, svc **sandbox.Service, log *slog.Logger) (*cluster.Cluster, error) {
+func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *store.Store, svc **sandbox.Service, onAddrs func([]netip.Addr), log *slog.Logger) (*cluster.Cluster, error) {
 	key, err := readClusterKey(o.keyFile)
 	if err != nil {
 		return nil, err
@@ -169,7 +202,7 @@ func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *sto
 		return nil, err
 	}
 	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Instance: instance, Replace: o.replace, Advertise: o.advertise,
-		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }})
+		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }, OnAddrs: onAddrs})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ type serveOptions struct {
 	maxMemory, maxCPU                  string
 	maxPids                            int64
 	mtu                                int
+	allowPrivate                       []string
 	cluster                            clusterOptions
 }
 
@@ -101,6 +103,7 @@ about another node's sandbox on to it (see shard node ls).`,
 	f.StringVar(&o.defaultProvider, "default-provider", "gvisor", "provider for sandboxes that do not name one")
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
+	f.StringSliceVar(&o.allowPrivate, "allow-private-egress", nil, "private ranges (CIDRs inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10; comma-separated) sandboxes may reach, e.g. a LAN service; by default sandboxes reach no private address, and never this node's own addresses, the cluster's (etcd, the nodes) or link-local ones (169.254.0.0/16), whatever their policy")
 	f.IntVar(&o.mtu, "mtu", network.DefaultMTU, fmt.Sprintf("MTU of the bridge and the sandboxes' links (%d to %d): large, so streams between the host and a sandbox (exec, ports) move in few packets; traffic leaving the host keeps its path's MTU", network.MinMTU, network.MaxMTU))
 	f.StringVar(&o.storageSize, "storage-size", "auto", "size of the XFS image holding the sandboxes' files, allocated on the host when it is made (auto: 3/4 of the data directory's free space, at most 64GiB); every sandbox's --disk is reserved from it")
 	f.StringVar(&o.defaultDisk, "default-disk", "2GiB", "disk bound of a sandbox whose create gives none (reserved in full in the store)")
@@ -189,6 +192,17 @@ func serve(ctx context.Context, o *serveOptions) error {
 	subnet, err := netip.ParsePrefix(o.subnet)
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
 		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
+	}
+	var allowPrivate []netip.Prefix
+	for _, c := range o.allowPrivate {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return fmt.Errorf("--allow-private-egress %q: give CIDRs, like 10.1.0.0/16", c)
+		}
+		allowPrivate = append(allowPrivate, p.Masked())
+	}
+	if err := network.CheckAllowPrivate(allowPrivate); err != nil {
+		return err
 	}
 	if o.mtu < network.MinMTU || o.mtu > network.MaxMTU {
 		return fmt.Errorf("--mtu %d: give one from %d to %d", o.mtu, network.MinMTU, network.MaxMTU)
@@ -284,10 +298,12 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("sandbox storage: %w", err)
 	}
-	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"), Log: log})
+	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"),
+		AllowPrivate: allowPrivate, Log: log})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	defer nets.Close()
 	// Checkpoint images staged in RAM: the directory goes when empty.
 	ramDir := imageRAMDir(o.imageRAM, o.dataDir)
 	if ramDir != "" {
@@ -303,7 +319,15 @@ func serve(ctx context.Context, o *serveOptions) error {
 		secretSvc *secrets.Service
 	)
 	if o.cluster.enabled() {
-		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, log); err != nil {
+		o.cluster.warnPlainEtcd(log)
+		// The cluster's addresses join the egress boundary as the node
+		// joins (before any sandbox is let out) and follow its node list.
+		onAddrs := func(as []netip.Addr) {
+			if err := nets.SetClusterAddrs(as); err != nil {
+				log.Error("egress boundary: the cluster's addresses", "err", err)
+			}
+		}
+		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, onAddrs, log); err != nil {
 			return err
 		}
 		defer clu.Close()
@@ -391,7 +415,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	sockInfo, _ := os.Stat(o.socket)
-	errc := make(chan error, 2)
+	errc := make(chan error, 4) // one for each server below
 	go func() { errc <- srv.Serve(ul) }()
 	log.Info("serving", "socket", o.socket, "data_dir", o.dataDir)
 	if o.listen != "" {
@@ -399,13 +423,22 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", o.listen, err)
 		}
-		var exempt func(string) bool
-		if clu != nil {
-			exempt = clu.IsNodeIP
-		}
-		tl = api.LimitListener(tl, o.maxClientConns, log, exempt)
+		tl = api.LimitListener(tl, o.maxClientConns, log, nil)
 		go func() { errc <- srv.Serve(tl) }()
 		log.Info("serving", "tcp", tl.Addr().String())
+	}
+	if clu != nil {
+		// The cluster port: the other nodes' calls, over mutual TLS, and
+		// nothing else (api: a call there must be a node's, signed).
+		cl, err := tls.Listen("tcp", o.cluster.listen, clu.TLS().Server())
+		if err != nil {
+			return fmt.Errorf("--cluster-listen %s: %w", o.cluster.listen, err)
+		}
+		csrv := &http.Server{Handler: srv.Handler, ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return api.OnClusterPort(ctx) },
+			ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout, ErrorLog: srv.ErrorLog}
+		go func() { errc <- csrv.Serve(cl) }()
+		defer csrv.Close()
+		log.Info("serving the cluster port", "tcp", cl.Addr().String(), "tls", "mutual")
 	}
 	if o.metricsListen != "" {
 		ml, err := net.Listen("tcp", o.metricsListen)

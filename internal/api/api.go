@@ -55,8 +55,8 @@ type Server struct {
 	// Cluster is the cluster this node belongs to (nil: a single host).
 	Cluster Cluster
 
-	peerOnce sync.Once
-	peerRT   http.RoundTripper // to the other nodes; set by peerOnce
+	peerMu  sync.Mutex
+	peerRTs map[string]*http.Transport // to each other node, over mutual TLS; guarded by peerMu
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce

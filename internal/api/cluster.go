@@ -45,6 +45,7 @@ type Cluster interface {
 	Environment(ctx context.Context, name string) (*cluster.EnvPlacement, error)
 	Sign(to, method, uri string, principal []byte) string
 	Verify(proof, method, uri string, principal []byte) (string, error)
+	TLS() *cluster.NodeTLS // the cluster's CA and this node's certificate
 }
 
 // The headers of a call from another node.
@@ -78,6 +79,15 @@ type vouched struct {
 
 type peerKey struct{}
 
+type clusterPortKey struct{}
+
+// OnClusterPort marks a connection's context as the cluster port's (shard
+// serve --cluster-listen, mutual TLS): the only way in for another node's
+// calls, and for nothing else.
+func OnClusterPort(ctx context.Context) context.Context {
+	return context.WithValue(ctx, clusterPortKey{}, true)
+}
+
 // fromNode is the node that sent this call on ("" for a caller's own).
 func fromNode(ctx context.Context) string { n, _ := ctx.Value(peerKey{}).(string); return n }
 
@@ -87,16 +97,33 @@ func fromNode(ctx context.Context) string { n, _ := ctx.Value(peerKey{}).(string
 func (s *Server) peers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proof := r.Header.Get(nodeSignatureHeader)
+		bad := func(why string) {
+			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "bad_node_signature", "a call from another node was refused: %s", why))
+		}
+		onClusterPort := r.Context().Value(clusterPortKey{}) != nil
 		if proof == "" {
+			if onClusterPort {
+				bad("the cluster port takes calls from the other nodes only (signed): callers use the API's --listen address")
+				return
+			}
 			r.Header.Del(nodePrincipalHeader)
 			next.ServeHTTP(w, r)
 			return
 		}
-		bad := func(why string) {
-			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "bad_node_signature", "a call from another node was refused: %s", why))
-		}
 		if s.Cluster == nil {
 			bad("this server is not part of a cluster")
+			return
+		}
+		// Never over plain HTTP: a node's call comes on the cluster port,
+		// from a client certificate of this cluster's CA, and is signed by
+		// the node that certificate names.
+		if !onClusterPort {
+			bad("calls between nodes are taken only on the cluster port (shard serve --cluster-listen), over mutual TLS")
+			return
+		}
+		certNode, err := s.Cluster.TLS().PeerNode(r.TLS)
+		if err != nil {
+			bad("its TLS client certificate: " + err.Error())
 			return
 		}
 		raw, err := base64.RawURLEncoding.DecodeString(r.Header.Get(nodePrincipalHeader))
@@ -107,6 +134,10 @@ func (s *Server) peers(next http.Handler) http.Handler {
 		node, err := s.Cluster.Verify(proof, r.Method, r.URL.RequestURI(), raw)
 		if err != nil {
 			bad(err.Error())
+			return
+		}
+		if node != certNode {
+			bad(fmt.Sprintf("signed by node %s over node %s's TLS connection", node, certNode))
 			return
 		}
 		var v vouched
@@ -153,16 +184,28 @@ func (s *Server) vouch(out, in *http.Request, to string) {
 	}
 }
 
-// transport is the connection pool to the other nodes.
-func (s *Server) transport() http.RoundTripper {
-	s.peerOnce.Do(func() {
-		s.peerRT = &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-		}
-	})
-	return s.peerRT
+// transport is the connection pool to node, over mutual TLS: its
+// certificate must be the cluster's and name it (cluster.NodeTLS.Client).
+// One pool a node: a connection checked for one node is never lent to a
+// call meant for another that took its address.
+func (s *Server) transport(node string) http.RoundTripper {
+	s.peerMu.Lock()
+	defer s.peerMu.Unlock()
+	if rt := s.peerRTs[node]; rt != nil {
+		return rt
+	}
+	if s.peerRTs == nil {
+		s.peerRTs = map[string]*http.Transport{}
+	}
+	rt := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     s.Cluster.TLS().Client(node),
+		TLSHandshakeTimeout: 5 * time.Second,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	s.peerRTs[node] = rt
+	return rt
 }
 
 // upNode returns the named node if it is up.
@@ -200,7 +243,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 			}
 			s.vouch(pr.Out, pr.In, n.Name)
 		},
-		Transport:     s.transport(),
+		Transport:     s.transport(n.Name),
 		FlushInterval: -1, // streams: every write goes out at once
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(RequestIDHeader) // ours is set already (the same id)
@@ -239,7 +282,7 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 	out.Header.Del("Content-Length")
 	out.Header.Del("Accept-Encoding")
 	s.vouch(out, in, node.Name)
-	resp, err := s.transport().RoundTrip(out)
+	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
 		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 	}

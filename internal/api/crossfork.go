@@ -97,7 +97,7 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 	}
 	out.Header.Set("Content-Type", "application/zstd")
 	s.vouch(out, in, node.Name)
-	resp, err := s.transport().RoundTrip(out)
+	resp, err := s.transport(node.Name).RoundTrip(out)
 	pr.CloseWithError(io.ErrClosedPipe) // the exporter stops if the send failed early
 	if err != nil {
 		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)

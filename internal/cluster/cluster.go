@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -58,7 +57,10 @@ type Config struct {
 	TTL time.Duration
 	// Stats returns this node's figures, published at every heartbeat.
 	Stats func() Stats
-	Log   *slog.Logger
+	// OnAddrs is told the cluster's addresses (etcd's, every node's)
+	// when the node joins and after every heartbeat (addrs.go).
+	OnAddrs func([]netip.Addr)
+	Log     *slog.Logger
 }
 
 // Stats is what a node publishes of itself for placement and `shard node ls`.
@@ -105,14 +107,14 @@ type Cluster struct {
 	signKey []byte // derived from the cluster key: node-to-node requests
 	mirror  *mirror
 	seen    seenProofs // signatures verified: each is good once
+	tls     *NodeTLS   // the cluster's CA and this node's certificate
 
-	mu        sync.Mutex
-	lease     clientv3.LeaseID // guarded by mu
-	healthy   bool             // the last heartbeat reached etcd; guarded by mu
-	started   bool             // Start ran: the heartbeat is to be waited for; guarded by mu
-	nodeIPs   map[string]bool  // the nodes' addresses (IsNodeIP); guarded by mu
-	nodeIPsAt time.Time        // when nodeIPs was made; guarded by mu
-	joined    time.Time
+	mu      sync.Mutex
+	lease   clientv3.LeaseID // guarded by mu
+	healthy bool             // the last heartbeat reached etcd; guarded by mu
+	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
+	addrs   []netip.Addr     // the cluster's addresses last told OnAddrs; guarded by mu
+	joined  time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -150,8 +152,11 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("the cluster key is %d bytes: it must be 32 (make one with: head -c 32 /dev/urandom > cluster.key)", len(cfg.Key))
 	}
 	u, err := url.Parse(cfg.Advertise)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("--advertise %q: give the URL other nodes reach this one's API at, like http://10.0.0.5:7000", cfg.Advertise)
+	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("--advertise %q: give the URL other nodes reach this one's cluster port at, like https://10.0.0.5:7071", cfg.Advertise)
+	}
+	if u.Scheme != "https" {
+		return nil, fmt.Errorf("--advertise %q: nodes talk over mutual TLS: give an https:// URL, like https://%s", cfg.Advertise, u.Host)
 	}
 	cfg.Advertise = strings.TrimSuffix(cfg.Advertise, "/")
 	if cfg.Prefix == "" {
@@ -176,8 +181,13 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
 	}
+	nodeTLS, err := NewNodeTLS(cfg.Key, cfg.Node)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
 	c := &Cluster{cfg: cfg, cli: cli, sealKey: derive(cfg.Key, "shard secrets v1"), signKey: derive(cfg.Key, "shard nodes v1"),
-		stop: make(chan struct{}), done: make(chan struct{}), joined: time.Now().UTC()}
+		tls: nodeTLS, stop: make(chan struct{}), done: make(chan struct{}), joined: time.Now().UTC()}
 	c.mirror = newMirror(cfg.Prefix)
 	jctx, cancel := context.WithTimeout(ctx, 2*Timeout)
 	defer cancel()
@@ -185,8 +195,12 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 		cli.Close()
 		return nil, err
 	}
+	c.refreshAddrs(jctx)
 	return c, nil
 }
+
+// TLS is this node's TLS material: the cluster's CA and its certificate.
+func (c *Cluster) TLS() *NodeTLS { return c.tls }
 
 // Start begins the heartbeat and the token watch; reconcile runs after
 // every (re)join.
@@ -343,6 +357,9 @@ func (c *Cluster) heartbeat() {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		err := c.beat(ctx)
 		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), Timeout)
+		c.refreshAddrs(ctx)
+		cancel()
 		if err != nil && c.Healthy() {
 			c.cfg.Log.Warn("cluster: etcd unreachable: serving this node's sandboxes only", "err", err)
 		} else if err == nil && !c.Healthy() {
@@ -427,37 +444,6 @@ func nodesOf(members, live [][]byte) []Node {
 	}
 	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-// IsNodeIP reports whether ip is the address of a node of the cluster (as
-// its advertise URL gives it, a literal address; a host name is looked up
-// at most every 10 seconds).
-func (c *Cluster) IsNodeIP(ip string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.nodeIPsAt) > 10*time.Second {
-		c.nodeIPsAt = time.Now()
-		ips := map[string]bool{}
-		for _, b := range c.mirror.list("members/") {
-			var m member
-			if json.Unmarshal(b, &m) != nil {
-				continue
-			}
-			u, err := url.Parse(m.Address)
-			if err != nil {
-				continue
-			}
-			if a, err := netip.ParseAddr(u.Hostname()); err == nil {
-				ips[a.Unmap().String()] = true
-			} else if addrs, err := net.LookupHost(u.Hostname()); err == nil {
-				for _, a := range addrs {
-					ips[a] = true
-				}
-			}
-		}
-		c.nodeIPs = ips
-	}
-	return c.nodeIPs[ip]
 }
 
 // Node returns one member by name.

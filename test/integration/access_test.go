@@ -172,7 +172,7 @@ func TestForkScopes(t *testing.T) {
 	if status, ce := fork(writeSecret); status != 201 {
 		t.Fatalf("with secret:*: %d %+v", status, ce)
 	}
-	if _, err := e.c.SetPolicy(ctxT(t), src.ID, client.Policy{Allow: []string{"10.0.0.0/8"}}); err != nil {
+	if _, err := e.c.SetPolicy(ctxT(t), src.ID, client.Policy{Allow: []string{"198.18.0.0/15"}}); err != nil {
 		t.Fatal(err)
 	}
 	if status, ce := fork(writeSecret); status != 403 || !strings.Contains(ce.Message, "policy:*") {

@@ -23,6 +23,7 @@ import (
 // directories, socket, bridge, subnet and port.
 type node struct {
 	name, dir, socket, tcp, bridge, subnet, log string
+	peer                                        string // the cluster port (--cluster-listen), mutual TLS
 	args                                        []string
 	cmd                                         *exec.Cmd
 	admin                                       *client.Client // its socket
@@ -52,16 +53,20 @@ func startCluster(t testing.TB, memory ...string) *testCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
+		peerPort, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
 		dir, err := os.MkdirTemp(e.dir, "node-")
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &node{name: string(rune('a' + i)), dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: fmt.Sprintf("127.0.0.1:%d", port),
+		n := &node{name: string(rune('a' + i)), dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: fmt.Sprintf("127.0.0.1:%d", port), peer: fmt.Sprintf("127.0.0.1:%d", peerPort),
 			bridge: fmt.Sprintf("%.12sc%d", e.bridge, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], i+1), log: filepath.Join(dir, "serve.log")}
 		n.args = []string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
 			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "3GiB", "--default-disk", "256MiB",
 			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
-			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", "http://" + n.tcp,
+			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", "https://" + n.peer,
 			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem}
 		tc.nodes = append(tc.nodes, n)
 		n.start(t)

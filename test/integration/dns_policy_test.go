@@ -293,7 +293,7 @@ func TestDNSPolicyNoLeak(t *testing.T) {
 	if n := up.countPrefix("s3cr3t-gai.attacker.test"); n != 0 {
 		t.Fatalf("getaddrinfo's queries reached the upstream %d times", n)
 	}
-	set(client.Policy{DenyAll: true, Allow: []string{"10.0.0.0/8"}})
+	set(client.Policy{DenyAll: true, Allow: []string{"198.18.0.0/15"}})
 	refused("udp", one("cidr-only.attacker.test"), "cidr-only.attacker.test")
 
 	t.Log("allow example.test: it and its subdomains only")

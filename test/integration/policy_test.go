@@ -20,9 +20,9 @@ import (
 // server that knows two names. Nothing else is ever a target.
 const (
 	targetNS   = "shardit-tgt"
-	targetHost = "10.251.0.1"
-	allowedIP  = "10.251.0.2"
-	deniedIP   = "10.251.0.3"
+	targetHost = "198.18.251.1"
+	allowedIP  = "198.18.251.2"
+	deniedIP   = "198.18.251.3"
 )
 
 // inNetns runs fn on a thread inside the named namespace (sockets made

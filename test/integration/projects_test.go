@@ -95,7 +95,7 @@ func TestProjectMatrix(t *testing.T) {
 	if _, err := pa.Grant(ctx, run.ID, client.Grant{Secret: "pm-secret", Env: "PM"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pa.SetPolicy(ctx, run.ID, client.Policy{Allow: []string{"10.0.0.0/8"}}); err != nil {
+	if _, err := pa.SetPolicy(ctx, run.ID, client.Policy{Allow: []string{"198.18.0.0/15"}}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := pa.Exec(ctx, run.ID, client.ExecRequest{Argv: []string{"sh", "-c", "echo $PM"}}); err != nil || strings.TrimSpace(string(res.Stdout)) != "pa-value" {

@@ -100,12 +100,13 @@ func indexHandler() http.Handler {
 	return mux
 }
 
-// Where the index lives: a namespace of its own, 10.252.0.2, behind a
-// veth from the host (10.252.0.1).
+// Where the index lives: a namespace of its own, 198.18.252.2 (where the
+// egress boundary lets sandboxes go: not a private range), behind a
+// veth from the host (198.18.252.1).
 const (
 	pypiNS   = "shardit-pypi"
-	pypiIP   = "10.252.0.2"
-	pypiHost = "10.252.0.1"
+	pypiIP   = "198.18.252.2"
+	pypiHost = "198.18.252.1"
 )
 
 // startPackageIndex serves the index in its namespace and returns its
