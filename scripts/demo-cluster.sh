@@ -2,7 +2,17 @@
 # demo-cluster.sh: two shard serve nodes on this host acting as one server,
 # their shared state in a one-member etcd (Debian's etcd-server), as root on
 # a machine prepared by install-deps.sh. Each node has its own data and run
-# directories, socket, bridge, subnet and port; both use the demo registry.
+# directories, socket, bridge, subnet, API port (--listen) and cluster port
+# (--cluster-listen, where the other node calls it over mutual TLS with
+# certificates made from the cluster key); both use the demo registry.
+#
+# etcd gets TLS with client certificates, as in any real setup
+# (docs/cluster.md): anyone who reaches etcd administers the cluster. It
+# holds the API keys' hashes (a writer adds a key of every project), where
+# each node is (a writer points one elsewhere) and every placement; only the
+# secrets are sealed. Loopback is no shelter: every local user reaches it.
+# So etcd here takes only clients with a certificate of a throwaway CA made
+# below (DIR/tls): one client certificate per node, one for etcdctl.
 #
 # Usage: scripts/demo-cluster.sh          start etcd and the nodes, walk through
 #        scripts/demo-cluster.sh stop     stop the nodes (sandboxes removed) and etcd
@@ -10,10 +20,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="/usr/local/go/bin:$PATH"
 DIR=${SHARD_CLUSTER_DIR:-/var/lib/shard-demo-cluster}
+TLS=$DIR/tls
 REG_PORT=${SHARD_DEMO_REGISTRY_PORT:-5000}
-ETCD=http://127.0.0.1:${SHARD_CLUSTER_ETCD_PORT:-2379}
+ETCD=https://127.0.0.1:${SHARD_CLUSTER_ETCD_PORT:-2379}
+ETCD_PEER=https://127.0.0.1:${SHARD_CLUSTER_ETCD_PEER_PORT:-2380}
 NODES=(a b)
-declare -A PORT=([a]=7081 [b]=7082) SUBNET=([a]=10.84.0.0/16 [b]=10.85.0.0/16)
+# PORT: the API (--listen, what callers use); CPORT: the cluster port.
+declare -A PORT=([a]=7081 [b]=7082) CPORT=([a]=7181 [b]=7182) SUBNET=([a]=10.84.0.0/16 [b]=10.85.0.0/16)
 
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run() { say "$*"; "$@"; }
@@ -40,29 +53,63 @@ echo "== build shard"
 mkdir -p "$DIR"
 chmod 700 "$DIR"
 
-echo "== etcd (one member) on $ETCD"
-if ! etcdctl --endpoints "$ETCD" endpoint health >/dev/null 2>&1; then
+echo "== a throwaway CA, etcd's server certificate and the clients' (in $TLS)"
+# openssl's chatter is kept in TLS/openssl.log, shown if a step fails.
+ossl() { openssl "$@" 2>>"$TLS/openssl.log" >/dev/null || { cat "$TLS/openssl.log" >&2; exit 1; }; }
+# issue NAME CN EXTENSIONS: NAME.key and NAME.crt, signed by the CA.
+issue() {
+	[[ -f $TLS/$1.crt ]] && return
+	ossl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$2" \
+		-keyout "$TLS/$1.key" -out "$TLS/$1.csr"
+	printf '%s\n' "$3" >"$TLS/$1.ext"
+	ossl x509 -req -in "$TLS/$1.csr" -CA "$TLS/ca.crt" -CAkey "$TLS/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+		-days 825 -extfile "$TLS/$1.ext" -out "$TLS/$1.crt"
+	rm -f "$TLS/$1.csr" "$TLS/$1.ext"
+}
+(umask 077 && mkdir -p "$TLS")
+[[ -f $TLS/ca.crt ]] || ossl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+	-subj "/CN=shard demo etcd CA" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+	-keyout "$TLS/ca.key" -out "$TLS/ca.crt"
+# etcd's own: its client and peer URLs' addresses as SANs; clientAuth too,
+# since the same certificate is the one member's peer certificate.
+issue etcd "demo etcd" "$(printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+	"keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth,clientAuth")"
+# One client certificate per node (its CN is the etcd user it would be with
+# etcd's auth enabled), and one for etcdctl below.
+for c in "${NODES[@]/#/node-}" etcdctl; do
+	issue "$c" "shard-$c" "$(printf '%s\n' "keyUsage=critical,digitalSignature" "extendedKeyUsage=clientAuth")"
+done
+chmod 600 "$TLS"/*.key
+ectl() { etcdctl --endpoints "$ETCD" --cacert "$TLS/ca.crt" --cert "$TLS/etcdctl.crt" --key "$TLS/etcdctl.key" "$@"; }
+
+echo "== etcd (one member) on $ETCD, client certificates required"
+if ! ectl endpoint health >/dev/null 2>&1; then
 	etcd --name demo --data-dir "$DIR/etcd" --listen-client-urls "$ETCD" --advertise-client-urls "$ETCD" \
-		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-		--initial-cluster demo=http://127.0.0.1:2380 >>"$DIR/etcd.log" 2>&1 &
+		--client-cert-auth --trusted-ca-file "$TLS/ca.crt" --cert-file "$TLS/etcd.crt" --key-file "$TLS/etcd.key" \
+		--listen-peer-urls "$ETCD_PEER" --initial-advertise-peer-urls "$ETCD_PEER" --initial-cluster "demo=$ETCD_PEER" \
+		--peer-client-cert-auth --peer-trusted-ca-file "$TLS/ca.crt" --peer-cert-file "$TLS/etcd.crt" --peer-key-file "$TLS/etcd.key" \
+		>>"$DIR/etcd.log" 2>&1 &
 	echo $! >"$DIR/etcd.pid"
-	for _ in $(seq 100); do etcdctl --endpoints "$ETCD" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+	for _ in $(seq 100); do ectl endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+	ectl endpoint health >/dev/null 2>&1 || { tail -20 "$DIR/etcd.log" >&2; echo "demo-cluster.sh: etcd did not start (log: $DIR/etcd.log)" >&2; exit 1; }
 fi
 
-echo "== the cluster key every node holds (never written to etcd)"
+echo "== the cluster key every node holds (never written to etcd; the nodes' TLS is made from it)"
 [[ -f $DIR/cluster.key ]] || (umask 077 && head -c 32 /dev/urandom >"$DIR/cluster.key")
 
 for n in "${NODES[@]}"; do
-	echo "== node $n on 127.0.0.1:${PORT[$n]}"
+	echo "== node $n: API on 127.0.0.1:${PORT[$n]}, cluster port on 127.0.0.1:${CPORT[$n]}"
 	mkdir -p "$DIR/$n"
 	if ! on "$n" capabilities >/dev/null 2>&1; then
 		nohup shard serve --socket "$DIR/$n/shard.sock" --data-dir "$DIR/$n/data" --run-dir "/run/shard-demo-$n" \
 			--bridge "shardc$n" --subnet "${SUBNET[$n]}" --storage-size 4GiB --default-disk 512MiB \
 			--registry-mirror "http://127.0.0.1:$REG_PORT" --listen "127.0.0.1:${PORT[$n]}" \
-			--cluster-etcd "$ETCD" --node "$n" --advertise "http://127.0.0.1:${PORT[$n]}" --cluster-key "$DIR/cluster.key" \
-			>>"$DIR/$n/serve.log" 2>&1 &
+			--cluster-etcd "$ETCD" --etcd-ca "$TLS/ca.crt" --etcd-cert "$TLS/node-$n.crt" --etcd-key "$TLS/node-$n.key" \
+			--node "$n" --advertise "https://127.0.0.1:${CPORT[$n]}" --cluster-listen "127.0.0.1:${CPORT[$n]}" \
+			--cluster-key "$DIR/cluster.key" >>"$DIR/$n/serve.log" 2>&1 &
 		echo $! >"$DIR/$n/pid"
 		for _ in $(seq 200); do on "$n" capabilities >/dev/null 2>&1 && break; sleep 0.1; done
+		on "$n" capabilities >/dev/null 2>&1 || { tail -20 "$DIR/$n/serve.log" >&2; echo "demo-cluster.sh: node $n did not start (log: $DIR/$n/serve.log)" >&2; exit 1; }
 	fi
 done
 
@@ -83,5 +130,12 @@ run shard fork --name try-a base
 run shard exec try-a cat /tmp/version
 run shard list
 run shard node ls
+# What is not a node or the administrator gets nothing from etcd or a
+# cluster port: both want a client certificate (etcd: of the demo's CA; a
+# node: one made from the cluster key).
+say "etcdctl --endpoints $ETCD --cacert $TLS/ca.crt get --prefix /shard/tokens/   # no client certificate"
+etcdctl --endpoints "$ETCD" --cacert "$TLS/ca.crt" --dial-timeout 2s --command-timeout 3s get --prefix /shard/tokens/ 2>&1 | tail -1 || true
+say "curl --insecure https://127.0.0.1:${CPORT[b]}/v0/nodes   # b's cluster port, without a node's certificate"
+curl -sS --insecure --max-time 5 "https://127.0.0.1:${CPORT[b]}/v0/nodes" 2>&1 | tail -1 || true
 echo
 echo "both nodes keep running (logs in $DIR/*/serve.log); scripts/demo-cluster.sh stop ends them"

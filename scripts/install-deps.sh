@@ -61,6 +61,8 @@ PACKAGES=(
 	# a cluster's shared state (shard serve --cluster-etcd); the tests and
 	# scripts/demo-cluster.sh start their own etcd members.
 	etcd-server etcd-client
+	# scripts/demo-cluster.sh makes its etcd's throwaway CA and certificates.
+	openssl
 	# podman: Recommends it needs to run rootful containers with networking
 	# (CNI plugins for podman 4.3 on bookworm, an init for --init, overlay).
 	containernetworking-plugins catatonit fuse-overlayfs slirp4netns uidmap
