@@ -24,6 +24,7 @@ import (
 type node struct {
 	name, dir, socket, tcp, bridge, subnet, log string
 	peer                                        string // the cluster port (--cluster-listen), mutual TLS
+	netns                                       string // the network namespace it runs in ("": the host's)
 	args                                        []string
 	cmd                                         *exec.Cmd
 	admin                                       *client.Client // its socket
@@ -99,6 +100,9 @@ func (n *node) start(t testing.TB) {
 	}
 	defer logf.Close()
 	n.cmd = exec.Command(need(t).bin, n.args...)
+	if n.netns != "" {
+		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, need(t).bin}, n.args...)...)
+	}
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
@@ -119,6 +123,21 @@ func (n *node) start(t testing.TB) {
 	}
 	b, _ := os.ReadFile(n.log)
 	t.Fatalf("node %s did not come up:\n%s", n.name, b)
+}
+
+// stop ends the server as an administrator does (SIGTERM); its sandboxes
+// keep running.
+func (n *node) stop(t testing.TB) {
+	t.Helper()
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		n.kill()
+		t.Fatalf("node %s did not stop on SIGTERM in 20s", n.name)
+	}
 }
 
 // kill is kill -9: no lease given back, no clean-up.

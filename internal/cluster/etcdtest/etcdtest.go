@@ -32,6 +32,8 @@ type Cluster struct {
 	dir     string
 	members []*member
 	tlsArgs []string // the members' TLS flags (StartTLS)
+	netns   string   // the network namespace the members run in ("": the host's)
+	host    string   // the address they listen on (default 127.0.0.1)
 }
 
 type member struct {
@@ -52,7 +54,19 @@ func StartTLS(t testing.TB) (*Cluster, *tls.Config, [3]string) {
 	return c, c.clientTLS(), [3]string{filepath.Join(c.dir, "ca.pem"), filepath.Join(c.dir, "client.pem"), filepath.Join(c.dir, "client-key.pem")}
 }
 
-func start(t testing.TB, n int, secure bool) *Cluster {
+// StartIn runs a one-member etcd inside the named network namespace (one
+// the test made), listening on host (an address of that namespace, ports
+// 2379 and 2380), serving https and asking clients for a certificate, as
+// docs/cluster.md runs it. It returns it with the paths of a client's CA,
+// certificate and key files.
+func StartIn(t testing.TB, netns, host string) (*Cluster, [3]string) {
+	c := startWith(t, 1, true, netns, host)
+	return c, [3]string{filepath.Join(c.dir, "ca.pem"), filepath.Join(c.dir, "client.pem"), filepath.Join(c.dir, "client-key.pem")}
+}
+
+func start(t testing.TB, n int, secure bool) *Cluster { return startWith(t, n, secure, "", "") }
+
+func startWith(t testing.TB, n int, secure bool, netns, host string) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		if testenv.Strict() {
@@ -60,7 +74,10 @@ func start(t testing.TB, n int, secure bool) *Cluster {
 		}
 		t.Skip("etcd is not installed: scripts/install-deps.sh installs it")
 	}
-	c := &Cluster{t: t, dir: t.TempDir()}
+	c := &Cluster{t: t, dir: t.TempDir(), netns: netns, host: host}
+	if c.host == "" {
+		c.host = "127.0.0.1"
+	}
 	scheme := "http://"
 	if secure {
 		scheme = "https://"
@@ -71,6 +88,9 @@ func start(t testing.TB, n int, secure bool) *Cluster {
 	var initial []string
 	for i := range n {
 		m := &member{name: fmt.Sprintf("m%d", i), client: scheme + freeAddr(t), peer: "http://" + freeAddr(t)}
+		if netns != "" { // a namespace of its own: its ports are free
+			m.client, m.peer = scheme+net.JoinHostPort(host, fmt.Sprint(2379+2*i)), "http://"+net.JoinHostPort(host, fmt.Sprint(2380+2*i))
+		}
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peer)
 	}
@@ -127,6 +147,13 @@ func (c *Cluster) run(i int, initial string) {
 		"--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(c.dir),
 		"--heartbeat-interval", "50", "--election-timeout", "500")
 	m.cmd.Args = append(m.cmd.Args, c.tlsArgs...)
+	if c.netns != "" {
+		m.cmd.Args = append([]string{"ip", "netns", "exec", c.netns}, m.cmd.Args...)
+		m.cmd.Path = "/usr/sbin/ip"
+		if p, err := exec.LookPath("ip"); err == nil {
+			m.cmd.Path = p
+		}
+	}
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
@@ -183,7 +210,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-// makeCerts writes a CA, a server certificate for 127.0.0.1 and a client
+// makeCerts writes a CA, a server certificate for the members' host and a client
 // certificate, all signed by the CA, into the cluster's directory.
 func (c *Cluster) makeCerts() {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -200,7 +227,7 @@ func (c *Cluster) makeCerts() {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP(c.host)}}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 		if err != nil {
 			c.t.Fatal(err)
