@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -52,7 +53,7 @@ type archive struct {
 // several. Messages name the archive by path.
 func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, error) {
 	a := &archive{file: path, what: path, base: filepath.Base(path)}
-	imgs, err := s.importArchive(ctx, a, ref)
+	imgs, err := s.importArchive(ctx, a, ref, nil)
 	return imgs, s.public(err, a.names())
 }
 
@@ -61,13 +62,24 @@ func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, 
 // and removed when done (or, after a crash, by the next Open). Messages
 // call it "the upload" and never name a host path.
 func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*Image, error) {
+	a, done, err := s.spool(ctx, r, "the upload", "upload")
+	defer done()
+	if err != nil {
+		return nil, err
+	}
+	imgs, err := s.importArchive(ctx, a, ref, nil)
+	return imgs, s.public(err, a.names())
+}
+
+// spool writes an archive read from r into the store's tmp/, within the
+// bound of one image; done removes it. what names it in messages.
+func (s *Store) spool(ctx context.Context, r io.Reader, what, base string) (a *archive, done func(), err error) {
 	f, err := os.CreateTemp(s.path("tmp"), "upload-")
 	if err != nil {
-		return nil, s.storeErr("keep the upload", err)
+		return nil, func() {}, s.storeErr("keep "+what, err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	a := &archive{file: f.Name(), what: "the upload", base: "upload"}
+	done = func() { f.Close(); os.Remove(f.Name()) }
+	a = &archive{file: f.Name(), what: what, base: base}
 	src := &errReader{r: ctxReader{ctx, r}}
 	err = s.checkDisk(a.what)
 	if err == nil {
@@ -79,17 +91,16 @@ func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*I
 	var classified *errdefs.Error
 	switch {
 	case err == nil:
+		return a, done, nil
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("import: %w", ctx.Err())
+		return nil, done, fmt.Errorf("import: %w", ctx.Err())
 	case errors.As(err, &classified):
-		return nil, classified // over the limit, or the disk at its reserve
+		return nil, done, classified // over the limit, or the disk at its reserve
 	case src.err != nil:
-		return nil, errdefs.Invalid("cannot import the upload: reading it failed: %v", s.public(src.err, a.names()))
+		return nil, done, errdefs.Invalid("cannot import %s: reading it failed: %v", what, s.public(src.err, a.names()))
 	default:
-		return nil, s.storeErr("keep the upload", err)
+		return nil, done, s.storeErr("keep "+what, err)
 	}
-	imgs, err := s.importArchive(ctx, a, ref)
-	return imgs, s.public(err, a.names())
 }
 
 // UploadTooLarge is the error of an upload over the store's bound, for
@@ -149,7 +160,10 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*Image, error) {
+// importArchive imports the images of a; cp, when set, makes it a copy of
+// another node's import (checked against the digest the cluster records
+// for it).
+func (s *Store) importArchive(ctx context.Context, a *archive, ref string, cp *copyOf) ([]*Image, error) {
 	var named name.Reference
 	if strings.TrimSpace(ref) != "" {
 		r, err := s.importRef(ref)
@@ -172,6 +186,11 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*I
 		entries[0].keys = []string{canonical(named)}
 		entries[0].src.what = familiar(named)
 	}
+	if cp != nil {
+		if err := cp.check(a, entries); err != nil {
+			return nil, err
+		}
+	}
 	for i, e := range entries {
 		if len(e.keys) == 0 {
 			return nil, errdefs.Invalid("cannot import %s: the archive does not name its image; give a name, e.g. \"localhost/myimage:latest\"", a.what)
@@ -185,19 +204,75 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string) ([]*I
 	}
 	var out []*Image
 	for _, e := range entries {
-		in, err := s.install(ctx, e.src, nil)
-		if err != nil {
-			return nil, importErr(ctx, a.what, err)
-		}
-		imgs, err := s.commit(e.keys, in)
-		s.unpin(in.pins...)
+		imgs, err := s.importEntry(ctx, a, e, cp)
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("imported image", "image", e.src.what, "digest", in.digest)
 		out = append(out, imgs...)
 	}
 	return out, nil
+}
+
+// importEntry installs one image of an archive and points its references
+// at it. An import made here keeps its layer blobs (for the cluster's
+// copies) and is claimed in the cluster's registry before it is committed:
+// a name another node's import holds is refused, and nothing is kept.
+func (s *Store) importEntry(ctx context.Context, a *archive, e importEntry, cp *copyOf) ([]*Image, error) {
+	if s.reg != nil && cp == nil {
+		keys := slices.Sorted(slices.Values(e.keys))
+		for _, k := range keys {
+			unlock, err := s.refLocks.lock(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			defer unlock()
+		}
+	}
+	in, err := s.install(ctx, e.src, nil)
+	if err != nil {
+		return nil, importErr(ctx, a.what, err)
+	}
+	unpinned := false
+	unpin := func() {
+		if !unpinned {
+			unpinned = true
+			s.unpin(in.pins...)
+		}
+	}
+	defer unpin()
+	fail := func(err error) ([]*Image, error) {
+		unpin()
+		s.dropUnused() // what this import alone brought
+		return nil, err
+	}
+	if cp == nil {
+		if err := s.keepBlobs(ctx, e.src, in); err != nil {
+			return fail(importErr(ctx, a.what, err))
+		}
+		undo, err := s.claim(ctx, e.keys, in.digest)
+		if err != nil {
+			return fail(err)
+		}
+		defer func() {
+			if undo != nil {
+				undo()
+			}
+		}()
+		imgs, err := s.commit(e.keys, in)
+		if err != nil {
+			return fail(err)
+		}
+		undo = nil
+		s.log.Info("imported image", "image", e.src.what, "digest", in.digest)
+		return imgs, nil
+	}
+	in.origin = cp.origin
+	imgs, err := s.commit(e.keys, in)
+	if err != nil {
+		return fail(err)
+	}
+	s.log.Info("copied image from another node", "image", e.src.what, "digest", in.digest, "from", cp.origin)
+	return imgs, nil
 }
 
 // readArchive finds the images in an archive. cleanup removes the temp

@@ -26,12 +26,20 @@ type refRecord struct {
 	Digest   string    `json:"digest"`   // what the reference resolved to: an index or a manifest
 	Manifest string    `json:"manifest"` // the platform manifest; key of index.Images
 	Created  time.Time `json:"created"`  // when first pulled or imported under this reference
+	// Origin is the node of a cluster an import was copied from on its
+	// first use here ("" for an import made here, and a pulled image).
+	Origin string `json:"origin,omitempty"`
 }
 
 type imageRecord struct {
 	Config string   `json:"config"` // config blob digest, the image ID
 	Layers []string `json:"layers"` // diffIDs, bottom first
 	Spec   Config   `json:"spec"`
+	// Blobs are the layer blobs an import gave, kept as it gave them (in
+	// blobs/, by digest, in the manifest's order), so that the image can
+	// be sent to another node of a cluster exactly as it was imported.
+	// Pulled images and copies keep none.
+	Blobs []string `json:"blobs,omitempty"`
 }
 
 type layerRecord struct {
@@ -154,6 +162,9 @@ func (s *Store) gcLocked(dirty bool) ([]string, error) {
 			continue
 		}
 		usedBlobs[m], usedBlobs[im.Config] = true, true
+		for _, b := range im.Blobs {
+			usedBlobs[b] = true
+		}
 		for _, l := range im.Layers {
 			usedLayers[l] = true
 		}

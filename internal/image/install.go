@@ -38,6 +38,7 @@ type installed struct {
 	manifest string
 	rec      *imageRecord
 	pins     []string
+	origin   string // the node a copy came from (refRecord.Origin)
 }
 
 // install unpacks the layers an image lacks and stores its blobs. On
@@ -201,6 +202,9 @@ func (s *Store) commit(keys []string, in *installed) ([]*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now().UTC()
+	if old := s.idx.Images[in.manifest]; old != nil && len(in.rec.Blobs) == 0 {
+		in.rec.Blobs = old.Blobs // an import's layers, kept when a pull or a copy of the same image comes
+	}
 	s.idx.Images[in.manifest] = in.rec
 	for _, key := range keys {
 		created := now
@@ -211,7 +215,7 @@ func (s *Store) commit(keys []string, in *installed) ([]*Image, error) {
 				s.idx.Refs[dk] = old
 			}
 		}
-		s.idx.Refs[key] = &refRecord{Digest: in.digest, Manifest: in.manifest, Created: created}
+		s.idx.Refs[key] = &refRecord{Digest: in.digest, Manifest: in.manifest, Created: created, Origin: in.origin}
 	}
 	if err := s.saveLocked(); err != nil {
 		return nil, err

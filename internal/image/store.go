@@ -89,6 +89,9 @@ type Image struct {
 	Layers  []string  `json:"layers"`  // absolute unpacked layer dirs, bottom first
 	Config  Config    `json:"config"`  // how to run it
 	Created time.Time `json:"created"` // when it was pulled or imported here
+	// Origin is the node of a cluster this import is a copy of ("": made
+	// here).
+	Origin string `json:"origin,omitempty"`
 	// Devices are the image's device nodes, which are not in Layers: the
 	// runtime makes them inside the sandbox (oci.Options.Devices).
 	Devices []specs.LinuxDevice `json:"devices,omitempty"`
@@ -104,6 +107,7 @@ type Store struct {
 	pullTime time.Duration                       // Options.PullTimeout
 	maxImage int64                               // Options.MaxImageSize
 	statfs   func(dir string) (diskSpace, error) // the filesystem's free space (tests fake it)
+	reg      Registry                            // a cluster told of imports made and removed here; nil on a single host
 
 	mu   sync.Mutex // guards idx and pins, and serializes index.json writes
 	idx  *index
@@ -332,12 +336,22 @@ func (s *Store) Remove(ctx context.Context, ref string, shared bool) error {
 			}
 		}
 	}
+	var released []string
 	for _, k := range keys {
+		if p, _ := splitKey(k); p != "" && s.idx.Refs[k].Origin == "" {
+			released = append(released, k)
+		}
 		delete(s.idx.Refs, k)
 	}
 	trash, err := s.gcLocked(true)
 	s.mu.Unlock()
 	removeAll(trash)
+	if err == nil && s.reg != nil {
+		for _, k := range released {
+			p, canon := splitKey(k)
+			s.reg.ReleaseImport(context.WithoutCancel(ctx), p, canon)
+		}
+	}
 	return err
 }
 
@@ -454,6 +468,7 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 		ID:      im.Config,
 		Config:  im.Spec,
 		Created: rr.Created,
+		Origin:  rr.Origin,
 	}
 	seen := map[string]bool{}
 	var recs []*layerRecord
