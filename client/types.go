@@ -117,6 +117,9 @@ type Image struct {
 	Size    int64     `json:"size"`
 	Layers  int       `json:"layers"`
 	Created time.Time `json:"created"`
+	// Origin is the node of a cluster an imported image was copied from
+	// on its first use on this node; none on the node that imported it.
+	Origin string `json:"origin,omitempty"`
 }
 
 // PullRequest is the body of POST /v0/images/pull.

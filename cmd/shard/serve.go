@@ -21,6 +21,7 @@ import (
 	"github.com/useshards/shard/internal/api"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/metrics"
@@ -331,6 +332,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 			return err
 		}
 		defer clu.Close()
+		images.SetRegistry(clu) // an import's name is its project's across the nodes
 		apiClu, tokens = clu, clu.Tokens()
 		secretSvc, err = secrets.New(clu.Secrets(), clu.SealKey())
 	} else {
@@ -379,6 +381,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 			}
 			envs, err := svc.Environments(project.With(ctx, ""))
 			if err != nil {
+				return err
+			}
+			if err := reconcileImports(ctx, clu, images, mine, log); err != nil {
 				return err
 			}
 			return clu.Reconcile(ctx, mine, envs)
@@ -528,4 +533,42 @@ func localHost(host string) bool {
 		return true
 	}
 	return strings.EqualFold(host, "localhost")
+}
+
+// reconcileImports puts this node's own imports back into the cluster, and
+// drops its copies of other nodes' imports that the cluster no longer
+// records as they are (removed, or imported again, while this node was
+// away), unless a sandbox here uses one.
+func reconcileImports(ctx context.Context, clu *cluster.Cluster, images *image.Store, sandboxes []*store.Sandbox, log *slog.Logger) error {
+	all, err := images.List(project.With(ctx, ""))
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	for _, sb := range sandboxes {
+		used[sb.ImageDigest] = true
+	}
+	var mine []cluster.ImagePlacement
+	for _, img := range all {
+		canon, ok := image.ImportName(img.Ref)
+		switch {
+		case img.Project == "" || !ok:
+		case img.Origin == "":
+			mine = append(mine, cluster.ImagePlacement{Project: img.Project, Ref: canon, Digest: img.Digest})
+		default:
+			pctx := project.With(ctx, img.Project)
+			p, err := clu.Image(pctx, canon)
+			if errdefs.Is(err, errdefs.KindNotFound) || err == nil && p.Digest != img.Digest {
+				if used[img.Digest] {
+					continue
+				}
+				if err := images.Remove(pctx, img.Ref, false); err != nil {
+					log.Warn("cluster: cannot drop a copy of an image the cluster no longer records", "image", img.Ref, "project", img.Project, "err", err)
+				} else {
+					log.Info("cluster: dropped a copy of an image the cluster no longer records", "image", img.Ref, "project", img.Project, "from", img.Origin)
+				}
+			}
+		}
+	}
+	return clu.ReconcileImports(ctx, mine)
 }

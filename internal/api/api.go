@@ -22,6 +22,7 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
@@ -57,6 +58,8 @@ type Server struct {
 
 	peerMu  sync.Mutex
 	peerRTs map[string]*http.Transport // to each other node, over mutual TLS; guarded by peerMu
+
+	importLocks kmutex.Keyed // one copy of an import at a time, by project and name
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
@@ -187,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	// for nodes only, so not in routes (nor the OpenAPI document).
 	mux.HandleFunc("POST /v0/cluster/checkpoints", named("POST /v0/cluster/checkpoints", s.guard(auth.SandboxWrite, s.importCheckpoint)))
 	mux.HandleFunc("POST /v0/cluster/environments/{name}/send", named("POST /v0/cluster/environments/{name}/send", s.guard(auth.SandboxWrite, s.nodesOnly(s.sendEnvironment))))
+	mux.HandleFunc("GET /v0/cluster/images/{ref...}", named("GET /v0/cluster/images/{ref...}", s.guard(auth.SandboxWrite, s.exportImage)))
 	// The web console's files: no key (they hold nothing secret; what it
 	// shows comes through /v0 with the user's key).
 	mux.HandleFunc("GET /ui/", named("GET /ui/", ui.Handler().ServeHTTP))

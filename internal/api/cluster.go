@@ -43,6 +43,7 @@ type Cluster interface {
 	Placements(ctx context.Context, node string) ([]cluster.Placement, error)
 	Free() int64 // the memory this node's sandboxes may still be given
 	Environment(ctx context.Context, name string) (*cluster.EnvPlacement, error)
+	Image(ctx context.Context, ref string) (*cluster.ImagePlacement, error) // an import, by its canonical name
 	Sign(to, method, uri string, principal []byte) string
 	Verify(proof, method, uri string, principal []byte) (string, error)
 	TLS() *cluster.NodeTLS // the cluster's CA and this node's certificate
@@ -64,6 +65,7 @@ const (
 	everyNode                   // every node's answer, merged (a list)
 	placed                      // on the node placement chooses (create)
 	byBodySandbox               // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
+	byImage                     // an imported image's: on the node that imported it (clusterimages.go)
 )
 
 // vouched is the principal a node sends on with a call: who the caller
@@ -338,6 +340,8 @@ func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
 			s.servePlaced(w, r, h)
 		case byBodySandbox:
 			s.serveByBodySandbox(w, r, h)
+		case byImage:
+			s.serveByImage(w, r, h)
 		}
 	}
 }
@@ -623,8 +627,9 @@ func (s *Server) listNodes(r *http.Request) (any, int, error) {
 }
 
 // spreadOf says where a cluster serves rt: a sandbox's calls on its node;
-// what a node made (checkpoints, snapshots, sessions, environments) where
-// it is; lists from every node; creates where placement says.
+// what a node made (checkpoints, snapshots, sessions, environments,
+// imported images) where it is; lists from every node; creates where
+// placement says.
 func (s *Server) spreadOf(rt *route) {
 	path := func(prefix, param string) func(*http.Request) string {
 		return func(r *http.Request) string { return prefix + url.PathEscape(r.PathValue(param)) }
@@ -644,6 +649,8 @@ func (s *Server) spreadOf(rt *route) {
 		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSession, path("/v0/ledger/sessions/", "name")
 	case "GET /v0/environments/{name}":
 		rt.spread, rt.probe, rt.probeURI = anyNode, s.getEnvironment, path("/v0/environments/", "name")
+	case "GET /v0/images/{ref...}", "DELETE /v0/images/{ref...}":
+		rt.spread = byImage
 	default:
 		if strings.HasPrefix(rt.pattern[strings.IndexByte(rt.pattern, ' ')+1:], "/v0/sandboxes/{id}") {
 			rt.spread = bySandbox

@@ -12,6 +12,7 @@ import (
 
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -86,8 +87,19 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 }
 
 // sendCheckpoint streams checkpoint id to node (with query for the
-// receiver: "" or ?environment=) and returns the bytes sent.
+// receiver: "" or ?environment=) and returns the bytes sent. A checkpoint
+// of a sandbox made from an imported image names it (&image=): the
+// receiver copies the import first if it lacks it.
 func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
+	if ck, err := s.Sandboxes.GetCheckpoint(ctx, id); err == nil {
+		if _, ok := image.ImportName(ck.Image); ok {
+			sep := "?"
+			if query != "" {
+				sep = "&"
+			}
+			query += sep + "image=" + url.QueryEscape(ck.Image)
+		}
+	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw)) }()
 	counted := &countingReader{r: pr}
@@ -137,6 +149,14 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			s.writeError(w, r, errdefs.Invalid("environment: %v", err))
+			return
+		}
+	}
+	if ref := r.URL.Query().Get("image"); ref != "" {
+		// The checkpoint's image is another node's import: copied here
+		// first (ImportCheckpoint needs its image).
+		if err := s.ensureImport(r, ref); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 	}

@@ -6,13 +6,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/project"
 )
 
 func imageView(i *image.Image) Image {
-	return Image{Name: i.Name, Ref: i.Ref, Project: i.Project, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created}
+	return Image{Name: i.Name, Ref: i.Ref, Project: i.Project, Digest: i.Digest, Size: i.Size, Layers: len(i.Layers), Created: i.Created, Origin: i.Origin}
 }
 
 func (s *Server) listImages(r *http.Request) (any, int, error) {
@@ -60,6 +61,13 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
 		}
 		return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by a sandbox of another project", ref)
+	}
+	// In a cluster an import goes from every node: the copies other nodes
+	// made on first use first.
+	if s.Cluster != nil && img.Project != "" && img.Origin == "" {
+		if err := s.dropCopies(r, img); err != nil {
+			return nil, 0, err
+		}
 	}
 	if err := s.Images.Remove(r.Context(), ref, isAdmin(r.Context())); err != nil {
 		return nil, 0, err
@@ -122,6 +130,13 @@ func (s *Server) importImage(r *http.Request) (any, int, error) {
 	if name != "" {
 		if err := s.Images.CheckImportName(name); err != nil {
 			return nil, 0, err
+		}
+		// A name another node's import holds is refused before the upload
+		// is read (and, in a race, when the import is recorded).
+		if canon, ok := image.ImportName(name); ok && s.Cluster != nil {
+			if p, err := s.Cluster.Image(r.Context(), canon); err == nil && p.Node != s.Cluster.Name() {
+				return nil, 0, cluster.ImageTaken(canon, p.Node)
+			}
 		}
 	}
 	if r.ContentLength > s.Images.MaxImageSize() {

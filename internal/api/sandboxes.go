@@ -195,6 +195,12 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 		}
 		return s.sandboxOut(r, sb), http.StatusCreated, nil
 	}
+	if s.Cluster != nil && cr.FromSnapshot == "" && cr.Digest == "" {
+		// An import of another node is copied here first.
+		if err := s.ensureImport(r, cr.Image); err != nil {
+			return nil, 0, err
+		}
+	}
 	sb, err := s.Sandboxes.Create(r.Context(), cr)
 	if err != nil {
 		return nil, 0, err

@@ -1,0 +1,216 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/project"
+)
+
+// An imported image is its project's across a cluster. The node that
+// imported it records it in etcd (name, node, digest: internal/cluster);
+// a create on a node that lacks it copies it from that node first, as an
+// environment is copied on first use: GET /v0/cluster/images/{ref} (nodes
+// only) streams the import as an OCI image layout, and the receiving node
+// checks what it got against the digest etcd records before it keeps it
+// (image.Store.ImportCopy). Looked up or removed through any node, an
+// import is served by the node that made it, which removes the other
+// nodes' copies with it.
+
+// serveByImage serves a call about an import (GET, DELETE
+// /v0/images/{ref}) on the node that made it; any other image, and an
+// import this node holds (GET) or made (DELETE), here.
+func (s *Server) serveByImage(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	ref := r.PathValue("ref")
+	canon, ok := image.ImportName(ref)
+	if !ok {
+		h(w, r)
+		return
+	}
+	if r.Method == http.MethodGet {
+		if _, err := s.Images.Get(r.Context(), ref); err == nil {
+			h(w, r)
+			return
+		}
+	}
+	p, err := s.Cluster.Image(r.Context(), canon)
+	if err != nil || p.Node == s.Cluster.Name() {
+		h(w, r) // here: its own answer (with etcd away, what this node has)
+		return
+	}
+	s.proxy(w, r, p.Node, nil)
+}
+
+// refPath is an image reference as a path's tail, each segment escaped.
+func refPath(ref string) string {
+	parts := strings.Split(ref, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// dropCopies removes the other nodes' copies of img, an import this node
+// made, before it is removed here. A copy that a sandbox there uses is
+// not removed, and then neither is the import (image_in_use, naming the
+// node). A node that cannot be reached keeps its copy until it is used:
+// the cluster no longer names the import, and the copy is dropped then.
+func (s *Server) dropCopies(r *http.Request, img *image.Image) error {
+	others, _ := s.otherUpNodes(r.Context())
+	for _, n := range others {
+		_, err := s.call(r.Context(), r, n, http.MethodDelete, "/v0/images/"+refPath(img.Ref), nil, nil)
+		switch {
+		case err == nil || errdefs.Is(err, errdefs.KindNotFound):
+		case errdefs.CodeOf(err) == "image_in_use":
+			return errdefs.Conflict("image_in_use", "on node %s, %v", n.Name, err)
+		default:
+			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name, "image", img.Ref, "err", err)
+		}
+	}
+	return nil
+}
+
+// ensureImport makes sure this node holds the import ref (of the call's
+// project) before a create from it: imported here, or a copy of what etcd
+// records for it, made on the first use here (the node that imported it
+// sends it) and kept while etcd records the same digest. A copy of an
+// import that is gone is dropped (unless a sandbox uses it) and not used.
+// With etcd away a copy is used as it is. Any other image is left to the
+// create (pulled if it is not here).
+func (s *Server) ensureImport(r *http.Request, ref string) error {
+	canon, ok := image.ImportName(ref)
+	if !ok {
+		return nil
+	}
+	ctx := r.Context()
+	defer s.importLocks.Lock(project.Of(ctx) + " " + canon)()
+	local, lerr := s.Images.Get(ctx, ref)
+	if lerr == nil && local.Origin == "" {
+		return nil // imported here
+	}
+	if lerr != nil && !errdefs.Is(lerr, errdefs.KindNotFound) {
+		return lerr
+	}
+	p, perr := s.Cluster.Image(ctx, canon)
+	switch {
+	case perr == nil && local != nil && p.Digest == local.Digest:
+		return nil // a copy of what the cluster records
+	case perr != nil && !errdefs.Is(perr, errdefs.KindNotFound):
+		if local != nil {
+			return nil // etcd away: the copy is what there is
+		}
+		return perr
+	case perr != nil && local != nil:
+		// Removed where it was imported: this copy goes too.
+		if err := s.dropCopy(ctx, local); err != nil {
+			s.Log.Warn("cluster: a copy of a removed image stays while it is used", "image", local.Ref, "err", err)
+		}
+		return errdefs.NotFound("image_not_found", "image %s is no longer in project %s: the node that imported it removed it", ref, project.Of(ctx))
+	case perr != nil:
+		return nil // unknown: the create says so
+	case p.Node == s.Cluster.Name():
+		return nil // recorded as this node's, but not here: the create says so
+	}
+	holder, err := s.upNode(ctx, p.Node)
+	if err != nil {
+		return fmt.Errorf("image %s was imported on node %s: %w", ref, p.Node, err)
+	}
+	start := time.Now()
+	n, err := s.fetchImport(ctx, r, holder, canon, p.Digest)
+	if err != nil {
+		return fmt.Errorf("image %s: copy from node %s: %w", ref, holder.Name, err)
+	}
+	s.Log.Info("image copied here on first use", "image", canon, "project", project.Of(ctx), "from", holder.Name, "digest", p.Digest,
+		"bytes", n, "took", time.Since(start))
+	return nil
+}
+
+// dropCopy removes a copy of another node's import, unless a sandbox here
+// uses it.
+func (s *Server) dropCopy(ctx context.Context, img *image.Image) error {
+	sbs, err := s.Sandboxes.List(project.With(ctx, ""))
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		if sb.ImageDigest == img.Digest {
+			return errdefs.Conflict("image_in_use", "image %s is used by sandbox %s", img.Ref, sb.ID)
+		}
+	}
+	return s.Images.Remove(ctx, img.Ref, false)
+}
+
+// fetchImport asks node for its import ref and keeps what it sends as a
+// copy, checked against digest; it returns the bytes received.
+func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster.Node, ref, digest string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, node.Address+"/v0/cluster/images/"+refPath(ref), nil)
+	if err != nil {
+		return 0, err
+	}
+	s.vouch(out, in, node.Name)
+	resp, err := s.transport(node.Name).RoundTrip(out)
+	if err != nil {
+		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e Error
+		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
+		return 0, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "node %s: %s", node.Name, e.Message)
+	}
+	counted := &countingReader{r: resp.Body}
+	if _, err := s.Images.ImportCopy(ctx, counted, ref, digest, node.Name); err != nil {
+		return counted.n, err
+	}
+	return counted.n, nil
+}
+
+// exportImage is GET /v0/cluster/images/{ref...} (nodes only): this node's
+// import ref, of the call's project, as a tar of an OCI image layout.
+func (s *Server) exportImage(w http.ResponseWriter, r *http.Request) {
+	if s.Cluster == nil || fromNode(r.Context()) == "" {
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may call %s", r.URL.Path))
+		return
+	}
+	lw := &lazyWriter{w: w, header: func() {
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+	}}
+	if err := s.Images.Export(r.Context(), r.PathValue("ref"), lw); err != nil {
+		if !lw.started {
+			s.writeError(w, r, err)
+			return
+		}
+		// The stream is cut: the receiver's tar ends early, and it keeps
+		// nothing.
+		s.cfgLog().Warn("cluster: sending an image to another node failed", "image", r.PathValue("ref"), "node", fromNode(r.Context()), "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// lazyWriter answers with header's status on the first write only, so an
+// error before anything is written is still an error answer.
+type lazyWriter struct {
+	w       io.Writer
+	header  func()
+	started bool
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.header()
+	}
+	return l.w.Write(p)
+}
