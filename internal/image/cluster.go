@@ -90,10 +90,11 @@ func (s *Store) claim(ctx context.Context, keys []string, digest string) (undo f
 	return undo, nil
 }
 
-// keepBlobs stores the layer blobs of an import as its archive gives them
-// (a docker archive's plain tars, by diffID, as its synthesized manifest
-// names them), so that Export sends the very image imported. A layer whose
-// digest is not sha256 keeps none: such an import stays on its node.
+// keepBlobs stores the layer blobs of an import (in a cluster) as its
+// archive gives them (a docker archive's plain tars, by diffID, as its
+// synthesized manifest names them), so that Export sends the very image
+// imported. A layer whose digest is not sha256 keeps none: such an import
+// stays on its node.
 func (s *Store) keepBlobs(ctx context.Context, src *source, in *installed) error {
 	var blobs []string
 	for _, ls := range src.layers {
@@ -163,8 +164,8 @@ func (s *Store) keepBlob(ctx context.Context, what string, ls layerSource) error
 
 // Export writes the import ref (of ctx's project) as a tar of an OCI image
 // layout: the blobs it was imported from, and an index naming its digest.
-// An import made before imports kept their layers, and a copy, cannot be
-// exported (image_not_exportable).
+// An import made while the store kept no layer blobs (no registry set),
+// and a copy, cannot be exported (image_not_exportable).
 func (s *Store) Export(ctx context.Context, ref string, w io.Writer) error {
 	s.mu.Lock()
 	keys, err := s.resolveLocked(ctx, ref)
@@ -185,7 +186,7 @@ func (s *Store) Export(ctx context.Context, ref string, w io.Writer) error {
 		return errdefs.NotFound("image_not_found", "image %q is incomplete locally", familiarOf(key))
 	case len(im.Layers) > 0 && len(im.Blobs) == 0:
 		s.mu.Unlock()
-		what := "was imported before this server kept the layers of its imports"
+		what := "was imported while this server kept no layers of its imports (outside a cluster, or by an older version)"
 		if rr.Origin != "" {
 			what = "is a copy of node " + rr.Origin + "'s"
 		}

@@ -155,6 +155,16 @@ func TestImportCopies(t *testing.T) {
 		})
 	}
 
+	// Outside a cluster (no registry) an import keeps no layer blobs, and
+	// is not exported.
+	single := openStore(t, filepath.Join(tmp, "single"))
+	if _, err := single.Import(bars, anon, "localhost/bars/single:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := single.Export(bars, "localhost/bars/single:1", io.Discard); errdefs.CodeOf(err) != "image_not_exportable" {
+		t.Errorf("Export of an import made outside a cluster: %v", err)
+	}
+
 	// A claim the registry refuses imports nothing.
 	reg.refuse = errdefs.Conflict("name_taken", "an image named localhost/bars/x:1 was imported on node b")
 	if _, err := a.Import(bars, anon, "localhost/bars/x:1"); errdefs.CodeOf(err) != "name_taken" {
@@ -212,3 +222,23 @@ func tamper(t *testing.T, sent []byte) []byte {
 	tw.Close()
 	return out.Bytes()
 }
+
+func TestImportName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"localhost/app":                  "localhost/app:latest",
+		"localhost/bars/busybox:1":       "localhost/bars/busybox:1",
+		" localhost/x:2 ":                "localhost/x:2",
+		"busybox":                        "",
+		"127.0.0.1:5000/app:1":           "",
+		"localhost:5000/app:1":           "",
+		"localhost/app@sha256:" + hex64s: "",
+		"Localhost/APP":                  "",
+	} {
+		got, ok := ImportName(ref)
+		if got != want || ok != (want != "") {
+			t.Errorf("ImportName(%q) = %q %v, want %q", ref, got, ok, want)
+		}
+	}
+}
+
+var hex64s = strings.Repeat("ab", 32)

@@ -214,9 +214,10 @@ func (s *Store) importArchive(ctx context.Context, a *archive, ref string, cp *c
 }
 
 // importEntry installs one image of an archive and points its references
-// at it. An import made here keeps its layer blobs (for the cluster's
-// copies) and is claimed in the cluster's registry before it is committed:
-// a name another node's import holds is refused, and nothing is kept.
+// at it. In a cluster (a registry set), an import made here keeps its
+// layer blobs (for the other nodes' copies) and is claimed in the
+// registry before it is committed: a name another node's import holds is
+// refused, and nothing is kept.
 func (s *Store) importEntry(ctx context.Context, a *archive, e importEntry, cp *copyOf) ([]*Image, error) {
 	if s.reg != nil && cp == nil {
 		keys := slices.Sorted(slices.Values(e.keys))
@@ -246,8 +247,10 @@ func (s *Store) importEntry(ctx context.Context, a *archive, e importEntry, cp *
 		return nil, err
 	}
 	if cp == nil {
-		if err := s.keepBlobs(ctx, e.src, in); err != nil {
-			return fail(importErr(ctx, a.what, err))
+		if s.reg != nil { // a single host sends its imports nowhere
+			if err := s.keepBlobs(ctx, e.src, in); err != nil {
+				return fail(importErr(ctx, a.what, err))
+			}
 		}
 		undo, err := s.claim(ctx, e.keys, in.digest)
 		if err != nil {
