@@ -185,7 +185,7 @@ func TestClusterImages(t *testing.T) {
 	}
 
 	// Removed on a (through c): refused while a sandbox anywhere uses it,
-	// then gone from every node.
+	// then gone from every node, also from one that was down meanwhile.
 	for _, id := range []string{"img-a", "img-b", placed.ID} {
 		if err := onC.Remove(ctx, id, true); err != nil {
 			t.Fatal(err)
@@ -200,9 +200,13 @@ func TestClusterImages(t *testing.T) {
 	if _, errOut, code := nodeCLI(t, c, proj, "image", "rm", ref); code != 0 {
 		t.Fatalf("image rm through c: %s", errOut)
 	}
+	// A node that is down while an import is removed keeps its copy, and
+	// drops it when it joins again: c's copy of envRef.
+	c.stop(t)
 	if err := onB.RemoveImage(ctx, envRef); err != nil {
-		t.Fatalf("remove %s through b: %v", envRef, err)
+		t.Fatalf("remove %s through b while c is down: %v", envRef, err)
 	}
+	c.start(t)
 	for _, n := range []*node{a, b, c} {
 		for _, r := range []string{ref, envRef} {
 			if _, err := inProj(n).Image(ctx, r); codeOf(err) != "image_not_found" {
