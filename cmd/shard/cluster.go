@@ -9,11 +9,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
-	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +48,7 @@ func (o *clusterOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.node, "node", "", "this node's name in the cluster (default: the host name)")
 	f.StringVar(&o.advertise, "advertise", "", "the https:// URL the other nodes reach this node's cluster port (--cluster-listen) at, e.g. https://10.0.0.5:7071 (needed with --cluster-etcd)")
 	f.StringVar(&o.listen, "cluster-listen", "", "the TCP address of this node's cluster port, where the other nodes call it over mutual TLS with certificates made from the cluster key (default: the host and port of --advertise); callers use --listen")
-	f.StringVar(&o.keyFile, "cluster-key", "", "file holding the cluster key every node shares (32 bytes, or 64 hex digits; root only): it seals secrets and signs node-to-node calls, and is never written to etcd. Make one with: head -c 32 /dev/urandom > cluster.key")
+	f.StringVar(&o.keyFile, "cluster-key", "", "file holding the cluster key every node shares (32 bytes, or 64 hex digits; root only): it seals secrets, signs node-to-node calls and makes the certificates of their mutual TLS, and is never written to etcd. Make one with: head -c 32 /dev/urandom > cluster.key")
 	f.StringVar(&o.prefix, "cluster-prefix", "/shard/", "the etcd key prefix every node of this cluster uses")
 	f.StringVar(&o.nodeMemory, "node-memory", "host", "the memory this node's sandboxes may be given in all, which placement counts down (host: this host's physical memory)")
 	f.DurationVar(&o.ttl, "node-ttl", 10*time.Second, "a node that has not renewed its etcd lease this long is unreachable")

@@ -83,11 +83,17 @@ under the data directory (secret.key, root only).
 With --cluster-etcd it is a node of a cluster: several servers acting as one,
 their shared state (nodes, where each sandbox lives, names, keys, sealed
 secrets, environments) in etcd; any node answers any call, sending a call
-about another node's sandbox on to it (see shard node ls).`,
+about another node's sandbox on to it (see shard node ls). Nodes call each
+other over mutual TLS on a cluster port of their own (--cluster-listen,
+advertised as the https:// URL --advertise), with certificates made from
+the cluster key. Whoever reaches etcd administers the cluster: run it with
+client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
+--etcd-key; docs/cluster.md).`,
 		Example: `  shard serve
   shard serve --listen 127.0.0.1:7070 --registry-mirror http://127.0.0.1:5000
-  shard serve --listen 10.0.0.5:7070 --cluster-etcd http://10.0.0.9:2379 \
-    --node a --advertise http://10.0.0.5:7070 --cluster-key /etc/shard/cluster.key`,
+  shard serve --listen 10.0.0.5:7070 --cluster-etcd https://10.0.0.9:2379 \
+    --etcd-ca etcd-ca.crt --etcd-cert node-a.crt --etcd-key node-a.key \
+    --node a --advertise https://10.0.0.5:7071 --cluster-key /etc/shard/cluster.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
 	}
