@@ -18,9 +18,12 @@ func TestClusterFlags(t *testing.T) {
 		{clusterOptions{node: "a"}, "", "give --cluster-etcd too"},
 		{clusterOptions{etcd: []string{"http://e:2379"}}, "", "give --listen too"},
 		{clusterOptions{etcd: []string{"http://e:2379"}}, ":7070", "give --advertise"},
-		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "http://h:7070"}, ":7070", "give --cluster-key"},
-		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "http://h:7070", keyFile: "k", ttl: time.Second}, ":7070", "--node-ttl"},
-		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "http://h:7070", keyFile: "k", ttl: 10 * time.Second, node: "a"}, ":7070", ""},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "https://h:7071"}, ":7070", "give --cluster-key"},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "https://h:7071", keyFile: "k", ttl: time.Second}, ":7070", "--node-ttl"},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "https://h:7071", keyFile: "k", ttl: 10 * time.Second, node: "a"}, ":7070", ""},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "http://h:7071"}, ":7070", "give an https:// URL"},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "https://h:7070"}, "h:7070", "a port of its own"},
+		{clusterOptions{etcd: []string{"http://e:2379"}, advertise: "https://h:7071", listen: "h:7070"}, "h:7070", "a port of its own"},
 	} {
 		err := tc.o.check(tc.listen)
 		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
