@@ -5,17 +5,22 @@ import (
 	"encoding/base64"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
 )
 
-// fakeCluster accepts the proof "good" only (signatures themselves are
-// tested in internal/cluster).
-type fakeCluster struct{ Cluster }
+// fakeCluster accepts the proof "good" only, as node a's (signatures
+// themselves are tested in internal/cluster); its TLS is the real thing.
+type fakeCluster struct {
+	Cluster
+	tls *cluster.NodeTLS
+}
 
 func (fakeCluster) Name() string { return "b" }
 func (fakeCluster) Verify(proof, _, _ string, _ []byte) (string, error) {
@@ -24,36 +29,70 @@ func (fakeCluster) Verify(proof, _, _ string, _ []byte) (string, error) {
 	}
 	return "a", nil
 }
+func (f fakeCluster) TLS() *cluster.NodeTLS                       { return f.tls }
 func (fakeCluster) Nodes(context.Context) ([]cluster.Node, error) { return nil, nil }
 
 // A call another node vouched for is served as its principal, and the
 // node headers stop at the door: nothing behind (a sandbox's server behind
 // the ports proxy) sees who was vouched for.
 func TestPeersStripNodeHeaders(t *testing.T) {
-	s := &Server{Log: slog.New(slog.DiscardHandler), Cluster: fakeCluster{}}
+	key := []byte(strings.Repeat("k", 32))
+	nodeTLS := func(k []byte, node string) *cluster.NodeTLS {
+		n, err := cluster.NewNodeTLS(k, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	s := &Server{Log: slog.New(slog.DiscardHandler), Cluster: fakeCluster{tls: nodeTLS(key, "b")}}
 	var seen http.Header
 	var who *auth.Principal
 	var from string
 	h := s.peers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen, who, from = r.Header.Clone(), auth.From(r.Context()), fromNode(r.Context())
 	}))
+	// b's cluster port (mutual TLS), and its API port (plain).
+	port := httptest.NewUnstartedServer(h)
+	port.TLS = s.Cluster.TLS().Server()
+	port.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return OnClusterPort(ctx) }
+	port.StartTLS()
+	defer port.Close()
+	api := httptest.NewServer(h)
+	defer api.Close()
+	viaTLS := func(from string) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: nodeTLS(key, from).Client("b")}}
+	}
 	principal := base64.RawURLEncoding.EncodeToString([]byte(`{"name":"ci","scopes":["sandbox:read"],"project":"p1","asked":"p1"}`))
 	for _, tc := range []struct {
+		name   string
+		url    string
+		c      *http.Client
 		proof  string
 		status int
-	}{{"good", 200}, {"forged", 401}} {
+	}{
+		{"a's call on the cluster port", port.URL, viaTLS("a"), "good", 200},
+		{"a forged signature", port.URL, viaTLS("a"), "forged", 401},
+		{"signed by a over c's certificate", port.URL, viaTLS("c"), "good", 401},
+		{"unsigned on the cluster port", port.URL, viaTLS("a"), "", 401},
+		{"a node's call on the API port", api.URL, http.DefaultClient, "good", 401},
+	} {
 		seen, who, from = nil, nil, ""
-		r := httptest.NewRequest("GET", "/v0/sandboxes/x/ports/80/", nil)
-		r.Header.Set(nodeSignatureHeader, tc.proof)
+		r, _ := http.NewRequest("GET", tc.url+"/v0/sandboxes/x/ports/80/", nil)
+		if tc.proof != "" {
+			r.Header.Set(nodeSignatureHeader, tc.proof)
+		}
 		r.Header.Set(nodePrincipalHeader, principal)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != tc.status {
-			t.Fatalf("%s: status %d, want %d", tc.proof, w.Code, tc.status)
+		resp, err := tc.c.Do(r)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.status)
 		}
 		if tc.status != 200 {
 			if seen != nil {
-				t.Fatalf("%s: served", tc.proof)
+				t.Fatalf("%s: served", tc.name)
 			}
 			continue
 		}
@@ -63,5 +102,9 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 		if who == nil || who.Name != "ci" || who.Project != "p1" || who.Admin || from != "a" || seen.Get(ProjectHeader) != "p1" {
 			t.Fatalf("served as %+v from %q (project %q)", who, from, seen.Get(ProjectHeader))
 		}
+	}
+	// A client certificate of another cluster key gets no handshake.
+	if _, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: nodeTLS([]byte(strings.Repeat("x", 32)), "a").Client("b")}}).Get(port.URL + "/v0/version"); err == nil {
+		t.Fatal("a certificate of another key was taken")
 	}
 }

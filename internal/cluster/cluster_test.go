@@ -20,12 +20,12 @@ var testKey = []byte(strings.Repeat("k", 32))
 
 func join(t *testing.T, endpoints []string, name string, stats Stats) *Cluster {
 	t.Helper()
-	c, err := Open(context.Background(), Config{Endpoints: endpoints, Node: name, Instance: "instance-" + name, Advertise: "http://127.0.0.1:1/" + "",
+	c, err := Open(context.Background(), Config{Endpoints: endpoints, Node: name, Instance: "instance-" + name, Advertise: "https://127.0.0.1:1/",
 		Key: testKey, TTL: 2 * time.Second, Stats: func() Stats { return stats }, Log: slog.New(slog.DiscardHandler), Prefix: "/t/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.cfg.Advertise = "http://" + name + ".invalid"
+	c.cfg.Advertise = "https://" + name + ".invalid"
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -158,7 +158,7 @@ func TestLeaseExpiry(t *testing.T) {
 	// and while b is down unless it takes b's name over.
 	other := func(name string, replace bool) error {
 		c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: name, Instance: "elsewhere", Replace: replace,
-			Advertise: "http://elsewhere.invalid:7000", Key: testKey, Prefix: "/t/", Log: slog.New(slog.DiscardHandler)})
+			Advertise: "https://elsewhere.invalid:7000", Key: testKey, Prefix: "/t/", Log: slog.New(slog.DiscardHandler)})
 		if err == nil {
 			c.Close()
 		}
@@ -174,7 +174,7 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatalf("b taken over: %v", err)
 	}
 	// A node with another cluster key is refused.
-	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: "z", Instance: "z", Advertise: "http://z.invalid:7000",
+	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: "z", Instance: "z", Advertise: "https://z.invalid:7000",
 		Key: []byte(strings.Repeat("x", 32)), Prefix: "/t/", Log: slog.New(slog.DiscardHandler)}); err == nil || !strings.Contains(err.Error(), "--cluster-key differs") {
 		t.Fatalf("a node with another key: %v", err)
 	}
@@ -310,7 +310,7 @@ func TestSignature(t *testing.T) {
 // the right one joins; one without it is refused with etcd's reason.
 func TestEtcdTLS(t *testing.T) {
 	etcd, tlsCfg, _ := etcdtest.StartTLS(t)
-	c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: tlsCfg, Node: "a", Advertise: "http://127.0.0.1:1",
+	c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: tlsCfg, Node: "a", Advertise: "https://127.0.0.1:1",
 		Key: testKey, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("join over TLS: %v", err)
@@ -318,7 +318,7 @@ func TestEtcdTLS(t *testing.T) {
 	c.Close()
 	noCert := tlsCfg.Clone()
 	noCert.Certificates = nil
-	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: noCert, Node: "b", Advertise: "http://127.0.0.1:2",
+	if _, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), TLS: noCert, Node: "b", Advertise: "https://127.0.0.1:2",
 		Key: testKey, Log: slog.New(slog.DiscardHandler)}); err == nil {
 		t.Fatal("a node without a client certificate joined")
 	}
@@ -345,7 +345,7 @@ func BenchmarkPlace(b *testing.B) {
 	etcd := etcdtest.Start(b, 1)
 	var cs []*Cluster
 	for i := range 50 {
-		c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: fmt.Sprintf("n%02d", i), Advertise: fmt.Sprintf("http://10.0.0.%d:7000", i+1),
+		c, err := Open(context.Background(), Config{Endpoints: etcd.Endpoints(), Node: fmt.Sprintf("n%02d", i), Advertise: fmt.Sprintf("https://10.0.0.%d:7000", i+1),
 			Key: testKey, Prefix: "/b/", Stats: func() Stats { return Stats{MemoryFree: int64(i) << 30, Providers: []string{"gvisor", "runc"}} }, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)

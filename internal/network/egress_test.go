@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 	"github.com/useshards/shard/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -677,6 +679,100 @@ func TestEgressPolicy(t *testing.T) {
 		bUnaffected()
 	}()
 	func() {
+		t.Log("step: boundary")
+		// A cluster address: refused to every sandbox, policy or none, as
+		// soon as it is given; reachable again once it leaves.
+		if err := m.SetClusterAddrs([]netip.Addr{netip.MustParseAddr("198.18.94.3")}); err != nil {
+			t.Fatal(err)
+		}
+		set(&Policy{Allow: []string{"198.18.94.0/24"}})
+		reach("A", nsA, ptT3, false)
+		reach("B", nsB, ptT3, false)
+		reach("B", nsB, ptT1, true)
+		set(nil)
+		if err := m.SetClusterAddrs(nil); err != nil {
+			t.Fatal(err)
+		}
+		bUnaffected()
+
+		// A DNAT on the host (another runtime's published port): a
+		// connection to the node's own address that the host rewrites to
+		// an allowed target is judged by what the sandbox asked for. The
+		// same rule for an address that is not the node's shows the
+		// rewrite works.
+		const dnatTable = "shpolt-dnat"
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: dnatTable})
+		t.Cleanup(func() {
+			c, _ := nftables.New()
+			c.DelTable(tbl)
+			c.Flush()
+		})
+		pre := c.AddChain(&nftables.Chain{Name: "pre", Table: tbl, Type: nftables.ChainTypeNAT,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+		target := netip.MustParseAddr("198.18.94.2").As4()
+		for _, dst := range []string{"198.18.94.1", "198.18.95.9"} { // the node's own (the target veth's host side); another
+			d := netip.MustParseAddr(dst).As4()
+			c.AddRule(&nftables.Rule{Table: tbl, Chain: pre, Exprs: []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: d[:]},
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+				&expr.Immediate{Register: 1, Data: target[:]},
+				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(8080)},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+			}})
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		reach("A", nsA, "198.18.95.9:9999", true)
+		reach("A", nsA, "198.18.94.1:9999", false)
+
+		// The node's addresses are followed: one added to an interface is
+		// in the boundary at once, and leaves it with the interface.
+		const dummy = "shpolt-dum"
+		delLink(dummy)
+		la := netlink.NewLinkAttrs()
+		la.Name = dummy
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil { // no dummy module on every kernel
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { delLink(dummy) })
+		l, err := netlink.LinkByName(dummy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		added := netip.MustParseAddr("198.51.100.77")
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: added.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+		// In the boundary, and in the firewall's set (an element that
+		// starts at the address).
+		inNever := func() bool {
+			c, _ := nftables.New()
+			els, err := c.GetSetElements(m.fw.never)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range els {
+				if a, ok := netip.AddrFromSlice(e.Key); ok && a == added && !e.IntervalEnd {
+					return m.Refusal(added) != ""
+				}
+			}
+			return false
+		}
+		waitNet(t, 5*time.Second, "the added address in the boundary", inNever)
+		if why := m.Refusal(added); !strings.Contains(why, "this node") {
+			t.Fatalf("an address added to the host: refused %q", why)
+		}
+		delLink(dummy)
+		waitNet(t, 5*time.Second, "the removed address out of the boundary", func() bool { return m.Refusal(added) == "" })
+	}()
+	func() {
 		t.Log("step: restart")
 		// A new Manager remakes the tables, as a server start does: the
 		// ports of running sandboxes are registered again from their
@@ -732,4 +828,16 @@ func mustNetns(t *testing.T, path string) netns.NsHandle {
 	}
 	t.Cleanup(func() { ns.Close() })
 	return ns
+}
+
+// waitNet waits until ok, at most d.
+func waitNet(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
