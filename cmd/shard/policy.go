@@ -19,9 +19,13 @@ func newPolicyCmd(a *app) *cobra.Command {
 		Aliases: []string{"policies"},
 		Short:   "A sandbox's egress network policy: set, show, clear",
 		Long: `A sandbox's egress policy says where it may connect to. Without one, all
-egress is allowed.
+egress is allowed but the server's egress boundary, which no policy opens:
+this node's and the cluster's addresses, link-local (169.254.0.0/16),
+loopback, and private ranges (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
+100.64.0.0/10) unless shard serve --allow-private-egress opens them. A
+policy that allows into the boundary is refused.
 
-Entries are IPv4 addresses (93.184.215.14), CIDRs (10.0.0.0/8) or domain
+Entries are IPv4 addresses (93.184.215.14), CIDRs (198.51.100.0/24) or domain
 names: example.org means it and its subdomains, *.example.org only its
 subdomains. Deny wins over allow. With --deny-all, or any --allow entry,
 whatever is not allowed is denied; with only --deny entries, the rest is
@@ -34,7 +38,7 @@ applies at once to new connections; the policy holds across stop and start,
 and a fork gets a copy (forking a sandbox that has a policy needs a key with
 policy:*).`,
 		Example: `  shard policy set base --deny-all --allow pypi.org --allow files.pythonhosted.org
-  shard policy set base --deny 169.254.169.254 --deny 10.0.0.0/8
+  shard policy set base --deny 198.51.100.0/24
   shard policy show base
   shard policy clear base`,
 	}
@@ -49,7 +53,7 @@ is replaced, not added to. See shard policy --help for what entries mean.
 To remove the policy, use shard policy clear.`,
 		Example: `  shard policy set base --deny-all                           # no egress at all
   shard policy set base --allow pypi.org --allow files.pythonhosted.org
-  shard policy set base --allow '*.githubusercontent.com' --deny 169.254.169.254`,
+  shard policy set base --allow '*.githubusercontent.com' --deny gist.githubusercontent.com`,
 		Args: exactArgs(1, "a SANDBOX (id or name)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := policyFromFlags(denyAll, allow, deny)

@@ -25,6 +25,7 @@ type node struct {
 	name, dir, socket, tcp, bridge, subnet, log string
 	peer                                        string // the cluster port (--cluster-listen), mutual TLS
 	netns                                       string // the network namespace it runs in ("": the host's)
+	bin                                         string // the shard binary ("": the one under test)
 	args                                        []string
 	cmd                                         *exec.Cmd
 	admin                                       *client.Client // its socket
@@ -42,8 +43,22 @@ type testCluster struct {
 func clusterNet() string { return envOr("SHARD_IT_CLUSTER_NET", "10.87.0.0/16") }
 
 func startCluster(t testing.TB, memory ...string) *testCluster {
+	return startClusterOf(t, "", 0, memory...)
+}
+
+// startClusterOf starts a cluster of nodes running bin ("": the binary
+// under test), the idx-th of a run (its bridges and subnets its own): a
+// build from before the cluster port (no --cluster-listen) is given its
+// own flags (--advertise of --listen, plain HTTP), for a benchmark of the
+// two side by side.
+func startClusterOf(t testing.TB, bin string, idx int, memory ...string) *testCluster {
 	e := need(t)
 	tc := &testCluster{etcd: etcdtest.Start(t, 3)}
+	plainPeers := false
+	if bin != "" {
+		out, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
+		plainPeers = !strings.Contains(string(out), "--cluster-listen")
+	}
 	keyFile := filepath.Join(t.TempDir(), "cluster.key")
 	if err := os.WriteFile(keyFile, []byte(strings.Repeat("c", 32)), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,11 +78,15 @@ func startCluster(t testing.TB, memory ...string) *testCluster {
 			t.Fatal(err)
 		}
 		n := &node{name: string(rune('a' + i)), dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: fmt.Sprintf("127.0.0.1:%d", port), peer: fmt.Sprintf("127.0.0.1:%d", peerPort),
-			bridge: fmt.Sprintf("%.12sc%d", e.bridge, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], i+1), log: filepath.Join(dir, "serve.log")}
+			bridge: fmt.Sprintf("%.11sc%d%d", e.bridge, idx, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], 10*idx+i+1), log: filepath.Join(dir, "serve.log"), bin: bin}
+		advertise := "https://" + n.peer
+		if plainPeers {
+			advertise = "http://" + n.tcp
+		}
 		n.args = []string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
 			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "3GiB", "--default-disk", "256MiB",
 			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
-			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", "https://" + n.peer,
+			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", advertise,
 			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem}
 		tc.nodes = append(tc.nodes, n)
 		n.start(t)
@@ -99,9 +118,13 @@ func (n *node) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	n.cmd = exec.Command(need(t).bin, n.args...)
+	bin := n.bin
+	if bin == "" {
+		bin = need(t).bin
+	}
+	n.cmd = exec.Command(bin, n.args...)
 	if n.netns != "" {
-		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, need(t).bin}, n.args...)...)
+		n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.netns, bin}, n.args...)...)
 	}
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
