@@ -176,7 +176,7 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 			t.Fatal(err)
 		}
 	}
-	s := &Service{cfg: Config{Store: st, Secrets: sec, Log: slog.New(slog.DiscardHandler)}}
+	s := &Service{cfg: Config{Store: st, Secrets: sec, Net: newFakeNet(), Log: slog.New(slog.DiscardHandler)}}
 	return s, fs
 }
 
