@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
@@ -182,7 +183,7 @@ func readClusterKey(path string) ([]byte, error) {
 
 // joinCluster joins the cluster and tells db of every sandbox it makes or
 // removes. svc is read later, by the heartbeat (it does not exist yet).
-func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *store.Store, svc **sandbox.Service, onAddrs func([]netip.Addr), log *slog.Logger) (*cluster.Cluster, error) {
+func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *store.Store, svc **sandbox.Service, nets *network.Manager, onAddrs func([]netip.Addr), log *slog.Logger) (*cluster.Cluster, error) {
 	key, err := readClusterKey(o.keyFile)
 	if err != nil {
 		return nil, err
@@ -202,7 +203,7 @@ func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *sto
 		return nil, err
 	}
 	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Instance: instance, Replace: o.replace, Advertise: o.advertise,
-		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, capacity) }, OnAddrs: onAddrs})
+		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, nets, capacity) }, OnAddrs: onAddrs})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}
@@ -230,8 +231,14 @@ func nodeInstance(dataDir string) (string, error) {
 }
 
 // nodeStats is what this node publishes at each heartbeat.
-func nodeStats(svc *sandbox.Service, capacity int64) cluster.Stats {
+func nodeStats(svc *sandbox.Service, nets *network.Manager, capacity int64) cluster.Stats {
 	st := cluster.Stats{MemoryTotal: capacity, CPUs: runtime.NumCPU(), Load: loadAverage(), Providers: []string{}}
+	// Every address of this node, for the other nodes' egress boundary:
+	// its API or services may listen on more than the address it
+	// advertises.
+	for _, a := range nets.HostAddrs() {
+		st.Addrs = append(st.Addrs, a.String())
+	}
 	if svc == nil {
 		return st
 	}

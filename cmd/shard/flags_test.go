@@ -104,6 +104,11 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.maxCPU = "100000" }, "--max-cpu"},
 		{func(o *serveOptions) { o.mtu = 100 }, "--mtu 100"},
 		{func(o *serveOptions) { o.mtu = 70000 }, "--mtu 70000"},
+		{func(o *serveOptions) { o.allowPrivate = []string{"10.1.0.0/16", "garbage"} }, `--allow-private-egress "garbage"`},
+		{func(o *serveOptions) { o.allowPrivate = []string{"10.0.0.1/8"} }, "give 10.0.0.0/8 for the range, or 10.0.0.1/32"},
+		{func(o *serveOptions) { o.allowPrivate = []string{"169.254.0.0/16"} }, "link-local"},
+		{func(o *serveOptions) { o.allowPrivate = []string{"0.0.0.0/0"} }, "no sandbox reaches those"},
+		{func(o *serveOptions) { o.allowPrivate = []string{"8.8.8.0/24"} }, "give ranges inside"},
 	} {
 		o := base
 		tt.set(&o)

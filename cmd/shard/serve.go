@@ -206,7 +206,10 @@ func serve(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return fmt.Errorf("--allow-private-egress %q: give CIDRs, like 10.1.0.0/16", c)
 		}
-		allowPrivate = append(allowPrivate, p.Masked())
+		if p != p.Masked() {
+			return fmt.Errorf("--allow-private-egress %s: the address has bits past the prefix length: give %s for the range, or %s/32 for one address", p, p.Masked(), p.Addr())
+		}
+		allowPrivate = append(allowPrivate, p)
 	}
 	if err := network.CheckAllowPrivate(allowPrivate); err != nil {
 		return err
@@ -325,8 +328,15 @@ func serve(ctx context.Context, o *serveOptions) error {
 		tokens    auth.TokenStore = db
 		secretSvc *secrets.Service
 	)
+	var clusterLn net.Listener
 	if o.cluster.enabled() {
 		o.cluster.warnPlainEtcd(log)
+		// The cluster port is taken before the node joins: a port in use
+		// fails the start before etcd is told of a node that cannot answer.
+		if clusterLn, err = net.Listen("tcp", o.cluster.listen); err != nil {
+			return fmt.Errorf("--cluster-listen %s: %w", o.cluster.listen, err)
+		}
+		defer clusterLn.Close()
 		// The cluster's addresses join the egress boundary as the node
 		// joins (before any sandbox is let out) and follow its node list.
 		onAddrs := func(as []netip.Addr) {
@@ -334,7 +344,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 				log.Error("egress boundary: the cluster's addresses", "err", err)
 			}
 		}
-		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, onAddrs, log); err != nil {
+		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, nets, onAddrs, log); err != nil {
 			return err
 		}
 		defer clu.Close()
@@ -441,10 +451,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if clu != nil {
 		// The cluster port: the other nodes' calls, over mutual TLS, and
 		// nothing else (api: a call there must be a node's, signed).
-		cl, err := tls.Listen("tcp", o.cluster.listen, clu.TLS().Server())
-		if err != nil {
-			return fmt.Errorf("--cluster-listen %s: %w", o.cluster.listen, err)
-		}
+		cl := tls.NewListener(clusterLn, clu.TLS().Server())
 		csrv := &http.Server{Handler: srv.Handler, ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return api.OnClusterPort(ctx) },
 			ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout, ErrorLog: srv.ErrorLog}
 		go func() { errc <- csrv.Serve(cl) }()

@@ -56,7 +56,10 @@ func urlAddrs(ctx context.Context, urls []string) (out []netip.Addr, ok bool) {
 
 // refreshAddrs reads the cluster's addresses and tells Config.OnAddrs: the
 // etcd endpoints this node was given, etcd's members (client and peer
-// URLs), and every node's advertised address.
+// URLs), every node's advertised address and the addresses each node
+// publishes of itself (Stats.Addrs). An address etcd listens on but does
+// not advertise is not known: docs/cluster.md has etcd listen where it
+// advertises, and ask for client certificates.
 func (c *Cluster) refreshAddrs(ctx context.Context) {
 	if c.cfg.OnAddrs == nil {
 		return
@@ -73,10 +76,17 @@ func (c *Cluster) refreshAddrs(ctx context.Context) {
 	}
 	nodes, err := c.Nodes(ctx)
 	complete = complete && err == nil
+	var own []netip.Addr
 	for _, n := range nodes {
 		urls = append(urls, n.Address)
+		for _, s := range n.Addrs {
+			if a, err := netip.ParseAddr(s); err == nil {
+				own = append(own, a.Unmap())
+			}
+		}
 	}
 	found, ok := urlAddrs(ctx, urls)
+	found = append(found, own...)
 	complete = complete && ok
 	c.mu.Lock()
 	if complete {

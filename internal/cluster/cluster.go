@@ -71,6 +71,10 @@ type Stats struct {
 	Load        float64  `json:"load"`        // 1-minute load average
 	CPUs        int      `json:"cpus"`
 	Sandboxes   int      `json:"sandboxes"`
+	// Addrs are the node's own addresses (every interface's): the other
+	// nodes keep their sandboxes from all of them, not only the
+	// advertised one.
+	Addrs []string `json:"addrs,omitempty"`
 }
 
 // Node states.

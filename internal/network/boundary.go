@@ -61,6 +61,13 @@ var ulaRange = netip.MustParsePrefix("fc00::/7")
 // IPv4 address they embed.
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
+// v4compat (::a.b.c.d, deprecated) and sixToFour (2002::/16) also carry
+// an IPv4 address.
+var (
+	v4compat  = netip.MustParsePrefix("::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
 // AllowPrivateFlag is the server flag that opens private ranges.
 const AllowPrivateFlag = "--allow-private-egress"
 
@@ -113,6 +120,11 @@ type boundary struct {
 func newBoundary(subnet netip.Prefix, opened []netip.Prefix) (*boundary, error) {
 	if err := CheckAllowPrivate(opened); err != nil {
 		return nil, err
+	}
+	for _, p := range opened {
+		if subnet.Bits() <= p.Bits() && subnet.Contains(p.Addr()) {
+			return nil, fmt.Errorf("%s %s: it is inside the sandbox network %s, which no sandbox reaches: it would open nothing", AllowPrivateFlag, p, subnet)
+		}
 	}
 	var b netipx.IPSetBuilder
 	for _, p := range PrivateRanges {
@@ -203,9 +215,14 @@ func (b *boundary) sets() (nev, priv []netip.Prefix) {
 // let it, if one would); "" when it may.
 func (b *boundary) refusal(a netip.Addr) (why, flag string) {
 	a = a.WithZone("")
-	if nat64.Contains(a) { // the IPv4 address a NAT64 gateway would reach
-		v := a.As16()
+	// IPv6 forms that carry an IPv4 address are judged by it: NAT64's
+	// (what a NAT64 gateway would reach), IPv4-compatible (::a.b.c.d) and
+	// 6to4 (2002:aabb:ccdd::).
+	switch v := a.As16(); {
+	case nat64.Contains(a), v4compat.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
 		a = netip.AddrFrom4([4]byte{v[12], v[13], v[14], v[15]})
+	case sixToFour.Contains(a):
+		a = netip.AddrFrom4([4]byte{v[2], v[3], v[4], v[5]})
 	}
 	if a.Is6() && !a.Is4In6() {
 		if ulaRange.Contains(a) {

@@ -55,6 +55,9 @@ func TestBoundaryRefusal(t *testing.T) {
 		{"64:ff9b::a01:203", "private", AllowPrivateFlag}, // NAT64 of 10.1.2.3
 		{"64:ff9b::a9fe:a9fe", "link-local", ""},          // NAT64 of 169.254.169.254
 		{"fd00::1", "ULA", ""},
+		{"::169.254.169.254", "link-local", ""},            // IPv4-compatible
+		{"2002:a9fe:a9fe::1", "link-local", ""},            // 6to4 of 169.254.169.254
+		{"2002:0a01:0203::1", "private", AllowPrivateFlag}, // 6to4 of 10.1.2.3
 		{"::1", "loopback", ""},
 		{"fe80::1", "link-local", ""},
 		// Reachable: public, opened private, documentation ranges.
@@ -114,6 +117,15 @@ func TestBoundarySets(t *testing.T) {
 	b.setCluster(nil)
 	if nev, _ := b.sets(); has(nev, "10.20.0.9") {
 		t.Errorf("a cluster address that left is still in never: %v", nev)
+	}
+}
+
+func TestBoundaryOpenedInsideSubnet(t *testing.T) {
+	if _, err := newBoundary(netip.MustParsePrefix("10.88.0.0/16"), []netip.Prefix{netip.MustParsePrefix("10.88.1.0/24")}); err == nil || !strings.Contains(err.Error(), "would open nothing") {
+		t.Fatalf("a range inside the sandbox network: %v", err)
+	}
+	if _, err := newBoundary(netip.MustParsePrefix("10.88.0.0/16"), []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}); err != nil {
+		t.Fatalf("a range holding the sandbox network: %v", err)
 	}
 }
 
@@ -204,6 +216,8 @@ func TestBoundaryAnswer(t *testing.T) {
 		{"a.example.", []string{"10.88.0.1"}, true},
 		{"other.example.", []string{"192.168.1.1"}, true}, // whoever owns the record
 		{"a.example.", []string{"::ffff:10.0.0.1"}, true},
+		{"a.example.", []string{"::169.254.169.254"}, true},
+		{"a.example.", []string{"2002:a9fe:a9fe::1"}, true},
 		{"a.example.", []string{"fd12::1"}, true},
 		{"a.example.", []string{"2001:db8::1"}, false},
 	} {
@@ -212,4 +226,84 @@ func TestBoundaryAnswer(t *testing.T) {
 			t.Errorf("%v owned by %s: refused %q, want refused %v", tc.addrs, tc.owner, why, tc.refused)
 		}
 	}
+
+	// Addresses in the other sections, and in SVCB/HTTPS hints.
+	build := func(fill func(b *dnsmessage.Builder)) []byte {
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, Response: true})
+		b.StartQuestions()
+		b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("a.example."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+		fill(&b)
+		out, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	h := dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName("ns.example."), Class: dnsmessage.ClassINET, TTL: 60}
+	svcb := func(hint [4]byte) dnsmessage.SVCBResource {
+		var r dnsmessage.SVCBResource
+		r.Priority, r.Target = 1, dnsmessage.MustNewName(".")
+		r.SetParam(dnsmessage.SVCParamIPv4Hint, hint[:])
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		msg     []byte
+		refused bool
+	}{
+		{"authority", build(func(b *dnsmessage.Builder) {
+			b.StartAuthorities()
+			b.AResource(h, dnsmessage.AResource{A: [4]byte{10, 1, 2, 3}})
+		}), true},
+		{"additional", build(func(b *dnsmessage.Builder) {
+			b.StartAdditionals()
+			b.AResource(h, dnsmessage.AResource{A: [4]byte{169, 254, 169, 254}})
+		}), true},
+		{"https ipv4hint", build(func(b *dnsmessage.Builder) {
+			b.StartAnswers()
+			b.HTTPSResource(h, dnsmessage.HTTPSResource{SVCBResource: svcb([4]byte{192, 168, 0, 1})})
+		}), true},
+		{"svcb ipv4hint public", build(func(b *dnsmessage.Builder) {
+			b.StartAnswers()
+			b.SVCBResource(h, svcb([4]byte{93, 184, 216, 34}))
+		}), false},
+	} {
+		if _, why := m.boundaryAnswer(tc.msg); (why != "") != tc.refused {
+			t.Errorf("%s: refused %q, want refused %v", tc.name, why, tc.refused)
+		}
+	}
+	// An answer the proxy cannot read to its end: refused (a sandbox's
+	// resolver might read what the proxy could not). Here, an A record
+	// whose owner is a chain of 11 compression pointers (the parser
+	// follows 10), and one cut short.
+	good := answerWith(t, "a.example.", "a.example.", "93.184.216.34")
+	if _, why := m.boundaryAnswer(good[:len(good)-2]); why != "an answer that does not parse" {
+		t.Errorf("an answer cut short: %q", why)
+	}
+	if _, why := m.boundaryAnswer(pointerChain(t, 3)); !strings.Contains(why, "private") {
+		t.Errorf("a private address behind 3 pointers: %q (the message is not well made?)", why)
+	}
+	if _, why := m.boundaryAnswer(pointerChain(t, 11)); why != "an answer that does not parse" {
+		t.Errorf("a private address behind 11 pointers: %q", why)
+	}
+}
+
+// pointerChain is an answer whose second record, an A record of 10.1.2.3,
+// has an owner name reached through n compression pointers in a row; the
+// pointers sit in the data of the first record (of a type no parser
+// reads).
+func pointerChain(t *testing.T, n int) []byte {
+	t.Helper()
+	msg := []byte{0, 7, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0} // one question, two answers
+	msg = append(msg, 1, 'x', 0, 0, 1, 0, 1)                // x. A IN, at 12
+	// Record 1: x. (a pointer to 12), type 65280, IN, TTL 60, the chain.
+	msg = append(msg, 0xC0, 12, 0xFF, 0, 0, 1, 0, 0, 0, 60, 0, byte(2*n))
+	prev := 12
+	for i := 0; i < n; i++ {
+		at := len(msg)
+		msg = append(msg, 0xC0|byte(prev>>8), byte(prev))
+		prev = at
+	}
+	// Record 2: owner = the last pointer, A, IN, TTL 60, 10.1.2.3.
+	return append(msg, 0xC0|byte(prev>>8), byte(prev), 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3)
 }

@@ -597,45 +597,89 @@ func (l *dnsLimiter) get(src netip.Addr, now time.Time) *dnsSrc {
 	return s
 }
 
-// boundaryAnswer finds an address record (A, or AAAA) in resp's answer
-// section, whatever name owns it, that points where no sandbox may go.
+// boundaryAnswer finds an address in resp, whatever its section (answer,
+// authority, additional) or owner, that points where no sandbox may go:
+// an A or AAAA record, or an SVCB or HTTPS record's address hints. An
+// answer the proxy cannot read through to its end is refused as well (a
+// sandbox's resolver may read more of it than the proxy did).
 func (m *Manager) boundaryAnswer(resp []byte) (netip.Addr, string) {
 	var p dnsmessage.Parser
 	if _, err := p.Start(resp); err != nil {
-		return netip.Addr{}, ""
+		return netip.Addr{}, "an answer that does not parse"
 	}
 	if err := p.SkipAllQuestions(); err != nil {
-		return netip.Addr{}, ""
+		return netip.Addr{}, "an answer that does not parse"
 	}
-	for {
-		rh, err := p.AnswerHeader()
-		if err != nil {
-			return netip.Addr{}, ""
-		}
-		var a netip.Addr
-		switch rh.Type {
-		case dnsmessage.TypeA:
-			r, err := p.AResource()
+	sections := []struct {
+		next func() (dnsmessage.ResourceHeader, error)
+		skip func() error
+	}{{p.AnswerHeader, p.SkipAnswer}, {p.AuthorityHeader, p.SkipAuthority}, {p.AdditionalHeader, p.SkipAdditional}}
+	for _, sec := range sections {
+		for {
+			rh, err := sec.next()
+			if errors.Is(err, dnsmessage.ErrSectionDone) {
+				break
+			}
 			if err != nil {
-				return netip.Addr{}, ""
+				return netip.Addr{}, "an answer that does not parse"
 			}
-			a = netip.AddrFrom4(r.A)
-		case dnsmessage.TypeAAAA:
-			r, err := p.AAAAResource()
-			if err != nil {
-				return netip.Addr{}, ""
+			var addrs []netip.Addr
+			switch rh.Type {
+			case dnsmessage.TypeA:
+				r, err := p.AResource()
+				if err != nil {
+					return netip.Addr{}, "an answer that does not parse"
+				}
+				addrs = append(addrs, netip.AddrFrom4(r.A))
+			case dnsmessage.TypeAAAA:
+				r, err := p.AAAAResource()
+				if err != nil {
+					return netip.Addr{}, "an answer that does not parse"
+				}
+				addrs = append(addrs, netip.AddrFrom16(r.AAAA))
+			case dnsmessage.TypeSVCB, dnsmessage.TypeHTTPS:
+				var r dnsmessage.SVCBResource
+				if rh.Type == dnsmessage.TypeSVCB {
+					r, err = p.SVCBResource()
+				} else {
+					var h dnsmessage.HTTPSResource
+					h, err = p.HTTPSResource()
+					r = h.SVCBResource
+				}
+				if err != nil {
+					return netip.Addr{}, "an answer that does not parse"
+				}
+				addrs = append(addrs, svcbHints(r)...)
+			default:
+				if err := sec.skip(); err != nil {
+					return netip.Addr{}, "an answer that does not parse"
+				}
 			}
-			a = netip.AddrFrom16(r.AAAA)
-		default:
-			if err := p.SkipAnswer(); err != nil {
-				return netip.Addr{}, ""
+			for _, a := range addrs {
+				if why := m.Refusal(a); why != "" {
+					return a, why
+				}
 			}
-			continue
-		}
-		if why := m.Refusal(a); why != "" {
-			return a, why
 		}
 	}
+	return netip.Addr{}, ""
+}
+
+// svcbHints are the ipv4hint and ipv6hint addresses of an SVCB or HTTPS
+// record.
+func svcbHints(r dnsmessage.SVCBResource) []netip.Addr {
+	var out []netip.Addr
+	if v, ok := r.GetParam(dnsmessage.SVCParamIPv4Hint); ok {
+		for i := 0; i+4 <= len(v); i += 4 {
+			out = append(out, netip.AddrFrom4([4]byte(v[i:i+4])))
+		}
+	}
+	if v, ok := r.GetParam(dnsmessage.SVCParamIPv6Hint); ok {
+		for i := 0; i+16 <= len(v); i += 16 {
+			out = append(out, netip.AddrFrom16([16]byte(v[i:i+16])))
+		}
+	}
+	return out
 }
 
 // parseAnswer reads the A records of a successful response that answer its

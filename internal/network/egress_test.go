@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -680,6 +681,13 @@ func TestEgressPolicy(t *testing.T) {
 	}()
 	func() {
 		t.Log("step: boundary")
+		// The administrator's nft lists our tables (a rule it cannot print
+		// makes it abort, and `nft list ruleset` with it, host-wide).
+		for _, fam := range []string{"ip", "bridge"} {
+			if out, err := exec.Command("nft", "list", "table", fam, ptBridge).CombinedOutput(); err != nil || !strings.Contains(string(out), "chain") {
+				t.Fatalf("nft list table %s %s: %v\n%s", fam, ptBridge, err, out)
+			}
+		}
 		// A cluster address: refused to every sandbox, policy or none, as
 		// soon as it is given; reachable again once it leaves.
 		if err := m.SetClusterAddrs([]netip.Addr{netip.MustParseAddr("198.18.94.3")}); err != nil {
@@ -697,9 +705,8 @@ func TestEgressPolicy(t *testing.T) {
 
 		// A DNAT on the host (another runtime's published port): a
 		// connection to the node's own address that the host rewrites to
-		// an allowed target is judged by what the sandbox asked for. The
-		// same rule for an address that is not the node's shows the
-		// rewrite works.
+		// an allowed target is refused (the rule's counter shows the
+		// rewrite was made).
 		const dnatTable = "shpolt-dnat"
 		c, err := nftables.New()
 		if err != nil {
@@ -714,23 +721,34 @@ func TestEgressPolicy(t *testing.T) {
 		pre := c.AddChain(&nftables.Chain{Name: "pre", Table: tbl, Type: nftables.ChainTypeNAT,
 			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 		target := netip.MustParseAddr("198.18.94.2").As4()
-		for _, dst := range []string{"198.18.94.1", "198.18.95.9"} { // the node's own (the target veth's host side); another
-			d := netip.MustParseAddr(dst).As4()
-			c.AddRule(&nftables.Rule{Table: tbl, Chain: pre, Exprs: []expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: d[:]},
-				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-				&expr.Immediate{Register: 1, Data: target[:]},
-				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(8080)},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
-			}})
-		}
+		node := netip.MustParseAddr("198.18.94.1").As4() // the target veth's host side: an address of the node
+		c.AddRule(&nftables.Rule{Table: tbl, Chain: pre, Exprs: []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: node[:]},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Counter{},
+			&expr.Immediate{Register: 1, Data: target[:]},
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(8080)},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+		}})
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		reach("A", nsA, "198.18.95.9:9999", true)
 		reach("A", nsA, "198.18.94.1:9999", false)
+		rules, err := c.GetRules(tbl, pre)
+		if err != nil || len(rules) != 1 {
+			t.Fatalf("the DNAT rule: %v %v", rules, err)
+		}
+		rewritten := uint64(0)
+		for _, x := range rules[0].Exprs {
+			if ctr, ok := x.(*expr.Counter); ok {
+				rewritten = ctr.Packets
+			}
+		}
+		if rewritten == 0 {
+			t.Fatal("the host's DNAT rule never matched: the test proves nothing")
+		}
 
 		// The node's addresses are followed: one added to an interface is
 		// in the boundary at once, and leaves it with the interface.
@@ -777,12 +795,63 @@ func TestEgressPolicy(t *testing.T) {
 		// A new Manager remakes the tables, as a server start does: the
 		// ports of running sandboxes are registered again from their
 		// aliases, and policies are applied again by the caller.
+		// A denied sandbox sends all the while the tables are remade:
+		// not one packet may get out (the old tables go and the new come
+		// in one transaction).
+		set(&Policy{DenyAll: true})
+		var udp net.PacketConn
+		if err := inNetns(target, func() (err error) { udp, err = net.ListenPacket("udp4", "198.18.94.2:9999"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer udp.Close()
+		got := make(chan int, 1)
+		go func() {
+			n, buf := 0, make([]byte, 64)
+			for {
+				udp.SetReadDeadline(time.Now().Add(time.Second))
+				if _, _, err := udp.ReadFrom(buf); err != nil {
+					got <- n
+					return
+				}
+				n++
+			}
+		}()
+		stop := make(chan struct{})
+		sent := make(chan int, 1)
+		go func() {
+			n := 0
+			inNetns(nsA, func() error {
+				c, err := net.Dial("udp4", "198.18.94.2:9999")
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for {
+					select {
+					case <-stop:
+						return nil
+					default:
+					}
+					c.Write([]byte("x"))
+					n++
+				}
+			})
+			sent <- n
+		}()
+		time.Sleep(50 * time.Millisecond)
 		m.Close()
 		m2, err := New(ctx, cfg)
+		time.Sleep(50 * time.Millisecond)
+		close(stop)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(m2.Close)
+		if n, tried := <-got, <-sent; n != 0 || tried < 1000 {
+			t.Fatalf("while the tables were remade, %d of %d packets of a denied sandbox got out (want 0 of 1000 or more)", n, tried)
+		} else {
+			t.Logf("while the tables were remade, 0 of %d packets of a denied sandbox got out", tried)
+		}
 		if got := m2.fw.portIPs; got[hostVeth(ptSbA)] != ptA || got[hostVeth(ptSbB)] != ptB {
 			t.Fatalf("ports after restart: %v", got)
 		}

@@ -83,6 +83,19 @@ func ctEstablished() []expr.Any {
 	}
 }
 
+// ctReply matches packets of conntrack's reply direction (replies to the
+// side that opened the connection, related ICMP errors included).
+func ctReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY
+	}
+}
+
+// ctStatusDstNAT is IPS_DST_NAT: the connection's destination was
+// rewritten.
+const ctStatusDstNAT = 1 << 5
+
 func ipAddr(reg uint32, offset uint32) *expr.Payload { // 12: saddr, 16: daddr
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
 }
@@ -105,13 +118,14 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
 	bt := &nftables.Table{Family: nftables.TableFamilyBridge, Name: tableName}
 	// Start from clean tables: rules are ours alone, made anew each start.
+	// The old tables go and the new ones come in one transaction (one
+	// Flush, at the end): a restart never leaves a moment with no rules,
+	// when a sandbox could open a connection the new rules would then let
+	// live on.
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(bt)
 	c.DelTable(bt)
-	if err := c.Flush(); err != nil {
-		return nil, fmt.Errorf("reset table %s: %w", tableName, err)
-	}
 	t = c.AddTable(t)
 	fw.table = t
 
@@ -170,22 +184,26 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
 	// Out of a sandbox into the boundary: refused, whatever its policy
-	// (the chain boundary). The destination is judged as the sandbox named
-	// it too (conntrack's original direction), so a host's DNAT (a
-	// published port of another container runtime, say) is no way to an
-	// address of the node. (A chain of its own: the forward chain is read
-	// back by open, and this library cannot read a ct direction back.)
+	// (the chain boundary). A connection the host rewrote (DNAT: a
+	// published port of another container runtime, say, which rewrites
+	// only what is sent to the node's own addresses) is refused too: what
+	// the sandbox asked for was the node. (Judging conntrack's original
+	// destination would say so more narrowly, but nft 1.0.6 cannot list
+	// the rule this library writes for it, and `nft list ruleset` must
+	// keep working on a host running shard.)
 	bch := c.AddChain(&nftables.Chain{Name: "boundary", Table: t})
 	for _, s := range []*nftables.Set{fw.never, fw.closed} {
-		for _, dst := range []expr.Any{
-			ipAddr(1, 16),
-			&expr.Ct{Register: 1, Key: expr.CtKeyDST, Direction: 0},
-		} {
-			c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
-				dst, inSet(s), &expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
-			}})
-		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
+			ipAddr(1, 16), inSet(s), &expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
+		}})
 	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ctStatusDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
+	}})
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: bch.Name},
 	})})
@@ -203,15 +221,17 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	})})
 	// Out of a sandbox without a policy to the world: allowed.
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{accept})})
-	// Into a sandbox from elsewhere: only replies.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), ctEstablished(), []expr.Any{accept})})
+	// Into a sandbox from elsewhere: only replies to what it opened.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), ctReply(), []expr.Any{accept})})
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), []expr.Any{drop})})
 
 	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
 	// From a sandbox to the host itself: only replies to what the host
-	// opened, and DNS to the proxy on the gateway.
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, ctEstablished(), []expr.Any{accept})})
+	// opened (conntrack's reply direction: a connection a sandbox opened
+	// to the host is never let in, whatever its state), and DNS to the
+	// proxy on the gateway.
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, ctReply(), []expr.Any{accept})})
 	gw := gateway.As4()
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{

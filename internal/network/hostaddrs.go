@@ -23,6 +23,13 @@ func hostAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// HostAddrs are the host's IPv4 addresses as the boundary last saw them.
+func (m *Manager) HostAddrs() []netip.Addr {
+	m.bound.mu.Lock()
+	defer m.bound.mu.Unlock()
+	return append([]netip.Addr(nil), m.bound.host...)
+}
+
 // refreshHost puts the host's current addresses in the boundary.
 func (m *Manager) refreshHost() error {
 	as, err := hostAddrs()

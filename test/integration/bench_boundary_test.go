@@ -238,3 +238,55 @@ func median(v []float64) float64 {
 	slices.Sort(c)
 	return c[len(c)/2]
 }
+
+// BenchmarkBoundaryProbe prints what a sandbox of each provider reaches
+// from a node of a cluster of SHARD_BENCH_BASE's build and from one of
+// this build, both with default flags, in one world (etcd and a second
+// node on a LAN namespace, a LAN service, a link-local address routed
+// there, the internet's stand-in, names of them; every address of the
+// node on four ports): one line a target. It measures nothing else.
+func BenchmarkBoundaryProbe(b *testing.B) {
+	baseBin := baseBinary(b)
+	startLAN(b)
+	w := newBoundaryWorld(b, "/")
+	for i, bin := range []string{baseBin, ""} {
+		side := []string{"before", "after"}[i]
+		w.prefix = fmt.Sprintf("/probe-%s/", side)
+		apiA, peerA := freePortOn(b, lanGW), freePortOn(b, lanGW)
+		a := w.node(b, bin, "a", 10*i+10, net.JoinHostPort(lanGW, apiA), "0.0.0.0:"+peerA, net.JoinHostPort(lanGW, peerA))
+		a.start(b)
+		b.Cleanup(func() { a.teardown(b) })
+		apiB, peerB := fmt.Sprint(7070+2*i), fmt.Sprint(7071+2*i)
+		nb := w.node(b, bin, "b", 10*i+11, net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB), net.JoinHostPort(lanPeer, peerB))
+		nb.netns = lanNS
+		nb.start(b)
+		b.Cleanup(func() { nb.teardown(b) })
+		waitUntil(b, 20*time.Second, "node b up", func() bool {
+			for _, n := range mustNodes(b, a.admin) {
+				if n.Name == "b" && n.State == "up" {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(2 * time.Second) // a heartbeat: b's address is in a's boundary
+		targets := append([]string{lanService + ":8000", "dns:lan.test", lanPeer + ":8000", net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB),
+			lanPublic + ":8000", "dns:public.test"}, w.never(b, a, apiA, peerA)...)
+		for _, prov := range providers {
+			sb, err := a.admin.Create(context.Background(), client.CreateRequest{Image: python, Provider: prov, Node: "a"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			got := probe(b, a.admin, sb.ID, targets)
+			reached := 0
+			for _, tg := range targets {
+				fmt.Fprintf(os.Stderr, "BENCH %s %s %-6s %-28s %s\n", b.Name(), side, prov, tg, got[tg])
+				if o := got[tg]; o == "open" || strings.HasPrefix(o, "resolved") {
+					reached++
+				}
+			}
+			b.ReportMetric(float64(reached), side+"-"+prov+"-reached")
+			fmt.Fprintf(os.Stderr, "BENCH %s %s %s: %d of %d targets reached: %v\n", b.Name(), side, prov, reached, len(targets), summarize(got))
+		}
+	}
+}

@@ -75,7 +75,7 @@ print(json.dumps(out))
 `
 
 // probe runs probeScript in sandbox id on node c.
-func probe(t *testing.T, c *client.Client, id string, targets []string) map[string]string {
+func probe(t testing.TB, c *client.Client, id string, targets []string) map[string]string {
 	t.Helper()
 	b, _ := json.Marshal(targets)
 	res, err := c.Exec(ctxT(t), id, client.ExecRequest{Argv: []string{"python3", "-c", probeScript, string(b)}})
@@ -90,7 +90,7 @@ func probe(t *testing.T, c *client.Client, id string, targets []string) map[stri
 }
 
 // startLAN makes the LAN namespace with its servers and routes.
-func startLAN(t *testing.T) {
+func startLAN(t testing.TB) {
 	t.Helper()
 	testHost(t, lanNS, lanVeth, lanGW, lanEtcd, lanService, lanPeer)
 	for _, a := range []string{lanMetadata, lanPublic} {
@@ -136,7 +136,7 @@ func startLAN(t *testing.T) {
 
 // hostListener listens on every address of the host, standing for any
 // service of the node's, and returns its port.
-func hostListener(t *testing.T) string {
+func hostListener(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
@@ -158,7 +158,7 @@ func hostListener(t *testing.T) string {
 }
 
 // hostAddrs lists the host's IPv4 addresses, on every interface.
-func hostAddrs(t *testing.T) []string {
+func hostAddrs(t testing.TB) []string {
 	t.Helper()
 	list, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
@@ -172,6 +172,76 @@ func hostAddrs(t *testing.T) []string {
 	return slices.Compact(out)
 }
 
+// boundaryWorld is what the nodes of a boundary test share: etcd in the
+// LAN namespace (client-certificate TLS), a cluster key, a port of the
+// test's own open on every host address.
+type boundaryWorld struct {
+	etcd     *etcdtest.Cluster
+	files    [3]string // etcd's CA, a client's certificate and key
+	key      []byte
+	keyFile  string
+	prefix   string // the cluster's etcd prefix
+	hostPort string
+}
+
+func newBoundaryWorld(t testing.TB, prefix string) *boundaryWorld {
+	w := &boundaryWorld{key: []byte(strings.Repeat("b", 32)), keyFile: filepath.Join(t.TempDir(), "cluster.key"), prefix: prefix}
+	w.etcd, w.files = etcdtest.StartIn(t, lanNS, lanEtcd)
+	if err := os.WriteFile(w.keyFile, w.key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.hostPort = hostListener(t)
+	return w
+}
+
+// node is a node of the world's cluster running bin ("": the binary under
+// test), its i-th, with its API on listen and its cluster port on peer,
+// reached at advertise. A build from before the cluster port (no
+// --cluster-listen) is advertised at its API, over plain HTTP.
+func (w *boundaryWorld) node(t testing.TB, bin, name string, i int, listen, peer, advertise string, extra ...string) *node {
+	e := need(t)
+	dir, err := os.MkdirTemp(e.dir, "bnode-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := netip.MustParsePrefix(clusterNet()).Addr().As4()
+	n := &node{name: name, dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: listen, peer: peer, bin: bin,
+		bridge: fmt.Sprintf("%.11sx%d", e.bridge, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], 20+i), log: filepath.Join(dir, "serve.log")}
+	cport := []string{"--cluster-listen", peer, "--advertise", "https://" + advertise}
+	if bin != "" {
+		if out, _ := exec.Command(bin, "serve", "--help").CombinedOutput(); !strings.Contains(string(out), "--cluster-listen") {
+			cport = []string{"--advertise", "http://" + listen}
+		}
+	}
+	n.args = append(append([]string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
+		"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "2GiB", "--default-disk", "256MiB",
+		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
+		"--listen", listen, "--dns-upstream", lanService + ":53", "--cluster-prefix", w.prefix,
+		"--cluster-etcd", strings.Join(w.etcd.Endpoints(), ","), "--etcd-ca", w.files[0], "--etcd-cert", w.files[1], "--etcd-key", w.files[2],
+		"--node", name, "--cluster-key", w.keyFile, "--node-ttl", "3s", "--node-memory", "2GiB"}, cport...), extra...)
+	return n
+}
+
+// never are the targets no sandbox of node n may reach, whatever the
+// flags: etcd, the metadata address, names of them, and every address of
+// the node on its API port, its cluster port, the world's port and DNS
+// (but its sandboxes' own gateway's, where the DNS proxy is their name
+// server).
+func (w *boundaryWorld) never(t testing.TB, n *node, apiPort, peerPort string) []string {
+	gw := netip.MustParsePrefix(n.subnet).Addr().Next().String()
+	out := []string{lanEtcd + ":2379", lanEtcd + ":2380", lanEtcd + ":8000", lanMetadata + ":8000", lanMetadata + ":80",
+		"dns:etcd.test", "dns:meta.test"}
+	for _, ip := range hostAddrs(t) {
+		for _, port := range []string{apiPort, peerPort, w.hostPort, "53"} {
+			if ip == gw && port == "53" {
+				continue
+			}
+			out = append(out, net.JoinHostPort(ip, port))
+		}
+	}
+	return out
+}
+
 // TestEgressBoundary: from inside a sandbox of each provider on a node of a
 // cluster, nothing of the control plane or the host's networks answers:
 // etcd, the other node (on a machine of the LAN), every address of the node
@@ -182,40 +252,16 @@ func hostAddrs(t *testing.T) []string {
 // no handshake from a certificate of another cluster key, nor a call from
 // a node's certificate without its signature.
 func TestEgressBoundary(t *testing.T) {
-	e := need(t)
+	need(t)
 	startLAN(t)
-	etcd, files := etcdtest.StartIn(t, lanNS, lanEtcd)
-	keyFile := filepath.Join(t.TempDir(), "cluster.key")
-	key := []byte(strings.Repeat("b", 32))
-	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostPort := hostListener(t)
-	base := netip.MustParsePrefix(clusterNet()).Addr().As4()
-	mkNode := func(name string, i int, listen, peer string, extra ...string) *node {
-		dir, err := os.MkdirTemp(e.dir, "bnode-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := &node{name: name, dir: dir, socket: filepath.Join(dir, "shard.sock"), tcp: listen, peer: peer,
-			bridge: fmt.Sprintf("%.11sx%d", e.bridge, i), subnet: fmt.Sprintf("%d.%d.%d.0/24", base[0], base[1], 20+i), log: filepath.Join(dir, "serve.log")}
-		n.args = append([]string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "2GiB", "--default-disk", "256MiB",
-			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
-			"--listen", listen, "--cluster-listen", peer, "--advertise", "https://" + peer, "--dns-upstream", lanService + ":53",
-			"--cluster-etcd", strings.Join(etcd.Endpoints(), ","), "--etcd-ca", files[0], "--etcd-cert", files[1], "--etcd-key", files[2],
-			"--node", name, "--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", "2GiB"}, extra...)
-		return n
-	}
+	w := newBoundaryWorld(t, "/shard/")
 	apiA, peerA := freePortOn(t, lanGW), freePortOn(t, lanGW)
-	a := mkNode("a", 0, net.JoinHostPort(lanGW, apiA), "0.0.0.0:"+peerA)
-	a.args = replaceAfter(a.args, "--advertise", "https://"+net.JoinHostPort(lanGW, peerA))
+	a := w.node(t, "", "a", 0, net.JoinHostPort(lanGW, apiA), "0.0.0.0:"+peerA, net.JoinHostPort(lanGW, peerA))
 	withOpened := append(slices.Clone(a.args), "--allow-private-egress", lanNet)
 	plain := a.args
 	a.args = withOpened
 	a.start(t)
 	t.Cleanup(func() { a.teardown(t) })
-
 	sbs := map[string]string{}
 	for _, p := range providers {
 		sb, err := a.admin.Create(ctxT(t), client.CreateRequest{Image: python, Provider: p, Node: "a"})
@@ -225,21 +271,7 @@ func TestEgressBoundary(t *testing.T) {
 		sbs[p] = sb.ID
 	}
 
-	// Every address of the node, on its API port, its cluster port, a
-	// port of the test's own, and DNS (but on the sandboxes' own gateway,
-	// where the DNS proxy is their name server).
-	gwA := netip.MustParsePrefix(a.subnet).Addr().Next().String()
-	var nodeTargets []string
-	for _, ip := range hostAddrs(t) {
-		for _, port := range []string{apiA, peerA, hostPort, "53"} {
-			if ip == gwA && port == "53" {
-				continue
-			}
-			nodeTargets = append(nodeTargets, net.JoinHostPort(ip, port))
-		}
-	}
-	never := append([]string{lanEtcd + ":2379", lanEtcd + ":2380", lanEtcd + ":8000", lanMetadata + ":8000", lanMetadata + ":80",
-		"dns:etcd.test", "dns:meta.test"}, nodeTargets...)
+	never := w.never(t, a, apiA, peerA)
 	check := func(phase string, open, closed []string) {
 		t.Helper()
 		targets := append(append(slices.Clone(open), closed...), never...)
@@ -264,7 +296,7 @@ func TestEgressBoundary(t *testing.T) {
 
 	t.Log("node b joins from a machine of the LAN: refused within a heartbeat")
 	apiB, peerB := "7070", "7071" // in a namespace of its own
-	b := mkNode("b", 1, net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB))
+	b := w.node(t, "", "b", 1, net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB), net.JoinHostPort(lanPeer, peerB))
 	b.netns = lanNS
 	b.start(t)
 	t.Cleanup(func() { b.teardown(t) })
@@ -319,7 +351,7 @@ func TestEgressBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours, err := cluster.NewNodeTLS(key, "b")
+	ours, err := cluster.NewNodeTLS(w.key, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +398,7 @@ func clusterPortGet(addr string, cfg *tls.Config) (int, error) {
 }
 
 // freePortOn finds a free TCP port on ip.
-func freePortOn(t *testing.T, ip string) string {
+func freePortOn(t testing.TB, ip string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
@@ -387,7 +419,7 @@ func replaceAfter(args []string, flag, value string) []string {
 	return out
 }
 
-func mustNodes(t *testing.T, c *client.Client) []client.Node {
+func mustNodes(t testing.TB, c *client.Client) []client.Node {
 	t.Helper()
 	nodes, err := c.Nodes(ctxT(t))
 	if err != nil {
