@@ -261,14 +261,7 @@ func BenchmarkBoundaryProbe(b *testing.B) {
 		nb.netns = lanNS
 		nb.start(b)
 		b.Cleanup(func() { nb.teardown(b) })
-		waitUntil(b, 20*time.Second, "node b up", func() bool {
-			for _, n := range mustNodes(b, a.admin) {
-				if n.Name == "b" && n.State == "up" {
-					return true
-				}
-			}
-			return false
-		})
+		waitNodeUp(b, a.admin, "b")
 		time.Sleep(2 * time.Second) // a heartbeat: b's address is in a's boundary
 		targets := append([]string{lanService + ":8000", "dns:lan.test", lanPeer + ":8000", net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB),
 			lanPublic + ":8000", "dns:public.test"}, w.never(b, a, apiA, peerA)...)

@@ -300,14 +300,7 @@ func TestEgressBoundary(t *testing.T) {
 	b.netns = lanNS
 	b.start(t)
 	t.Cleanup(func() { b.teardown(t) })
-	waitUntil(t, 20*time.Second, "node b up on a", func() bool {
-		for _, n := range mustNodes(t, a.admin) {
-			if n.Name == "b" && n.State == "up" {
-				return true
-			}
-		}
-		return false
-	})
+	waitNodeUp(t, a.admin, "b")
 	joined := time.Now()
 	waitUntil(t, 10*time.Second, "node b's machine refused", func() bool {
 		got := probe(t, a.admin, sbs["runc"], []string{lanPeer + ":8000"})
@@ -417,15 +410,6 @@ func replaceAfter(args []string, flag, value string) []string {
 		}
 	}
 	return out
-}
-
-func mustNodes(t testing.TB, c *client.Client) []client.Node {
-	t.Helper()
-	nodes, err := c.Nodes(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nodes
 }
 
 // keyedClient is a client of node n's API with a key of every project

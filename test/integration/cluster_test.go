@@ -152,15 +152,38 @@ func (n *node) start(t testing.TB) {
 // keep running.
 func (n *node) stop(t testing.TB) {
 	t.Helper()
+	if !n.term() {
+		t.Fatalf("node %s did not stop on SIGTERM in 20s", n.name)
+	}
+}
+
+// term sends SIGTERM and waits 20 s for the server to end, then kills it;
+// it reports whether SIGTERM was enough.
+func (n *node) term() bool {
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { n.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
+		return true
 	case <-time.After(20 * time.Second):
 		n.kill()
-		t.Fatalf("node %s did not stop on SIGTERM in 20s", n.name)
+		return false
 	}
+}
+
+// waitNodeUp waits until c lists node name up.
+func waitNodeUp(t testing.TB, c *client.Client, name string) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, "node "+name+" up", func() bool {
+		nodes, err := c.Nodes(ctxT(t))
+		for _, n := range nodes {
+			if n.Name == name && n.State == "up" {
+				return err == nil
+			}
+		}
+		return false
+	})
 }
 
 // kill is kill -9: no lease given back, no clean-up.
@@ -182,14 +205,7 @@ func (n *node) teardown(t testing.TB) {
 			}
 		}
 		cancel()
-		n.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { n.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			n.kill()
-		}
+		n.term()
 	}
 	// The node's log outlives the run's directory, for a post-mortem.
 	if b, err := os.ReadFile(n.log); err == nil {
