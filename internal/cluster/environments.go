@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -73,42 +74,18 @@ func (c *Cluster) ReleaseEnvironment(ctx context.Context, e *store.Environment) 
 }
 
 func (c *Cluster) releaseEnv(ctx context.Context, proj, name string) error {
-	key := c.cfg.Prefix + envKey(proj, name)
-	resp, err := c.cli.Get(ctx, key)
-	if err != nil {
-		return Unavailable(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil
-	}
-	var old EnvPlacement
-	if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Node != c.cfg.Node {
-		return nil
-	}
-	del, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
-	if err != nil {
-		return Unavailable(err)
-	}
-	c.mirror.del(envKey(proj, name), del.Header.Revision)
-	return nil
+	return c.releaseOwn(ctx, envKey(proj, name))
 }
 
 // Environment returns where environment name (in ctx's project) was
 // built: from the mirror, else from etcd.
 func (c *Cluster) Environment(ctx context.Context, name string) (*EnvPlacement, error) {
-	proj := project.Of(ctx)
-	doc, ok := c.mirror.get(envKey(proj, name))
+	doc, ok, err := c.record(ctx, envKey(project.Of(ctx), name))
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
-		ctx, cancel := context.WithTimeout(ctx, Timeout)
-		defer cancel()
-		resp, err := c.cli.Get(ctx, c.cfg.Prefix+envKey(proj, name))
-		if err != nil {
-			return nil, Unavailable(err)
-		}
-		if len(resp.Kvs) == 0 {
-			return nil, store.EnvironmentNotFound(name)
-		}
-		doc = resp.Kvs[0].Value
+		return nil, store.EnvironmentNotFound(name)
 	}
 	var p EnvPlacement
 	if err := json.Unmarshal(doc, &p); err != nil {
@@ -132,17 +109,72 @@ func (c *Cluster) reconcileEnvs(ctx context.Context, mine []*store.Environment) 
 			c.cfg.Log.Warn("cluster: cannot claim this node's environment", "environment", e.Name, "err", err)
 		}
 	}
-	resp, err := c.cli.Get(ctx, c.cfg.Prefix+"environments/", clientv3.WithPrefix())
+	return c.releaseOwnExcept(ctx, "environments/", have)
+}
+
+// owned is the part of a record (an environment's, an import's) that
+// names the node that made it.
+type owned struct {
+	Node string `json:"node"`
+}
+
+// releaseOwn deletes the record at key (under the prefix) if this node
+// made it, unless it changed in the meantime.
+func (c *Cluster) releaseOwn(ctx context.Context, key string) error {
+	resp, err := c.cli.Get(ctx, c.cfg.Prefix+key)
+	if err != nil {
+		return Unavailable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	var old owned
+	if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Node != c.cfg.Node {
+		return nil
+	}
+	del, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(c.cfg.Prefix+key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(c.cfg.Prefix + key)).Commit()
+	if err != nil {
+		return Unavailable(err)
+	}
+	if del.Succeeded {
+		c.mirror.del(key, del.Header.Revision)
+	}
+	return nil
+}
+
+// releaseOwnExcept releases every record under dir (under the prefix)
+// this node made, but those have names (keys under the prefix).
+func (c *Cluster) releaseOwnExcept(ctx context.Context, dir string, have map[string]bool) error {
+	resp, err := c.cli.Get(ctx, c.cfg.Prefix+dir, clientv3.WithPrefix())
 	if err != nil {
 		return Unavailable(err)
 	}
 	for _, kv := range resp.Kvs {
-		var p EnvPlacement
-		if json.Unmarshal(kv.Value, &p) == nil && p.Node == c.cfg.Node && !have[envKey(p.Project, p.Name)] {
-			if err := c.releaseEnv(ctx, p.Project, p.Name); err != nil {
+		key := strings.TrimPrefix(string(kv.Key), c.cfg.Prefix)
+		var o owned
+		if json.Unmarshal(kv.Value, &o) == nil && o.Node == c.cfg.Node && !have[key] {
+			if err := c.releaseOwn(ctx, key); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// record reads the record at key (under the prefix) from the mirror, else
+// from etcd; ok is false when there is none.
+func (c *Cluster) record(ctx context.Context, key string) (doc []byte, ok bool, err error) {
+	if doc, ok := c.mirror.get(key); ok {
+		return doc, true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.cfg.Prefix+key)
+	if err != nil {
+		return nil, false, Unavailable(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, false, nil
+	}
+	return resp.Kvs[0].Value, true, nil
 }

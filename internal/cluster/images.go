@@ -79,26 +79,7 @@ func (c *Cluster) ReleaseImport(ctx context.Context, proj, ref string) {
 }
 
 func (c *Cluster) releaseImport(ctx context.Context, proj, ref string) error {
-	key := c.cfg.Prefix + imageKey(proj, ref)
-	resp, err := c.cli.Get(ctx, key)
-	if err != nil {
-		return Unavailable(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil
-	}
-	var old ImagePlacement
-	if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Node != c.cfg.Node {
-		return nil
-	}
-	del, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpDelete(key)).Commit()
-	if err != nil {
-		return Unavailable(err)
-	}
-	if del.Succeeded {
-		c.mirror.del(imageKey(proj, ref), del.Header.Revision)
-	}
-	return nil
+	return c.releaseOwn(ctx, imageKey(proj, ref))
 }
 
 // Image returns where the import ref (canonical: image.ImportName) of
@@ -106,18 +87,12 @@ func (c *Cluster) releaseImport(ctx context.Context, proj, ref string) error {
 // cluster does not know is image_not_found.
 func (c *Cluster) Image(ctx context.Context, ref string) (*ImagePlacement, error) {
 	proj := project.Of(ctx)
-	doc, ok := c.mirror.get(imageKey(proj, ref))
+	doc, ok, err := c.record(ctx, imageKey(proj, ref))
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
-		ctx, cancel := context.WithTimeout(ctx, Timeout)
-		defer cancel()
-		resp, err := c.cli.Get(ctx, c.cfg.Prefix+imageKey(proj, ref))
-		if err != nil {
-			return nil, Unavailable(err)
-		}
-		if len(resp.Kvs) == 0 {
-			return nil, errdefs.NotFound("image_not_found", "the cluster knows no imported image %s in project %s", ref, proj)
-		}
-		doc = resp.Kvs[0].Value
+		return nil, errdefs.NotFound("image_not_found", "the cluster knows no imported image %s in project %s", ref, proj)
 	}
 	var p ImagePlacement
 	if err := json.Unmarshal(doc, &p); err != nil {
@@ -141,17 +116,5 @@ func (c *Cluster) ReconcileImports(ctx context.Context, mine []ImagePlacement) e
 			c.cfg.Log.Warn("cluster: cannot claim this node's imported image", "image", p.Ref, "project", proj, "err", err)
 		}
 	}
-	resp, err := c.cli.Get(ctx, c.cfg.Prefix+"images/", clientv3.WithPrefix())
-	if err != nil {
-		return Unavailable(err)
-	}
-	for _, kv := range resp.Kvs {
-		var p ImagePlacement
-		if json.Unmarshal(kv.Value, &p) == nil && p.Node == c.cfg.Node && !have[imageKey(p.Project, p.Ref)] {
-			if err := c.releaseImport(ctx, p.Project, p.Ref); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return c.releaseOwnExcept(ctx, "images/", have)
 }
