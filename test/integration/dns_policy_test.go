@@ -20,8 +20,9 @@ import (
 
 // fakeResolver is the server's upstream in the DNS tests: a DNS server on
 // loopback (UDP and TCP) that answers A queries under example.test with
-// 10.253.0.9, NXDOMAIN to the rest, and counts every question that reaches
-// it, by name. A name it never saw never left the server.
+// 198.18.253.9 (outside the egress boundary), NXDOMAIN to the rest, and
+// counts every question that reaches it, by name. A name it never saw
+// never left the server.
 type fakeResolver struct {
 	addr string
 	mu   sync.Mutex
@@ -130,7 +131,7 @@ func (r *fakeResolver) answer(q []byte) []byte {
 	}
 	if a != nil {
 		b.StartAnswers()
-		b.AResource(dnsmessage.ResourceHeader{Name: a.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{10, 253, 0, 9}})
+		b.AResource(dnsmessage.ResourceHeader{Name: a.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: [4]byte{198, 18, 253, 9}})
 	}
 	out, _ := b.Finish()
 	return out
