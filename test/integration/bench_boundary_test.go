@@ -156,16 +156,19 @@ func BenchmarkBoundary(b *testing.B) {
 	}
 }
 
-// BenchmarkClusterTLS: an exec in a sandbox on node a asked of a and of b
-// (sent on to a), and a fork of a 256 MiB gVisor sandbox moved from a to
-// b, on a cluster of this build (mutual TLS between nodes) and one of
-// SHARD_BENCH_BASE (plain HTTP between nodes), alternated in one run.
+// BenchmarkClusterTLS: an exec in a sandbox on node a (runc and gvisor)
+// asked of a and of b (sent on to a), and a fork of a 256 MiB gVisor
+// sandbox moved from a to b, on a cluster of this build (mutual TLS
+// between nodes) and one of SHARD_BENCH_BASE (plain HTTP between nodes),
+// in one run: each exec sample alternates the four ways (direct and
+// proxied, plain and mTLS), then the forks alternate the two clusters.
 func BenchmarkClusterTLS(b *testing.B) {
 	baseBin := baseBinary(b)
 	type side struct {
 		name       string
 		viaA, viaB *client.Client
-		sb, src    string
+		sbs        map[string]string // by provider
+		src        string
 	}
 	ctx := context.Background()
 	var sides []*side
@@ -173,10 +176,17 @@ func BenchmarkClusterTLS(b *testing.B) {
 	for i, bin := range []string{baseBin, ""} {
 		// a has no room for a fork of its 256 MiB sandbox; b has.
 		tc := startClusterOf(b, bin, i+1, "400MiB", "8GiB")
-		sd := &side{name: []string{"plain", "mtls"}[i], viaA: tc.keyed(b, tc.nodes[0], tc.key), viaB: tc.keyed(b, tc.nodes[1], tc.key)}
-		sb, err := sd.viaA.Create(ctx, client.CreateRequest{Image: busybox, Provider: "gvisor", Node: "a", MemoryMiB: 64})
-		if err != nil {
-			b.Fatal(err)
+		sd := &side{name: []string{"plain", "mtls"}[i], viaA: tc.keyed(b, tc.nodes[0], tc.key), viaB: tc.keyed(b, tc.nodes[1], tc.key), sbs: map[string]string{}}
+		for _, prov := range providers {
+			sb, err := sd.viaA.Create(ctx, client.CreateRequest{Image: busybox, Provider: prov, Node: "a", MemoryMiB: 32})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sd.sbs[prov] = sb.ID
+			for range 5 { // warm both paths' connections
+				sd.viaA.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
+				sd.viaB.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
+			}
 		}
 		src, err := sd.viaA.Create(ctx, client.CreateRequest{Image: busybox, Provider: "gvisor", Node: "a", MemoryMiB: 256})
 		if err != nil {
@@ -185,28 +195,30 @@ func BenchmarkClusterTLS(b *testing.B) {
 		if res, err := sd.viaA.Exec(ctx, src.ID, client.ExecRequest{Argv: []string{"sh", "-c", fill}}); err != nil || res.ExitCode != 0 {
 			b.Fatalf("fill: %+v %v", res, err)
 		}
-		sd.sb, sd.src = sb.ID, src.ID
-		for range 5 { // warm both paths' connections
-			sd.viaA.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
-			sd.viaB.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
-		}
+		sd.src = src.ID
 		sides = append(sides, sd)
 	}
 	s := samples{}
 	for i := 0; i < b.N; i++ {
-		for _, sd := range sides {
-			for _, via := range []struct {
-				name string
-				c    *client.Client
-			}{{"direct", sd.viaA}, {"proxied", sd.viaB}} {
-				for range 5 {
-					t0 := time.Now()
-					if _, err := via.c.Exec(ctx, sd.sb, client.ExecRequest{Argv: []string{"true"}}); err != nil {
-						b.Fatal(err)
+		for range 5 {
+			for _, prov := range providers {
+				for _, sd := range sides {
+					for _, via := range []struct {
+						name string
+						c    *client.Client
+					}{{"direct", sd.viaA}, {"proxied", sd.viaB}} {
+						t0 := time.Now()
+						if _, err := via.c.Exec(ctx, sd.sbs[prov], client.ExecRequest{Argv: []string{"true"}}); err != nil {
+							b.Fatal(err)
+						}
+						s.add("exec-"+prov+"-"+via.name+"-"+sd.name, time.Since(t0))
 					}
-					s.add("exec-"+via.name+"-"+sd.name, time.Since(t0))
 				}
 			}
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		for _, sd := range sides {
 			t0 := time.Now()
 			fk, err := sd.viaB.Fork(ctx, sd.src, client.ForkRequest{})
 			if err != nil {
@@ -221,13 +233,16 @@ func BenchmarkClusterTLS(b *testing.B) {
 			}
 		}
 	}
-	report(b, s, "exec-proxied-plain", "exec-direct-plain", "exec-proxied-plain", "exec-direct-mtls", "exec-proxied-mtls")
-	report(b, s, "fork-moved-plain", "fork-moved-plain", "fork-moved-mtls")
-	for _, name := range []string{"plain", "mtls"} {
-		o := pct(s["exec-proxied-"+name], 0.5) - pct(s["exec-direct-"+name], 0.5)
-		b.ReportMetric(o, "exec-overhead-"+name+"-p50-ms")
-		fmt.Fprintf(os.Stderr, "BENCH %s exec overhead across nodes, %s: p50 %.2f ms\n", b.Name(), name, o)
+	for _, prov := range providers {
+		k := "exec-" + prov + "-"
+		report(b, s, k+"proxied-plain", k+"direct-plain", k+"proxied-plain", k+"direct-mtls", k+"proxied-mtls")
+		for _, name := range []string{"plain", "mtls"} {
+			o := pct(s[k+"proxied-"+name], 0.5) - pct(s[k+"direct-"+name], 0.5)
+			b.ReportMetric(o, k+"overhead-"+name+"-p50-ms")
+			fmt.Fprintf(os.Stderr, "BENCH %s exec (%s) overhead across nodes, %s: p50 %.2f ms\n", b.Name(), prov, name, o)
+		}
 	}
+	report(b, s, "fork-moved-plain", "fork-moved-plain", "fork-moved-mtls")
 }
 
 func median(v []float64) float64 {
@@ -241,8 +256,8 @@ func median(v []float64) float64 {
 
 // BenchmarkBoundaryProbe prints what a sandbox of each provider reaches
 // from a node of a cluster of SHARD_BENCH_BASE's build and from one of
-// this build, both with default flags, in one world (etcd and a second
-// node on a LAN namespace, a LAN service, a link-local address routed
+// this build, both with default flags, in one world (etcd on a LAN
+// namespace, a second node on another, a LAN service, a link-local address routed
 // there, the internet's stand-in, names of them; every address of the
 // node on four ports): one line a target. It measures nothing else.
 func BenchmarkBoundaryProbe(b *testing.B) {
@@ -258,7 +273,7 @@ func BenchmarkBoundaryProbe(b *testing.B) {
 		b.Cleanup(func() { a.teardown(b) })
 		apiB, peerB := fmt.Sprint(7070+2*i), fmt.Sprint(7071+2*i)
 		nb := w.node(b, bin, "b", 10*i+11, net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB), net.JoinHostPort(lanPeer, peerB))
-		nb.netns = lanNS
+		nb.netns = peerNS
 		nb.start(b)
 		b.Cleanup(func() { nb.teardown(b) })
 		waitNodeUp(b, a.admin, "b")

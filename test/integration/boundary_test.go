@@ -25,22 +25,26 @@ import (
 // The boundary test's world: a namespace standing for the nodes' LAN,
 // reached from the host over a veth (the host's side, 10.77.0.1, is an
 // address of node a). In it: etcd (client-certificate TLS, as
-// docs/cluster.md runs it), a LAN service, the machine of a second node
-// (node b runs in this namespace), a DNS server, and two addresses routed
-// there by the test: a link-local one standing for a cloud metadata
-// service (this machine's own network answers at 169.254.169.254: it is
-// never probed before it is routed here) and one standing for the public
-// internet. Every one of them has a server on port 8000 that says so.
+// docs/cluster.md runs it), a LAN service, a DNS server, and two addresses
+// routed there by the test: a link-local one standing for a cloud
+// metadata service (this machine's own network answers at
+// 169.254.169.254: it is never probed before it is routed here) and one
+// standing for the public internet. A second namespace, on the host's
+// other side (10.77.1.0/24), is the machine of a second node (node b runs
+// there). Every one of them has a server on port 8000 that says so.
 const (
 	lanNS       = "shardit-lan"
 	lanVeth     = "vshlan"
 	lanGW       = "10.77.0.1" // the host's side: an address of node a
-	lanNet      = "10.77.0.0/24"
+	lanNet      = "10.77.0.0/16"
 	lanEtcd     = "10.77.0.10"
 	lanService  = "10.77.0.20" // also the LAN's DNS server
-	lanPeer     = "10.77.0.30" // node b's machine
 	lanMetadata = "169.254.169.254"
 	lanPublic   = "198.18.250.2"
+	peerNS      = "shardit-peer"
+	peerVeth    = "vshpeer"
+	peerGW      = "10.77.1.1"  // the host's side
+	lanPeer     = "10.77.1.30" // node b's machine
 )
 
 // probeScript tries each target from inside a sandbox, at once: host:port
@@ -92,7 +96,8 @@ func probe(t testing.TB, c *client.Client, id string, targets []string) map[stri
 // startLAN makes the LAN namespace with its servers and routes.
 func startLAN(t testing.TB) {
 	t.Helper()
-	testHost(t, lanNS, lanVeth, lanGW, lanEtcd, lanService, lanPeer)
+	testHost(t, lanNS, lanVeth, lanGW, lanEtcd, lanService)
+	testHost(t, peerNS, peerVeth, peerGW, lanPeer)
 	for _, a := range []string{lanMetadata, lanPublic} {
 		if out, err := exec.Command("ip", "-n", lanNS, "addr", "add", a+"/32", "dev", "eth0").CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v %s", a, err, out)
@@ -103,24 +108,30 @@ func startLAN(t testing.TB) {
 		}
 		t.Cleanup(func() { exec.Command("ip", "route", "del", a+"/32", "dev", lanVeth).Run() })
 	}
-	if out, err := exec.Command("ip", "-n", lanNS, "route", "add", "default", "via", lanGW).CombinedOutput(); err != nil {
-		t.Fatalf("default route in %s: %v %s", lanNS, err, out)
-	}
-	var ln net.Listener
-	var pc net.PacketConn
-	if err := inNetns(lanNS, func() (err error) {
-		if ln, err = net.Listen("tcp4", "0.0.0.0:8000"); err != nil {
-			return err
+	for ns, gw := range map[string]string{lanNS: lanGW, peerNS: peerGW} {
+		if out, err := exec.Command("ip", "-n", ns, "route", "add", "default", "via", gw).CombinedOutput(); err != nil {
+			t.Fatalf("default route in %s: %v %s", ns, err, out)
 		}
-		pc, err = net.ListenPacket("udp4", lanService+":53")
-		return err
-	}); err != nil {
-		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "target %s\n", r.Context().Value(http.LocalAddrContextKey))
 	})}
-	go srv.Serve(ln)
+	var pc net.PacketConn
+	for _, ns := range []string{lanNS, peerNS} {
+		var ln net.Listener
+		if err := inNetns(ns, func() (err error) {
+			if ln, err = net.Listen("tcp4", "0.0.0.0:8000"); err != nil {
+				return err
+			}
+			if ns == lanNS {
+				pc, err = net.ListenPacket("udp4", lanService+":53")
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+	}
 	go serveDNS(pc, map[string]string{"lan.test.": lanService, "etcd.test.": lanEtcd, "meta.test.": lanMetadata, "public.test.": lanPublic})
 	t.Cleanup(func() { srv.Close(); pc.Close() })
 	// From the host, every server answers: what a sandbox is refused is
@@ -297,7 +308,7 @@ func TestEgressBoundary(t *testing.T) {
 	t.Log("node b joins from a machine of the LAN: refused within a heartbeat")
 	apiB, peerB := "7070", "7071" // in a namespace of its own
 	b := w.node(t, "", "b", 1, net.JoinHostPort(lanPeer, apiB), net.JoinHostPort(lanPeer, peerB), net.JoinHostPort(lanPeer, peerB))
-	b.netns = lanNS
+	b.netns = peerNS
 	b.start(t)
 	t.Cleanup(func() { b.teardown(t) })
 	waitNodeUp(t, a.admin, "b")
