@@ -185,6 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
 	}
+	cli.KV = retryKV{cli.KV}
 	nodeTLS, err := NewNodeTLS(cfg.Key, cfg.Node)
 	if err != nil {
 		cli.Close()
