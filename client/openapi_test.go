@@ -65,6 +65,7 @@ var mirrors = map[string]any{
 	"DiskUsage":          DiskUsage{},
 	"DiskUsageItem":      DiskUsageItem{},
 	"StoreSpace":         StoreSpace{},
+	"HostSpace":          HostSpace{},
 	"Token":              Token{},
 	"TokenRequest":       TokenRequest{},
 	"TokenCreated":       TokenCreated{},

@@ -357,6 +357,17 @@ type DiskUsage struct {
 	// sandbox's whole disk bound, and the blocks of saved copies), and what
 	// a new sandbox, fork, snapshot or checkpoint may still ask for.
 	Store StoreSpace `json:"store"`
+	// Host is the filesystem of the server's data directory, on which the
+	// store, images and memory images live.
+	Host HostSpace `json:"host"`
+}
+
+// HostSpace is the data directory's filesystem and what the server keeps
+// free of it for the rest of the host (shard serve --reserve).
+type HostSpace struct {
+	TotalBytes   int64 `json:"total_bytes"`
+	FreeBytes    int64 `json:"free_bytes"`
+	ReserveBytes int64 `json:"reserve_bytes"`
 }
 
 // StoreSpace is the sandbox store's capacity and promises, in bytes.
@@ -365,6 +376,10 @@ type StoreSpace struct {
 	PromisedBytes int64 `json:"promised_bytes"`
 	ReservedBytes int64 `json:"reserved_bytes"` // the filesystem's own use and a margin
 	FreeBytes     int64 `json:"free_bytes"`
+	// SizeBytes is the store image's size on the host (0: a store this
+	// server did not make), MaxBytes the most it may grow to now.
+	SizeBytes int64 `json:"size_bytes"`
+	MaxBytes  int64 `json:"max_bytes"`
 }
 
 // DiskUsageItem is a count and the bytes they use.

@@ -18,10 +18,15 @@ func newDfCmd(a *app) *cobra.Command {
 checkpoint counts under environments, not again under checkpoints; "server"
 is the database, the agent binaries, the empty filesystem templates and logs.
 
-The last line is the sandbox store (--storage-size of shard serve): every
-sandbox's whole --disk is reserved in it, so one sandbox filling its disk
-never takes space a neighbour was promised. A create, fork, snapshot or
-checkpoint that does not fit in what is free is refused (507
+Below the table, the sandbox store: an image on the host that starts at
+'shard serve --storage-size' (4GiB) and grows online, 2GiB or more at a
+time, when a sandbox does not fit, up to --storage-max; it never shrinks.
+Every sandbox's whole --disk is reserved in it, so one sandbox filling its
+disk never takes space a neighbour was promised. Then the host: the data
+directory's filesystem, and the --reserve the server leaves free of it for
+the rest of the machine (the store's growth, image pulls and checkpoints'
+memory images stop short of it). A create, fork, snapshot or checkpoint
+that fits neither in the store nor in what it can grow by is refused (507
 insufficient_storage).`,
 		Example: `  shard df
   shard df --json`,
@@ -46,9 +51,7 @@ insufficient_storage).`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			st := du.Store
-			termsafe.Printf("\nsandbox store: %s free of %s (%s promised to sandboxes' disks and saved copies)\n",
-				humanSize(st.FreeBytes), humanSize(st.CapacityBytes), humanSize(st.PromisedBytes))
+			termsafe.Printf("\n%s", dfStore(du))
 			return nil
 		},
 	}
@@ -69,4 +72,19 @@ func dfRows(du *client.DiskUsage) [][3]string {
 		rows = append(rows, [3]string{it.name, fmt.Sprint(it.item.Count), humanSize(it.item.Bytes)})
 	}
 	return append(rows, [3]string{"total", "-", humanSize(du.TotalBytes)})
+}
+
+// dfStore is df's lines on the store and the host.
+func dfStore(du *client.DiskUsage) string {
+	st, h := du.Store, du.Host
+	grows := ""
+	switch {
+	case st.SizeBytes == 0:
+	case st.MaxBytes > st.SizeBytes:
+		grows = fmt.Sprintf("; the image is %s and may grow to %s", humanSize(st.SizeBytes), humanSize(st.MaxBytes))
+	default:
+		grows = fmt.Sprintf("; the image is %s and may not grow now", humanSize(st.SizeBytes))
+	}
+	return fmt.Sprintf("sandbox store: %s promised to sandboxes' disks and saved copies, %s free of %s%s\n", humanSize(st.PromisedBytes), humanSize(st.FreeBytes), humanSize(st.CapacityBytes), grows) +
+		fmt.Sprintf("host disk: %s free of %s; the server keeps %s of it free (shard serve --reserve)\n", humanSize(h.FreeBytes), humanSize(h.TotalBytes), humanSize(h.ReserveBytes))
 }

@@ -77,14 +77,16 @@ func TestServeFlagsRefused(t *testing.T) {
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "auto", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
+	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "4GiB", storageMax: "auto", reserve: "2GiB", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
 		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU, forkMemory: "handoff",
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
 		want string
 	}{
-		{func(o *serveOptions) { o.storageSize = "0" }, "--storage-size 0"},
+		{func(o *serveOptions) { o.storageSize = "0" }, `--storage-size "0": give a size of at least 256MiB`},
+		{func(o *serveOptions) { o.storageMax = "1GiB" }, `--storage-max "1GiB": give auto, or a size of at least --storage-size (4GiB)`},
+		{func(o *serveOptions) { o.reserve = "lots" }, "--reserve"},
 		{func(o *serveOptions) { o.storageSize = "9EiB" }, "--storage-size"},
 		{func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes -1"},
 		{func(o *serveOptions) { o.stopTimeout = -time.Second }, "--stop-timeout"},

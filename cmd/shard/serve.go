@@ -23,6 +23,7 @@ import (
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
@@ -46,7 +47,8 @@ type serveOptions struct {
 	pullTimeout                        time.Duration
 	defaultProvider                    string
 	subnet, bridge                     string
-	storageSize, defaultDisk           string
+	storageSize, storageMax, reserve   string
+	defaultDisk                        string
 	runsc, runc, platform              string
 	logLevel, logFormat                string
 	stopTimeout                        time.Duration
@@ -112,7 +114,9 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
 	f.StringSliceVar(&o.allowPrivate, "allow-private-egress", nil, "private ranges (CIDRs inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10; comma-separated) sandboxes may reach, e.g. a LAN service; by default sandboxes reach no private address, and never this node's own addresses, the cluster's (etcd, the nodes) or link-local ones (169.254.0.0/16), whatever their policy")
 	f.IntVar(&o.mtu, "mtu", network.DefaultMTU, fmt.Sprintf("MTU of the bridge and the sandboxes' links (%d to %d): large, so streams between the host and a sandbox (exec, ports) move in few packets; traffic leaving the host keeps its path's MTU", network.MinMTU, network.MaxMTU))
-	f.StringVar(&o.storageSize, "storage-size", "auto", "size of the XFS image holding the sandboxes' files, allocated on the host when it is made (auto: 3/4 of the data directory's free space, at most 64GiB); every sandbox's --disk is reserved from it")
+	f.StringVar(&o.storageSize, "storage-size", "4GiB", "first size of the XFS image holding the sandboxes' files, allocated on the host when it is made; every sandbox's --disk is reserved from it, and the store grows online, 2GiB or more at a time, when a sandbox does not fit (see --storage-max, --reserve); it never shrinks")
+	f.StringVar(&o.storageMax, "storage-max", "auto", "the most the sandbox store grows to (auto: as far as --reserve allows)")
+	f.StringVar(&o.reserve, "reserve", "2GiB", "free space the server leaves on the data directory's filesystem for the rest of the host: the store's growth, image pulls and imports, and checkpoints' memory images stop short of it (507); shard df shows it")
 	f.StringVar(&o.defaultDisk, "default-disk", "2GiB", "disk bound of a sandbox whose create gives none (reserved in full in the store)")
 	f.StringVar(&o.runsc, "runsc", "", "path of runsc (default: on PATH)")
 	f.StringVar(&o.runc, "runc", "", "path of runc (default: on PATH)")
@@ -121,7 +125,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
-	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep 1GiB or 5% of the data directory's filesystem free (507)")
+	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep --reserve free (507)")
 	f.StringVar(&o.forkMemory, "fork-memory", "handoff", "how a fork (or a restore) gets its memory on gvisor: handoff (it adopts a copy of the frozen memory file; for sandboxes holding up to an eighth of the host's memory, at most 4GiB, and with --image-ram-dir) or pages (loaded page by page from the checkpoint, the slower way of stock runsc)")
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
 	f.StringArrayVar(&o.dnsUpstream, "dns-upstream", nil, "resolver (IP or IP:port) the sandboxes' DNS proxy asks (repeatable; default: the host's /etc/resolv.conf)")
@@ -130,7 +134,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.DurationVar(&o.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "a request body that sends nothing this long is cut (400), as is one slower than 1KiB/s on average past that (counting only the time spent waiting for the client); bodies and streams that move are never cut")
 	f.IntVar(&o.maxClientConns, "max-client-conns", api.DefaultMaxClientConns, "most TCP connections one client address holds at once; more get a 429 (0: no limit; the Unix socket has none)")
 	f.DurationVar(&o.ledgerRetention, "ledger-retention", 0, "remove a ledger session (its events) once its sandbox is removed, it has no checkpoints, and its last event is this old, e.g. 720h (0: keep every session; shard ledger rm removes one)")
-	f.StringVar(&o.ledgerMinFree, "ledger-min-free", "256MiB", "free space the data directory's filesystem keeps for the database: below it, requests that add to the ledger (exec, create, fork, restore, resume, checkpoint, snapshot, start, grant, policy) are refused (507) before anything is written; stops, removals and the ends of running commands are still recorded (auto: 1GiB or 5% of the filesystem, the larger, as for images; 0: no floor)")
+	f.StringVar(&o.ledgerMinFree, "ledger-min-free", "256MiB", "free space the data directory's filesystem keeps for the database: below it, requests that add to the ledger (exec, create, fork, restore, resume, checkpoint, snapshot, start, grant, policy) are refused (507) before anything is written; stops, removals and the ends of running commands are still recorded (auto: --reserve; 0: no floor)")
 	f.StringVar(&o.maxMemory, "max-memory", "host", "the most memory one sandbox may have, e.g. 8GiB (host: this host's physical memory; more is refused)")
 	f.StringVar(&o.maxCPU, "max-cpu", "host", "the most cpu one sandbox may have, e.g. 2 or 500m (host: this host's cpus; more is refused)")
 	f.Int64Var(&o.maxPids, "max-pids", sandbox.MaxPids, "the most processes one sandbox may have (at most 4194304, the kernel's limit)")
@@ -162,6 +166,28 @@ func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
 	}
 	l.Pids, l.PidsFrom = o.maxPids, "shard serve --max-pids"
 	return l, nil
+}
+
+// storeFlags reads --storage-size, --storage-max and --reserve.
+func storeFlags(o *serveOptions) (size, most, reserve int64, err error) {
+	if o.storageSize == "auto" { // what it meant before the store grew: now the first size
+		o.storageSize = "4GiB"
+	}
+	if size, err = units.ParseSize(o.storageSize); err != nil || size < 256<<20 {
+		return 0, 0, 0, fmt.Errorf("--storage-size %q: give a size of at least 256MiB", o.storageSize)
+	}
+	if o.storageMax != "auto" {
+		if most, err = units.ParseSize(o.storageMax); err != nil || most < size {
+			return 0, 0, 0, fmt.Errorf("--storage-max %q: give auto, or a size of at least --storage-size (%s)", o.storageMax, units.FormatSize(size))
+		}
+	}
+	if reserve, err = units.ParseSize(o.reserve); err != nil {
+		return 0, 0, 0, fmt.Errorf("--reserve: %w", err)
+	}
+	if reserve == 0 {
+		reserve = -1 // hostdisk: keep nothing
+	}
+	return size, most, reserve, nil
 }
 
 // ledgerFloorFlag reads --ledger-min-free as sandbox.Config's LedgerMinFree:
@@ -225,14 +251,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil || maxImageSize < 1<<20 {
 		return fmt.Errorf("--max-image-size %q: give a size of at least 1MiB", o.maxImageSize)
 	}
-	var storageSize int64 // 0: auto
-	if o.storageSize != "auto" {
-		if storageSize, err = units.ParseSize(o.storageSize); err != nil {
-			return fmt.Errorf("--storage-size: %w", err)
-		}
-		if storageSize == 0 {
-			return fmt.Errorf("--storage-size 0: give a size, or auto")
-		}
+	storageSize, storageMax, reserve, err := storeFlags(o)
+	if err != nil {
+		return err
 	}
 	switch {
 	case o.maxSandboxes < 0:
@@ -253,6 +274,9 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
 	}
 	ledgerMinFree, err := ledgerFloorFlag(o.ledgerMinFree)
+	if err == nil && ledgerMinFree == 0 { // auto
+		ledgerMinFree = max(reserve, -1)
+	}
 	if err != nil {
 		return err
 	}
@@ -298,13 +322,14 @@ func serve(ctx context.Context, o *serveOptions) error {
 	defer db.Close()
 	m := metrics.New(o.cluster.node)
 	db.ObserveAppends(m.LedgerAppend)
+	disk := hostdisk.New(o.dataDir, reserve)
 	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure,
 		Allowed: o.allowed, Blocked: []netip.Prefix{subnet}, PullTimeout: o.pullTimeout,
-		MaxImageSize: maxImageSize, Logger: log.With("component", "image"), Metrics: m})
+		MaxImageSize: maxImageSize, Logger: log.With("component", "image"), Metrics: m, Disk: disk})
 	if err != nil {
 		return err
 	}
-	storage, err := rootfs.Open(ctx, rootfs.Options{Dir: filepath.Join(o.dataDir, "storage"), Size: storageSize, Log: log})
+	storage, err := rootfs.Open(ctx, rootfs.Options{Dir: filepath.Join(o.dataDir, "storage"), Size: storageSize, Max: storageMax, Host: disk, Log: log})
 	if err != nil {
 		return fmt.Errorf("sandbox storage: %w", err)
 	}
@@ -365,7 +390,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err = sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Limits: limits, Metrics: m,
+		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Disk: disk, Limits: limits, Metrics: m,
 	})
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/testenv"
@@ -32,7 +33,7 @@ import (
 // passed), and the client gets that answer; nothing of it is kept.
 func TestImportUploadTooLarge(t *testing.T) {
 	dir := t.TempDir()
-	st, err := image.Open(image.Options{Dir: dir, MaxImageSize: 1 << 20})
+	st, err := image.Open(image.Options{Dir: dir, MaxImageSize: 1 << 20, Disk: hostdisk.Roomy(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,8 @@ func TestImageAccess(t *testing.T) {
 	if err := remote.Write(ref, img); err != nil {
 		t.Fatal(err)
 	}
-	st, err := image.Open(image.Options{Dir: t.TempDir(), Insecure: []string{host}})
+	dir := t.TempDir()
+	st, err := image.Open(image.Options{Dir: dir, Insecure: []string{host}, Disk: hostdisk.Roomy(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

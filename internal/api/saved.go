@@ -217,7 +217,9 @@ func (s *Server) diskUsage(r *http.Request) (any, int, error) {
 	item := func(x sandbox.Usage) DiskUsageItem { return DiskUsageItem{Count: x.Count, Bytes: x.Bytes} }
 	out := DiskUsage{Images: item(u.Images), Sandboxes: item(u.Sandboxes), Snapshots: item(u.Snapshots),
 		Checkpoints: item(u.Checkpoints), Environments: item(u.Environments), Server: item(u.Server),
-		Store: StoreSpace{CapacityBytes: u.Store.Capacity, PromisedBytes: u.Store.Promised, ReservedBytes: u.Store.Meta, FreeBytes: u.Store.Free}}
+		Store: StoreSpace{CapacityBytes: u.Store.Capacity, PromisedBytes: u.Store.Promised, ReservedBytes: u.Store.Meta, FreeBytes: u.Store.Free,
+			SizeBytes: u.StoreSize, MaxBytes: u.StoreMax},
+		Host: HostSpace{TotalBytes: u.Host.Total, FreeBytes: u.Host.Avail, ReserveBytes: u.Host.Reserve}}
 	out.TotalBytes = u.Images.Bytes + u.Sandboxes.Bytes + u.Snapshots.Bytes + u.Checkpoints.Bytes + u.Environments.Bytes + u.Server.Bytes
 	return out, 200, nil
 }

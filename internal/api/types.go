@@ -33,6 +33,7 @@ type (
 	DiskUsage          = client.DiskUsage
 	DiskUsageItem      = client.DiskUsageItem
 	StoreSpace         = client.StoreSpace
+	HostSpace          = client.HostSpace
 	Token              = client.Token
 	Project            = client.Project
 	TokenRequest       = client.TokenRequest

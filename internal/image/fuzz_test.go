@@ -19,6 +19,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/useshards/shard/internal/hostdisk"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ const maxFuzzBytes = 16 << 20
 
 // fuzzBudget is a budget of maxFuzzBytes for unpacking into dir.
 func fuzzBudget(dir string) *budget {
-	s := &Store{dir: dir, maxImage: maxFuzzBytes, statfs: statfs, log: slog.New(slog.DiscardHandler)}
+	s := &Store{dir: dir, maxImage: maxFuzzBytes, disk: hostdisk.Roomy(dir), log: slog.New(slog.DiscardHandler)}
 	return s.newBudget(`image "fuzz"`, false)
 }
 
@@ -164,7 +165,7 @@ func FuzzUnpackLayer(f *testing.F) {
 // checks what came of it.
 func importFuzz(t *testing.T, archive []byte) {
 	sb := newSandbox(t)
-	s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes})
+	s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes, Disk: hostdisk.Roomy(sb.target)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func FuzzImageConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, config []byte) {
 		sb := newSandbox(t)
-		s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes})
+		s, err := Open(Options{Dir: sb.target, MaxImageSize: maxFuzzBytes, Disk: hostdisk.Roomy(sb.target)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/testenv"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -144,7 +145,7 @@ func push(t testing.TB, ref string, img v1.Image) {
 
 func openStore(t testing.TB, dir string, opts ...func(*Options)) *Store {
 	t.Helper()
-	o := Options{Dir: dir}
+	o := Options{Dir: dir, Disk: hostdisk.Roomy(dir)}
 	testRegistries.Range(func(k, _ any) bool {
 		o.Insecure = append(o.Insecure, k.(string))
 		return true

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/units"
@@ -28,10 +27,10 @@ import (
 //     the layers are read, so a bomb stops at the limit, not after.
 //   - An import's upload: the same size, spooled; a gzipped archive's
 //     uncompressed stream too.
-//   - The host: whatever the store writes leaves at least reserveBytes
-//     (1 GiB or 5% of the data dir's filesystem, the larger) and 5% of its
-//     inodes free, checked before each layer and every diskCheckEvery bytes
-//     after; the store as a whole has no other bound.
+//   - The host: whatever the store writes leaves the host's reserve
+//     (Options.Disk: shard serve --reserve) and 5% of its inodes free,
+//     checked before each layer and every diskCheckEvery bytes after; the
+//     store as a whole has no other bound.
 //   - JSON read whole into memory: manifests and indexes maxManifestSize,
 //     configs maxConfigSize, checked before they are read (a layout's or
 //     an archive's files by their size on disk, a registry's answers as
@@ -47,9 +46,7 @@ const (
 	maxConfigSize   = 16 << 20 // image configs
 	maxLayers       = 500      // overlayfs's OVL_MAX_STACK
 
-	minReserveBytes = 1 << 30 // at least this much of the filesystem stays free ...
-	reserveShare    = 20      // ... or 1/reserveShare of it (5%), the larger; and 5% of its inodes
-	diskCheckEvery  = 32 << 20
+	diskCheckEvery = 32 << 20
 )
 
 // Codes of the errors these bounds give.
@@ -71,52 +68,11 @@ func invalidImage(err error, format string, args ...any) error {
 	return &errdefs.Error{Kind: errdefs.KindFailed, Code: codeInvalidImage, Msg: fmt.Sprintf(format, args...), Err: err}
 }
 
-// diskSpace is what statfs tells of a filesystem (Store.statfs: tests
-// make the disk look full).
-type diskSpace struct {
-	avail, total uint64 // bytes: available to unprivileged users, and all
-	ffree, files uint64 // inodes: free, and all (0 if the filesystem does not say)
-}
-
-func statfs(dir string) (diskSpace, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return diskSpace{}, err
-	}
-	bs := uint64(st.Bsize)
-	return diskSpace{avail: st.Bavail * bs, total: st.Blocks * bs, ffree: st.Ffree, files: st.Files}, nil
-}
-
-// Reserve is what the store leaves free on a filesystem of total bytes:
-// 1 GiB or 5% of it, the larger. The ledger's floor (sandbox.Config's
-// LedgerMinFree) is the same by default.
-func Reserve(total uint64) uint64 { return max(minReserveBytes, total/reserveShare) }
-
-// FreeSpace is what statfs says of dir's filesystem: the bytes available to
-// unprivileged users, and its size.
-func FreeSpace(dir string) (avail, total uint64, err error) {
-	d, err := statfs(dir)
-	return d.avail, d.total, err
-}
-
-// checkDisk fails when the store's filesystem is down to its reserve.
-// what names what was being written, for the message.
+// checkDisk fails when the store's filesystem is down to the host's
+// reserve (shard serve --reserve) or to 5% of its inodes. what names what
+// was being written, for the message.
 func (s *Store) checkDisk(what string) error {
-	d, err := s.statfs(s.dir)
-	if err != nil {
-		return s.storeErr("measure its free space", err)
-	}
-	if r := Reserve(d.total); d.avail < r {
-		return errdefs.New(errdefs.KindNoSpace, codeNoSpace,
-			"not enough disk space for %s: the server keeps %s (5%% of its disk, at least 1GiB) free for everything else, and has %s left; free space (remove images, sandboxes, snapshots or checkpoints) and try again",
-			what, units.FormatSize(int64(r)), units.FormatSize(int64(d.avail)))
-	}
-	if d.files > 0 && d.ffree < d.files/reserveShare {
-		return errdefs.New(errdefs.KindNoSpace, codeNoSpace,
-			"not enough free inodes for %s: the server keeps 5%% of its disk's inodes (%d) free, and has %d left; free some (remove images, sandboxes, snapshots or checkpoints) and try again",
-			what, d.files/reserveShare, d.ffree)
-	}
-	return nil
+	return s.disk.Check(what)
 }
 
 // budget bounds what installing one image (or unpacking one archive)

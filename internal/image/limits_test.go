@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdisk"
 )
 
 const testLimit = 32 << 20 // MaxImageSize of the stores below
@@ -222,29 +223,30 @@ func TestPullKeepsTheDiskReserve(t *testing.T) {
 	host := testRegistry(t)
 	push(t, host+"/r/app:1", imageOf(t, runtime.GOARCH, layerOf(t, file("a", "a")), blobLayer(t, gzipOf(t, zeroTar(t, "z", 40<<20)))))
 	for _, tt := range []struct {
-		name string
-		fake func(real diskSpace) diskSpace
-		says string
+		name    string
+		reserve int64
+		fake    func(d hostdisk.Space) hostdisk.Space
+		says    string
 	}{
-		{"bytes", func(d diskSpace) diskSpace { d.total, d.avail = 100<<30, 5<<30+16<<20; return d }, "keeps 5GiB (5% of its disk, at least 1GiB) free"},
-		{"small disk", func(d diskSpace) diskSpace { d.total, d.avail = 10<<30, 1<<30+16<<20; return d }, "keeps 1GiB"},
-		{"inodes", func(d diskSpace) diskSpace { d.files, d.ffree = 1000000, 40000; return d }, "not enough free inodes"},
+		{"bytes", 5 << 30, func(d hostdisk.Space) hostdisk.Space { d.Total, d.Avail = 100<<30, 5<<30+16<<20; return d }, "keeps 5GiB of it free for the rest of the host (shard serve --reserve)"},
+		{"small reserve", 1 << 30, func(d hostdisk.Space) hostdisk.Space { d.Total, d.Avail = 10<<30, 1<<30+16<<20; return d }, "keeps 1GiB"},
+		{"inodes", 1 << 30, func(d hostdisk.Space) hostdisk.Space { d.Files, d.Ffree = 1000000, 40000; return d }, "not enough free inodes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := openStore(t, t.TempDir(), func(o *Options) { o.MaxImageSize = 1 << 30 })
+			dir := t.TempDir()
 			var mu sync.Mutex
 			var written int64 // what unpacking has taken: the fake disk fills with it
-			s.statfs = func(dir string) (diskSpace, error) {
+			disk := hostdisk.New(dir, tt.reserve).WithStatfs(func(string) (hostdisk.Space, error) {
 				mu.Lock()
 				defer mu.Unlock()
-				d, err := statfs(dir)
-				f := tt.fake(d)
+				f := tt.fake(hostdisk.Space{Total: 1 << 40, Avail: 1 << 39})
 				if tt.name != "inodes" {
-					f.avail -= uint64(min(written, int64(f.avail)))
+					f.Avail -= uint64(min(written, int64(f.Avail)))
 				}
 				written += 8 << 20
-				return f, err
-			}
+				return f, nil
+			})
+			s := openStore(t, dir, func(o *Options) { o.MaxImageSize = 1 << 30; o.Disk = disk })
 			_, err := s.Pull(context.Background(), host+"/r/app:1", nil)
 			wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", `image "`+host+`/r/app:1"`, tt.says)
 			if left := leftovers(t, s); len(left) > 0 {
@@ -326,10 +328,11 @@ func TestImportUploadBounds(t *testing.T) {
 	_, err = s.ImportStream(context.Background(), io.LimitReader(zeroReader{}, 1<<20), "x:1")
 	wantErr(t, err, errdefs.KindInvalid, "invalid_argument")
 
-	s = openStore(t, t.TempDir(), limited)
-	s.statfs = func(dir string) (diskSpace, error) {
-		return diskSpace{total: 100 << 30, avail: 5<<30 - 1}, nil
-	}
+	s = openStore(t, t.TempDir(), limited, func(o *Options) {
+		o.Disk = hostdisk.New(o.Dir, 5<<30).WithStatfs(func(string) (hostdisk.Space, error) {
+			return hostdisk.Space{Total: 100 << 30, Avail: 5<<30 - 1}, nil
+		})
+	})
 	_, err = s.ImportStream(context.Background(), bytes.NewReader(archiveOf(t, "a", "b")), "x:1")
 	wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", "not enough disk space for the upload")
 	if left := leftovers(t, s); len(left) > 0 {

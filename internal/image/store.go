@@ -42,6 +42,7 @@ import (
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/project"
 )
@@ -67,6 +68,9 @@ type Options struct {
 	// limits.go). 0 is DefaultMaxImageSize.
 	MaxImageSize int64
 	Metrics      *metrics.Metrics // nil: pulls not counted
+	// Disk is the host filesystem's budget the store writes within (nil:
+	// Dir's filesystem, keeping hostdisk.DefaultReserve free).
+	Disk *hostdisk.Budget
 }
 
 // Config is the part of an image's configuration that runs a container.
@@ -104,10 +108,10 @@ type Store struct {
 	mirrors  []mirror
 	insecure map[string]bool
 	guard    *guard
-	pullTime time.Duration                       // Options.PullTimeout
-	maxImage int64                               // Options.MaxImageSize
-	statfs   func(dir string) (diskSpace, error) // the filesystem's free space (tests fake it)
-	reg      Registry                            // a cluster told of imports made and removed here; nil on a single host
+	pullTime time.Duration    // Options.PullTimeout
+	maxImage int64            // Options.MaxImageSize
+	disk     *hostdisk.Budget // Options.Disk
+	reg      Registry         // a cluster told of imports made and removed here; nil on a single host
 
 	mu   sync.Mutex // guards idx and pins, and serializes index.json writes
 	idx  *index
@@ -135,9 +139,12 @@ func Open(opts Options) (*Store, error) {
 		pins:     map[string]int{},
 		maxImage: opts.MaxImageSize,
 		pullTime: opts.PullTimeout,
-		statfs:   statfs,
+		disk:     opts.Disk,
 		guard:    newGuard(),
 		metrics:  opts.Metrics,
+	}
+	if s.disk == nil {
+		s.disk = hostdisk.New(dir, 0)
 	}
 	if s.pullTime < 0 {
 		return nil, errdefs.Invalid("the pull timeout must not be negative")

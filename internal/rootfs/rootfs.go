@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
 )
@@ -36,20 +37,23 @@ import (
 // Options configure the storage.
 type Options struct {
 	Dir  string // e.g. /var/lib/shard/storage (the XFS mount point)
-	Size int64  // size of the image when one must be made (0: AutoSize)
+	Size int64  // size of the image when one must be made (0: DefaultSize)
+	// Host is the data directory's filesystem as the store may spend it
+	// growing; nil: the store keeps the size it has.
+	Host *hostdisk.Budget
+	Max  int64 // the most the store grows to (0: as far as Host allows)
+	Step int64 // the least it grows by at once (0: growStep)
 	Log  *slog.Logger
 }
 
-// AutoSize is the size of a store made without one: three quarters of what
-// is free where it goes, at most 64GiB, at least 1GiB.
-func AutoSize(dir string) int64 {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil {
-		return 64 << 30
-	}
-	n := int64(st.Bavail) * int64(st.Bsize) / 4 * 3
-	return min(max(n&^(1<<20-1), 1<<30), 64<<30)
-}
+// DefaultSize is the size a store starts at: it grows as sandboxes are
+// admitted, so a fresh server takes little of its host.
+const DefaultSize = 4 << 30
+
+// growStep is the least the store grows by at once: each growth costs an
+// allocation, a loop device resize and an XFS grow (tens of ms), so a run
+// of creates pays for one in several.
+const growStep = 2 << 30
 
 // Storage holds the sandboxes' upper directories.
 type Storage struct {
@@ -59,6 +63,9 @@ type Storage struct {
 	tmplMu sync.Mutex // serialises making templates
 
 	image string // the store's image file on the host ("" if the store is not ours)
+	host  *hostdisk.Budget
+	max   int64 // Options.Max
+	step  int64 // Options.Step
 
 	admitMu sync.Mutex       // held from an admission until its file exists
 	pending map[string]int64 // store path → bytes reserved for it ahead (Reserve); guarded by admitMu
@@ -69,19 +76,30 @@ func Open(ctx context.Context, opts Options) (*Storage, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := &Storage{dir: opts.Dir, log: opts.Log, pending: map[string]int64{}}
+	s := &Storage{dir: opts.Dir, log: opts.Log, pending: map[string]int64{}, host: opts.Host, max: opts.Max, step: opts.Step}
+	if s.step <= 0 {
+		s.step = growStep
+	}
 	if err := hostdir.Private(opts.Dir); err != nil {
 		return nil, err
 	}
 	if opts.Size <= 0 {
-		opts.Size = AutoSize(filepath.Dir(opts.Dir))
+		opts.Size = DefaultSize
 	}
+
+	img := opts.Dir + ".img"
 	if mounted, err := isMountPoint(opts.Dir); err != nil {
 		return nil, err
-	} else if !mounted {
-		img := opts.Dir + ".img"
+	} else if mounted {
+		if _, err := os.Stat(img); err == nil {
+			s.image = img // mounted by a server before this one
+		}
+	} else {
 		if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
-			if err := makeImage(ctx, img, opts.Size); err != nil {
+			if s.max > 0 && opts.Size > s.max {
+				return nil, fmt.Errorf("the sandbox store's first size (%s) is above its most (%s)", units.FormatSize(opts.Size), units.FormatSize(s.max))
+			}
+			if err := s.makeImage(ctx, img, opts.Size); err != nil {
 				return nil, err
 			}
 			s.image = img
@@ -92,6 +110,7 @@ func Open(ctx context.Context, opts Options) (*Storage, error) {
 			return nil, fmt.Errorf("mount %s: %v: %s", img, err, bytes.TrimSpace(out))
 		}
 	}
+	s.catchUp(ctx)
 	// The mount point's own mode is the root of the XFS filesystem's.
 	if err := hostdir.Private(opts.Dir); err != nil {
 		return nil, err
@@ -138,7 +157,14 @@ const (
 // the host: a sparse image would promise sandboxes space the host may give
 // to something else, and then their writes, already acknowledged, would be
 // lost.
-func makeImage(ctx context.Context, img string, size int64) error {
+func (s *Storage) makeImage(ctx context.Context, img string, size int64) error {
+	if s.host != nil {
+		release, err := s.host.Take(size, "the sandbox store ("+units.FormatSize(size)+", shard serve --storage-size)")
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	f, err := os.OpenFile(img+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err

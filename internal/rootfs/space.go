@@ -1,10 +1,12 @@
 package rootfs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/units"
@@ -110,17 +112,51 @@ func (s *Storage) Fits(need int64, what string) error {
 }
 
 // admit checks that need more bytes can be promised, for what (e.g. "a
-// sandbox with a 10GiB disk"). Caller holds admitMu until the file that
-// holds the promise exists, so two admissions never spend the same bytes.
+// sandbox with a 10GiB disk"), growing the store when they do not fit in
+// it but fit on the host. Caller holds admitMu until the file that holds
+// the promise exists, so two admissions never spend the same bytes.
 func (s *Storage) admit(need int64, what string) error {
 	sp, err := s.space()
 	if err != nil {
 		return err
 	}
-	if need > sp.Free {
-		return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
-			"not enough disk space for %s: it needs %s, and the store has %s free of %s (every sandbox's disk bound is reserved in full; remove sandboxes, snapshots or checkpoints, or give a smaller --disk)",
-			what, units.FormatSize(need), units.FormatSize(sp.Free), units.FormatSize(sp.Capacity))
+	if need <= sp.Free {
+		return nil
 	}
-	return nil
+	room := int64(0)
+	if s.growable() {
+		// The metadata margin grows with the store: ask for it too.
+		short := need - sp.Free + spaceMargin(need)
+		ctx, cancel := context.WithTimeout(context.Background(), growTimeout)
+		room, err = s.grow(ctx, short)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if room >= short {
+			if sp, err = s.space(); err != nil {
+				return err
+			}
+			if need <= sp.Free {
+				return nil
+			}
+		}
+	}
+	return s.refusal(sp, need, room, what)
+}
+
+// growTimeout bounds one growth (an allocation and xfs_growfs).
+const growTimeout = time.Minute
+
+func (s *Storage) refusal(sp Space, need, room int64, what string) error {
+	grows := ""
+	switch {
+	case s.growable() && s.max > 0 && fileSize(s.image) >= s.max:
+		grows = "; it is at its most, " + units.FormatSize(s.max) + " (shard serve --storage-max)"
+	case s.growable():
+		grows = fmt.Sprintf("; it may grow by %s more (the host keeps shard serve --reserve free, and --storage-max bounds the store)", units.FormatSize(room))
+	}
+	return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+		"not enough disk space for %s: it needs %s, and the sandbox store has %s free of %s%s (every sandbox's disk bound is reserved in full; remove sandboxes, snapshots or checkpoints, or give a smaller --disk)",
+		what, units.FormatSize(need), units.FormatSize(sp.Free), units.FormatSize(sp.Capacity), grows)
 }

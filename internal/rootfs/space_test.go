@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -212,5 +215,86 @@ func TestOpenRemovesHalfMadeFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s2.dir, whole)); err != nil {
 		t.Errorf("%s after a reopen: %v, want it kept", whole, err)
+	}
+}
+
+// TestStoreGrows: a store that starts small grows, online and in steps, when
+// a sandbox does not fit in it but fits on the host; sandboxes made before
+// keep their files; it stops at its ceiling and at the host's reserve, and
+// a refusal says which.
+func TestStoreGrows(t *testing.T) {
+	testenv.RequireRoot(t, "loop-mounts an XFS store")
+	dir := t.TempDir()
+	// The host's free space is faked: what the test allocates is its own
+	// few hundred MiB, whatever the host has.
+	var hostFree atomic.Int64
+	hostFree.Store(2 << 30)
+	host := hostdisk.New(dir, 512<<20).WithStatfs(func(string) (hostdisk.Space, error) {
+		return hostdisk.Space{Avail: uint64(hostFree.Load()), Total: 100 << 30}, nil
+	})
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Dir: filepath.Join(dir, "storage"), Size: 320 << 20, Host: host, Max: 1 << 30, Step: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ids, _ := s.List()
+		for _, id := range ids {
+			s.Remove(ctx, id)
+		}
+		Unmount(s.dir)
+	})
+	if size, _ := s.Size(); size != 320<<20 {
+		t.Fatalf("first size %d, want 320MiB", size)
+	}
+	if err := s.Create(ctx, "a", 128<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.attach(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	keep := bytes.Repeat([]byte("before the growth "), 1<<16)
+	if err := os.WriteFile(filepath.Join(s.upper("a"), "keep"), keep, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Space()
+	if err := s.Create(ctx, "b", 256<<20); err != nil {
+		t.Fatalf("a create the store must grow for: %v", err)
+	}
+	after, _ := s.Space()
+	size, _ := s.Size()
+	if after.Capacity <= before.Capacity || size < 320<<20+128<<20 {
+		t.Fatalf("after the growth: capacity %d (was %d), image %d", after.Capacity, before.Capacity, size)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.upper("a"), "keep")); err != nil || !bytes.Equal(got, keep) {
+		t.Fatalf("a's file after the growth: %d bytes, %v", len(got), err)
+	}
+	// The ceiling: 1GiB in all.
+	err = s.Create(ctx, "huge", 900<<20)
+	wantNoSpace(t, err, "a sandbox past --storage-max")
+	if !strings.Contains(err.Error(), "--storage-max") {
+		t.Errorf("refusal at the ceiling: %v, want it to name --storage-max", err)
+	}
+	// The host's reserve: with 600MiB free and 512MiB kept, it grows by no more than 88MiB.
+	hostFree.Store(600 << 20)
+	err = s.Create(ctx, "c", 300<<20)
+	wantNoSpace(t, err, "a sandbox the host's reserve leaves no room for")
+	if !strings.Contains(err.Error(), "--reserve") {
+		t.Errorf("refusal at the reserve: %v, want it to name --reserve", err)
+	}
+	// A reopened store keeps its grown size.
+	if err := s.Detach("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmount(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, Options{Dir: s.dir, Host: host, Max: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s2
+	if sp, _ := s.Space(); sp.Capacity != after.Capacity {
+		t.Errorf("capacity after a reopen %d, want %d", sp.Capacity, after.Capacity)
 	}
 }

@@ -48,6 +48,7 @@ type Storage interface {
 	Reserve(need map[string]int64, what string) (*rootfs.Reservation, error)
 	Fits(need int64, what string) error
 	Space() (rootfs.Space, error)
+	Size() (size, most int64) // the store image's size, and the most it may grow to now
 	TemplateUsage() (n int, bytes int64)
 	View(ctx context.Context, id, key, dir string) (release func(), err error)
 }

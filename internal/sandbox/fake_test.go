@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
@@ -54,7 +55,7 @@ func newFakeService(t *testing.T) *fakes {
 		DataDir: dir, DefaultProvider: "fake", Providers: []provider.Provider{f.p},
 		Images: fakeImages{}, Storage: f.fs, Net: f.net, Store: st,
 		Log:         slog.New(slog.DiscardHandler),
-		StopTimeout: time.Second, LedgerMinFree: -1,
+		StopTimeout: time.Second, LedgerMinFree: -1, Disk: hostdisk.Roomy(dir),
 		AgentAddr: func(*store.Sandbox) string { return addr },
 	})
 	if err != nil {
@@ -327,6 +328,8 @@ func (s *fakeStorage) FileUsage(string) int64       { return 0 }
 func (s *fakeStorage) Fits(int64, string) error     { return nil }
 func (s *fakeStorage) Space() (rootfs.Space, error) { return rootfs.Space{}, nil }
 func (s *fakeStorage) TemplateUsage() (int, int64)  { return 0, 0 }
+func (s *fakeStorage) Size() (int64, int64) { return 0, 0 }
+
 func (s *fakeStorage) Reserve(map[string]int64, string) (*rootfs.Reservation, error) {
 	return &rootfs.Reservation{}, nil
 }

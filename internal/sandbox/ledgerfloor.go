@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
-	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/units"
 )
 
@@ -27,8 +27,8 @@ const ledgerFreshness = time.Second
 // ledgerFloor refuses ledger growth below a free-space floor.
 type ledgerFloor struct {
 	dir     string
-	minFree int64                                             // the floor; 0: image.Reserve of the filesystem; < 0: none
-	free    func(dir string) (avail, total uint64, err error) // image.FreeSpace; tests fake it
+	minFree int64                                             // the floor; 0: hostdisk.DefaultReserve; < 0: none
+	free    func(dir string) (avail, total uint64, err error) // statfs; tests fake it
 	now     func() time.Time
 
 	mu           sync.Mutex
@@ -37,7 +37,12 @@ type ledgerFloor struct {
 }
 
 func newLedgerFloor(dir string, minFree int64) *ledgerFloor {
-	return &ledgerFloor{dir: dir, minFree: minFree, free: image.FreeSpace, now: time.Now}
+	return &ledgerFloor{dir: dir, minFree: minFree, free: freeSpace, now: time.Now}
+}
+
+func freeSpace(dir string) (avail, total uint64, err error) {
+	d, err := hostdisk.Statfs(dir)
+	return d.Avail, d.Total, err
 }
 
 // check fails when the data directory's filesystem is below the floor.
@@ -59,7 +64,7 @@ func (f *ledgerFloor) check(what string) error {
 	}
 	floor, from := uint64(f.minFree), "set by shard serve --ledger-min-free"
 	if f.minFree == 0 {
-		floor, from = image.Reserve(f.total), "5% of its disk, at least 1GiB; shard serve --ledger-min-free sets it"
+		floor, from = hostdisk.DefaultReserve, "the server's reserve; shard serve --ledger-min-free sets it"
 	}
 	if f.avail >= floor {
 		return nil

@@ -32,8 +32,8 @@ func (d *fakeDisk) floor(minFree int64) *ledgerFloor {
 		}}
 }
 
-// The floor is the flag's size, or 1GiB or 5% of the disk (the larger)
-// when it is not set; below it a request is a 507 that says how much is
+// The floor is the flag's size, or the server's reserve when it is not
+// set, whatever the disk's size; below it a request is a 507 that says how much is
 // free, the floor and the flag.
 func TestLedgerFloor(t *testing.T) {
 	const gib = 1 << 30
@@ -48,10 +48,9 @@ func TestLedgerFloor(t *testing.T) {
 		{"above the flag's floor", 2 * gib, 3 * gib, 100 * gib, nil, "", nil},
 		{"below the flag's floor", 2 * gib, gib, 100 * gib, nil, errdefs.KindNoSpace, []string{"1GiB free", "below the 2GiB", "--ledger-min-free", "run a command in sandbox web"}},
 		{"a floor larger than the disk", 1 << 50, 100 * gib, 100 * gib, nil, errdefs.KindNoSpace, []string{"100GiB free", "below the 1PiB", "--ledger-min-free"}},
-		{"default on a small disk: 1GiB", 0, gib - 1, 10 * gib, nil, errdefs.KindNoSpace, []string{"below the 1GiB", "5% of its disk, at least 1GiB", "--ledger-min-free"}},
-		{"default on a small disk, above 1GiB", 0, gib, 10 * gib, nil, "", nil},
-		{"default on a large disk: 5%", 0, 4 * gib, 100 * gib, nil, errdefs.KindNoSpace, []string{"4GiB free", "below the 5GiB"}},
-		{"default on a large disk, above 5%", 0, 5 * gib, 100 * gib, nil, "", nil},
+		{"default: the reserve", 0, 2*gib - 1, 10 * gib, nil, errdefs.KindNoSpace, []string{"below the 2GiB", "the server's reserve", "--ledger-min-free"}},
+		{"default, above the reserve", 0, 2 * gib, 10 * gib, nil, "", nil},
+		{"default on a large disk: still the reserve", 0, 3 * gib, 1000 * gib, nil, "", nil},
 		{"no floor", -1, 0, 100 * gib, nil, "", nil},
 		{"statfs fails", 0, 0, 0, errors.New("boom"), errdefs.KindInternal, []string{"measure the free space of /data", "boom"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
@@ -32,7 +33,8 @@ type Config struct {
 	MaxSandboxes    int              // most sandboxes at once, forks included (0: no limit)
 	DefaultDisk     int64            // disk bound of a create that gives none (0: DefaultDisk)
 	LedgerRetention time.Duration    // ledger sessions left this long after their sandbox are removed (0: kept)
-	LedgerMinFree   int64            // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: image.Reserve; < 0: no floor)
+	LedgerMinFree   int64            // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: hostdisk.DefaultReserve; < 0: no floor)
+	Disk            *hostdisk.Budget // DataDir's filesystem, which memory images are written within (nil: DataDir's with hostdisk.DefaultReserve)
 	Limits          Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 	Metrics         *metrics.Metrics // nil: nothing counted
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
@@ -53,11 +55,11 @@ type Service struct {
 	cks    ckRefs        // checkpoints being read by restores, or dropped
 	spares *sparePool    // environments' warm spares
 
-	host  hostSpace    // the host disk promised to memory images being written
-	execs execSet      // running execs, ended when their sandbox stops
-	watch *watcher     // notices sandboxes that end on their own
-	mem   memWatches   // gVisor sandboxes' memory cgroups, for their OOM guards
-	floor *ledgerFloor // nil in tests that make a Service by hand: no floor
+	disk  *hostdisk.Budget // the data directory's filesystem: Config.Disk
+	execs execSet          // running execs, ended when their sandbox stops
+	watch *watcher         // notices sandboxes that end on their own
+	mem   memWatches       // gVisor sandboxes' memory cgroups, for their OOM guards
+	floor *ledgerFloor     // nil in tests that make a Service by hand: no floor
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
@@ -72,7 +74,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree)}
+		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk}
+	if s.disk == nil {
+		s.disk = hostdisk.New(cfg.DataDir, 0)
+	}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.checkLimit)
 	s.spares = newSparePool(s.makeSpare, s.dropSpare, cfg.Log)
 	for _, p := range cfg.Providers {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/useshards/shard/internal/hostdir"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/rootfs"
 )
 
@@ -23,7 +24,9 @@ type Usage struct {
 type DiskUsage struct {
 	Images, Sandboxes, Snapshots, Checkpoints, Environments, Server Usage
 
-	Store rootfs.Space
+	Store               rootfs.Space
+	StoreSize, StoreMax int64          // the store image's size, and the most it may grow to now
+	Host                hostdisk.State // the data directory's filesystem
 }
 
 // DiskUsage measures the image cache, every sandbox's files, snapshots,
@@ -89,6 +92,10 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 		}
 	}
 	if u.Store, err = s.cfg.Storage.Space(); err != nil {
+		return nil, err
+	}
+	u.StoreSize, u.StoreMax = s.cfg.Storage.Size()
+	if u.Host, err = s.disk.State(); err != nil {
 		return nil, err
 	}
 	return &u, nil

@@ -48,7 +48,7 @@ import (
 //
 // (About 6 minutes at the default Ns. 200 sandboxes need a store of about
 // 4.5GiB, allocated in full; on a disk with less free than that plus
-// the image floor, run it with TMPDIR=/dev/shm SHARD_IT_STORAGE_SIZE=5GiB.)
+// the image floor, run it with TMPDIR=/dev/shm SHARD_IT_STORAGE_MAX=5GiB.)
 //
 // A measurement (apart from the clean-up check): nothing fails on a number.
 func BenchmarkDensity(b *testing.B) {

@@ -151,8 +151,8 @@ func setup() (*env, error) {
 	// A bridge and subnet of their own, so a shard serve on this machine
 	// (the default shard0, 10.88/16) is not disturbed.
 	// SHARD_IT_BRIDGE and SHARD_IT_SUBNET let two runs share a machine
-	// (and SHARD_IT_STORAGE_SIZE, default 8GiB, a disk with less free:
-	// the store is allocated in full).
+	// (and SHARD_IT_STORAGE_SIZE and SHARD_IT_STORAGE_MAX, the store's
+	// first size and the most it grows to: 1GiB and 8GiB).
 	e.bridge = envOr("SHARD_IT_BRIDGE", "shardit0")
 	e.subnet = envOr("SHARD_IT_SUBNET", "10.89.0.0/16")
 	// A run that was killed leaves its veths on the test bridge, holding
@@ -193,7 +193,7 @@ func (e *env) startServer(extra ...string) error {
 		return err
 	}
 	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
-		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", envOr("SHARD_IT_STORAGE_SIZE", "8GiB"), "--default-disk", "256MiB",
+		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", envOr("SHARD_IT_STORAGE_SIZE", "1GiB"), "--storage-max", envOr("SHARD_IT_STORAGE_MAX", "8GiB"), "--default-disk", "256MiB",
 		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
 	if e.metrics != "" {
 		args = append(args, "--metrics-listen", e.metrics)

@@ -143,9 +143,13 @@ func TestDiskAdmission(t *testing.T) {
 			t.Errorf("a refused create left a template: %s", p)
 		}
 	}
-	// A disk that fits now but not beside a fork's copy: the fork is
-	// refused before the source freezes, and the source runs on.
-	free := before.Store.FreeBytes
+	// A disk that fits now, growing the store, but not beside a fork's
+	// copy within the store's most (--storage-max): the fork is refused
+	// before the source freezes, and the source runs on.
+	if before.Store.SizeBytes == 0 || before.Store.MaxBytes < before.Store.SizeBytes {
+		t.Fatalf("df store: %+v, want the image's size and most", before.Store)
+	}
+	free := before.Store.FreeBytes + before.Store.MaxBytes - before.Store.SizeBytes
 	big := free/2 + 64<<20
 	src := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "half-store", Disk: json.RawMessage(strconv.FormatInt(big, 10))})
 	_, err = e.c.Fork(ctxT(t), src.ID, client.ForkRequest{})
@@ -153,6 +157,17 @@ func TestDiskAdmission(t *testing.T) {
 		t.Fatalf("fork of a sandbox whose disk does not fit twice: %v, want 507 insufficient_storage", err)
 	}
 	execOK(t, src.ID, "true")
+	after, err := e.c.DiskUsage(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew := after.Store.SizeBytes > before.Store.SizeBytes
+	if mayGrow := big > before.Store.FreeBytes; grew != mayGrow || after.Store.SizeBytes > before.Store.MaxBytes {
+		t.Errorf("store image %d after a create of %d (it was %d with %d free, most %d)", after.Store.SizeBytes, big, before.Store.SizeBytes, before.Store.FreeBytes, before.Store.MaxBytes)
+	}
+	if after.Host.ReserveBytes != 2<<30 || after.Host.TotalBytes <= 0 {
+		t.Errorf("df host: %+v, want the default 2GiB reserve", after.Host)
+	}
 }
 
 // TestReconcileKeepsSlowSandbox: a sandbox starved of CPU answers its agent
