@@ -797,6 +797,17 @@ func (c *Client) Projects(ctx context.Context) ([]Project, error) {
 	return out.Projects, err
 }
 
+// SetProjectQuota sets project name's quota, replacing the one it had (the
+// zero ProjectQuota removes every bound): PUT /v0/projects/{name}/quota,
+// which takes a key of every project with the scope "*" (or the socket).
+func (c *Client) SetProjectQuota(ctx context.Context, name string, q ProjectQuota) (*Project, error) {
+	var out Project
+	if err := c.call(ctx, "PUT", "/projects/"+url.PathEscape(name)+"/quota", q, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // CreateToken makes an API key with the given scopes (POST /v0/tokens). The
 // answer's Key is shown this once: the server keeps only its hash. Creating
 // tokens needs token:write (the Unix socket, the administrator, has every

@@ -66,6 +66,8 @@ var mirrors = map[string]any{
 	"DiskUsageItem":      DiskUsageItem{},
 	"StoreSpace":         StoreSpace{},
 	"HostSpace":          HostSpace{},
+	"ProjectQuota":       ProjectQuota{},
+	"ProjectUse":         ProjectUse{},
 	"Token":              Token{},
 	"TokenRequest":       TokenRequest{},
 	"TokenCreated":       TokenCreated{},

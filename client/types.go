@@ -408,6 +408,31 @@ type Project struct {
 	Environments int    `json:"environments"`
 	Secrets      int    `json:"secrets"`
 	Tokens       int    `json:"tokens"`
+	// Quota is what an administrator bounds the project to (zero fields:
+	// no bound), Use what it holds against it.
+	Quota ProjectQuota `json:"quota"`
+	Use   ProjectUse   `json:"use"`
+}
+
+// ProjectQuota bounds what one project may hold (PUT
+// /v0/projects/{name}/quota); a field left out or 0 has no bound.
+type ProjectQuota struct {
+	MaxSandboxes   int64 `json:"max_sandboxes,omitempty"`    // sandboxes, whatever their state
+	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"` // memory bounds of its running sandboxes and warm spares
+	MaxCPUMillis   int64 `json:"max_cpu_millis,omitempty"`   // their cpu bounds (1000 = one cpu)
+	MaxDiskBytes   int64 `json:"max_disk_bytes,omitempty"`   // disk bounds of its sandboxes, whatever their state
+	MaxSavedBytes  int64 `json:"max_saved_bytes,omitempty"`  // what its checkpoints and snapshots take
+	MaxLedgerBytes int64 `json:"max_ledger_bytes,omitempty"` // what its ledger's events take
+}
+
+// ProjectUse is what a project holds, in a quota's terms.
+type ProjectUse struct {
+	Sandboxes   int64 `json:"sandboxes"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUMillis   int64 `json:"cpu_millis"`
+	DiskBytes   int64 `json:"disk_bytes"`
+	SavedBytes  int64 `json:"saved_bytes"`
+	LedgerBytes int64 `json:"ledger_bytes"`
 }
 
 // TokenRequest is the body of POST /v0/tokens.

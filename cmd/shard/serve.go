@@ -54,6 +54,7 @@ type serveOptions struct {
 	stopTimeout                        time.Duration
 	freezeTimeout                      time.Duration
 	maxSandboxes                       int
+	memoryOvercommit                   float64
 	dnsUpstream                        []string
 	idleTimeout, bodyTimeout           time.Duration
 	maxClientConns                     int
@@ -124,7 +125,8 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
-	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit)")
+	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit); 'shard project set' bounds each project")
+	f.Float64Var(&o.memoryOvercommit, "memory-overcommit", 1.0, "the memory bounds of running sandboxes and warm spares, summed, stay within this host's memory times this (a create, fork, restore, resume or start past it is 507 insufficient_memory); 0: not admitted")
 	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep --reserve free (507)")
 	f.StringVar(&o.forkMemory, "fork-memory", "handoff", "how a fork (or a restore) gets its memory on gvisor: handoff (it adopts a copy of the frozen memory file; for sandboxes holding up to an eighth of the host's memory, at most 4GiB, and with --image-ram-dir) or pages (loaded page by page from the checkpoint, the slower way of stock runsc)")
 	f.StringVar(&o.imageRAM, "image-ram-dir", "auto", "directory on tmpfs where checkpoint memory images are written first and restored from until they are copied to disk (auto: /dev/shm/shard-<hash of --data-dir>; none: straight to disk)")
@@ -258,6 +260,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 	switch {
 	case o.maxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
+	case o.memoryOvercommit < 0 || o.memoryOvercommit > 100 || o.memoryOvercommit != o.memoryOvercommit:
+		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0 (not admitted) to 100, e.g. 1.5", o.memoryOvercommit)
 	case o.stopTimeout < 0:
 		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
 	case o.pullTimeout <= 0:
@@ -390,7 +394,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	svc, err = sandbox.New(ctx, sandbox.Config{
 		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
 		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Disk: disk, Limits: limits, Metrics: m,
+		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Disk: disk, MemoryOvercommit: o.memoryOvercommit, Limits: limits, Metrics: m,
 	})
 	if err != nil {
 		return err

@@ -1,11 +1,15 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
@@ -68,19 +72,106 @@ func (s *Server) listProjects(r *http.Request) (any, int, error) {
 	if isAdmin(ctx) {
 		ctx = project.With(ctx, "")
 	}
-	all, err := s.Sandboxes.Store().Projects(ctx)
+	out, err := s.projects(ctx, "")
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]Project, 0, len(all)+1)
-	for _, p := range all {
-		out = append(out, Project{Name: p.Name, Sandboxes: p.Sandboxes, Sessions: p.Sessions, Checkpoints: p.Checkpoints,
-			Snapshots: p.Snapshots, Environments: p.Environments, Secrets: p.Secrets, Tokens: p.Tokens})
-	}
-	if own, scoped := project.From(ctx); scoped && len(out) == 0 {
-		out = append(out, Project{Name: own}) // a project's key sees its own, empty or not
-	}
 	return map[string]any{"projects": out}, 200, nil
+}
+
+// projects lists ctx's projects (every one when unscoped; only the one
+// named when name is set), with their quotas and use. A project with a
+// quota is listed though it holds nothing.
+func (s *Server) projects(ctx context.Context, name string) ([]Project, error) {
+	all, err := s.Sandboxes.Store().Projects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*Project{}
+	var names []string
+	add := func(n string) *Project {
+		if p := byName[n]; p != nil {
+			return p
+		}
+		if !project.Visible(ctx, n) || (name != "" && n != name) {
+			return nil
+		}
+		byName[n] = &Project{Name: n}
+		names = append(names, n)
+		return byName[n]
+	}
+	for _, p := range all {
+		if q := add(p.Name); q != nil {
+			*q = Project{Name: p.Name, Sandboxes: p.Sandboxes, Sessions: p.Sessions, Checkpoints: p.Checkpoints,
+				Snapshots: p.Snapshots, Environments: p.Environments, Secrets: p.Secrets, Tokens: p.Tokens}
+		}
+	}
+	quotas, err := s.Sandboxes.Store().ProjectQuotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for n := range quotas {
+		add(n)
+	}
+	if own, scoped := project.From(ctx); scoped {
+		add(own) // a project's key sees its own, empty or not
+	}
+	if name != "" {
+		add(name)
+	}
+	uses, err := s.Sandboxes.ProjectUses(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Project, 0, len(names))
+	for _, n := range names {
+		p, u := byName[n], uses[n]
+		q := u.Quota
+		p.Quota = ProjectQuota{MaxSandboxes: q.Sandboxes, MaxMemoryBytes: q.MemoryBytes, MaxCPUMillis: q.CPUMillis,
+			MaxDiskBytes: q.DiskBytes, MaxSavedBytes: q.SavedBytes, MaxLedgerBytes: q.LedgerBytes}
+		p.Use = ProjectUse{Sandboxes: u.Sandboxes, MemoryBytes: u.Memory, CPUMillis: u.CPU, DiskBytes: u.Disk,
+			SavedBytes: u.SavedBytes, LedgerBytes: u.LedgerBytes}
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Project) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// setProjectQuota sets a project's quota: an administrator's act, so only a
+// key of every project (with the scope "*", which the route asks) or the
+// socket may.
+func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
+	name := r.PathValue("name")
+	if err := project.Check(name); err != nil {
+		return nil, 0, err
+	}
+	if !isAdmin(r.Context()) {
+		p := auth.From(r.Context())
+		return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project sets quotas", p.Name, p.Project)
+	}
+	var q ProjectQuota
+	if err := decode(r, &q); err != nil {
+		return nil, 0, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"max_sandboxes", q.MaxSandboxes}, {"max_memory_bytes", q.MaxMemoryBytes}, {"max_cpu_millis", q.MaxCPUMillis},
+		{"max_disk_bytes", q.MaxDiskBytes}, {"max_saved_bytes", q.MaxSavedBytes}, {"max_ledger_bytes", q.MaxLedgerBytes}} {
+		if f.v < 0 {
+			return nil, 0, errdefs.Invalid("%s is %d: give 0 (no bound) or more", f.name, f.v)
+		}
+	}
+	err := s.Sandboxes.SetQuota(r.Context(), name, store.Quota{Sandboxes: q.MaxSandboxes, MemoryBytes: q.MaxMemoryBytes, CPUMillis: q.MaxCPUMillis,
+		DiskBytes: q.MaxDiskBytes, SavedBytes: q.MaxSavedBytes, LedgerBytes: q.MaxLedgerBytes})
+	if err != nil {
+		return nil, 0, err
+	}
+	ps, err := s.projects(project.With(r.Context(), ""), name)
+	if err != nil || len(ps) != 1 {
+		return nil, 0, cmp.Or(err, fmt.Errorf("project %s not listed after its quota was set", name))
+	}
+	return ps[0], 200, nil
 }
 
 // tokenContext is where a request sees tokens: a key of every project sees

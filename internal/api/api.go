@@ -138,6 +138,7 @@ func (s *Server) routes() []route {
 		j("GET /v0/images/{ref...}", auth.SandboxRead, s.getImage),
 		j("DELETE /v0/images/{ref...}", auth.SandboxWrite, s.removeImage),
 		j("GET /v0/projects", auth.SandboxRead, s.listProjects),
+		j("PUT /v0/projects/{name}/quota", auth.All, s.setProjectQuota),
 		j("POST /v0/tokens", auth.TokenWrite, s.createToken),
 		j("GET /v0/tokens", auth.TokenRead, s.listTokens),
 		j("DELETE /v0/tokens/{id}", auth.TokenWrite, s.revokeToken),

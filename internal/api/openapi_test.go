@@ -77,6 +77,7 @@ var routes = []string{
 	"GET /v0/system/df",
 	"GET /v0/projects",
 	"POST /v0/tokens",
+	"PUT /v0/projects/{name}/quota",
 	"GET /v0/tokens",
 	"DELETE /v0/tokens/{id}",
 	"PUT /v0/secrets/{name}",

@@ -36,6 +36,8 @@ type (
 	HostSpace          = client.HostSpace
 	Token              = client.Token
 	Project            = client.Project
+	ProjectQuota       = client.ProjectQuota
+	ProjectUse         = client.ProjectUse
 	TokenRequest       = client.TokenRequest
 	TokenCreated       = client.TokenCreated
 	Whoami             = client.Whoami

@@ -38,11 +38,11 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (_ *stor
 	}
 	prov = src.Provider
 	defer unlock()
-	if err := s.floor.check("checkpoint sandbox " + src.Name); err != nil {
+	if err := s.ledgerRoom(ctx, src.Project, "checkpoint sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	ckID := newID()
-	releaseHost, err := s.reserveHostSpace(s.memoryImageBound(src), "a checkpoint of "+src.Name)
+	releaseHost, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/useshards/shard/internal/project"
 	"strings"
 	"time"
 
@@ -93,7 +94,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err := s.validate(&req); err != nil {
 		return nil, err
 	}
-	if err := s.floor.check("create a sandbox"); err != nil {
+	if err := s.ledgerRoom(ctx, project.Of(ctx), "create a sandbox"); err != nil {
 		return nil, err
 	}
 	// Checked again when the files are made; here so that a create that

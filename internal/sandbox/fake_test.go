@@ -328,7 +328,7 @@ func (s *fakeStorage) FileUsage(string) int64       { return 0 }
 func (s *fakeStorage) Fits(int64, string) error     { return nil }
 func (s *fakeStorage) Space() (rootfs.Space, error) { return rootfs.Space{}, nil }
 func (s *fakeStorage) TemplateUsage() (int, int64)  { return 0, 0 }
-func (s *fakeStorage) Size() (int64, int64) { return 0, 0 }
+func (s *fakeStorage) Size() (int64, int64)         { return 0, 0 }
 
 func (s *fakeStorage) Reserve(map[string]int64, string) (*rootfs.Reservation, error) {
 	return &rootfs.Reservation{}, nil

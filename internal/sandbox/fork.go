@@ -91,7 +91,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 		return nil, err
 	}
 	defer f.releaseCheckpoint()
-	releaseHost, err := s.reserveHostSpace(s.memoryImageBound(src), "the memory image of a fork of "+src.Name)
+	releaseHost, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of a fork of "+src.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ type forkOp struct {
 
 // newFork checks that src may be forked here, and finds its image.
 func (s *Service) newFork(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer) (*forkOp, error) {
-	if err := s.floor.check("fork sandbox " + src.Name); err != nil {
+	if err := s.ledgerRoom(ctx, src.Project, "fork sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	if err := checkInherited("sandbox "+src.Name, s.Limits(), src.MemoryBytes, src.CPUMillis, src.Pids); err != nil {

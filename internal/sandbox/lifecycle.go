@@ -72,11 +72,20 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 	if c := s.caps[sb.Provider]; !c.Available {
 		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
 	}
-	if err := s.floor.check("start sandbox " + sb.Name); err != nil {
+	if err := s.ledgerRoom(ctx, sb.Project, "start sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
-	// A start is a fresh boot: it runs this server's agent.
-	if sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir }); err != nil {
+	// A start is a fresh boot: it runs this server's agent. Its memory and
+	// cpu count from the move to starting.
+	var add use
+	if !holdsMemory(sb.State) {
+		add = use{memory: sb.MemoryBytes, cpu: sb.CPUMillis}
+	}
+	err = s.admit(ctx, sb, add, "sandbox "+sb.Name, func() (err error) {
+		sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir })
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	bg := context.WithoutCancel(ctx)

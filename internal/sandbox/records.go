@@ -69,7 +69,9 @@ func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, cr
 			}
 			session, data := created(r)
 			r.Session = cmp.Or(session, r.Name)
-			return s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data})
+			return s.admit(ctx, r, newSandboxUse(r), "sandbox "+r.Name, func() error {
+				return s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data})
+			})
 		})
 		if err != nil {
 			return s.undoRecords(ctx, out, err)

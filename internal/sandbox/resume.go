@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/useshards/shard/internal/project"
 	"io"
 	"math"
 
@@ -57,7 +58,7 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow Allow)
 	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
-	if err := s.floor.check("resume ledger session " + session); err != nil {
+	if err := s.ledgerRoom(ctx, project.Of(ctx), "resume ledger session "+session); err != nil {
 		return nil, err
 	}
 	events, err := s.sessionEvents(ctx, session)

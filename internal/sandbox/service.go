@@ -35,8 +35,11 @@ type Config struct {
 	LedgerRetention time.Duration    // ledger sessions left this long after their sandbox are removed (0: kept)
 	LedgerMinFree   int64            // requests that add to the ledger are refused below this much free on DataDir's filesystem (0: hostdisk.DefaultReserve; < 0: no floor)
 	Disk            *hostdisk.Budget // DataDir's filesystem, which memory images are written within (nil: DataDir's with hostdisk.DefaultReserve)
-	Limits          Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
-	Metrics         *metrics.Metrics // nil: nothing counted
+	// MemoryOvercommit admits running sandboxes' memory bounds (and warm
+	// spares') up to MemTotal times it (0: not admitted).
+	MemoryOvercommit float64
+	Limits           Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
+	Metrics          *metrics.Metrics // nil: nothing counted
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
 	// agent.Port); a unit test points it at an agent of its own.
 	AgentAddr func(sb *store.Sandbox) string
@@ -56,6 +59,7 @@ type Service struct {
 	spares *sparePool    // environments' warm spares
 
 	disk  *hostdisk.Budget // the data directory's filesystem: Config.Disk
+	adm   admission        // host memory and projects' quotas
 	execs execSet          // running execs, ended when their sandbox stops
 	watch *watcher         // notices sandboxes that end on their own
 	mem   memWatches       // gVisor sandboxes' memory cgroups, for their OOM guards
@@ -77,6 +81,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk}
 	if s.disk == nil {
 		s.disk = hostdisk.New(cfg.DataDir, 0)
+	}
+	if cfg.MemoryOvercommit > 0 {
+		s.adm.overcommit = cfg.MemoryOvercommit
+		s.adm.hostMemory = int64(float64(HostLimits().MemoryBytes) * cfg.MemoryOvercommit)
 	}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.checkLimit)
 	s.spares = newSparePool(s.makeSpare, s.dropSpare, cfg.Log)

@@ -164,6 +164,10 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	rec := fromCheckpoint(ck, id)
 	rec.ID, rec.IP, rec.State = id, ip.String(), StateCreating
 	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
+	if err := s.holdSpare(ctx, rec); err != nil {
+		s.addrs.Release(rec.IP)
+		return nil, err
+	}
 	r := revert.New()
 	defer r.Fail()
 	r.Add(func() { s.dropSpare(sp) })
@@ -201,6 +205,7 @@ func (s *Service) dropSpare(sp *spare) {
 	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
 	os.RemoveAll(s.runDir(sp.rec.ID))
 	s.addrs.Release(sp.rec.IP)
+	s.unholdSpare(sp.rec.ID)
 }
 
 // DropSpares takes every spare down and stages no more (at shutdown).
@@ -219,7 +224,15 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	d := ledger.CreatedOf(rec.Shape)
 	d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
 	err := s.addrs.Claim(rec.IP, func() error { // the record holds the address now
-		return s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d})
+		// The spare's memory and cpu were admitted when it was made; the
+		// record adds a sandbox and its disk, and holds the rest now.
+		return s.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
+			if err := s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d}); err != nil {
+				return err
+			}
+			delete(s.adm.spares, rec.ID)
+			return nil
+		})
 	})
 	if err != nil {
 		s.dropSpare(sp)

@@ -20,7 +20,7 @@ import (
 const AllProjects = "*"
 
 // schemaVersion is the database's PRAGMA user_version once migrated.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // migrations[v] brings a database from user_version v to v+1.
 var migrations = []string{
@@ -70,6 +70,27 @@ INSERT INTO environments_v1 SELECT 'default', name, doc FROM environments;
 DROP TABLE environments;
 ALTER TABLE environments_v1 RENAME TO environments;
 `,
+	// 1 → 2: projects' quotas, and what each project's ledger holds, kept
+	// by triggers so that every path that adds or removes events counts
+	// (an exec's admission reads one row, not a sum over its events).
+	`
+CREATE TABLE projects (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE ledger_usage (project TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+INSERT INTO ledger_usage SELECT project, SUM(` + eventBytes("") + `) FROM events GROUP BY project;
+CREATE TRIGGER events_counted AFTER INSERT ON events BEGIN
+	INSERT INTO ledger_usage(project, bytes) VALUES (new.project, ` + eventBytes("new.") + `)
+	ON CONFLICT(project) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER events_uncounted AFTER DELETE ON events BEGIN
+	UPDATE ledger_usage SET bytes = max(0, bytes - (` + eventBytes("old.") + `)) WHERE project = old.project;
+END;
+`,
+}
+
+// eventBytes is the SQL of the bytes an events row holds (of row prefix
+// "new.", "old." or ""): its columns' lengths and a row's overhead.
+func eventBytes(row string) string {
+	return "32 + length(" + row + "session) + length(" + row + "type) + length(" + row + "sandbox_id) + length(" + row + "at) + coalesce(length(" + row + "data), 0)"
 }
 
 // indexes are made at every open, outside the schema's versions: a shard
