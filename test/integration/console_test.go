@@ -359,6 +359,7 @@ func TestConsole(t *testing.T) {
 		{"environments", `#environments`, "environments"},
 		{"images", `#images tbody tr`, "images"},
 		{"tokens", `#tokens tbody tr`, "tokens"},
+		{"projects", `#projects tbody tr`, "projects"},
 		{"df", `#df`, "df"},
 		{"tree", `#tree`, "trees"},
 	} {

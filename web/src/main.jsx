@@ -10,7 +10,7 @@ import { Session, makeSession, useSession, Notices, ErrorBox } from './ui.jsx';
 import { Sandboxes } from './pages/sandboxes.jsx';
 import { SandboxPage } from './pages/sandbox.jsx';
 import { TreePage } from './pages/tree.jsx';
-import { Checkpoints, Snapshots, Environments, Images, Tokens, Disk } from './pages/saved.jsx';
+import { Checkpoints, Snapshots, Environments, Images, Tokens, Projects, Disk } from './pages/saved.jsx';
 
 takeKeyFromFragment();
 
@@ -22,6 +22,7 @@ const PAGES = [
   { to: '/environments', label: 'Environments', scope: 'sandbox:read' },
   { to: '/images', label: 'Images', scope: 'sandbox:read' },
   { to: '/tokens', label: 'API keys', scope: 'token:read' },
+  { to: '/projects', label: 'Projects', scope: 'sandbox:read' },
   { to: '/df', label: 'Disk', scope: 'sandbox:read' },
 ];
 
@@ -143,6 +144,7 @@ function Page({ route }) {
   if (p === '/environments') return <Environments query={route.query} />;
   if (p === '/images') return <Images />;
   if (p === '/tokens') return <Tokens />;
+  if (p === '/projects') return <Projects />;
   if (p === '/df') return <Disk />;
   return (
     <p>

@@ -18,6 +18,9 @@ from useshards import (
     Checkpoint,
     Chunk,
     ExecResult,
+    Project,
+    ProjectQuota,
+    ProjectUse,
     Sandbox,
     SandboxInfo,
     Shard,
@@ -465,6 +468,79 @@ class AuthAndEnvTest(unittest.TestCase):
             self.assertEqual(rec.headers.get("Host"), "shard")
             self.assertNotIn("Authorization", rec.headers)
             self.assertEqual(fake.connections, 1)
+
+
+def project_json(name: str = "team-a", quota: Any = None, **use: int) -> Dict[str, Any]:
+    """A project as GET /v0/projects lists it."""
+    u = {"sandboxes": 0, "memory_bytes": 0, "cpu_millis": 0, "disk_bytes": 0, "saved_bytes": 0, "ledger_bytes": 0}
+    u.update(use)
+    counts = {k: 0 for k in ("sessions", "checkpoints", "snapshots", "environments", "secrets", "tokens")}
+    return dict(name=name, sandboxes=u["sandboxes"], quota=quota or {}, use=u, **counts)
+
+
+class ProjectsTest(Base):
+    def test_set_project_quota(self) -> None:
+        quota = {"max_sandboxes": 10, "max_memory_bytes": 8 << 30}
+        self.fake.route("PUT", "/projects/team-a/quota", body=project_json(quota=quota, sandboxes=2, memory_bytes=1 << 30))
+        p = self.shard.set_project_quota("team-a", max_sandboxes=10, max_memory_bytes=8 << 30)
+        rec = self.fake.last("PUT", "/projects/team-a/quota")
+        self.assertEqual(rec.json, quota)
+        self.assertIsInstance(p, Project)
+        self.assertEqual(p.name, "team-a")
+        self.assertEqual(p.quota, ProjectQuota(max_sandboxes=10, max_memory_bytes=8 << 30))
+        self.assertIsNone(p.quota.max_cpu_millis)  # left out: no bound
+        self.assertEqual(p.use, ProjectUse(sandboxes=2, memory_bytes=1 << 30, cpu_millis=0, disk_bytes=0, saved_bytes=0, ledger_bytes=0))
+        self.assertEqual(p.raw["quota"], quota)
+        # A ProjectQuota goes as it is; nothing removes every bound.
+        self.shard.set_project_quota("team-a", ProjectQuota(max_cpu_millis=4000, max_ledger_bytes=1 << 20))
+        self.assertEqual(self.fake.last("PUT", "/projects/team-a/quota").json, {"max_cpu_millis": 4000, "max_ledger_bytes": 1 << 20})
+        self.shard.set_project_quota("team-a")
+        self.assertEqual(self.fake.last("PUT", "/projects/team-a/quota").json, {})
+        # A name is one path segment.
+        self.fake.route("PUT", "/projects/a%2Fb/quota", body=project_json("a/b"))
+        self.assertEqual(self.shard.set_project_quota("a/b", max_disk_bytes=1).name, "a/b")
+        with self.assertRaises(TypeError):
+            self.shard.set_project_quota("team-a", ProjectQuota(max_sandboxes=1), max_sandboxes=2)
+        with self.assertRaises(TypeError):
+            self.shard.set_project_quota("team-a", max_memory_bytes="8GiB")  # type: ignore[arg-type]
+        with self.assertRaises(TypeError):
+            self.shard.set_project_quota("team-a", {"max_sandboxes": 1})  # type: ignore[arg-type]
+
+    def test_set_project_quota_refused(self) -> None:
+        self.fake.route(
+            "PUT",
+            "/projects/team-b/quota",
+            status=403,
+            body={"code": "wrong_project", "message": "token agent belongs to project team-a: only a key of every project sets quotas"},
+        )
+        with self.assertRaises(ShardError) as cm:
+            self.shard.set_project_quota("team-b", max_sandboxes=1)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("wrong_project", 403))
+
+    def test_projects(self) -> None:
+        self.fake.route(
+            "GET",
+            "/projects",
+            body={"projects": [project_json("default", sandboxes=1, disk_bytes=10 << 30), project_json(quota={"max_sandboxes": 1}, sandboxes=1)]},
+        )
+        ps = self.shard.projects()
+        self.assertEqual([(p.name, p.quota.max_sandboxes, p.use.sandboxes) for p in ps], [("default", None, 1), ("team-a", 1, 1)])
+        self.assertEqual(ps[0].use.disk_bytes, 10 << 30)
+        self.assertEqual(ps[0].quota, ProjectQuota())
+        self.fake.route("GET", "/projects", body={"projects": []})
+        self.assertEqual(self.shard.projects(), [])
+
+    def test_quota_exceeded_and_insufficient_memory(self) -> None:
+        msg = "project default's quota of sandboxes is 1: it holds 1, and sandbox b asks for 1 more; remove or stop what it holds, or have an administrator raise the quota (shard project set default --max-sandboxes)"
+        self.fake.route("POST", "/sandboxes", status=403, body={"code": "quota_exceeded", "message": msg})
+        with self.assertRaises(ShardError) as cm:
+            self.shard.create("busybox", name="b")
+        self.assertEqual((cm.exception.code, cm.exception.status, cm.exception.message), ("quota_exceeded", 403, msg))
+        self.assertEqual(cm.exception.request_id, self.fake.last("POST", "/sandboxes").request_id)
+        self.fake.route("POST", "/sandboxes", status=507, body={"code": "insufficient_memory", "message": "not enough memory for sandbox b"})
+        with self.assertRaises(ShardError) as cm:
+            self.shard.create("busybox", name="b", memory_mib=65536)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("insufficient_memory", 507))
 
 
 class CallsTest(Base):

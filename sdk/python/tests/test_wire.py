@@ -46,6 +46,9 @@ MIRRORS: Dict[type, str] = {
     _types.Change: "Change",
     _types.Diff: "Diff",
     _types.Whoami: "Whoami",
+    _types.Project: "Project",
+    _types.ProjectQuota: "ProjectQuota",
+    _types.ProjectUse: "ProjectUse",
 }
 
 # Dataclasses of _types.py that are the SDK's own, not copies of a schema.

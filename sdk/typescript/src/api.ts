@@ -17,6 +17,8 @@ import type {
   ForkRequest,
   Grant,
   Policy,
+  Project,
+  ProjectQuota,
   RestoreRequest,
   ResumeRequest,
   ResumeResponse,
@@ -516,5 +518,29 @@ export class ShardApi {
   /** The key this client sends: its name, project and scopes (any valid key may ask). */
   whoami(): Promise<Whoami> {
     return this.transport.json("GET", "/whoami");
+  }
+
+  // Projects and their quotas
+
+  /**
+   * The projects that hold anything, by name, each with its counts, its
+   * quota and its use against it (`sandbox:read`): every project for a key
+   * of every project (or the socket), the key's own for a project's key.
+   */
+  async listProjects(): Promise<Project[]> {
+    const out = await this.transport.json<{ projects: Project[] }>("GET", "/projects");
+    return out?.projects ?? [];
+  }
+
+  /**
+   * Replaces project `name`'s quota (a field left out, or 0, has no bound;
+   * `{}` removes every bound) and answers the project with its quota and
+   * use. Only a key of every project with the scope `*` (or the socket) may:
+   * else 403 `missing_scope` or `wrong_project`. What the project already
+   * holds past a lowered bound stays; what would pass it is refused from
+   * then on with 403 `quota_exceeded`.
+   */
+  setProjectQuota(name: string, quota: ProjectQuota): Promise<Project> {
+    return this.transport.json("PUT", `/projects/${seg(name)}/quota`, quota ?? {});
   }
 }

@@ -7,7 +7,7 @@ import { ExecRun, type ExecOptions, type WritableLike } from "./exec.js";
 import { SandboxFiles } from "./files.js";
 import { toCpu, toMemory } from "./quantity.js";
 import type { ConnectionOptions } from "./transport.js";
-import type { Checkpoint, CreateRequest, Diff, EnvVars, Provider, ReappliedChange, ReplayedExec, SandboxInfo, TreeNode, Whoami } from "./types.js";
+import type { Checkpoint, CreateRequest, Diff, EnvVars, Project, ProjectQuota, Provider, ReappliedChange, ReplayedExec, SandboxInfo, TreeNode, Whoami } from "./types.js";
 
 /** Options of `new Shard()`; each falls back to the environment. */
 export interface ShardOptions extends ConnectionOptions {}
@@ -163,6 +163,28 @@ export class Shard {
    */
   whoami(): Promise<Whoami> {
     return this.api.whoami();
+  }
+
+  /**
+   * The projects the client's key may see (every project for a key of every
+   * project, else its own), each with its counts, its `quota` and its `use`
+   * against it. The same as `shard.api.listProjects()`.
+   */
+  projects(): Promise<Project[]> {
+    return this.api.listProjects();
+  }
+
+  /**
+   * Replaces a project's quota: `{ max_sandboxes: 10, max_memory_bytes: 8 * 2 ** 30 }`
+   * (a field left out, or 0, has no bound; `{}` removes every bound), and
+   * answers the project with its new quota and its use. Only a key of every
+   * project with the scope `*` (or the socket) may. Past a bound, what would
+   * pass it (a create, fork, restore, resume or start; a checkpoint, snapshot
+   * or environment for saved bytes; anything that adds to the ledger for
+   * ledger bytes) rejects with ShardError `quota_exceeded` (403).
+   */
+  setProjectQuota(name: string, quota: ProjectQuota): Promise<Project> {
+    return this.api.setProjectQuota(name, quota);
   }
 
   /** Closes keep-alive connections. Idempotent; later calls fail with `closed`. */

@@ -294,6 +294,58 @@ export interface Whoami {
   all_projects: boolean;
 }
 
+/**
+ * What an administrator bounds one project to (PUT
+ * /v0/projects/{name}/quota). A field left out, or 0, has no bound.
+ */
+export interface ProjectQuota {
+  /** Sandboxes, whatever their state (forks and sandboxes from environments count). */
+  max_sandboxes?: number;
+  /** The memory bounds of its running sandboxes and its environments' warm spares, summed. */
+  max_memory_bytes?: number;
+  /** Their cpu bounds, summed (1000 = one cpu). */
+  max_cpu_millis?: number;
+  /** The disk bounds of its sandboxes, whatever their state, summed. */
+  max_disk_bytes?: number;
+  /** What its checkpoints (environments' and forks' among them) and snapshots take on disk. */
+  max_saved_bytes?: number;
+  /** What its ledger's events take in the database; at it, what adds to the ledger (exec, create, ...) is refused. */
+  max_ledger_bytes?: number;
+}
+
+/** What a project holds, in its quota's terms. */
+export interface ProjectUse {
+  sandboxes: number;
+  /** Memory bounds of its running sandboxes and warm spares. */
+  memory_bytes: number;
+  /** Their cpu bounds (1000 = one cpu). */
+  cpu_millis: number;
+  /** Disk bounds of its sandboxes. */
+  disk_bytes: number;
+  /** What its checkpoints and snapshots take. */
+  saved_bytes: number;
+  /** What its ledger's events take. */
+  ledger_bytes: number;
+}
+
+/** A project (GET /v0/projects): how many objects of each kind it holds, its quota and its use against it. */
+export interface Project {
+  name: string;
+  /** Sandboxes, in every state. */
+  sandboxes: number;
+  /** Ledger sessions. */
+  sessions: number;
+  /** Checkpoints, forks' and environments' included. */
+  checkpoints: number;
+  snapshots: number;
+  environments: number;
+  secrets: number;
+  /** Keys of this project (not keys of every project). */
+  tokens: number;
+  quota: ProjectQuota;
+  use: ProjectUse;
+}
+
 /** A ledger session: the durable event log of one sandbox. */
 export interface Session {
   name: string;

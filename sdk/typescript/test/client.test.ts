@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SandboxClient, Shard, ShardError, DEFAULT_SOCKET, environmentFingerprint } from "useshards";
+import { SandboxClient, Shard, ShardError, DEFAULT_SOCKET, environmentFingerprint, isShardError } from "useshards";
 import { sleep, withFake } from "./fake.js";
 
 function withEnv<T>(vars: Record<string, string | undefined>, fn: () => Promise<T> | T): Promise<T> {
@@ -158,6 +158,62 @@ test("whoami: Shard, SandboxClient and api.whoami() answer the key's name, proje
     } finally {
       shard.close();
       await client.close();
+    }
+  }));
+
+test("projects: setProjectQuota PUTs the quota and answers the project; projects() lists quota and use; past it, quota_exceeded", () =>
+  withFake(async (f) => {
+    const shard = new Shard({ remote: f.url, apiKey: "k", project: "team-a" });
+    try {
+      const set = await shard.setProjectQuota("team-a", { max_sandboxes: 1, max_memory_bytes: 8 * 2 ** 30 });
+      const req = f.requests.at(-1)!;
+      assert.deepEqual([req.method, req.path, req.body], ["PUT", "/v0/projects/team-a/quota", { max_sandboxes: 1, max_memory_bytes: 8 * 2 ** 30 }]);
+      assert.equal(set.name, "team-a");
+      assert.deepEqual(set.quota, { max_sandboxes: 1, max_memory_bytes: 8 * 2 ** 30 });
+      assert.equal(set.use.sandboxes, 0);
+
+      await shard.create({ name: "one", image: "img" });
+      const [p] = await shard.projects();
+      assert.equal(f.requests.at(-1)!.path, "/v0/projects");
+      assert.equal(p!.name, "team-a");
+      assert.deepEqual(p!.use, { sandboxes: 1, memory_bytes: 512 * 2 ** 20, cpu_millis: 1000, disk_bytes: 10 * 2 ** 30, saved_bytes: 0, ledger_bytes: 0 });
+      assert.deepEqual(await shard.api.listProjects(), [p]);
+
+      await assert.rejects(shard.create({ name: "two", image: "img" }), (e: unknown) => {
+        assert.ok(e instanceof ShardError);
+        assert.deepEqual([e.code, e.status], ["quota_exceeded", 403]);
+        assert.match(e.message, /quota of sandboxes is 1: it holds 1/);
+        assert.equal(e.requestId, f.requests.at(-1)!.requestId);
+        return true;
+      });
+      // {} removes every bound; a name is one path segment.
+      assert.deepEqual((await shard.api.setProjectQuota("team-a", {})).quota, {});
+      await shard.create({ name: "two", image: "img" });
+      await shard.setProjectQuota("a/b", { max_cpu_millis: 2000 });
+      assert.equal(f.requests.at(-1)!.path, "/v0/projects/a%2Fb/quota");
+
+      // Only a key of every project sets quotas; a project's key sees its own project.
+      f.whoami = { name: "agent", project: "team-a", scopes: ["*"], all_projects: false };
+      await assert.rejects(shard.setProjectQuota("team-a", { max_sandboxes: 5 }), (e: unknown) => isShardError(e, "wrong_project") && e.status === 403);
+      assert.deepEqual((await shard.projects()).map((x) => x.name), ["team-a"]);
+    } finally {
+      shard.close();
+    }
+  }));
+
+test("insufficient_memory: a create the host's memory cannot admit rejects with ShardError 507", () =>
+  withFake(async (f) => {
+    const shard = new Shard({ remote: f.url });
+    try {
+      f.failWith = { status: 507, code: "insufficient_memory", message: "not enough memory for sandbox big: it asks for 64GiB" };
+      await assert.rejects(shard.create({ name: "big", image: "img", memory: "64GiB" }), (e: unknown) => {
+        assert.ok(isShardError(e, "insufficient_memory"));
+        assert.equal(e.status, 507);
+        assert.match(e.message, /not enough memory/);
+        return true;
+      });
+    } finally {
+      shard.close();
     }
   }));
 

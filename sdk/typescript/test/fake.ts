@@ -135,6 +135,8 @@ export class FakeShard {
   tree: any[] = [];
   /** What GET /v0/whoami answers (by default the socket's administrator). */
   whoami: any = { name: "admin", project: "*", scopes: ["*"], all_projects: true };
+  /** Each project's quota, as PUT /v0/projects/{name}/quota set it; creates past max_sandboxes are refused. */
+  readonly quotas = new Map<string, any>();
   private requestSeq = 0;
   onExec: ExecScript = (argv, w) => {
     w.stdout(argv.join(" ") + "\n");
@@ -176,7 +178,7 @@ export class FakeShard {
       memory_bytes: 512 << 20,
       memory_mib: 512,
       cpu: 1,
-      disk_bytes: 10 << 30,
+      disk_bytes: 10 * 2 ** 30, // not 10 << 30: a 32-bit shift, negative
       pids_limit: 4096,
       env: [],
       oom_kills: 0,
@@ -187,6 +189,32 @@ export class FakeShard {
     };
     this.sandboxes.set(id, sb);
     return sb;
+  }
+
+  /** Project name as GET /v0/projects lists it: its sandboxes counted, its quota, its use. */
+  private project(name: string): any {
+    const sbs = [...this.sandboxes.values()].filter((sb) => sb.project === name);
+    const running = sbs.filter((sb) => sb.state === "running");
+    const sum = (l: any[], f: (sb: any) => number) => l.reduce((n, sb) => n + f(sb), 0);
+    return {
+      name,
+      sandboxes: sbs.length,
+      sessions: sbs.length,
+      checkpoints: 0,
+      snapshots: 0,
+      environments: 0,
+      secrets: 0,
+      tokens: 0,
+      quota: this.quotas.get(name) ?? {},
+      use: {
+        sandboxes: sbs.length,
+        memory_bytes: sum(running, (sb) => sb.memory_bytes),
+        cpu_millis: sum(running, (sb) => Math.round(sb.cpu * 1000)),
+        disk_bytes: sum(sbs, (sb) => sb.disk_bytes),
+        saved_bytes: 0,
+        ledger_bytes: 0,
+      },
+    };
   }
 
   /** The files of sandbox sb, made on first use. */
@@ -260,6 +288,11 @@ export class FakeShard {
     if (m === "GET" && path === "/v0/version") return json(200, { version: "fake" });
     if (m === "POST" && path === "/v0/sandboxes") {
       if (this.createDelay) await sleep(this.createDelay);
+      const max = this.quotas.get(project)?.max_sandboxes ?? 0;
+      const has = [...this.sandboxes.values()].filter((sb) => sb.project === project).length;
+      if (max > 0 && has + 1 > max) {
+        return err(403, "quota_exceeded", `project ${project}'s quota of sandboxes is ${max}: it holds ${has}, and sandbox ${body.name || "new"} asks for 1 more; remove or stop what it holds, or have an administrator raise the quota (shard project set ${project} --max-sandboxes)`);
+      }
       if (body.name && this.find(body.name)) return err(409, "name_taken", `name ${body.name} is taken`);
       if (body.environment) {
         const env = this.environments.get(body.environment);
@@ -280,6 +313,22 @@ export class FakeShard {
     }
     if (m === "DELETE" && (p = /^\/v0\/tokens\/([^/]+)$/.exec(path))) return json(200, { revoked: decodeURIComponent(p[1]!) });
     if (m === "GET" && path === "/v0/whoami") return json(200, this.whoami);
+    if (m === "GET" && path === "/v0/projects") {
+      const names = new Set<string>([...this.sandboxes.values()].map((sb) => sb.project));
+      for (const n of this.quotas.keys()) names.add(n);
+      const all = this.whoami.all_projects === true;
+      return json(200, { projects: [...names].filter((n) => all || n === project).sort().map((n) => this.project(n)) });
+    }
+    if (m === "PUT" && (p = /^\/v0\/projects\/([^/]+)\/quota$/.exec(path))) {
+      if (!this.whoami.all_projects) return err(403, "wrong_project", `token ${this.whoami.name} belongs to project ${this.whoami.project}: only a key of every project sets quotas`);
+      for (const [k, v] of Object.entries(body ?? {})) {
+        if (!/^max_(sandboxes|memory_bytes|cpu_millis|disk_bytes|saved_bytes|ledger_bytes)$/.test(k)) return err(400, "invalid_argument", `unknown field ${k}`);
+        if (typeof v !== "number" || v < 0) return err(400, "invalid_argument", `${k} is ${v}: give 0 (no bound) or more`);
+      }
+      const name = decodeURIComponent(p[1]!);
+      this.quotas.set(name, Object.fromEntries(Object.entries(body ?? {}).filter(([, v]) => v !== 0)));
+      return json(200, this.project(name));
+    }
     if ((p = /^\/v0\/sandboxes\/([^/]+)$/.exec(path))) {
       const sb = this.find(decodeURIComponent(p[1]!));
       if (!sb || sb.project !== project) return err(404, "sandbox_not_found", `sandbox ${p[1]} not found`);

@@ -1,5 +1,5 @@
-// The list pages: checkpoints, snapshots, environments, images, tokens and
-// disk usage.
+// The list pages: checkpoints, snapshots, environments, images, tokens,
+// projects (use against quota) and disk usage.
 import { useState } from 'preact/hooks';
 import { get, del, enc } from '../api.js';
 import { Link, usePoll, navigate } from '../router.js';
@@ -353,6 +353,74 @@ export function Tokens() {
   );
 }
 
+// OfQuota is a project's use of one bound: "use / limit", marked when it is
+// at the limit (what would add to it is refused), or the use alone when the
+// project has no such bound; as shard project ls shows it.
+function OfQuota({ use, limit, fmt }) {
+  if (!(limit > 0)) return <td class="num">{fmt(use || 0)}</td>;
+  return (
+    <td class={use >= limit ? 'num err-text' : 'num'} title={use >= limit ? 'at its quota' : ''}>
+      {fmt(use || 0)} <span class="muted">/ {fmt(limit)}</span>
+    </td>
+  );
+}
+
+const count = (n) => String(n);
+const cpus = (m) => cpu(m / 1000);
+
+// Projects shows each project the key may see (every project for a key of
+// every project, else its own) with its use against its quota; quotas are
+// set by an administrator (shard project set), not here.
+export function Projects() {
+  const q = usePoll(() => get('/v0/projects'), [], 5000);
+  return (
+    <Section title="Projects">
+      <Loaded q={q}>
+        {(d) => (
+          <>
+            <table class="list" id="projects">
+              <thead>
+                <tr>
+                  <th>Project</th>
+                  <th class="num">Sandboxes</th>
+                  <th class="num">Memory</th>
+                  <th class="num">CPU</th>
+                  <th class="num">Disk</th>
+                  <th class="num">Saved</th>
+                  <th class="num">Ledger</th>
+                </tr>
+              </thead>
+              <tbody>
+                {d.projects.length === 0 ? <Empty cols={7}>No projects.</Empty> : null}
+                {d.projects.map((p) => {
+                  const u = p.use || {};
+                  const l = p.quota || {};
+                  return (
+                    <tr key={p.name} data-name={p.name}>
+                      <td>{p.name}</td>
+                      <OfQuota use={u.sandboxes} limit={l.max_sandboxes} fmt={count} />
+                      <OfQuota use={u.memory_bytes} limit={l.max_memory_bytes} fmt={bytes} />
+                      <OfQuota use={u.cpu_millis} limit={l.max_cpu_millis} fmt={cpus} />
+                      <OfQuota use={u.disk_bytes} limit={l.max_disk_bytes} fmt={bytes} />
+                      <OfQuota use={u.saved_bytes} limit={l.max_saved_bytes} fmt={bytes} />
+                      <OfQuota use={u.ledger_bytes} limit={l.max_ledger_bytes} fmt={bytes} />
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+            <p class="muted small">
+              Use / quota; the use alone where the project has no such bound. Memory and CPU are the bounds of its
+              running sandboxes and warm spares, disk those of all its sandboxes; saved is what its checkpoints and
+              snapshots take. An administrator sets quotas: <code>shard project set NAME --max-sandboxes N …</code>
+            </p>
+          </>
+        )}
+      </Loaded>
+    </Section>
+  );
+}
+
 const KINDS = ['images', 'sandboxes', 'snapshots', 'checkpoints', 'environments', 'server'];
 
 export function Disk() {
@@ -362,6 +430,7 @@ export function Disk() {
       <Loaded q={q}>
         {(d) => {
           const st = d.store || {};
+          const h = d.host || {};
           const cap = st.capacity_bytes || 0;
           const pct = (n) => (cap ? Math.min(100, (100 * n) / cap) : 0);
           return (
@@ -403,6 +472,19 @@ export function Disk() {
                 <dd>{bytes(st.reserved_bytes)}</dd>
                 <dt>Free</dt>
                 <dd>{bytes(st.free_bytes)}</dd>
+                <dt>On the host</dt>
+                <dd>{st.size_bytes ? bytes(st.size_bytes) : '—'}</dd>
+                <dt>Grows to</dt>
+                <dd>{st.size_bytes ? bytes(st.max_bytes) : 'does not grow (a store shard did not make)'}</dd>
+              </dl>
+              <h3>Host</h3>
+              <dl class="info" id="df-host">
+                <dt>Filesystem</dt>
+                <dd>{bytes(h.total_bytes)}</dd>
+                <dt>Free</dt>
+                <dd>{bytes(h.free_bytes)}</dd>
+                <dt>Reserve</dt>
+                <dd>{bytes(h.reserve_bytes)}</dd>
               </dl>
             </>
           );

@@ -25,6 +25,8 @@ from ._types import (
     ExecResult,
     ExitStatus,
     Grant,
+    Project,
+    ProjectQuota,
     ResumeResult,
     JSONObject,
     SandboxInfo,
@@ -1193,6 +1195,55 @@ class Shard:
         is of every project. Any valid key may ask, whatever its scopes; over
         the Unix socket it is ``admin``, of every project, with ``*``."""
         return Whoami.from_json(_mapping(self._t.request("GET", "/whoami"), "whoami"))
+
+    # -- projects and their quotas ---------------------------------------------
+
+    def projects(self) -> List[Project]:
+        """The projects this client's key may see (every project for a key of
+        every project, or the socket; else its own), by name, each with its
+        counts, its ``quota`` and its ``use`` against it (``sandbox:read``)."""
+        return [Project.from_json(p) for p in _items(self._t.request("GET", "/projects"), "projects")]
+
+    def set_project_quota(
+        self,
+        name: str,
+        quota: Optional[ProjectQuota] = None,
+        *,
+        max_sandboxes: Optional[int] = None,
+        max_memory_bytes: Optional[int] = None,
+        max_cpu_millis: Optional[int] = None,
+        max_disk_bytes: Optional[int] = None,
+        max_saved_bytes: Optional[int] = None,
+        max_ledger_bytes: Optional[int] = None,
+    ) -> Project:
+        """Replaces project ``name``'s quota and returns the project with its
+        quota and use. The bounds are the keywords (sizes in bytes; cpu in
+        thousandths: 1000 is one cpu), or a :class:`ProjectQuota` (another
+        project's ``quota``, say), not both; one left out (None) or 0 has no
+        bound, and none at all removes every bound. Only a key of every
+        project with the scope ``*`` (or the socket) may: else ShardError
+        ``missing_scope`` or ``wrong_project`` (403). From then on what would
+        pass a bound is refused with ShardError ``quota_exceeded`` (403);
+        what the project already holds past a lowered bound stays."""
+        bounds = {
+            "max_sandboxes": max_sandboxes,
+            "max_memory_bytes": max_memory_bytes,
+            "max_cpu_millis": max_cpu_millis,
+            "max_disk_bytes": max_disk_bytes,
+            "max_saved_bytes": max_saved_bytes,
+            "max_ledger_bytes": max_ledger_bytes,
+        }
+        if quota is not None:
+            if not isinstance(quota, ProjectQuota):
+                raise TypeError("quota must be a ProjectQuota; give the bounds as keywords, e.g. max_sandboxes=10")
+            if any(v is not None for v in bounds.values()):
+                raise TypeError("give the bounds as a ProjectQuota or as keywords, not both")
+            bounds = {k: getattr(quota, k) for k in bounds}
+        for k, v in bounds.items():
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"{k} must be an int (bytes, sandboxes or thousandths of a cpu), not {v!r}")
+        doc = self._t.request("PUT", f"/projects/{esc(name)}/quota", _drop_none(bounds))
+        return Project.from_json(_mapping(doc, "a project"))
 
     # -- the server ------------------------------------------------------------
 

@@ -23,6 +23,9 @@ __all__ = [
     "FileList",
     "Grant",
     "Policy",
+    "Project",
+    "ProjectQuota",
+    "ProjectUse",
     "ReplayedExec",
     "ReappliedChange",
     "ResumeResult",
@@ -367,6 +370,106 @@ class Whoami:
             project=_str(d, "project"),
             scopes=_strs(d, "scopes"),
             all_projects=d.get("all_projects") is True,
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class ProjectQuota:
+    """What an administrator bounds one project to (:meth:`Shard.set_project_quota`).
+    None (the server leaves it out) or 0 is no bound."""
+
+    max_sandboxes: Optional[int] = None
+    """Sandboxes, whatever their state (forks and sandboxes from environments count)."""
+    max_memory_bytes: Optional[int] = None
+    """The memory bounds of its running sandboxes and its environments' warm spares, summed."""
+    max_cpu_millis: Optional[int] = None
+    """Their cpu bounds, summed (1000 = one cpu)."""
+    max_disk_bytes: Optional[int] = None
+    """The disk bounds of its sandboxes, whatever their state, summed."""
+    max_saved_bytes: Optional[int] = None
+    """What its checkpoints (environments' and forks' among them) and snapshots take on disk."""
+    max_ledger_bytes: Optional[int] = None
+    """What its ledger's events take in the database; at it, what adds to the
+    ledger (exec, create, ...) is refused."""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProjectQuota":
+        """Reads a quota from its JSON object."""
+        return cls(
+            max_sandboxes=_opt_int(d, "max_sandboxes"),
+            max_memory_bytes=_opt_int(d, "max_memory_bytes"),
+            max_cpu_millis=_opt_int(d, "max_cpu_millis"),
+            max_disk_bytes=_opt_int(d, "max_disk_bytes"),
+            max_saved_bytes=_opt_int(d, "max_saved_bytes"),
+            max_ledger_bytes=_opt_int(d, "max_ledger_bytes"),
+        )
+
+
+@dataclass(frozen=True)
+class ProjectUse:
+    """What a project holds, in its quota's terms."""
+
+    sandboxes: int
+    memory_bytes: int
+    """Memory bounds of its running sandboxes and warm spares."""
+    cpu_millis: int
+    """Their cpu bounds (1000 = one cpu)."""
+    disk_bytes: int
+    """Disk bounds of its sandboxes."""
+    saved_bytes: int
+    """What its checkpoints and snapshots take."""
+    ledger_bytes: int
+    """What its ledger's events take."""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProjectUse":
+        """Reads a project's use from its JSON object."""
+        return cls(
+            sandboxes=_int(d, "sandboxes"),
+            memory_bytes=_int(d, "memory_bytes"),
+            cpu_millis=_int(d, "cpu_millis"),
+            disk_bytes=_int(d, "disk_bytes"),
+            saved_bytes=_int(d, "saved_bytes"),
+            ledger_bytes=_int(d, "ledger_bytes"),
+        )
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project (:meth:`Shard.projects`): how many objects of each kind it
+    holds, its quota and its use against it."""
+
+    name: str
+    sandboxes: int
+    """Sandboxes, in every state."""
+    sessions: int
+    """Ledger sessions."""
+    checkpoints: int
+    """Checkpoints, forks' and environments' included."""
+    snapshots: int
+    environments: int
+    secrets: int
+    tokens: int
+    """Keys of this project (not keys of every project)."""
+    quota: ProjectQuota
+    use: ProjectUse
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Project":
+        """Reads a project from its JSON object."""
+        return cls(
+            name=_str(d, "name"),
+            sandboxes=_int(d, "sandboxes"),
+            sessions=_int(d, "sessions"),
+            checkpoints=_int(d, "checkpoints"),
+            snapshots=_int(d, "snapshots"),
+            environments=_int(d, "environments"),
+            secrets=_int(d, "secrets"),
+            tokens=_int(d, "tokens"),
+            quota=ProjectQuota.from_json(as_object(d.get("quota")) or {}),
+            use=ProjectUse.from_json(as_object(d.get("use")) or {}),
             raw=dict(d),
         )
 
