@@ -78,7 +78,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := serveOptions{logLevel: "info", subnet: "10.88.0.0/16", storageSize: "4GiB", storageMax: "auto", reserve: "2GiB", defaultDisk: "2GiB", maxImageSize: "16GiB", freezeTimeout: time.Minute,
-		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU, forkMemory: "handoff",
+		pullTimeout: time.Hour, idleTimeout: time.Minute, bodyTimeout: time.Minute, maxMemory: "host", maxCPU: "host", maxPids: 4096, ledgerMinFree: "auto", mtu: network.DefaultMTU, forkMemory: "handoff", maxConnections: network.DefaultMaxConnections,
 		dataDir: filepath.Join(blocker, "data"), runDir: filepath.Join(blocker, "run"), socket: filepath.Join(blocker, "sock")}
 	for _, tt := range []struct {
 		set  func(*serveOptions)
@@ -90,6 +90,8 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.memoryOvercommit = -1 }, "--memory-overcommit -1"},
 		{func(o *serveOptions) { o.storageSize = "9EiB" }, "--storage-size"},
 		{func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes -1"},
+		{func(o *serveOptions) { o.maxConnections = 0 }, "--max-connections 0: give 16 or more"},
+		{func(o *serveOptions) { o.maxConnections = 15 }, "--max-connections 15"},
 		{func(o *serveOptions) { o.stopTimeout = -time.Second }, "--stop-timeout"},
 		{func(o *serveOptions) { o.freezeTimeout = 0 }, "--fork-freeze-timeout"},
 		{func(o *serveOptions) { o.defaultDisk = "1KiB" }, "--default-disk"},

@@ -64,6 +64,7 @@ type serveOptions struct {
 	maxPids                            int64
 	mtu                                int
 	allowPrivate                       []string
+	maxConnections                     int
 	cluster                            clusterOptions
 }
 
@@ -114,6 +115,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.subnet, "subnet", "10.88.0.0/16", "sandbox network; the bridge takes the first address")
 	f.StringVar(&o.bridge, "bridge", "shard0", "name of the host bridge")
 	f.StringSliceVar(&o.allowPrivate, "allow-private-egress", nil, "private ranges (CIDRs inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10; comma-separated) sandboxes may reach, e.g. a LAN service; by default sandboxes reach no private address, and never this node's own addresses, the cluster's (etcd, the nodes) or link-local ones (169.254.0.0/16), whatever their policy")
+	f.IntVar(&o.maxConnections, "max-connections", network.DefaultMaxConnections, fmt.Sprintf("the most connections one sandbox holds at once through the host (its outbound flows and TCP to the DNS proxy, each an entry in the host's conntrack table), at least %d, at most a sixteenth of the host's nf_conntrack_max (a larger one is lowered, and the log says so); past it a new connection is refused at once. Also bounded, not by flag: 256 new connections a second per sandbox, 1/64 of nf_conntrack_max a second for all, and every sandbox's new connections while the host's table is 3/4 full (docs/connections.md)", network.MinMaxConnections))
 	f.IntVar(&o.mtu, "mtu", network.DefaultMTU, fmt.Sprintf("MTU of the bridge and the sandboxes' links (%d to %d): large, so streams between the host and a sandbox (exec, ports) move in few packets; traffic leaving the host keeps its path's MTU", network.MinMTU, network.MaxMTU))
 	f.StringVar(&o.storageSize, "storage-size", "4GiB", "first size of the XFS image holding the sandboxes' files, allocated on the host when it is made; every sandbox's --disk is reserved from it, and the store grows online, 2GiB or more at a time, when a sandbox does not fit (see --storage-max, --reserve); it never shrinks")
 	f.StringVar(&o.storageMax, "storage-max", "auto", "the most the sandbox store grows to (auto: as far as --reserve allows)")
@@ -245,6 +247,19 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if o.mtu < network.MinMTU || o.mtu > network.MaxMTU {
 		return fmt.Errorf("--mtu %d: give one from %d to %d", o.mtu, network.MinMTU, network.MaxMTU)
 	}
+	tableMax, err := network.ReadConntrack(network.ConntrackMaxPath)
+	if err != nil {
+		log.Warn("cannot read the host's conntrack table size", "err", err)
+	}
+	conns, notes, err := network.PlanConnLimits(o.maxConnections, tableMax)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		log.Warn(n)
+	}
+	log.Info("connections bounded", "per_sandbox", conns.PerSandbox, "rate_per_sandbox", conns.Rate, "rate_all", conns.TotalRate,
+		"hold_at", conns.HoldAt, "nf_conntrack_max", conns.TableMax)
 	defaultDisk, err := units.ParseSize(o.defaultDisk)
 	if err != nil || defaultDisk < sandbox.MinDisk || defaultDisk > sandbox.MaxDisk {
 		return fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))
@@ -338,7 +353,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("sandbox storage: %w", err)
 	}
 	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"),
-		AllowPrivate: allowPrivate, Log: log})
+		AllowPrivate: allowPrivate, Conns: conns, Log: log})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -415,6 +430,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	go svc.Watch(ctx)
+	go nets.WatchConnections(ctx, time.Second, func(rs []network.Refusal) { svc.ConnectionsRefused(ctx, conns, rs) })
 	go svc.SweepLedger(ctx)
 	if clu != nil {
 		// The node's own sandboxes are its own again, whatever etcd held

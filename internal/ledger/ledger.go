@@ -30,7 +30,19 @@ const (
 	FilesWritten      = "sandbox.files_written" // data: FilesData
 	FilesRemoved      = "sandbox.files_removed" // data: FilesData
 	ForkHook          = "sandbox.fork_hook"     // data: ForkHookData
+	// ConnectionsRefused: the sandbox's new connections were refused by
+	// the server's connection bounds (data: ConnectionsRefusedData); at
+	// most one a minute while it goes on.
+	ConnectionsRefused = "sandbox.connections_refused"
 )
+
+// ConnectionsRefusedData is what sandbox.connections_refused records.
+type ConnectionsRefusedData struct {
+	Refused int64  `json:"refused"` // new connections refused since the last such event
+	Limit   int    `json:"limit"`   // the flows one sandbox may hold at once (shard serve --max-connections)
+	Rate    int    `json:"rate"`    // the new flows a second one sandbox may open
+	Message string `json:"message"`
+}
 
 // GrantData is what sandbox.secret_granted and sandbox.secret_ungranted
 // record: the secret's name and where it goes, never its value.

@@ -38,6 +38,7 @@ type Metrics struct {
 	pulls      *prometheus.CounterVec
 	pullBytes  prometheus.Counter
 	ledger     prometheus.Histogram
+	refused    prometheus.Counter
 }
 
 // New makes the instruments, with the Go runtime's and the process's. In
@@ -90,8 +91,13 @@ func New(node string) *Metrics {
 		Name: "shard_ledger_append_duration_seconds", Help: "Time to append an event to the ledger, on disk.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	})
+	// No label per sandbox: sandboxes come and go, and each would be a
+	// series for good; the ledger says which sandbox was refused.
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shard_sandbox_connections_refused_total", Help: "New connections of sandboxes refused by the connection bounds (shard serve --max-connections, the new-connection rates, the host table's hold), all sandboxes together.",
+	})
 	for _, c := range []prometheus.Collector{m.requests, m.requestDur, m.ops, m.forkPhases, m.freezes, m.execStart,
-		m.execs, m.ooms, m.pulls, m.pullBytes, m.ledger,
+		m.execs, m.ooms, m.pulls, m.pullBytes, m.ledger, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -197,6 +203,13 @@ func (m *Metrics) Pull(bytes int64, err error) {
 	m.pulls.WithLabelValues(result(err)).Inc()
 	if bytes > 0 {
 		m.pullBytes.Add(float64(bytes))
+	}
+}
+
+// ConnectionsRefused counts sandboxes' new connections refused.
+func (m *Metrics) ConnectionsRefused(n uint64) {
+	if m != nil && n > 0 {
+		m.refused.Add(float64(n))
 	}
 }
 

@@ -39,13 +39,14 @@ type firewall struct {
 	gateway netip.Addr
 	log     *slog.Logger
 
-	table  *nftables.Table // ip family
-	btable *nftables.Table // bridge family
-	egress *nftables.Set   // vmap: source address -> jump p-<addr>
-	never  *nftables.Set   // interval: the boundary no sandbox crosses (boundary.go)
-	closed *nftables.Set   // interval: private ranges not opened to sandboxes
-	ports  *nftables.Set   // bridge: sandbox ports (ifname)
-	pairs  *nftables.Set   // bridge: ifname . ipv4 a port may send from
+	table   *nftables.Table // ip family
+	btable  *nftables.Table // bridge family
+	egress  *nftables.Set   // vmap: source address -> jump p-<addr>
+	never   *nftables.Set   // interval: the boundary no sandbox crosses (boundary.go)
+	closed  *nftables.Set   // interval: private ranges not opened to sandboxes
+	ports   *nftables.Set   // bridge: sandbox ports (ifname)
+	pairs   *nftables.Set   // bridge: ifname . ipv4 a port may send from
+	refused *nftables.Set   // dynamic: source address -> refusals by the connection bounds (conns.go)
 
 	mu       sync.Mutex
 	policies map[netip.Addr]*compiled                           // installed, by sandbox address
@@ -104,7 +105,7 @@ func inSet(s *nftables.Set) *expr.Lookup {
 	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}
 }
 
-func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *boundary, log *slog.Logger) (*firewall, error) {
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *boundary, lim ConnLimits, log *slog.Logger) (*firewall, error) {
 	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log,
 		policies: map[netip.Addr]*compiled{},
 		learned:  map[netip.Addr]map[netip.Addr]map[string]time.Time{},
@@ -163,6 +164,14 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 		&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}, // admin-prohibited
 	}})
 
+	// The connection bounds (conns.go), which every new flow of a
+	// sandbox passes.
+	lch, refused, err := addLimits(c, t, lim, bridge, gateway, rej.Name)
+	if err != nil {
+		return nil, err
+	}
+	fw.refused = refused
+
 	fw.egress = &nftables.Set{Table: t, Name: "egress", IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
 	if err := c.AddSet(fw.egress, nil); err != nil {
 		return nil, err
@@ -207,6 +216,11 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: bch.Name},
 	})})
+	// A new flow out of a sandbox, past the boundary: within the
+	// connection bounds, or refused.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), ctNew(), []expr.Any{
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: lch.Name},
+	})})
 	// Out of a sandbox with a policy: through its chain (p-<addr>), which
 	// ends in a verdict. Sources not in the map go on to the next rule.
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
@@ -233,6 +247,15 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	// proxy on the gateway.
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, ctReply(), []expr.Any{accept})})
 	gw := gateway.As4()
+	// A TCP connection to the proxy is a flow in the table like any other
+	// (UDP queries are not tracked: addLimits).
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{
+		ipAddr(1, 16),
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
+	}, l4proto(unix.IPPROTO_TCP), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+	}, ctNew(), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: lch.Name}})})
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{
 			ipAddr(1, 16),

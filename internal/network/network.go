@@ -39,7 +39,10 @@ type Config struct {
 	// AllowPrivate opens these private ranges (inside PrivateRanges) to
 	// sandboxes: shard serve --allow-private-egress. See boundary.go.
 	AllowPrivate []netip.Prefix
-	Log          *slog.Logger
+	// Conns bounds the sandboxes' connections (conns.go); zero: planned
+	// with DefaultMaxConnections for this host's conntrack table.
+	Conns ConnLimits
+	Log   *slog.Logger
 }
 
 // Manager sets up the bridge and NAT once and namespaces per sandbox.
@@ -72,6 +75,14 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Conns.PerSandbox == 0 {
+		tableMax, _ := ReadConntrack(ConntrackMaxPath) // unknown: planned for the usual size
+		lim, _, err := PlanConnLimits(DefaultMaxConnections, tableMax)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Conns = lim
+	}
 	if err := os.MkdirAll(cfg.NetnsDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -87,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable ip forwarding: %w", err)
 	}
-	fw, err := newFirewall(cfg.Bridge, cfg.Subnet, m.gateway, bound, cfg.Log)
+	fw, err := newFirewall(cfg.Bridge, cfg.Subnet, m.gateway, bound, cfg.Conns, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}

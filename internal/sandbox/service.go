@@ -63,6 +63,7 @@ type Service struct {
 	execs execSet          // running execs, ended when their sandbox stops
 	watch *watcher         // notices sandboxes that end on their own
 	mem   memWatches       // gVisor sandboxes' memory cgroups, for their OOM guards
+	conns connRefusals     // refused connections not yet in the ledger (conns.go)
 	floor *ledgerFloor     // nil in tests that make a Service by hand: no floor
 }
 

@@ -74,7 +74,7 @@ func testHost(t testing.TB, name, veth, hostIP string, nsIPs ...string) {
 	run("ip", "-n", name, "link", "set", "lo", "up")
 }
 
-func setupTarget(t *testing.T) {
+func setupTarget(t testing.TB) {
 	t.Helper()
 	testHost(t, targetNS, "vshtgt", targetHost, allowedIP, deniedIP)
 	var ln net.Listener
