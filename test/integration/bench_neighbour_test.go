@@ -25,7 +25,9 @@ import (
 // project "attacker", under a quota, repeats each attack of issue 30 as
 // fast as it can: sandboxes until its slots are gone, 4GiB sandboxes past
 // its memory, checkpoints past its saved bytes, execs of a 120KiB argv past
-// its ledger bytes, and a sandbox writing its whole disk. Ratios are p50
+// its ledger bytes, and a sandbox writing its whole disk; and, for a
+// baseline, a flood of lists (what any client's loop of requests costs,
+// refused or not). Ratios are p50
 // during over p50 before; any 5xx the victim sees fails the benchmark.
 func BenchmarkNeighbour(b *testing.B) {
 	e := need(b)
@@ -115,6 +117,12 @@ func BenchmarkNeighbour(b *testing.B) {
 		mu.Unlock()
 	}
 	measure("quiet")
+	// The baseline of any flood: as many cheap calls (a list) as one
+	// client sends, none refused.
+	attack("requests", func() error {
+		_, err := attacker.List(ctx)
+		return err
+	})
 	var made []string
 	attack("slots", func() error {
 		sb, err := attacker.Create(ctx, client.CreateRequest{Image: busybox, Provider: "runc", Memory: json.RawMessage(`"64MiB"`), Disk: json.RawMessage(`"64MiB"`)})
@@ -168,7 +176,7 @@ func BenchmarkNeighbour(b *testing.B) {
 		return err
 	})
 	for _, op := range []string{"create", "exec"} {
-		report(b, s, op+"-quiet", op+"-quiet", op+"-slots", op+"-memory", op+"-saved", op+"-ledger", op+"-disk")
+		report(b, s, op+"-quiet", op+"-quiet", op+"-requests", op+"-slots", op+"-memory", op+"-saved", op+"-ledger", op+"-disk")
 	}
 	if n := broken.Load(); n > 0 {
 		b.Fatalf("the attacker made %d things past its quota", n)
