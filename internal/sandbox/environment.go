@@ -142,7 +142,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 	if err != nil {
 		return nil, err
 	}
-	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, nil)
+	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, false, nil)
 	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("environment %s: %w", name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
@@ -58,6 +59,9 @@ type Service struct {
 	watch *watcher     // notices sandboxes that end on their own
 	mem   memWatches   // gVisor sandboxes' memory cgroups, for their OOM guards
 	floor *ledgerFloor // nil in tests that make a Service by hand: no floor
+
+	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
+	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
@@ -72,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree)}
+		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), spaceKick: make(chan struct{}, 1)}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.checkLimit)
 	s.spares = newSparePool(s.makeSpare, s.dropSpare, cfg.Log)
 	for _, p := range cfg.Providers {
