@@ -279,6 +279,25 @@ func (c *Client) Remove(ctx context.Context, idOrName string, force bool) error 
 	return c.call(ctx, "DELETE", "/sandboxes/"+esc(idOrName)+fmt.Sprintf("?force=%t", force), nil, nil)
 }
 
+// RemoveOptions says how a sandbox is removed (DELETE /v0/sandboxes/{id}).
+type RemoveOptions struct {
+	Force bool // a running one too
+	// Checkpoints takes the checkpoints of the sandbox's ledger session
+	// with it, or nothing is removed (409 checkpoint_in_use) when another
+	// sandbox or an environment needs one.
+	Checkpoints bool
+}
+
+// RemoveWith removes a sandbox as o says, and says what went with it.
+func (c *Client) RemoveWith(ctx context.Context, idOrName string, o RemoveOptions) (*SandboxRemoved, error) {
+	var out SandboxRemoved
+	q := fmt.Sprintf("?force=%t&checkpoints=%t", o.Force, o.Checkpoints)
+	if err := c.call(ctx, "DELETE", "/sandboxes/"+esc(idOrName)+q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ExecResult is a finished command.
 type ExecResult struct {
 	Stdout   []byte

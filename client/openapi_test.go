@@ -49,6 +49,7 @@ var mirrors = map[string]any{
 	"ForkRequest":        ForkRequest{},
 	"ForkResponse":       ForkResponse{},
 	"Checkpoint":         Checkpoint{},
+	"SandboxRemoved":     SandboxRemoved{},
 	"CheckpointRequest":  CheckpointRequest{},
 	"RestoreRequest":     RestoreRequest{},
 	"Snapshot":           Snapshot{},

@@ -177,6 +177,11 @@ type ForkRequest struct {
 	HookTimeout   string `json:"hook_timeout,omitempty"`
 	HookErrors    string `json:"hook_errors,omitempty"`
 	HooksInSource bool   `json:"hooks_in_source,omitempty"`
+	// KeepCheckpoint keeps the fork's checkpoint until it is removed by
+	// hand (shard checkpoint rm). Without it the checkpoint is removed
+	// once no sandbox's resume starts from it: the source's, until it
+	// checkpoints or forks again, and each fork's.
+	KeepCheckpoint bool `json:"keep_checkpoint,omitempty"`
 }
 
 // ForkResponse is the answer to a fork with count > 1.
@@ -205,9 +210,22 @@ type Checkpoint struct {
 	// Memory is how its memory reaches a restore or fork: "handoff" (a
 	// copy of the memory file, adopted) or "pages" (loaded page by page;
 	// MemoryNote says why).
-	Memory     string    `json:"memory,omitempty"`
-	MemoryNote string    `json:"memory_note,omitempty"`
+	Memory     string `json:"memory,omitempty"`
+	MemoryNote string `json:"memory_note,omitempty"`
+	// AutoRemove: shard removes it once no sandbox's resume starts from it
+	// (a fork's checkpoint, made without keep_checkpoint). False: it stays
+	// until removed by hand.
+	AutoRemove bool      `json:"auto_remove"`
 	CreatedAt  time.Time `json:"created_at"`
+}
+
+// SandboxRemoved is the answer to a remove of a sandbox.
+type SandboxRemoved struct {
+	Removed string `json:"removed"` // as the path gave it
+	// Checkpoints removed with it: those asked for (checkpoints=true), and
+	// forks' checkpoints no sandbox needs any more.
+	Checkpoints []string `json:"checkpoints,omitempty"`
+	FreedBytes  int64    `json:"freed_bytes,omitempty"` // their bytes on disk
 }
 
 // CheckpointRequest is the body of POST /v0/sandboxes/{id}/checkpoints.

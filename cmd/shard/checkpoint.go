@@ -60,7 +60,15 @@ capabilities).`,
 		Short:   "List checkpoints: all, or one sandbox's or ledger session's",
 		Long: `List checkpoints: every one on the server (taken with shard checkpoint, by
 forks, and the environments'), or with an argument those of one sandbox (id
-or name) or of one ledger session, also after its sandbox was removed.`,
+or name) or of one ledger session, also after its sandbox was removed.
+
+SIZE is what each holds on the host's disk (its memory image and its copy of
+the files). KEPT says how long it stays: "yes" until removed by hand (shard
+checkpoint rm, shard rm --checkpoints): those taken with shard checkpoint,
+environments', forks' made with --keep-checkpoint; "while used" for a fork's
+checkpoint, removed once no sandbox's resume starts from it (the source's,
+until it checkpoints or forks again; each fork's and each restore's from it,
+until they checkpoint or fork themselves).`,
 		Example: `  shard checkpoint ls
   shard checkpoint ls base`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -87,12 +95,25 @@ or name) or of one ledger session, also after its sandbox was removed.`,
 				return printJSON(cks)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			termsafe.Fprintf(tw, "ID\tKIND\tTAG\tSANDBOX\tSESSION\tSIZE\tFREEZE\tCREATED\n")
+			termsafe.Fprintf(tw, "ID\tKIND\tTAG\tSANDBOX\tSESSION\tSIZE\tKEPT\tFREEZE\tCREATED\n")
+			var total, auto int64
 			for _, ck := range cks {
-				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ck.ID, ck.Kind, dash(ck.Tag), dash(ck.SandboxName), dash(ck.Session),
-					humanSize(ck.Size), time.Duration(ck.FreezeMS)*time.Millisecond, ago(ck.CreatedAt))
+				kept := "yes"
+				if ck.AutoRemove {
+					kept, auto = "while used", auto+ck.Size
+				}
+				total += ck.Size
+				termsafe.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ck.ID, ck.Kind, dash(ck.Tag), dash(ck.SandboxName), dash(ck.Session),
+					humanSize(ck.Size), kept, time.Duration(ck.FreezeMS)*time.Millisecond, ago(ck.CreatedAt))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(cks) > 0 {
+				// On stderr, so that the table alone is on stdout.
+				termsafe.Fprintf(os.Stderr, "%d checkpoints, %s on disk; %s of it removed on its own once no sandbox's resume starts from it\n", len(cks), humanSize(total), humanSize(auto))
+			}
+			return nil
 		},
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")

@@ -27,7 +27,14 @@ parent_id, parent_name, checkpoint, generation, forked_at). Then the
 executables in /etc/shard/on-fork.d run in it, in name order, before the
 fork is answered (to reseed a random generator, drop a lease, get a new
 client id); their output and exit codes go to the fork's ledger. A hook that
-fails refuses the fork (fork_hook_failed) unless --hook-errors=ignore.`,
+fails refuses the fork (fork_hook_failed) unless --hook-errors=ignore.
+
+A fork goes through a checkpoint of SOURCE (listed by shard checkpoint ls;
+about the source's memory in size). It is removed once no sandbox's resume
+starts from it: when the source has checkpointed or forked again, or is
+removed, and the forks are removed (or have checkpointed or forked
+themselves). --keep-checkpoint keeps it until shard checkpoint rm, so that
+shard resume of a removed fork's ledger session still works.`,
 		Example: `  shard fork --name try-a base
   shard fork --count 3 --name try base`,
 		Args: exactArgs(1, "a SOURCE sandbox (id or name)"),
@@ -70,6 +77,7 @@ fails refuses the fork (fork_hook_failed) unless --hook-errors=ignore.`,
 	cmd.Flags().StringVar(&req.Tag, "tag", "", "tag stored with the checkpoint in the source's ledger")
 	cmd.Flags().StringVar(&req.HookTimeout, "hook-timeout", "", "how long each on-fork hook may run (default 30s, at most 10m)")
 	cmd.Flags().StringVar(&req.HookErrors, "hook-errors", "", "fail (default: a failing hook refuses the fork) or ignore")
+	cmd.Flags().BoolVar(&req.KeepCheckpoint, "keep-checkpoint", false, "keep the fork's checkpoint until shard checkpoint rm (default: removed once no sandbox needs it)")
 	cmd.Flags().BoolVar(&req.HooksInSource, "hooks-in-source", false, "run the on-fork hooks in the source too (SHARD_FORK_ROLE=source), after the forks'")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd

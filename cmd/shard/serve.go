@@ -339,6 +339,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer db.Close()
+	if took, err := db.Converted(); err != nil {
+		log.Warn("database: could not switch to auto_vacuum=INCREMENTAL (its deletions give no space back until it can)", "err", err)
+	} else if took > 0 {
+		log.Info("database: switched to auto_vacuum=INCREMENTAL (rewritten once)", "took", took)
+	}
 	m := metrics.New(o.cluster.node)
 	db.ObserveAppends(m.LedgerAppend)
 	disk := hostdisk.New(o.dataDir, reserve)
@@ -432,6 +437,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	go svc.Watch(ctx)
 	go nets.WatchConnections(ctx, time.Second, func(rs []network.Refusal) { svc.ConnectionsRefused(ctx, conns, rs) })
 	go svc.SweepLedger(ctx)
+	go svc.ReclaimSpace(ctx) // a sweep at start too: what a crash left is removed
 	if clu != nil {
 		// The node's own sandboxes are its own again, whatever etcd held
 		// while it was away; then it beats.

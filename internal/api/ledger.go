@@ -207,7 +207,7 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 // its checkpoints are gone (409 before: see store.DeleteSession).
 func (s *Server) removeSession(r *http.Request) (any, int, error) {
 	name := r.PathValue("name")
-	if err := s.Sandboxes.Store().DeleteSession(r.Context(), name); err != nil {
+	if err := s.Sandboxes.RemoveSession(r.Context(), name); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": name}, 200, nil

@@ -329,7 +329,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Sandbox": Sandbox{}, "Token": Token{}, "TokenRequest": TokenRequest{}, "TokenCreated": TokenCreated{},
 		"Secret": Secret{}, "SecretRequest": SecretRequest{}, "Grant": Grant{}, "Policy": Policy{},
 		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
-		"Checkpoint": Checkpoint{}, "Snapshot": Snapshot{}, "Environment": Environment{},
+		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
 		"ExecExit":     agent.Exit{}, "ExecResize": agent.Resize{}, "ExecSignal": agent.Signal{},
 	} {

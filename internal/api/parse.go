@@ -80,7 +80,7 @@ func parseFork(r *http.Request) (sandbox.ForkRequest, error) {
 	if err := decode(r, &req); err != nil {
 		return sandbox.ForkRequest{}, err
 	}
-	fr := sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag}
+	fr := sandbox.ForkRequest{Name: req.Name, Count: req.Count, Tag: req.Tag, KeepCheckpoint: req.KeepCheckpoint}
 	fr.Hooks.InSource = req.HooksInSource
 	switch req.HookErrors {
 	case "", "fail":

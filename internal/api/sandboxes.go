@@ -237,10 +237,15 @@ func (s *Server) removeSandbox(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := s.Sandboxes.Remove(r.Context(), r.PathValue("id"), force); err != nil {
+	cks, err := boolQuery(r, "checkpoints")
+	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]string{"removed": r.PathValue("id")}, 200, nil
+	res, err := s.Sandboxes.RemoveWith(r.Context(), r.PathValue("id"), sandbox.RemoveOptions{Force: force, Checkpoints: cks})
+	if err != nil {
+		return nil, 0, err
+	}
+	return SandboxRemoved{Removed: r.PathValue("id"), Checkpoints: res.Checkpoints, FreedBytes: res.FreedBytes}, 200, nil
 }
 
 func (s *Server) stopSandbox(r *http.Request) (any, int, error) {

@@ -19,7 +19,7 @@ func (s *Server) checkpointView(ck *store.Checkpoint) Checkpoint {
 		Session: ck.Session, Seq: ck.Seq, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
 		MemoryBytes: ck.MemoryBytes, CPU: float64(ck.CPUMillis) / 1000, DiskBytes: ck.DiskBytes,
 		Size: s.Sandboxes.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, Memory: ck.Memory, MemoryNote: ck.MemoryNote,
-		CreatedAt: ck.CreatedAt,
+		AutoRemove: ck.AutoRemove(), CreatedAt: ck.CreatedAt,
 	}
 }
 

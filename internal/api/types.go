@@ -17,6 +17,7 @@ type (
 	ForkResponse  = client.ForkResponse
 
 	Checkpoint         = client.Checkpoint
+	SandboxRemoved     = client.SandboxRemoved
 	CheckpointRequest  = client.CheckpointRequest
 	RestoreRequest     = client.RestoreRequest
 	Snapshot           = client.Snapshot

@@ -52,7 +52,13 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (_ *stor
 		return nil, err
 	}
 	defer res.Release()
-	return s.capture(context.WithoutCancel(ctx), src, cp, ckID, "checkpoint", tag, nil)
+	ck, err := s.capture(context.WithoutCancel(ctx), src, cp, ckID, "checkpoint", tag, false, nil)
+	if err == nil {
+		// The sandbox's resume starts here now: its forks' checkpoints
+		// before may be needed by no one.
+		s.kickSpace()
+	}
+	return ck, err
 }
 
 // GetCheckpoint returns one checkpoint.
@@ -101,14 +107,21 @@ func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
 func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	done := s.cks.drop(ck.ID)
 	defer done()
+	return s.deleteCheckpoint(ctx, ck)
+}
+
+// deleteCheckpoint is dropCheckpoint for a caller that holds the drop.
+func (s *Service) deleteCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	if err := s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
 		return err
 	}
 	return errors.Join(provider.RemoveImage(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
 }
 
-// checkpointSize is the bytes a checkpoint takes: its memory image and its
-// copy of the files (blocks it shares with the sandbox counted too).
+// checkpointSize is the bytes a checkpoint takes on the host's disk: its
+// memory image and its copy of the files (blocks it shares with the sandbox
+// counted too). CheckpointSize is the same for the API and for whatever
+// charges checkpoints to a project's quota.
 func (s *Service) checkpointSize(id string) int64 {
 	return hostdir.Blocks(s.checkpointDir(id)) + s.cfg.Storage.SavedUsage(checkpointKey(id))
 }

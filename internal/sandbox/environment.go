@@ -147,7 +147,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 		unlock()
 		return nil, fmt.Errorf("environment %s: %w", name, err)
 	}
-	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, nil)
+	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, false, nil)
 	release()
 	unlock()
 	if err != nil {

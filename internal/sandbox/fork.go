@@ -32,7 +32,10 @@ type ForkRequest struct {
 	Name  string
 	Count int
 	Tag   string // stored with the checkpoint event in the source's ledger
-	Hooks HookOptions
+	// KeepCheckpoint keeps the fork's checkpoint until it is removed by
+	// hand; without it, it goes once no sandbox needs it (see retention.go).
+	KeepCheckpoint bool
+	Hooks          HookOptions
 	// Allow, if set, is asked (under the source's lock) whether the forks
 	// may carry the source's secret grants and network policy: the API
 	// checks the caller's scopes there. See Allow.
@@ -90,6 +93,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 	if err != nil {
 		return nil, err
 	}
+	f.keep = req.KeepCheckpoint
 	defer f.releaseCheckpoint()
 	releaseHost, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of a fork of "+src.Name)
 	if err != nil {
@@ -134,6 +138,9 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 	r.Success()
 	f.persist()
 	f.tellSource(out, req.Tag)
+	// The source's resume now starts from this checkpoint: an earlier one
+	// of its forks may be needed by no one any more.
+	s.kickSpace()
 	return out, nil
 }
 
@@ -173,6 +180,7 @@ type forkOp struct {
 	img  *image.Image
 	log  *slog.Logger
 	ckID string
+	keep bool // the checkpoint is kept (ForkRequest.KeepCheckpoint)
 
 	forks     []*store.Sandbox // their records (state creating)
 	staged    []*staged        // each fork staged for its restore
@@ -273,7 +281,7 @@ func (f *forkOp) freeze(tag string, r *revert.Reverter) error {
 	// Whatever fails from here destroys the forks, once their staged
 	// instances are down (a staging still under way is waited for).
 	r.Add(f.destroyForks, f.abortStaged)
-	ck, err := f.s.capture(f.ctx, f.src, f.cp, f.ckID, "fork", tag, thawed)
+	ck, err := f.s.capture(f.ctx, f.src, f.cp, f.ckID, "fork", tag, f.keep, thawed)
 	if err != nil {
 		return err
 	}

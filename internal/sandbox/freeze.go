@@ -132,7 +132,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 // left and src runs on. The caller holds src's lock. thawed, if set, is
 // called as soon as src is thawed, while the checkpoint is being recorded (a
 // fork stages its sandboxes then).
-func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, thawed func()) (*store.Checkpoint, error) {
+func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, ckID, kind, tag string, keep bool, thawed func()) (*store.Checkpoint, error) {
 	dir := s.checkpointDir(ckID)
 	drop := func() {
 		provider.RemoveImage(dir)
@@ -171,7 +171,7 @@ func (s *Service) capture(ctx context.Context, src *store.Sandbox, cp provider.C
 		Shape: src.Shape.Clone(), Token: src.Token, AgentDir: src.AgentDir,
 		Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
 		FreezeMS: frozen.Milliseconds(), Memory: mem, MemoryNote: memNote, CreatedAt: time.Now().UTC(),
-		Generation: src.Generation,
+		Generation: src.Generation, Keep: keep,
 	}
 	ev := &store.EventSpec{Type: ledger.CheckpointCreated, Data: ledger.CheckpointData{
 		Checkpoint: ckID, Tag: tag, Kind: kind, FreezeMS: ck.FreezeMS, Memory: mem, MemoryNote: memNote}}

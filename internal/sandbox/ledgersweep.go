@@ -29,6 +29,7 @@ func (s *Service) SweepLedger(ctx context.Context) {
 	for {
 		if n := s.sweepLedger(ctx, time.Now().Add(-keep)); n > 0 {
 			s.cfg.Log.Info("ledger sessions past their retention removed", "sessions", n, "retention", keep)
+			s.kickSpace() // their events' pages go back to the filesystem
 		}
 		select {
 		case <-ctx.Done():
@@ -71,4 +72,16 @@ func (s *Service) sweepLedger(ctx context.Context, before time.Time) int {
 			return removed
 		}
 	}
+}
+
+// RemoveSession removes a ledger session and its events (see
+// store.DeleteSession), then has the space they took given back to the
+// filesystem in the background (ReclaimSpace): the answer does not wait for
+// it.
+func (s *Service) RemoveSession(ctx context.Context, name string) error {
+	if err := s.cfg.Store.DeleteSession(ctx, name); err != nil {
+		return err
+	}
+	s.kickSpace()
+	return nil
 }

@@ -101,16 +101,56 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 
 // Remove deletes a sandbox and its files. A running one needs force.
 func (s *Service) Remove(ctx context.Context, idOrName string, force bool) error {
+	_, err := s.RemoveWith(ctx, idOrName, RemoveOptions{Force: force})
+	return err
+}
+
+// RemoveWith deletes a sandbox and its files, and then the fork
+// checkpoints that no sandbox needs any more (its own, the one it was made
+// from: see retention.go) before it answers. With o.Checkpoints the
+// checkpoints of its session go too, or, if another sandbox or an
+// environment needs one, nothing is removed (checkpoint_in_use).
+func (s *Service) RemoveWith(ctx context.Context, idOrName string, o RemoveOptions) (*RemoveResult, error) {
+	sb, cks, err := s.removeLocked(ctx, idOrName, o)
+	if err != nil {
+		return nil, err
+	}
+	// Outside the sandbox's lock: a drop waits for the restores reading
+	// the checkpoint.
+	bg := context.WithoutCancel(ctx)
+	res := &RemoveResult{}
+	err = s.takeCheckpoints(bg, sb, cks, res)
+	ids, freed := s.sweepCheckpoints(bg)
+	res.Checkpoints, res.FreedBytes = append(res.Checkpoints, ids...), res.FreedBytes+freed
+	if len(ids) > 0 {
+		s.cfg.Log.Info("remove: fork checkpoints no sandbox needs removed with it", "sandbox", sb.ID, "checkpoints", ids, "freed_bytes", freed)
+	}
+	s.kickSpace() // the rows it deleted
+	return res, err
+}
+
+// removeLocked destroys the sandbox under its lock and returns it, with the
+// checkpoints o asks to take with it (checked).
+func (s *Service) removeLocked(ctx context.Context, idOrName string, o RemoveOptions) (*store.Sandbox, []*store.Checkpoint, error) {
 	sb, unlock, err := s.lockSandbox(ctx, idOrName)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer unlock()
-	if sb.State == StateRunning && !force {
-		return errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
+	if sb.State == StateRunning && !o.Force {
+		return nil, nil, errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
+	}
+	var cks []*store.Checkpoint
+	if o.Checkpoints {
+		if cks, err = s.checkTakeCheckpoints(ctx, sb); err != nil {
+			return nil, nil, err
+		}
 	}
 	if sb, err = s.move(ctx, sb.ID, StateRemoving, nil, nil); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return s.destroy(context.WithoutCancel(ctx), sb, s.cfg.Log.With("sandbox", sb.ID))
+	if err := s.destroy(context.WithoutCancel(ctx), sb, s.cfg.Log.With("sandbox", sb.ID)); err != nil {
+		return nil, nil, err
+	}
+	return sb, cks, nil
 }

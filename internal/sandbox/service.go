@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
@@ -65,6 +66,9 @@ type Service struct {
 	mem   memWatches       // gVisor sandboxes' memory cgroups, for their OOM guards
 	conns connRefusals     // refused connections not yet in the ledger (conns.go)
 	floor *ledgerFloor     // nil in tests that make a Service by hand: no floor
+
+	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
+	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
@@ -79,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk}
+		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
 	if s.disk == nil {
 		s.disk = hostdisk.New(cfg.DataDir, 0)
 	}

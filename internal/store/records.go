@@ -32,12 +32,22 @@ type Checkpoint struct {
 	Generation int `json:"generation,omitempty"`
 	// Memory is how the image's memory reaches a restore (provider.MemoryHandoff
 	// or MemoryPages), MemoryNote why not handed over.
-	Memory     string    `json:"memory,omitempty"`
-	MemoryNote string    `json:"memory_note,omitempty"`
-	Grants     []Grant   `json:"grants,omitempty"`
-	Policy     *Policy   `json:"policy,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	Memory     string  `json:"memory,omitempty"`
+	MemoryNote string  `json:"memory_note,omitempty"`
+	Grants     []Grant `json:"grants,omitempty"`
+	Policy     *Policy `json:"policy,omitempty"`
+	// Keep, on a fork's checkpoint, keeps it until it is removed by hand
+	// (fork --keep-checkpoint); without it the checkpoint goes once no
+	// sandbox needs it (see AutoRemove). Other kinds are never removed
+	// by shard on its own.
+	Keep      bool      `json:"keep,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
+
+// AutoRemove says whether shard removes ck on its own once no sandbox
+// needs it: a fork's checkpoint not asked to be kept. A checkpoint the user
+// took, and an environment's, stay until removed by hand.
+func (ck *Checkpoint) AutoRemove() bool { return ck.Kind == "fork" && !ck.Keep }
 
 // Snapshot is the files of a stopped sandbox.
 type Snapshot struct {

@@ -33,7 +33,10 @@ type Store struct {
 	addrs  addrIndex // guarded by addrMu
 
 	onAppend func(time.Duration) // see ObserveAppends
-	reg      Registry            // see SetRegistry; nil on a single host
+
+	converted  time.Duration // see Converted
+	convertErr error
+	reg        Registry // see SetRegistry; nil on a single host
 }
 
 // Shape is what a sandbox is made of and bounded by: its image, runtime,
@@ -180,11 +183,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// One writer at a time is SQLite's rule anyway; one connection keeps
 	// transactions simple and avoids SQLITE_BUSY between our own goroutines.
 	db.SetMaxOpenConns(1)
+	// Before the schema, so a new database is made in the mode; an older
+	// one is rewritten once (see ensureIncremental). A failed switch (no
+	// disk for the rewrite) leaves the database working as it was.
+	converted, convertErr := ensureIncremental(ctx, db)
 	if err := migrate(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	s := &Store{db: db, changed: make(chan struct{})}
+	s := &Store{db: db, changed: make(chan struct{}), converted: converted, convertErr: convertErr}
 	if err := s.addrs.load(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("read %s: %w", path, err)

@@ -30,6 +30,7 @@ MIRRORS: Dict[type, str] = {
     _types.Grant: "Grant",
     _types.Policy: "Policy",
     _types.Checkpoint: "Checkpoint",
+    _types.SandboxRemoved: "SandboxRemoved",
     _types.EnvironmentInfo: "Environment",
     _types.Secret: "Secret",
     # Token is also what tokens() lists (the schema Token, without key).

@@ -9,6 +9,7 @@ import type {
   CheckpointRequest,
   CreateRequest,
   Diff,
+  SandboxRemoved,
   EnvironmentInfo,
   EnvironmentRequest,
   ExecRequest,
@@ -172,6 +173,12 @@ export interface ForkOptions extends ForkHookOptions {
   name?: string;
   /** Stored with the fork's checkpoint in the source's ledger. */
   tag?: string;
+  /**
+   * Keep the fork's checkpoint until it is removed by hand (so that a
+   * resume of a removed fork's session still works); by default the server
+   * removes it once no sandbox's resume starts from it.
+   */
+  keepCheckpoint?: boolean;
 }
 
 /** The body of a fork from ForkOptions; a number hookTimeout is seconds. */
@@ -188,6 +195,7 @@ export function forkRequest(o: ForkOptions = {}): ForkRequest {
   }
   if (o.hookErrors !== undefined) req.hook_errors = o.hookErrors;
   if (o.hooksInSource) req.hooks_in_source = true;
+  if (o.keepCheckpoint) req.keep_checkpoint = true;
   return req;
 }
 
@@ -263,8 +271,14 @@ export class ShardApi {
     return this.transport.json("POST", `/sandboxes/${seg(idOrName)}/start`);
   }
 
-  async removeSandbox(idOrName: string, force = false): Promise<void> {
-    await this.transport.json("DELETE", `/sandboxes/${seg(idOrName)}?force=${force ? "true" : "false"}`);
+  /**
+   * Removes a sandbox (a running one with force). With checkpoints, the
+   * checkpoints of its ledger session go too, or nothing does (ShardError
+   * `checkpoint_in_use`, 409) when another sandbox needs one.
+   */
+  async removeSandbox(idOrName: string, force = false, opts: { checkpoints?: boolean } = {}): Promise<SandboxRemoved> {
+    const q = `force=${force ? "true" : "false"}` + (opts.checkpoints ? "&checkpoints=true" : "");
+    return (await this.transport.json("DELETE", `/sandboxes/${seg(idOrName)}?${q}`)) as SandboxRemoved;
   }
 
   /**

@@ -387,9 +387,15 @@ export class SandboxHandle {
    * answered: a failing one rejects with ShardError `fork_hook_failed` (422;
    * no fork is left) unless `hookErrors: "ignore"`. Takes a slot under
    * maxConcurrency.
+   *
+   * As seed 000 has it, fork is a checkpoint then a restore: the checkpoint
+   * stays listed (and resumable) after the fork and this sandbox are
+   * closed, until removed by hand. `keepCheckpoint: false` lets the server
+   * remove it once no sandbox resumes from it.
    */
   async fork(tag?: string | ForkOptions): Promise<SandboxHandle> {
-    const req = forkRequest(typeof tag === "string" ? { tag } : (tag ?? {})); // bad options fail before a slot is taken
+    const o = typeof tag === "string" ? { tag } : (tag ?? {});
+    const req = forkRequest({ ...o, keepCheckpoint: o.keepCheckpoint ?? true }); // bad options fail before a slot is taken
     return this.client.withSlot(async (release: () => void) =>
       this.client.adopt(await this.client.api.forkSandbox(this.id, req), release),
     );

@@ -142,6 +142,8 @@ export interface ForkRequest {
   hook_errors?: "fail" | "ignore";
   /** Run the hooks in the source too (SHARD_FORK_ROLE=source), after the forks'. */
   hooks_in_source?: boolean;
+  /** Keep the fork's checkpoint until removed by hand; by default it goes once no sandbox's resume starts from it. */
+  keep_checkpoint?: boolean;
 }
 
 /** A saved instant of a running sandbox: memory, processes and files. */
@@ -165,7 +167,18 @@ export interface Checkpoint {
   memory?: "handoff" | "pages";
   /** Why "pages", when it is. */
   memory_note?: string;
+  /** Removed by the server once no sandbox's resume starts from it (a fork's, made without keep_checkpoint); false: kept until removed by hand. */
+  auto_remove: boolean;
   created_at: string;
+}
+
+/** The answer to DELETE /v0/sandboxes/{id}. */
+export interface SandboxRemoved {
+  removed: string;
+  /** Checkpoints removed with it: its session's (checkpoints=true), and forks' no sandbox needs any more. */
+  checkpoints?: string[];
+  /** Their bytes on disk, given back. */
+  freed_bytes?: number;
 }
 
 /** The body of POST /v0/sandboxes/{id}/checkpoints. */

@@ -438,7 +438,7 @@ test("fork(tag), checkpoint, listCheckpoints, restoreCheckpoint (and its alias r
     try {
       const sb = await client.sandbox({ image: "img", name: "job" });
       const fork = await sb.fork("after-install");
-      assert.deepEqual(f.requests.at(-1)!.body, { tag: "after-install" });
+      assert.deepEqual(f.requests.at(-1)!.body, { tag: "after-install", keep_checkpoint: true });
       assert.notEqual(fork.id, sb.id);
       const ck = await sb.checkpoint("t1");
       assert.deepEqual(f.requests.at(-1)!.body, { tag: "t1" });

@@ -177,12 +177,12 @@ test("fork hook options on the wire (hookTimeout seconds or a duration); a faili
         await assert.rejects(h.fork({ name: "refused-2" }), (e: unknown) => e instanceof ShardError && e.code === "fork_hook_failed");
         assert.equal(client.slotsInUse, 1);
         const hk = await h.fork({ tag: "t", name: "kept-2", hookErrors: "ignore", hookTimeout: 30 });
-        assert.deepEqual(f.requests.at(-1)!.body, { name: "kept-2", tag: "t", hook_timeout: "30s", hook_errors: "ignore" });
+        assert.deepEqual(f.requests.at(-1)!.body, { name: "kept-2", tag: "t", hook_timeout: "30s", hook_errors: "ignore", keep_checkpoint: true });
         assert.equal(client.slotsInUse, 2);
         await hk.close();
         await h.files.remove("/etc/shard/on-fork.d/50-lease");
         await h.fork("just-a-tag").then((x) => x.close());
-        assert.deepEqual(f.requests.filter((r) => r.method === "POST" && r.path.endsWith("/fork")).at(-1)!.body, { tag: "just-a-tag" });
+        assert.deepEqual(f.requests.filter((r) => r.method === "POST" && r.path.endsWith("/fork")).at(-1)!.body, { tag: "just-a-tag", keep_checkpoint: true });
       } finally {
         await client.close();
       }

@@ -20,6 +20,7 @@ from ._files import FileReader, Files
 from ._types import (
     Change,
     Checkpoint,
+    SandboxRemoved,
     Chunk,
     Diff,
     DiffSide,
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Change",
     "Checkpoint",
+    "SandboxRemoved",
     "Chunk",
     "Credentials",
     "Diff",

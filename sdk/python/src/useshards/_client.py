@@ -19,6 +19,7 @@ from ._files import Files, pieces_of
 from ._transport import DEFAULT_SOCKET, STREAM_TYPE, FramedBody, Response, Transport, esc
 from ._types import (
     Checkpoint,
+    SandboxRemoved,
     Chunk,
     Diff,
     EnvironmentInfo,
@@ -163,6 +164,7 @@ def _fork_body(
     hook_timeout: Optional[Duration],
     hook_errors: Optional[str],
     hooks_in_source: bool,
+    keep_checkpoint: bool = False,
 ) -> Dict[str, Any]:
     return _drop_none(
         {
@@ -172,6 +174,7 @@ def _fork_body(
             "hook_timeout": _duration("hook_timeout", hook_timeout),
             "hook_errors": hook_errors,
             "hooks_in_source": True if hooks_in_source else None,
+            "keep_checkpoint": True if keep_checkpoint else None,
         }
     )
 
@@ -677,10 +680,16 @@ class Sandbox:
         self._set(SandboxInfo.from_json(_mapping(doc, "a start")))
         return self
 
-    def remove(self, force: bool = False) -> None:
+    def remove(self, force: bool = False, *, checkpoints: bool = False) -> SandboxRemoved:
         """Removes the sandbox and its files; ``force`` is needed for a
-        running one. Its ledger session and checkpoints stay."""
-        self._shard._t.request("DELETE", f"/sandboxes/{esc(self.id)}?force={'true' if force else 'false'}")
+        running one. Its ledger session stays, and so do its checkpoints,
+        but forks' checkpoints no sandbox needs any more; with
+        ``checkpoints`` those of its session go too, or nothing does
+        (ShardError ``checkpoint_in_use``, 409) when another sandbox needs
+        one."""
+        q = f"force={'true' if force else 'false'}" + ("&checkpoints=true" if checkpoints else "")
+        doc = self._shard._t.request("DELETE", f"/sandboxes/{esc(self.id)}?{q}")
+        return SandboxRemoved.from_json(_mapping(doc, "a remove"))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -707,6 +716,7 @@ class Sandbox:
         hook_timeout: Optional[Duration] = None,
         hook_errors: Optional[str] = None,
         hooks_in_source: bool = False,
+        keep_checkpoint: bool = False,
     ) -> "Sandbox":
         """Copies this running sandbox (files, memory, processes) into a new
         running sandbox with its own id, name and address; this one freezes
@@ -719,8 +729,13 @@ class Sandbox:
         fork: ShardError ``fork_hook_failed`` (422), and no fork is left;
         unless ``hook_errors="ignore"``, which makes the fork and leaves the
         failure in its ledger (``sandbox.fork_hook``). ``hooks_in_source``
-        runs them in this sandbox too, after the fork's."""
-        body = _fork_body(name, tag, None, hook_timeout, hook_errors, hooks_in_source)
+        runs them in this sandbox too, after the fork's.
+
+        The fork's checkpoint is removed by the server once no sandbox's
+        resume starts from it; ``keep_checkpoint`` keeps it until removed
+        by hand (so a resume of the fork's session works after it is
+        removed)."""
+        body = _fork_body(name, tag, None, hook_timeout, hook_errors, hooks_in_source, keep_checkpoint)
         doc = self._shard._t.request("POST", f"/sandboxes/{esc(self.id)}/fork", body)
         return Sandbox(self._shard, SandboxInfo.from_json(_mapping(doc, "a fork")))
 
@@ -733,13 +748,16 @@ class Sandbox:
         hook_timeout: Optional[Duration] = None,
         hook_errors: Optional[str] = None,
         hooks_in_source: bool = False,
+        keep_checkpoint: bool = False,
     ) -> List["Sandbox"]:
         """Makes ``count`` forks from one freeze; with ``name``, they are
         named NAME-1, NAME-2, ... The hook options are :meth:`fork`'s: a
         hook that fails in any fork refuses them all."""
         if count < 1:
             raise ValueError("count must be at least 1")
-        hooks: Dict[str, Any] = dict(hook_timeout=hook_timeout, hook_errors=hook_errors, hooks_in_source=hooks_in_source)
+        hooks: Dict[str, Any] = dict(
+            hook_timeout=hook_timeout, hook_errors=hook_errors, hooks_in_source=hooks_in_source, keep_checkpoint=keep_checkpoint
+        )
         if count == 1:
             return [self.fork(name=name, tag=tag, **hooks)]
         body = _fork_body(name, tag, count, **hooks)

@@ -14,6 +14,7 @@ __all__ = [
     "Change",
     "Chunk",
     "Checkpoint",
+    "SandboxRemoved",
     "Diff",
     "DiffSide",
     "EnvironmentInfo",
@@ -236,6 +237,9 @@ class Checkpoint:
     # says why "pages".
     memory: Optional[str] = None
     memory_note: Optional[str] = None
+    # The server removes it once no sandbox's resume starts from it (a
+    # fork's, made without keep_checkpoint); False: kept until removed.
+    auto_remove: bool = False
     created_at: Optional[datetime] = None
     raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
 
@@ -260,9 +264,27 @@ class Checkpoint:
             freeze_ms=_int(d, "freeze_ms"),
             memory=_opt_str(d, "memory"),
             memory_note=_opt_str(d, "memory_note"),
+            auto_remove=bool(d.get("auto_remove")),
             created_at=_time(d, "created_at"),
             raw=dict(d),
         )
+
+
+@dataclass(frozen=True)
+class SandboxRemoved:
+    """What :meth:`Sandbox.remove` removed: the sandbox, and the
+    checkpoints that went with it (its session's, asked with
+    ``checkpoints=True``; forks' no sandbox needs any more) and their bytes."""
+
+    removed: str
+    checkpoints: List[str] = field(default_factory=_empty_strs)
+    freed_bytes: int = 0
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxRemoved":
+        """Reads the answer of a remove."""
+        return cls(removed=_str(d, "removed"), checkpoints=_strs(d, "checkpoints"), freed_bytes=_int(d, "freed_bytes"), raw=dict(d))
 
 
 @dataclass(frozen=True)
