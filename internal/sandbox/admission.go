@@ -172,6 +172,14 @@ func (s *Service) admit(ctx context.Context, sb *store.Sandbox, add use, what st
 	return make()
 }
 
+// precheck refuses early, before any work, what admission would refuse
+// now: n sandboxes of sb's bounds. The record's own admission checks again.
+func (s *Service) precheck(ctx context.Context, sb *store.Sandbox, n int64, what string) error {
+	u := newSandboxUse(sb)
+	u = use{sandboxes: u.sandboxes * n, memory: u.memory * n, cpu: u.cpu * n, disk: u.disk * n}
+	return s.admit(ctx, sb, u, what, func() error { return nil })
+}
+
 // holdSpare counts a warm spare's memory and cpu until dropSpare or
 // unholdSpare; it fails when they do not fit.
 func (s *Service) holdSpare(ctx context.Context, rec *store.Sandbox) error {

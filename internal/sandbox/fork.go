@@ -89,7 +89,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 		return nil, err
 	}
 	tl.mark("locked")
-	f, err := s.newFork(ctx, src, cp)
+	f, err := s.newFork(ctx, src, cp, len(names))
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +191,15 @@ type forkOp struct {
 }
 
 // newFork checks that src may be forked here, and finds its image.
-func (s *Service) newFork(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer) (*forkOp, error) {
+func (s *Service) newFork(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, count int) (*forkOp, error) {
 	if err := s.ledgerRoom(ctx, src.Project, "fork sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	if err := checkInherited("sandbox "+src.Name, s.Limits(), src.MemoryBytes, src.CPUMillis, src.Pids); err != nil {
 		return nil, fmt.Errorf("a fork takes its source's bounds: %w", err)
+	}
+	if err := s.precheck(ctx, src, int64(max(1, count)), "a fork of "+src.Name); err != nil {
+		return nil, err
 	}
 	img, err := s.cfg.Images.Get(ctx, src.ImageDigest)
 	if err != nil {
