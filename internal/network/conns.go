@@ -41,9 +41,16 @@ import (
 //     both ways): the proxy rate-limits each sandbox itself, and a query
 //     needs no state in the kernel.
 //   - a hold the server closes when the host's table passes HoldAt (and
-//     opens below OpenAt): every sandbox's new flows are refused then,
-//     whoever holds the entries. It bounds what per-sandbox counts cannot:
-//     many sandboxes, each within its bound.
+//     opens below OpenAt): then the new flows of every sandbox holding more
+//     than HoldShare flows are refused, and a sandbox holding few goes on.
+//     It bounds what per-sandbox counts cannot: many sandboxes, each within
+//     its bound; and one project's many sandboxes cannot cut off another's
+//     light ones (a red team's flood did, when the hold refused everyone).
+//
+// The per-sandbox rate and count come before the bucket of all sandboxes:
+// a flood refused by its own rate spends nothing of the shared bucket, so
+// one sandbox cannot starve its neighbours' new flows (it could, when the
+// shared bucket came first).
 //
 // Denied flows (boundary, policy, a bound) are refused with a reset or an
 // ICMP error and never enter the table: a NEW packet dropped or rejected
@@ -60,6 +67,7 @@ type ConnLimits struct {
 	TotalRate  int           // new flows a second, all sandboxes (past a burst as large)
 	TimeWait   time.Duration // a sandbox's closed TCP flow stays this long in the table
 	HoldAt     int           // host table entries at which sandboxes' new flows are held
+	HoldShare  int           // flows a sandbox may hold and still open new ones during a hold
 	OpenAt     int           // and below which they are let again
 	TableMax   int           // the host's nf_conntrack_max the bounds were planned for
 }
@@ -107,7 +115,8 @@ func PlanConnLimits(perSandbox, tableMax int) (ConnLimits, []string, error) {
 	// tenth of the table.
 	total := max(tableMax/64, MinMaxConnections)
 	l := ConnLimits{PerSandbox: perSandbox, Rate: min(connRate, total), Burst: min(connBurst, perSandbox), TimeWait: connTimeWait,
-		TotalRate: total, HoldAt: tableMax * 3 / 4, OpenAt: tableMax / 2, TableMax: tableMax}
+		TotalRate: total, HoldAt: tableMax * 3 / 4, OpenAt: tableMax / 2, TableMax: tableMax,
+		HoldShare: min(perSandbox, max(MinMaxConnections, tableMax/1024))}
 	return l, notes, nil
 }
 
@@ -124,6 +133,7 @@ func ReadConntrack(path string) (int, error) {
 const (
 	limitsChain   = "limits"
 	connsSet      = "conns"
+	shareSet      = "share" // each sandbox's flows counted against HoldShare
 	ratesSet      = "rates"
 	refusedSet    = "refused"
 	tcpTimeoutObj = "sandbox-tcp"
@@ -174,7 +184,7 @@ func tcpTimeouts(lim ConnLimits) expr.CtStatePolicyTimeout {
 // limitsRules are the rules of the limits chain, in order; refused is the
 // set that counts refusals and rej the chain that refuses. Each bound,
 // when passed, counts the refusal for the source address and goes to rej.
-func limitsRules(lim ConnLimits, conns, rates, refused *nftables.Set, rej string) [][]expr.Any {
+func limitsRules(lim ConnLimits, conns, share, rates, refused *nftables.Set, rej string) [][]expr.Any {
 	refuse := []expr.Any{
 		saddr(),
 		&expr.Dynset{SrcRegKey: 1, SetName: refused.Name, SetID: refused.ID, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE),
@@ -184,9 +194,6 @@ func limitsRules(lim ConnLimits, conns, rates, refused *nftables.Set, rej string
 	return [][]expr.Any{
 		// The sandboxes' TCP flows get the short wait once closed.
 		cat(l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Objref{Type: unix.NFT_OBJECT_CT_TIMEOUT, Name: tcpTimeoutObj}}),
-		// All sandboxes together: a cheap single bucket.
-		cat([]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(lim.TotalRate), Unit: expr.LimitTimeSecond,
-			Burst: uint32(lim.TotalRate), Over: true}}, refuse),
 		// One sandbox's rate.
 		cat([]expr.Any{saddr(), &expr.Dynset{SrcRegKey: 1, SetName: rates.Name, SetID: rates.ID, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE),
 			Timeout: rateElemTimeout,
@@ -195,7 +202,20 @@ func limitsRules(lim ConnLimits, conns, rates, refused *nftables.Set, rej string
 		// One sandbox's open flows.
 		cat([]expr.Any{saddr(), &expr.Dynset{SrcRegKey: 1, SetName: conns.Name, SetID: conns.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD),
 			Exprs: []expr.Any{&expr.Connlimit{Count: uint32(lim.PerSandbox), Flags: expr.NFT_CONNLIMIT_F_INV}}}}, refuse),
+		// Its flows counted against the hold's share (no verdict: the
+		// count must be current when a hold begins; see holdRule).
+		shareCount(lim, share),
+		// All sandboxes together: a cheap single bucket.
+		cat([]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(lim.TotalRate), Unit: expr.LimitTimeSecond,
+			Burst: uint32(lim.TotalRate), Over: true}}, refuse),
 	}
+}
+
+// shareCount matches a sandbox holding more than lim.HoldShare flows,
+// adding this one to its count.
+func shareCount(lim ConnLimits, share *nftables.Set) []expr.Any {
+	return []expr.Any{saddr(), &expr.Dynset{SrcRegKey: 1, SetName: share.Name, SetID: share.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD),
+		Exprs: []expr.Any{&expr.Connlimit{Count: uint32(lim.HoldShare), Flags: expr.NFT_CONNLIMIT_F_INV}}}}
 }
 
 // addLimits makes the limits chain, its sets and the sandboxes' TCP timeout
@@ -206,17 +226,18 @@ func addLimits(c *nftables.Conn, t *nftables.Table, lim ConnLimits, bridge strin
 	c.AddObj(&nftables.NamedObj{Table: t, Name: tcpTimeoutObj, Type: nftables.ObjTypeCtTimeout,
 		Obj: &expr.CtTimeout{L3Proto: unix.NFPROTO_IPV4, L4Proto: unix.IPPROTO_TCP, Policy: tcpTimeouts(lim)}})
 	conns := &nftables.Set{Table: t, Name: connsSet, KeyType: nftables.TypeIPAddr, Dynamic: true, Size: 65535}
+	share := &nftables.Set{Table: t, Name: shareSet, KeyType: nftables.TypeIPAddr, Dynamic: true, Size: 65535}
 	rates := &nftables.Set{Table: t, Name: ratesSet, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true,
 		Timeout: rateElemTimeout, Size: 65535}
 	refused := &nftables.Set{Table: t, Name: refusedSet, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true,
 		Timeout: refusedElemTimeout, Size: 65535}
-	for _, s := range []*nftables.Set{conns, rates, refused} {
+	for _, s := range []*nftables.Set{conns, share, rates, refused} {
 		if err := c.AddSet(s, nil); err != nil {
 			return nil, nil, err
 		}
 	}
 	ch := c.AddChain(&nftables.Chain{Name: limitsChain, Table: t})
-	for _, r := range limitsRules(lim, conns, rates, refused, rej) {
+	for _, r := range limitsRules(lim, conns, share, rates, refused, rej) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
 	}
 
@@ -274,8 +295,9 @@ func (f *firewall) refusals() (map[netip.Addr]uint64, error) {
 	return out, nil
 }
 
-// setHostHold closes (hold) or opens every sandbox's new flows, whatever
-// their bounds: the first rule of the limits chain, tagged.
+// setHostHold closes (hold) or opens the new flows of every sandbox holding
+// more than its share (ConnLimits.HoldShare): the first rule of the limits
+// chain, tagged.
 func (f *firewall) setHostHold(hold bool) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -299,12 +321,13 @@ func (f *firewall) setHostHold(hold bool) error {
 		}
 	}
 	if hold && !held {
-		c.InsertRule(&nftables.Rule{Table: f.table, Chain: ch, UserData: []byte(hostHoldTag), Exprs: []expr.Any{
+		share := &nftables.Set{Table: f.table, Name: shareSet}
+		c.InsertRule(&nftables.Rule{Table: f.table, Chain: ch, UserData: []byte(hostHoldTag), Exprs: cat(shareCount(f.lim, share), []expr.Any{
 			saddr(),
 			&expr.Dynset{SrcRegKey: 1, SetName: f.refused.Name, SetID: f.refused.ID, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE),
 				Exprs: []expr.Any{&expr.Counter{}}},
 			&expr.Verdict{Kind: expr.VerdictGoto, Chain: "reject"},
-		}})
+		})})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("hold sandboxes' new connections (%v): %w", hold, err)

@@ -28,15 +28,15 @@ func TestPlanConnLimits(t *testing.T) {
 		errContains string
 	}{
 		{name: "default on the usual table", per: 4096, max: 262144,
-			want: ConnLimits{PerSandbox: 4096, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144}},
+			want: ConnLimits{PerSandbox: 4096, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144, HoldShare: 256}},
 		{name: "lowered to a sixteenth", per: 100000, max: 262144, notes: 1,
-			want: ConnLimits{PerSandbox: 16384, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144}},
+			want: ConnLimits{PerSandbox: 16384, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144, HoldShare: 256}},
 		{name: "small limit: burst no larger", per: 100, max: 65536,
-			want: ConnLimits{PerSandbox: 100, Rate: 256, Burst: 100, TotalRate: 1024, TimeWait: 5 * time.Second, HoldAt: 49152, OpenAt: 32768, TableMax: 65536}},
+			want: ConnLimits{PerSandbox: 100, Rate: 256, Burst: 100, TotalRate: 1024, TimeWait: 5 * time.Second, HoldAt: 49152, OpenAt: 32768, TableMax: 65536, HoldShare: 64}},
 		{name: "tiny table: rates lowered", per: 16, max: 4096,
-			want: ConnLimits{PerSandbox: 16, Rate: 64, Burst: 16, TotalRate: 64, TimeWait: 5 * time.Second, HoldAt: 3072, OpenAt: 2048, TableMax: 4096}},
+			want: ConnLimits{PerSandbox: 16, Rate: 64, Burst: 16, TotalRate: 64, TimeWait: 5 * time.Second, HoldAt: 3072, OpenAt: 2048, TableMax: 4096, HoldShare: 16}},
 		{name: "unknown table", per: 4096, max: 0, notes: 1,
-			want: ConnLimits{PerSandbox: 4096, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144}},
+			want: ConnLimits{PerSandbox: 4096, Rate: 256, Burst: 512, TotalRate: 4096, TimeWait: 5 * time.Second, HoldAt: 196608, OpenAt: 131072, TableMax: 262144, HoldShare: 256}},
 		{name: "zero refused", per: 0, max: 262144, errContains: "give 16 or more"},
 		{name: "too few refused", per: 15, max: 262144, errContains: MaxConnectionsFlag},
 	} {
@@ -129,6 +129,8 @@ func TestConnectionBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lim.HoldShare = 8 // below PerSandbox: what the hold refuses, the count does not
+	lim.TotalRate = 64 // small: a flood that spent it would show
 	m, err := New(ctx, Config{Bridge: ctBridge, Subnet: ctSubnet, NetnsDir: filepath.Join(dir, "netns"), Conns: lim, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -240,15 +242,17 @@ func TestConnectionBounds(t *testing.T) {
 		}
 	}
 
-	// The hold refuses B's new flows too, and goes.
+	// The hold refuses the new flows of a sandbox past its share (B holds
+	// 5 of its share of 8: 3 more pass, then it is refused, though its own
+	// bound of 16 is far), and goes.
 	if err := m.fw.setHostHold(true); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.fw.setHostHold(true); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	if ok, _ := hold(nsB, 1); ok != 0 {
-		t.Error("a new flow passed the host's hold")
+	if ok, refused := hold(nsB, 5); ok < 1 || refused < 1 || entriesFrom(t, ctB) > lim.HoldShare {
+		t.Errorf("B during the hold: %d connected, %d refused, %d held; want some through, then refusals at its share of %d", ok, refused, entriesFrom(t, ctB), lim.HoldShare)
 	}
 	if err := m.fw.setHostHold(false); err != nil {
 		t.Fatal(err)
@@ -256,10 +260,20 @@ func TestConnectionBounds(t *testing.T) {
 	if ok, _ := hold(nsB, 1); ok != 1 {
 		t.Error("a new flow refused after the hold went")
 	}
+	// A flood refused by A's own bounds spends nothing of the bucket all
+	// sandboxes share: B's new flows pass meanwhile (a red team's flood of
+	// 45k SYNs a second refused 64 of a neighbour's 100 when the shared
+	// bucket came first).
+	if _, refused := hold(nsA, 300); refused != 300 {
+		t.Errorf("A's flood at its bound: %d refused of 300", refused)
+	}
+	if ok, refused := hold(nsB, 3); ok != 3 {
+		t.Errorf("B after A's flood: %d connected, %d refused; want all 3", ok, refused)
+	}
 	c, _ := nftables.New()
 	rules, _ := c.GetRules(m.fw.table, &nftables.Chain{Name: limitsChain, Table: m.fw.table})
-	if len(rules) != 4 {
-		t.Errorf("limits chain has %d rules after the hold, want 4", len(rules))
+	if len(rules) != 5 {
+		t.Errorf("limits chain has %d rules after the hold, want 5", len(rules))
 	}
 }
 

@@ -577,7 +577,7 @@ func TestEgressPolicy(t *testing.T) {
 		}
 		for _, s := range sets {
 			switch s.Name {
-			case "egress", "never", "private", connsSet, ratesSet, refusedSet: // the table's own
+			case "egress", "never", "private", connsSet, shareSet, ratesSet, refusedSet: // the table's own
 			default:
 				t.Fatalf("set %s left", s.Name)
 			}

@@ -47,6 +47,7 @@ type firewall struct {
 	ports   *nftables.Set   // bridge: sandbox ports (ifname)
 	pairs   *nftables.Set   // bridge: ifname . ipv4 a port may send from
 	refused *nftables.Set   // dynamic: source address -> refusals by the connection bounds (conns.go)
+	lim     ConnLimits      // the connection bounds (conns.go)
 
 	mu       sync.Mutex
 	policies map[netip.Addr]*compiled                           // installed, by sandbox address
@@ -106,7 +107,7 @@ func inSet(s *nftables.Set) *expr.Lookup {
 }
 
 func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *boundary, lim ConnLimits, log *slog.Logger) (*firewall, error) {
-	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log,
+	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log, lim: lim,
 		policies: map[netip.Addr]*compiled{},
 		learned:  map[netip.Addr]map[netip.Addr]map[string]time.Time{},
 		portIPs:  map[string]netip.Addr{},
