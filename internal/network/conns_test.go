@@ -129,7 +129,7 @@ func TestConnectionBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim.HoldShare = 8 // below PerSandbox: what the hold refuses, the count does not
+	lim.HoldShare = 8  // below PerSandbox: what the hold refuses, the count does not
 	lim.TotalRate = 64 // small: a flood that spent it would show
 	m, err := New(ctx, Config{Bridge: ctBridge, Subnet: ctSubnet, NetnsDir: filepath.Join(dir, "netns"), Conns: lim, Log: log})
 	if err != nil {
