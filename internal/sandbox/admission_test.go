@@ -133,3 +133,31 @@ func TestLedgerQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A batch that fails part way (the second fork's name is taken) leaves
+// nothing of the first: no record, no ledger session, no event.
+func TestFailedBatchLeavesNoSession(t *testing.T) {
+	f := newFakeService(t)
+	ctx := context.Background()
+	f.create("src")
+	f.create("kid-2")
+	before, err := f.st.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Fork(ctx, "src", ForkRequest{Name: "kid", Count: 2}); err == nil {
+		t.Fatal("a fork whose second name is taken was made")
+	}
+	after, err := f.st.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		var names []string
+		for _, s := range after {
+			names = append(names, s.Name)
+		}
+		t.Errorf("sessions after a failed fork: %v, want the %d there were", names, len(before))
+	}
+	f.only("src", "kid-2")
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -59,31 +60,55 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 // an address and a ledger session, and writes them in state creating with
 // their sandbox.created events. created returns the session's name ("" for
 // the sandbox's name) and the event's data.
+//
+// The whole batch is admitted at once (quotas, host memory: admission.go)
+// and written under the admission lock, so a fork of --count 10 is made
+// whole or not at all, and no other request spends its room meanwhile.
 func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, created func(*store.Sandbox) (string, ledger.CreatedData)) ([]*store.Sandbox, error) {
-	var out []*store.Sandbox
+	if len(protos) == 0 {
+		return nil, nil
+	}
+	var add use
 	for _, r := range protos {
-		err := s.addrs.Take(func(ip netip.Addr) error {
-			r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
-			if r.Name == "" {
-				r.Name = r.ID
-			}
-			session, data := created(r)
-			r.Session = cmp.Or(session, r.Name)
-			return s.admit(ctx, r, newSandboxUse(r), "sandbox "+r.Name, func() error {
+		u := newSandboxUse(r)
+		add = use{sandboxes: add.sandboxes + u.sandboxes, memory: add.memory + u.memory, cpu: add.cpu + u.cpu, disk: add.disk + u.disk}
+	}
+	what := "sandbox " + cmp.Or(protos[0].Name, "(unnamed)")
+	if len(protos) > 1 {
+		what = fmt.Sprintf("%d sandboxes", len(protos))
+	}
+	var out []*store.Sandbox
+	err := s.admit(ctx, protos[0], add, what, func() error {
+		for _, r := range protos {
+			err := s.addrs.Take(func(ip netip.Addr) error {
+				r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
+				if r.Name == "" {
+					r.Name = r.ID
+				}
+				session, data := created(r)
+				r.Session = cmp.Or(session, r.Name)
 				return s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data})
 			})
-		})
-		if err != nil {
-			return s.undoRecords(ctx, out, err)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return s.undoRecords(ctx, out, err)
 	}
 	return out, nil
 }
 
+// undoRecords discards records of a batch that failed: they were never
+// sandboxes, so they leave no ledger session behind either.
 func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err error) ([]*store.Sandbox, error) {
 	for _, r := range recs {
-		s.cfg.Store.DeleteSandbox(ctx, r.ID, nil)
+		if derr := s.cfg.Store.DiscardSandbox(context.WithoutCancel(ctx), r.ID); derr != nil {
+			s.cfg.Log.Warn("discard a record of a failed batch", "sandbox", r.ID, "err", derr)
+		}
 	}
 	return nil, err
 }

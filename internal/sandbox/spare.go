@@ -223,10 +223,11 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
 	d := ledger.CreatedOf(rec.Shape)
 	d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
-	err := s.addrs.Claim(rec.IP, func() error { // the record holds the address now
-		// The spare's memory and cpu were admitted when it was made; the
-		// record adds a sandbox and its disk, and holds the rest now.
-		return s.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
+	// The spare's memory and cpu were admitted when it was made; the
+	// record adds a sandbox and its disk, and holds the rest now. (The
+	// admission lock comes before the pool's, as in insertRecords.)
+	err := s.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
+		return s.addrs.Claim(rec.IP, func() error { // the record holds the address now
 			if err := s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d}); err != nil {
 				return err
 			}

@@ -353,6 +353,37 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) err
 	return err
 }
 
+// DiscardSandbox undoes a record that was never made into a sandbox (a
+// batch refused after it was written): the record, the events it wrote,
+// and its ledger session when the record started it and nothing else
+// wrote to it. A refused request leaves no history of what never was.
+func (s *Store) DiscardSandbox(ctx context.Context, id string) error {
+	var gone *Sandbox
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		sb, err := getTx(ctx, tx, `id = ?1`, id)
+		if err != nil {
+			return err
+		}
+		gone = sb
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE project = ? AND session = ? AND sandbox_id = ?`, sb.Project, sb.Session, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE project = ? AND name = ? AND sandbox_id = ?
+			AND NOT EXISTS (SELECT 1 FROM events WHERE project = ? AND session = ?)`, sb.Project, sb.Session, id, sb.Project, sb.Session)
+		return err
+	})
+	if err == nil {
+		s.unindexAddr(id)
+		if s.reg != nil {
+			s.reg.Release(context.WithoutCancel(ctx), gone)
+		}
+	}
+	return err
+}
+
 // GetSandbox finds a sandbox by id or name.
 func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
