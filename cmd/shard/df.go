@@ -51,7 +51,10 @@ insufficient_storage).`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			termsafe.Printf("\n%s", dfStore(du))
+			termsafe.Printf("\n")
+			for _, l := range dfStore(du) {
+				termsafe.Printf("%s\n", l)
+			}
 			return nil
 		},
 	}
@@ -75,7 +78,7 @@ func dfRows(du *client.DiskUsage) [][3]string {
 }
 
 // dfStore is df's lines on the store and the host.
-func dfStore(du *client.DiskUsage) string {
+func dfStore(du *client.DiskUsage) []string {
 	st, h := du.Store, du.Host
 	grows := ""
 	switch {
@@ -85,6 +88,8 @@ func dfStore(du *client.DiskUsage) string {
 	default:
 		grows = fmt.Sprintf("; the image is %s and may not grow now", humanSize(st.SizeBytes))
 	}
-	return fmt.Sprintf("sandbox store: %s promised to sandboxes' disks and saved copies, %s free of %s%s\n", humanSize(st.PromisedBytes), humanSize(st.FreeBytes), humanSize(st.CapacityBytes), grows) +
-		fmt.Sprintf("host disk: %s free of %s; the server keeps %s of it free (shard serve --reserve)\n", humanSize(h.FreeBytes), humanSize(h.TotalBytes), humanSize(h.ReserveBytes))
+	return []string{
+		fmt.Sprintf("sandbox store: %s promised to sandboxes' disks and saved copies, %s free of %s%s", humanSize(st.PromisedBytes), humanSize(st.FreeBytes), humanSize(st.CapacityBytes), grows),
+		fmt.Sprintf("host disk: %s free of %s; the server keeps %s of it free (shard serve --reserve)", humanSize(h.FreeBytes), humanSize(h.TotalBytes), humanSize(h.ReserveBytes)),
+	}
 }

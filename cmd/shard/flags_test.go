@@ -88,6 +88,7 @@ func TestServeFlagsRefused(t *testing.T) {
 		{func(o *serveOptions) { o.storageMax = "1GiB" }, `--storage-max "1GiB": give auto, or a size of at least --storage-size (4GiB)`},
 		{func(o *serveOptions) { o.reserve = "lots" }, "--reserve"},
 		{func(o *serveOptions) { o.memoryOvercommit = -1 }, "--memory-overcommit -1"},
+		{func(o *serveOptions) { o.memoryOvercommit = 1e-7 }, "give a ratio from 0.1 to 100"},
 		{func(o *serveOptions) { o.storageSize = "9EiB" }, "--storage-size"},
 		{func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes -1"},
 		{func(o *serveOptions) { o.maxConnections = 0 }, "--max-connections 0: give 16 or more"},

@@ -123,17 +123,19 @@ project's use against its quota.`,
 				}
 			}
 			f := cmd.Flags()
+			const size = "a size such as 16GiB or 512MiB"
 			for _, b := range []struct {
 				flag, v string
 				to      *int64
 				parse   func(string) (int64, error)
+				like    string
 			}{
-				{"max-sandboxes", sandboxes, &q.MaxSandboxes, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }},
-				{"max-memory", memory, &q.MaxMemoryBytes, units.ParseSize},
-				{"max-cpu", cpu, &q.MaxCPUMillis, units.ParseCPU},
-				{"max-disk", disk, &q.MaxDiskBytes, units.ParseSize},
-				{"max-saved-bytes", saved, &q.MaxSavedBytes, units.ParseSize},
-				{"max-ledger-bytes", ledger, &q.MaxLedgerBytes, units.ParseSize},
+				{"max-sandboxes", sandboxes, &q.MaxSandboxes, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, "a whole number"},
+				{"max-memory", memory, &q.MaxMemoryBytes, units.ParseSize, size},
+				{"max-cpu", cpu, &q.MaxCPUMillis, units.ParseCPU, "cpus such as 4 or 500m"},
+				{"max-disk", disk, &q.MaxDiskBytes, units.ParseSize, size},
+				{"max-saved-bytes", saved, &q.MaxSavedBytes, units.ParseSize, size},
+				{"max-ledger-bytes", ledger, &q.MaxLedgerBytes, units.ParseSize, size},
 			} {
 				if !f.Changed(b.flag) {
 					continue
@@ -144,7 +146,7 @@ project's use against its quota.`,
 				}
 				n, err := b.parse(b.v)
 				if err != nil || n < 0 {
-					return fmt.Errorf("--%s %q: give a bound, 0 or none", b.flag, b.v)
+					return fmt.Errorf("--%s %q: give %s, or 0 or none for no bound", b.flag, b.v, b.like)
 				}
 				*b.to = n
 			}

@@ -275,8 +275,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 	switch {
 	case o.maxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
-	case o.memoryOvercommit < 0 || o.memoryOvercommit > 100 || o.memoryOvercommit != o.memoryOvercommit:
-		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0 (not admitted) to 100, e.g. 1.5", o.memoryOvercommit)
+	case o.memoryOvercommit != 0 && !(o.memoryOvercommit >= 0.1 && o.memoryOvercommit <= 100):
+		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
 	case o.stopTimeout < 0:
 		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
 	case o.pullTimeout <= 0:

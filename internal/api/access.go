@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -149,8 +150,17 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 		p := auth.From(r.Context())
 		return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project sets quotas", p.Name, p.Project)
 	}
+	// The body is the whole quota: an empty one (or null) is refused, not
+	// read as "no bounds", so a careless client does not wipe them all.
+	b, err := readBody(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil, 0, errdefs.Invalid("give the quota as a JSON object (its bounds; {} removes every bound)")
+	}
 	var q ProjectQuota
-	if err := decode(r, &q); err != nil {
+	if err := decodeJSON(b, &q); err != nil {
 		return nil, 0, err
 	}
 	for _, f := range []struct {
@@ -162,7 +172,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 			return nil, 0, errdefs.Invalid("%s is %d: give 0 (no bound) or more", f.name, f.v)
 		}
 	}
-	err := s.Sandboxes.SetQuota(r.Context(), name, store.Quota{Sandboxes: q.MaxSandboxes, MemoryBytes: q.MaxMemoryBytes, CPUMillis: q.MaxCPUMillis,
+	err = s.Sandboxes.SetQuota(r.Context(), name, store.Quota{Sandboxes: q.MaxSandboxes, MemoryBytes: q.MaxMemoryBytes, CPUMillis: q.MaxCPUMillis,
 		DiskBytes: q.MaxDiskBytes, SavedBytes: q.MaxSavedBytes, LedgerBytes: q.MaxLedgerBytes})
 	if err != nil {
 		return nil, 0, err
