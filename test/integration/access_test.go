@@ -56,8 +56,9 @@ func concrete(pattern string) (method, path string) {
 var extraScope = map[string]string{"POST /v0/ledger/sessions/{name}/resume": auth.SandboxRead}
 
 // everyProjectOnly are the routes only a key of every project may call,
-// whatever its scopes: the metrics count every project's sandboxes.
-var everyProjectOnly = map[string]bool{"GET /metrics": true}
+// whatever its scopes: the metrics count every project's sandboxes, and a
+// project's quota is set by the landlord, not by the tenant.
+var everyProjectOnly = map[string]bool{"GET /metrics": true, "PUT /v0/projects/{name}/quota": true}
 
 // TestScopeMatrix: every endpoint × every scope over TCP: no key or a bad
 // key is 401; a token without the endpoint's declared scope is 403 naming
