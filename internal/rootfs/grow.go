@@ -28,8 +28,8 @@ var errFixed = errors.New("the store is not an image this server made")
 // growable reports whether the store may grow at all.
 func (s *Storage) growable() bool { return s.image != "" && s.host != nil }
 
-// grow makes the store at least short bytes bigger, by growStep or more,
-// within its ceiling; it returns the most it could have grown by when that
+// grow makes the store at least short bytes bigger, by its own size (at
+// most s.step) or more, within its ceiling; it returns the most it could have grown by when that
 // is less than short (and then grows nothing). Caller holds admitMu.
 func (s *Storage) grow(ctx context.Context, short int64) (room int64, err error) {
 	if !s.growable() {
@@ -47,7 +47,9 @@ func (s *Storage) grow(ctx context.Context, short int64) (room int64, err error)
 	if room < short {
 		return room, nil
 	}
-	step := min(room, max(s.step, (short+1<<20-1)&^(1<<20-1)))
+	// A small store doubles, a big one grows by s.step: a server that
+	// needs a little more than its first size does not take three times it.
+	step := min(room, max(min(s.step, cur), (short+1<<20-1)&^(1<<20-1)))
 	release, err := s.host.Take(step, "growing the sandbox store")
 	if err != nil {
 		return 0, err

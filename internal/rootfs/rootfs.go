@@ -42,7 +42,7 @@ type Options struct {
 	// growing; nil: the store keeps the size it has.
 	Host *hostdisk.Budget
 	Max  int64 // the most the store grows to (0: as far as Host allows)
-	Step int64 // the least it grows by at once (0: growStep)
+	Step int64 // the least it grows by at once once it is this big (0: growStep)
 	Log  *slog.Logger
 }
 
@@ -50,9 +50,10 @@ type Options struct {
 // admitted, so a fresh server takes little of its host.
 const DefaultSize = 4 << 30
 
-// growStep is the least the store grows by at once: each growth costs an
-// allocation, a loop device resize and an XFS grow (tens of ms), so a run
-// of creates pays for one in several.
+// growStep is the least a store of this size or more grows by at once (a
+// smaller one doubles): each growth costs an allocation, a loop device
+// resize and an XFS grow (tens of ms), so a run of creates pays for one in
+// several.
 const growStep = 2 << 30
 
 // Storage holds the sandboxes' upper directories.

@@ -225,7 +225,7 @@ func (w *boundaryWorld) node(t testing.TB, bin, name string, i int, listen, peer
 		}
 	}
 	n.args = append(append([]string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-		"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "2GiB", "--default-disk", "256MiB",
+		"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "1GiB", "--storage-max", "4GiB", "--default-disk", "256MiB",
 		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
 		"--listen", listen, "--dns-upstream", lanService + ":53", "--cluster-prefix", w.prefix,
 		"--cluster-etcd", strings.Join(w.etcd.Endpoints(), ","), "--etcd-ca", w.files[0], "--etcd-cert", w.files[1], "--etcd-key", w.files[2],

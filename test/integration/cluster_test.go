@@ -84,7 +84,7 @@ func startClusterOf(t testing.TB, bin string, idx int, memory ...string) *testCl
 			advertise = "http://" + n.tcp
 		}
 		n.args = []string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "3GiB", "--default-disk", "256MiB",
+			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "1GiB", "--storage-max", "4GiB", "--default-disk", "256MiB",
 			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
 			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", advertise,
 			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem}
@@ -222,6 +222,11 @@ func (n *node) teardown(t testing.TB) {
 	exec.Command("ip", "link", "del", n.bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", n.bridge).Run()
 	exec.Command("nft", "delete", "table", "bridge", n.bridge).Run()
+	// The node's store and images go now, not with the run's directory:
+	// a run starts a dozen nodes, and their stores would add up.
+	if os.Getenv("SHARD_KEEP") == "" {
+		os.RemoveAll(n.dir)
+	}
 }
 
 // keyed is a client of node n's TCP API with the cluster's key.
