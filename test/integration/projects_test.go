@@ -198,6 +198,7 @@ func TestProjectMatrix(t *testing.T) {
 		"GET /v0/environments":                      nil,
 		"GET /v0/tokens":                            nil,
 		"GET /v0/projects":                          nil,
+		"PUT /v0/projects/{name}/quota":             nil, // a key of every project only: TestScopeMatrix
 		"GET /v0/secrets":                           nil,
 		"GET /v0/system/df":                         nil,
 		"GET /v0/images":                            nil,
