@@ -102,7 +102,7 @@ for n in "${NODES[@]}"; do
 	mkdir -p "$DIR/$n"
 	if ! on "$n" capabilities >/dev/null 2>&1; then
 		nohup shard serve --socket "$DIR/$n/shard.sock" --data-dir "$DIR/$n/data" --run-dir "/run/shard-demo-$n" \
-			--bridge "shardc$n" --subnet "${SUBNET[$n]}" --storage-size 4GiB --default-disk 512MiB \
+			--bridge "shardc$n" --subnet "${SUBNET[$n]}" --storage-size 1GiB --default-disk 512MiB \
 			--registry-mirror "http://127.0.0.1:$REG_PORT" --listen "127.0.0.1:${PORT[$n]}" \
 			--cluster-etcd "$ETCD" --etcd-ca "$TLS/ca.crt" --etcd-cert "$TLS/node-$n.crt" --etcd-key "$TLS/node-$n.key" \
 			--node "$n" --advertise "https://127.0.0.1:${CPORT[$n]}" --cluster-listen "127.0.0.1:${CPORT[$n]}" \
