@@ -53,8 +53,8 @@ const DefaultSize = 4 << 30
 // growStep is the least a store of this size or more grows by at once (a
 // smaller one doubles): each growth costs an allocation, a loop device
 // resize and an XFS grow (tens of ms), so a run of creates pays for one in
-// several.
-const growStep = 2 << 30
+// several; 1GiB keeps the demo's three default sandboxes within 7GiB.
+const growStep = 1 << 30
 
 // Storage holds the sandboxes' upper directories.
 type Storage struct {
