@@ -203,7 +203,7 @@ func joinCluster(ctx context.Context, o *clusterOptions, dataDir string, db *sto
 		return nil, err
 	}
 	c, err := cluster.Open(ctx, cluster.Config{Endpoints: o.etcd, TLS: tlsCfg, Prefix: o.prefix, Node: o.node, Instance: instance, Replace: o.replace, Advertise: o.advertise,
-		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, nets, capacity) }, OnAddrs: onAddrs})
+		Key: key, TTL: o.ttl, Log: log.With("component", "cluster"), Stats: func() cluster.Stats { return nodeStats(*svc, nets, capacity, log) }, OnAddrs: onAddrs})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}
@@ -231,7 +231,7 @@ func nodeInstance(dataDir string) (string, error) {
 }
 
 // nodeStats is what this node publishes at each heartbeat.
-func nodeStats(svc *sandbox.Service, nets *network.Manager, capacity int64) cluster.Stats {
+func nodeStats(svc *sandbox.Service, nets *network.Manager, capacity int64, log *slog.Logger) cluster.Stats {
 	st := cluster.Stats{MemoryTotal: capacity, CPUs: runtime.NumCPU(), Load: loadAverage(), Providers: []string{}}
 	// Every address of this node, for the other nodes' egress boundary:
 	// its API or services may listen on more than the address it
@@ -249,14 +249,14 @@ func nodeStats(svc *sandbox.Service, nets *network.Manager, capacity int64) clus
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	all, _ := svc.List(project.With(ctx, ""))
-	given := int64(0)
-	for _, sb := range all {
-		st.Sandboxes++
-		if sb.State != sandbox.StateStopped && sb.State != sandbox.StateFailed {
-			given += sb.MemoryBytes
-		}
+	n, given, err := svc.NodeUsage(project.With(ctx, ""))
+	if err != nil {
+		// Not known is not free: placement passes this node over until
+		// its next beat.
+		log.Warn("cluster: this node's figures", "err", err)
+		return st
 	}
+	st.Sandboxes = n
 	st.MemoryFree = max(0, min(capacity-given, sandbox.HostMemAvailable()))
 	return st
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,24 +18,16 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/api"
-	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
-	"github.com/useshards/shard/internal/hostdir"
-	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
-	"github.com/useshards/shard/internal/provider/gvisor"
-	"github.com/useshards/shard/internal/provider/runc"
-	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/sandbox"
-	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
-	"golang.org/x/sys/unix"
 )
 
 type serveOptions struct {
@@ -68,8 +59,11 @@ type serveOptions struct {
 	cluster                            clusterOptions
 }
 
-func newServeCmd() *cobra.Command {
-	o := &serveOptions{}
+func newServeCmd() *cobra.Command { return newServeCmdInto(&serveOptions{}) }
+
+// newServeCmdInto is newServeCmd with its flags read into o (a test reads
+// the defaults so).
+func newServeCmdInto(o *serveOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the shard server (root): the REST API under /v0 on a Unix socket and, with --listen, on TCP",
@@ -148,8 +142,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 
 // sandboxLimits reads --max-memory, --max-cpu and --max-pids: each at most
 // what the host can honour.
-func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
-	host := sandbox.HostLimits()
+func sandboxLimits(o *serveOptions, host sandbox.Limits) (sandbox.Limits, error) {
 	var l sandbox.Limits
 	if o.maxMemory != "host" {
 		n, err := units.ParseSize(o.maxMemory)
@@ -174,10 +167,11 @@ func sandboxLimits(o *serveOptions) (sandbox.Limits, error) {
 
 // storeFlags reads --storage-size, --storage-max and --reserve.
 func storeFlags(o *serveOptions) (size, most, reserve int64, err error) {
-	if o.storageSize == "auto" { // what it meant before the store grew: now the first size
-		o.storageSize = "4GiB"
+	first := o.storageSize
+	if first == "auto" { // what it meant before the store grew: now the first size
+		first = "4GiB"
 	}
-	if size, err = units.ParseSize(o.storageSize); err != nil || size < 256<<20 {
+	if size, err = units.ParseSize(first); err != nil || size < 256<<20 {
 		return 0, 0, 0, fmt.Errorf("--storage-size %q: give a size of at least 256MiB", o.storageSize)
 	}
 	if o.storageMax != "auto" {
@@ -211,340 +205,147 @@ func ledgerFloorFlag(s string) (int64, error) {
 	return n, nil
 }
 
-func serve(ctx context.Context, o *serveOptions) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+// hostFacts is what config reads of the host, read once by readHostFacts
+// (a test gives its own).
+type hostFacts struct {
+	limits       sandbox.Limits // sandbox.HostLimits
+	conntrackMax int            // nf_conntrack_max; 0: unknown
+	conntrackErr error
+}
+
+func readHostFacts() hostFacts {
+	n, err := network.ReadConntrack(network.ConntrackMaxPath)
+	return hostFacts{limits: sandbox.HostLimits(), conntrackMax: n, conntrackErr: err}
+}
+
+// config is what the daemon runs with: the flags read and checked against
+// the host's facts, nothing opened yet.
+type config struct {
+	serveOptions // as given, for what needs no reading
+
+	level        slog.Level
+	subnet       netip.Prefix
+	allowPrivate []netip.Prefix
+	conns        network.ConnLimits
+	notes        []string // warnings for the log, once it exists
+	defaultDisk  int64
+	maxImageSize int64
+	storageSize  int64
+	storageMax   int64 // 0: as far as reserve allows
+	reserve      int64 // -1: keep nothing
+	ledgerFloor  int64
+	limits       sandbox.Limits
+}
+
+// config reads and checks the flags; it opens nothing and touches nothing,
+// so every refusal comes before the daemon starts.
+func (o *serveOptions) config(host hostFacts) (*config, error) {
+	c := &config{serveOptions: *o}
+	if err := c.level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	hopts := &slog.HandlerOptions{Level: level}
-	var log *slog.Logger
-	if o.logFormat == "json" {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
-	} else {
-		log = slog.New(slog.NewTextHandler(os.Stderr, hopts))
-	}
-	if os.Geteuid() != 0 {
-		return errors.New("shard serve must run as root (it makes namespaces, mounts and cgroups)")
+	if o.logFormat != "text" && o.logFormat != "json" && o.logFormat != "" {
+		return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 	subnet, err := netip.ParsePrefix(o.subnet)
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 {
-		return fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
+		return nil, fmt.Errorf("--subnet %q: give an IPv4 network of /28 or bigger", o.subnet)
 	}
-	var allowPrivate []netip.Prefix
-	for _, c := range o.allowPrivate {
-		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+	c.subnet = subnet
+	for _, s := range o.allowPrivate {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return fmt.Errorf("--allow-private-egress %q: give CIDRs, like 10.1.0.0/16", c)
+			return nil, fmt.Errorf("--allow-private-egress %q: give CIDRs, like 10.1.0.0/16", s)
 		}
 		if p != p.Masked() {
-			return fmt.Errorf("--allow-private-egress %s: the address has bits past the prefix length: give %s for the range, or %s/32 for one address", p, p.Masked(), p.Addr())
+			return nil, fmt.Errorf("--allow-private-egress %s: the address has bits past the prefix length: give %s for the range, or %s/32 for one address", p, p.Masked(), p.Addr())
 		}
-		allowPrivate = append(allowPrivate, p)
+		c.allowPrivate = append(c.allowPrivate, p)
 	}
-	if err := network.CheckAllowPrivate(allowPrivate); err != nil {
-		return err
+	if err := network.CheckAllowPrivate(c.allowPrivate); err != nil {
+		return nil, err
 	}
 	if o.mtu < network.MinMTU || o.mtu > network.MaxMTU {
-		return fmt.Errorf("--mtu %d: give one from %d to %d", o.mtu, network.MinMTU, network.MaxMTU)
+		return nil, fmt.Errorf("--mtu %d: give one from %d to %d", o.mtu, network.MinMTU, network.MaxMTU)
 	}
-	tableMax, err := network.ReadConntrack(network.ConntrackMaxPath)
+	if host.conntrackErr != nil {
+		c.notes = append(c.notes, "cannot read the host's conntrack table size: "+host.conntrackErr.Error())
+	}
+	conns, notes, err := network.PlanConnLimits(o.maxConnections, host.conntrackMax)
 	if err != nil {
-		log.Warn("cannot read the host's conntrack table size", "err", err)
+		return nil, err
 	}
-	conns, notes, err := network.PlanConnLimits(o.maxConnections, tableMax)
-	if err != nil {
-		return err
+	c.conns, c.notes = conns, append(c.notes, notes...)
+	c.defaultDisk, err = units.ParseSize(o.defaultDisk)
+	if err != nil || c.defaultDisk < sandbox.MinDisk || c.defaultDisk > sandbox.MaxDisk {
+		return nil, fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))
 	}
-	for _, n := range notes {
-		log.Warn(n)
+	c.maxImageSize, err = units.ParseSize(o.maxImageSize)
+	if err != nil || c.maxImageSize < 1<<20 {
+		return nil, fmt.Errorf("--max-image-size %q: give a size of at least 1MiB", o.maxImageSize)
 	}
-	log.Info("connections bounded", "per_sandbox", conns.PerSandbox, "rate_per_sandbox", conns.Rate, "rate_all", conns.TotalRate,
-		"hold_at", conns.HoldAt, "nf_conntrack_max", conns.TableMax)
-	defaultDisk, err := units.ParseSize(o.defaultDisk)
-	if err != nil || defaultDisk < sandbox.MinDisk || defaultDisk > sandbox.MaxDisk {
-		return fmt.Errorf("--default-disk %q: give a size from %s to %s", o.defaultDisk, units.FormatSize(sandbox.MinDisk), units.FormatSize(sandbox.MaxDisk))
-	}
-	maxImageSize, err := units.ParseSize(o.maxImageSize)
-	if err != nil || maxImageSize < 1<<20 {
-		return fmt.Errorf("--max-image-size %q: give a size of at least 1MiB", o.maxImageSize)
-	}
-	storageSize, storageMax, reserve, err := storeFlags(o)
-	if err != nil {
-		return err
+	if c.storageSize, c.storageMax, c.reserve, err = storeFlags(o); err != nil {
+		return nil, err
 	}
 	switch {
 	case o.maxSandboxes < 0:
-		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
+		return nil, fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
 	case o.memoryOvercommit != 0 && !(o.memoryOvercommit >= 0.1 && o.memoryOvercommit <= 100):
-		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
+		return nil, fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
 	case o.stopTimeout < 0:
-		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
+		return nil, fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
 	case o.pullTimeout <= 0:
-		return fmt.Errorf("--pull-timeout %s: it must be positive", o.pullTimeout)
+		return nil, fmt.Errorf("--pull-timeout %s: it must be positive", o.pullTimeout)
 	case o.freezeTimeout <= 0:
-		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
+		return nil, fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
 	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
-		return fmt.Errorf("--idle-timeout and --body-timeout must be positive")
+		return nil, fmt.Errorf("--idle-timeout and --body-timeout must be positive")
 	case o.ledgerRetention < 0:
-		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
+		return nil, fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
 	case o.maxClientConns < 0:
-		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+		return nil, fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
 	case o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages:
-		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
+		return nil, fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
 	}
-	ledgerMinFree, err := ledgerFloorFlag(o.ledgerMinFree)
-	if err == nil && ledgerMinFree == 0 { // auto
-		ledgerMinFree = max(reserve, -1)
+	if c.ledgerFloor, err = ledgerFloorFlag(o.ledgerMinFree); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return err
+	if c.ledgerFloor == 0 { // auto
+		c.ledgerFloor = max(c.reserve, -1)
 	}
-	limits, err := sandboxLimits(o)
-	if err != nil {
-		return err
+	if c.limits, err = sandboxLimits(o, host.limits); err != nil {
+		return nil, err
 	}
-	if err := o.cluster.check(o.listen); err != nil {
-		return err
+	// (check fills in --cluster-listen and --node from their defaults.)
+	if err := c.cluster.check(o.listen); err != nil {
+		return nil, err
 	}
-	// Only root may enter the data and run directories: below them are
-	// trees that sandboxes and images write (see internal/hostdir).
-	for _, d := range []string{o.dataDir, o.runDir} {
-		if err := hostdir.Private(d); err != nil {
-			return err
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(o.socket), 0o711); err != nil {
-		return err
-	}
-	// One server per data directory: a second one would fight over
-	// namespaces, mounts and the database.
-	lock, err := os.OpenFile(filepath.Join(o.dataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("another shard serve is using %s", o.dataDir)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	if self, err = filepath.EvalSymlinks(self); err != nil {
-		return err
-	}
+	return c, nil
+}
 
-	db, err := store.Open(ctx, filepath.Join(o.dataDir, "shard.db"))
+// logger is the daemon's log, as --log-level and --log-format say.
+func (c *config) logger() *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: c.level}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, hopts))
+}
+
+// serve runs the daemon until ctx ends (a signal) or a listener fails.
+func serve(ctx context.Context, o *serveOptions) error {
+	if os.Geteuid() != 0 {
+		return errors.New("shard serve must run as root (it makes namespaces, mounts and cgroups)")
+	}
+	cfg, err := o.config(readHostFacts())
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	if took, err := db.Converted(); err != nil {
-		log.Warn("database: could not switch to auto_vacuum=INCREMENTAL (its deletions give no space back until it can)", "err", err)
-	} else if took > 0 {
-		log.Info("database: switched to auto_vacuum=INCREMENTAL (rewritten once)", "took", took)
-	}
-	m := metrics.New(o.cluster.node)
-	db.ObserveAppends(m.LedgerAppend)
-	disk := hostdisk.New(o.dataDir, reserve)
-	images, err := image.Open(image.Options{Dir: filepath.Join(o.dataDir, "images"), Mirrors: o.mirrors, Insecure: o.insecure,
-		Allowed: o.allowed, Blocked: []netip.Prefix{subnet}, PullTimeout: o.pullTimeout,
-		MaxImageSize: maxImageSize, Logger: log.With("component", "image"), Metrics: m, Disk: disk})
+	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	storage, err := rootfs.Open(ctx, rootfs.Options{Dir: filepath.Join(o.dataDir, "storage"), Size: storageSize, Max: storageMax, Host: disk, Log: log})
-	if err != nil {
-		return fmt.Errorf("sandbox storage: %w", err)
-	}
-	nets, err := network.New(ctx, network.Config{Bridge: o.bridge, Subnet: subnet, MTU: o.mtu, NetnsDir: filepath.Join(o.runDir, "netns"),
-		AllowPrivate: allowPrivate, Conns: conns, Log: log})
-	if err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	defer nets.Close()
-	// Checkpoint images staged in RAM: the directory goes when empty.
-	ramDir := imageRAMDir(o.imageRAM, o.dataDir)
-	if ramDir != "" {
-		defer os.Remove(ramDir)
-	}
-	// In a cluster, tokens and secrets are in etcd (secrets sealed with
-	// the cluster's key) and every sandbox made is placed there.
-	var (
-		clu       *cluster.Cluster
-		svc       *sandbox.Service
-		apiClu    api.Cluster
-		tokens    auth.TokenStore = db
-		secretSvc *secrets.Service
-	)
-	var clusterLn net.Listener
-	if o.cluster.enabled() {
-		o.cluster.warnPlainEtcd(log)
-		// The cluster port is taken before the node joins: a port in use
-		// fails the start before etcd is told of a node that cannot answer.
-		if clusterLn, err = net.Listen("tcp", o.cluster.listen); err != nil {
-			return fmt.Errorf("--cluster-listen %s: %w", o.cluster.listen, err)
-		}
-		defer clusterLn.Close()
-		// The cluster's addresses join the egress boundary as the node
-		// joins (before any sandbox is let out) and follow its node list.
-		onAddrs := func(as []netip.Addr) {
-			if err := nets.SetClusterAddrs(as); err != nil {
-				log.Error("egress boundary: the cluster's addresses", "err", err)
-			}
-		}
-		if clu, err = joinCluster(ctx, &o.cluster, o.dataDir, db, &svc, nets, onAddrs, log); err != nil {
-			return err
-		}
-		defer clu.Close()
-		images.SetRegistry(clu) // an import's name is its project's across the nodes
-		apiClu, tokens = clu, clu.Tokens()
-		secretSvc, err = secrets.New(clu.Secrets(), clu.SealKey())
-	} else {
-		secretSvc, err = secrets.Open(db, filepath.Join(o.dataDir, "secret.key"))
-	}
-	if err != nil {
-		return fmt.Errorf("secrets: %w", err)
-	}
-	providers := []provider.Provider{
-		gvisor.New(gvisor.Options{Runsc: o.runsc, Root: filepath.Join(o.runDir, "runsc"), Platform: o.platform, DebugLog: os.Getenv("SHARD_RUNSC_DEBUG"), ImageRAM: ramDir, ForkMemory: o.forkMemory, CopyHelper: self, Log: log}),
-		runc.New(runc.Options{Runc: o.runc, Root: filepath.Join(o.runDir, "runc"), Log: log}),
-	}
-	providers = append(providers, provider.Others()...)
-	svc, err = sandbox.New(ctx, sandbox.Config{
-		DataDir: o.dataDir, AgentBinary: self, DefaultProvider: o.defaultProvider, Providers: providers,
-		Images: images, Storage: storage, Net: nets, Store: db, Secrets: secretSvc, Log: log, StopTimeout: o.stopTimeout, FreezeTimeout: o.freezeTimeout, MaxSandboxes: o.maxSandboxes, DefaultDisk: defaultDisk,
-		LedgerRetention: o.ledgerRetention, LedgerMinFree: ledgerMinFree, Disk: disk, MemoryOvercommit: o.memoryOvercommit, Limits: limits, Metrics: m,
-	})
-	if err != nil {
-		return err
-	}
-	m.Watch(svc.MetricsState)
-	// The new firewall holds every sandbox's egress until the stored
-	// policies are in; only then are they let out and is DNS answered.
-	if err := svc.ApplyPolicies(ctx); err != nil {
-		return fmt.Errorf("network policies: %w", err)
-	}
-	if err := nets.Open(); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	if err := nets.StartDNS(ctx, o.dnsUpstream); err != nil {
-		return fmt.Errorf("dns proxy: %w", err)
-	}
-	if err := svc.Reconcile(ctx); err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	go svc.Watch(ctx)
-	go nets.WatchConnections(ctx, time.Second, func(rs []network.Refusal) { svc.ConnectionsRefused(ctx, conns, rs) })
-	go svc.SweepLedger(ctx)
-	go svc.ReclaimSpace(ctx) // a sweep at start too: what a crash left is removed
-	if clu != nil {
-		// The node's own sandboxes are its own again, whatever etcd held
-		// while it was away; then it beats.
-		clu.Start(func(ctx context.Context) error {
-			mine, err := svc.List(project.With(ctx, ""))
-			if err != nil {
-				return err
-			}
-			envs, err := svc.Environments(project.With(ctx, ""))
-			if err != nil {
-				return err
-			}
-			if err := reconcileImports(ctx, clu, images, mine, log); err != nil {
-				return err
-			}
-			return clu.Reconcile(ctx, mine, envs)
-		})
-		log.Info("joined the cluster", "node", clu.Name(), "advertise", clu.Address(), "etcd", o.cluster.etcd)
-	}
-	// Ledger followers stream until their client leaves: they end when the
-	// server starts shutting down, so Shutdown need not wait them out.
-	stopping, stop := context.WithCancel(context.Background())
-	defer stop()
-	srv := &http.Server{
-		Handler: (&api.Server{Sandboxes: svc, Images: images, Tokens: &auth.Tokens{Store: tokens}, Secrets: secretSvc, Cluster: apiClu,
-			Log: log, Version: version, Stopping: stopping.Done(), BodyTimeout: o.bodyTimeout, Metrics: m}).Handler(),
-		// The Unix socket is root's alone: whoever reaches it is the
-		// administrator. TCP requests need an API key (api.guard).
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if _, ok := c.(*net.UnixConn); ok {
-				return auth.WithPrincipal(ctx, auth.Admin)
-			}
-			return ctx
-		},
-		// No whole-request ReadTimeout or WriteTimeout: they would cut
-		// streams that move; a stalled body is cut by --body-timeout.
-		ReadHeaderTimeout: api.DefaultHeaderTimeout,
-		IdleTimeout:       o.idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	os.Remove(o.socket)
-	ul, err := net.Listen("unix", o.socket)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.socket, err)
-	}
-	if err := os.Chmod(o.socket, 0o600); err != nil {
-		return err
-	}
-	sockInfo, _ := os.Stat(o.socket)
-	errc := make(chan error, 4) // one for each server below
-	go func() { errc <- srv.Serve(ul) }()
-	log.Info("serving", "socket", o.socket, "data_dir", o.dataDir)
-	if o.listen != "" {
-		tl, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", o.listen, err)
-		}
-		tl = api.LimitListener(tl, o.maxClientConns, log, nil)
-		go func() { errc <- srv.Serve(tl) }()
-		log.Info("serving", "tcp", tl.Addr().String())
-	}
-	if clu != nil {
-		// The cluster port: the other nodes' calls, over mutual TLS, and
-		// nothing else (api: a call there must be a node's, signed).
-		cl := tls.NewListener(clusterLn, clu.TLS().Server())
-		csrv := &http.Server{Handler: srv.Handler, ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return api.OnClusterPort(ctx) },
-			ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout, ErrorLog: srv.ErrorLog}
-		go func() { errc <- csrv.Serve(cl) }()
-		defer csrv.Close()
-		log.Info("serving the cluster port", "tcp", cl.Addr().String(), "tls", "mutual")
-	}
-	if o.metricsListen != "" {
-		ml, err := net.Listen("tcp", o.metricsListen)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", o.metricsListen, err)
-		}
-		loopback := false
-		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil {
-			loopback = ap.Addr().IsLoopback()
-		}
-		if !loopback {
-			log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
-		}
-		msrv := &http.Server{Handler: metricsOnly(m, loopback), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: o.idleTimeout,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		go func() { errc <- msrv.Serve(ml) }()
-		defer msrv.Close()
-		log.Info("serving metrics", "tcp", ml.Addr().String())
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	}
-	log.Info("shutting down; sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv.RegisterOnShutdown(stop)
-	srv.Shutdown(sctx)
-	svc.DropSpares() // warm spares have no record: nothing may outlive the server of them
-	// Remove the socket only if it is still ours.
-	if now, err := os.Stat(o.socket); err == nil && sockInfo != nil && os.SameFile(now, sockInfo) {
-		os.Remove(o.socket)
-	}
-	return nil
+	return d.run(ctx)
 }
 
 // imageRAMDir resolves --image-ram-dir: "none" is "", "auto" a directory of

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,7 +33,7 @@ func TestSandboxLimitsFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := sandboxLimits(&serveOptions{maxMemory: tt.memory, maxCPU: tt.cpu, maxPids: tt.pids})
+			l, err := sandboxLimits(&serveOptions{maxMemory: tt.memory, maxCPU: tt.cpu, maxPids: tt.pids}, host)
 			if tt.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("sandboxLimits = %v, want an error naming %s", err, tt.want)
@@ -105,4 +107,101 @@ func TestMetricsOnlyRefusesRebinding(t *testing.T) {
 			t.Errorf("Host %q (loopback %v): %d, want %d", tt.host, tt.loopback, w.Code, tt.want)
 		}
 	}
+}
+
+// config reads every flag against the host's facts, opens nothing, and
+// refuses a bad flag by its name. The facts are a test's own: the same
+// flags give the same config on any host.
+func TestConfig(t *testing.T) {
+	host := hostFacts{limits: sandbox.Limits{MemoryBytes: 8 << 30, MemoryFrom: "a test host", CPUMillis: 4000, Pids: sandbox.MaxPids},
+		conntrackMax: 262144}
+	defaults := func() *serveOptions {
+		o := &serveOptions{}
+		newServeCmdInto(o) // the flags' defaults
+		return o
+	}
+	tests := []struct {
+		name  string
+		edit  func(*serveOptions)
+		want  string // part of the error; "" for none
+		check func(*testing.T, *config)
+	}{
+		{"defaults", func(*serveOptions) {}, "", func(t *testing.T, c *config) {
+			if c.storageSize != 4<<30 || c.storageMax != 0 || c.reserve != 2<<30 || c.ledgerFloor != 256<<20 || c.defaultDisk != 2<<30 {
+				t.Errorf("sizes: %+v", c)
+			}
+			if c.subnet.String() != "10.88.0.0/16" || c.level != slog.LevelInfo || c.conns.TableMax != 262144 {
+				t.Errorf("subnet %s level %s conns %+v", c.subnet, c.level, c.conns)
+			}
+		}},
+		{"reserve 0 keeps nothing, ledger auto follows it", func(o *serveOptions) { o.reserve = "0"; o.ledgerMinFree = "auto" }, "", func(t *testing.T, c *config) {
+			if c.reserve != -1 || c.ledgerFloor != -1 {
+				t.Errorf("reserve %d ledger floor %d, want -1 -1", c.reserve, c.ledgerFloor)
+			}
+		}},
+		{"storage auto is the first size", func(o *serveOptions) { o.storageSize = "auto" }, "", func(t *testing.T, c *config) {
+			if c.storageSize != 4<<30 {
+				t.Errorf("storage size %d", c.storageSize)
+			}
+		}},
+		{"log level", func(o *serveOptions) { o.logLevel = "loud" }, "--log-level", nil},
+		{"log format", func(o *serveOptions) { o.logFormat = "xml" }, "--log-format", nil},
+		{"subnet v6", func(o *serveOptions) { o.subnet = "fd00::/64" }, "--subnet", nil},
+		{"subnet too small", func(o *serveOptions) { o.subnet = "10.0.0.0/30" }, "--subnet", nil},
+		{"private egress not a CIDR", func(o *serveOptions) { o.allowPrivate = []string{"lan"} }, "--allow-private-egress", nil},
+		{"private egress host bits", func(o *serveOptions) { o.allowPrivate = []string{"10.1.2.3/16"} }, "10.1.0.0/16", nil},
+		{"mtu", func(o *serveOptions) { o.mtu = 100 }, "--mtu", nil},
+		{"connections", func(o *serveOptions) { o.maxConnections = 1 }, "--max-connections", nil},
+		{"default disk", func(o *serveOptions) { o.defaultDisk = "1KiB" }, "--default-disk", nil},
+		{"image size", func(o *serveOptions) { o.maxImageSize = "1KiB" }, "--max-image-size", nil},
+		{"storage size", func(o *serveOptions) { o.storageSize = "1MiB" }, "--storage-size", nil},
+		{"storage max below size", func(o *serveOptions) { o.storageMax = "1GiB" }, "--storage-max", nil},
+		{"reserve", func(o *serveOptions) { o.reserve = "much" }, "--reserve", nil},
+		{"sandboxes", func(o *serveOptions) { o.maxSandboxes = -1 }, "--max-sandboxes", nil},
+		{"overcommit", func(o *serveOptions) { o.memoryOvercommit = 0.01 }, "--memory-overcommit", nil},
+		{"stop timeout", func(o *serveOptions) { o.stopTimeout = -1 }, "--stop-timeout", nil},
+		{"pull timeout", func(o *serveOptions) { o.pullTimeout = 0 }, "--pull-timeout", nil},
+		{"freeze timeout", func(o *serveOptions) { o.freezeTimeout = 0 }, "--fork-freeze-timeout", nil},
+		{"idle timeout", func(o *serveOptions) { o.idleTimeout = 0 }, "--idle-timeout", nil},
+		{"retention", func(o *serveOptions) { o.ledgerRetention = -1 }, "--ledger-retention", nil},
+		{"client conns", func(o *serveOptions) { o.maxClientConns = -1 }, "--max-client-conns", nil},
+		{"fork memory", func(o *serveOptions) { o.forkMemory = "teleport" }, "--fork-memory", nil},
+		{"ledger floor", func(o *serveOptions) { o.ledgerMinFree = "lots" }, "--ledger-min-free", nil},
+		{"memory past the host", func(o *serveOptions) { o.maxMemory = "16GiB" }, "--max-memory", nil},
+		{"cluster flags alone", func(o *serveOptions) { o.cluster.node = "a" }, "--cluster-etcd", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaults()
+			tt.edit(o)
+			before := *o
+			c, err := o.config(host)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("config = %v, want an error naming %s", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.storageSize != before.storageSize || o.cluster.listen != before.cluster.listen {
+				t.Errorf("config changed the flags it read")
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+	t.Run("conntrack unreadable", func(t *testing.T) {
+		h := host
+		h.conntrackMax, h.conntrackErr = 0, errors.New("no such file")
+		c, err := defaults().config(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.notes) == 0 || !strings.Contains(c.notes[0], "conntrack") {
+			t.Errorf("notes %q, want one about the conntrack table", c.notes)
+		}
+	})
 }

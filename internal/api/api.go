@@ -63,6 +63,8 @@ type Server struct {
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
+
+	streams streamSet // hijacked streams, waited for by WaitStreams
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and

@@ -105,6 +105,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	}
 	stop := context.AfterFunc(r.Context(), func() { sess.Close() })
 	defer stop()
+	defer s.onStopping(func() { sess.Close() })()
 	var out execWriter
 	if framed || acceptsStream(r) {
 		out = &frameWriter{w: w, rc: rc}
@@ -130,6 +131,8 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		typ, p, err := sess.Recv()
 		if err != nil {
 			switch {
+			case s.isStopping():
+				out.stopping()
 			case body != nil && body.bad.Load() != nil:
 				out.refused(body.bad.Load().Error())
 			case r.Context().Err() == nil:
@@ -271,7 +274,12 @@ type execWriter interface {
 	exit(ex agent.Exit) error
 	lost(msg string) error
 	refused(msg string) error // the client broke a framed body
+	stopping() error          // the server is shutting down
 }
+
+// stoppingMessage ends an exec's stream cut by a shutdown: the agent keeps
+// the command, but no server is left to see its end.
+const stoppingMessage = "the server is shutting down; the command runs on in the sandbox (its end is not recorded)"
 
 // ndjsonWriter is the simple form: a JSON event a line, bytes in base64.
 type ndjsonWriter struct {
@@ -304,6 +312,8 @@ func (n *ndjsonWriter) exit(ex agent.Exit) error {
 
 // refused is only for a framed body, which is always answered in frames.
 func (n *ndjsonWriter) refused(msg string) error { return n.lost(msg) }
+
+func (n *ndjsonWriter) stopping() error { return n.lost(stoppingMessage) }
 
 func (n *ndjsonWriter) lost(msg string) error {
 	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(msg))})
@@ -346,6 +356,10 @@ func (f *frameWriter) refused(msg string) error {
 	return f.sendJSON(client.FrameError, Error{Code: "invalid_argument", Message: "the request body: " + msg + "; the command was let go (it runs on)"})
 }
 
+func (f *frameWriter) stopping() error {
+	return f.sendJSON(client.FrameError, Error{Code: "server_stopping", Message: stoppingMessage})
+}
+
 func (f *frameWriter) lost(msg string) error {
 	return f.sendJSON(client.FrameError, Error{Code: "sandbox_unreachable", Message: msg})
 }
@@ -356,6 +370,14 @@ func (f *frameWriter) lost(msg string) error {
 // started, 'O' stdout, 'E' stderr, 'X' exit from the server) then the
 // payload. An empty 'I' closes stdin.
 func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
+	// A hijacked connection is not waited for by http.Server.Shutdown:
+	// the daemon waits for it (WaitStreams).
+	release, ok := s.streams.hold()
+	if !ok {
+		s.writeError(w, r, errdefs.Unavailable("server_stopping", "the server is shutting down"))
+		return
+	}
+	defer release()
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		s.writeError(w, r, errdefs.Invalid("exec over GET is the WebSocket form: upgrade the connection, or POST the request"))
 		return
@@ -456,8 +478,13 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	defer s.onStopping(func() { sess.Close() })()
 	for {
 		typ, p, err := sess.Recv()
+		if err != nil && s.isStopping() {
+			c.Close(websocket.StatusGoingAway, stoppingMessage)
+			return
+		}
 		if err != nil {
 			c.Close(websocket.StatusInternalError, "lost the connection to the sandbox")
 			return

@@ -118,10 +118,12 @@ type Cluster struct {
 	healthy bool             // the last heartbeat reached etcd; guarded by mu
 	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
 	addrs   []netip.Addr     // the cluster's addresses last told OnAddrs; guarded by mu
+	last    Stats            // the figures last published; guarded by mu
 	joined  time.Time
 
-	stop chan struct{}
-	done chan struct{}
+	stop       chan struct{}
+	done       chan struct{} // closed when the heartbeat ends
+	mirrorDone chan struct{} // closed when the mirror ends
 	// reconcile is called after every (re)join: the node puts its own
 	// sandboxes back into etcd and drops placements it no longer has.
 	reconcile func(context.Context) error
@@ -192,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, cli: cli, sealKey: derive(cfg.Key, "shard secrets v1"), signKey: derive(cfg.Key, "shard nodes v1"),
-		tls: nodeTLS, stop: make(chan struct{}), done: make(chan struct{}), joined: time.Now().UTC()}
+		tls: nodeTLS, stop: make(chan struct{}), done: make(chan struct{}), mirrorDone: make(chan struct{}), joined: time.Now().UTC()}
 	c.mirror = newMirror(cfg.Prefix)
 	jctx, cancel := context.WithTimeout(ctx, 2*Timeout)
 	defer cancel()
@@ -229,7 +231,7 @@ func (c *Cluster) Start(reconcile func(context.Context) error) {
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
-	go c.mirror.run(c.cli, c.stop)
+	go func() { defer close(c.mirrorDone); c.mirror.run(c.cli, c.stop) }()
 	go c.heartbeat()
 }
 
@@ -247,6 +249,7 @@ func (c *Cluster) Close() error {
 	c.mu.Unlock()
 	if started {
 		<-c.done
+		<-c.mirrorDone // its watch must end before the client closes
 	}
 	if c.Healthy() { // with etcd away the lease runs out by itself
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
@@ -263,7 +266,13 @@ func (c *Cluster) Name() string { return c.cfg.Node }
 func (c *Cluster) Address() string { return c.cfg.Advertise }
 
 // Free is the memory this node's sandboxes may still be given, now.
-func (c *Cluster) Free() int64 { return c.cfg.Stats().MemoryFree }
+// They are the figures last published (each beat, TTL/3): a fork's
+// placement does not count every sandbox again.
+func (c *Cluster) Free() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last.MemoryFree
+}
 
 // Healthy reports whether the last heartbeat reached etcd.
 func (c *Cluster) Healthy() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.healthy }
@@ -339,7 +348,11 @@ func (c *Cluster) publish(ctx context.Context) error {
 	c.mu.Lock()
 	lease := c.lease
 	c.mu.Unlock()
-	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, Instance: c.cfg.Instance, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: c.cfg.Stats()}
+	st := c.cfg.Stats()
+	c.mu.Lock()
+	c.last = st
+	c.mu.Unlock()
+	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, Instance: c.cfg.Instance, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: st}
 	b, _ := json.Marshal(n)
 	_, err := c.cli.Put(ctx, c.key("nodes", c.cfg.Node), string(b), clientv3.WithLease(lease))
 	return err

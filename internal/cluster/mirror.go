@@ -100,7 +100,14 @@ func (m *mirror) del(key string, rev int64) {
 // drops what was removed meanwhile.
 func (m *mirror) run(cli *clientv3.Client, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-stop; cancel() }()
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done(): // run returned: this goroutine goes with it
+		}
+	}()
 	for ctx.Err() == nil {
 		lctx, lcancel := context.WithTimeout(ctx, Timeout)
 		resp, err := cli.Get(lctx, m.prefix, clientv3.WithPrefix())

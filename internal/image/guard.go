@@ -290,6 +290,18 @@ func (g *guard) transport(skipVerify bool) http.RoundTripper {
 	return g.strict
 }
 
+// closeIdle closes the registries' idle connections (at shutdown: each
+// holds goroutines).
+func (g *guard) closeIdle() {
+	for _, rt := range []http.RoundTripper{g.strict, g.skip} {
+		if t, ok := rt.(guardedTransport); ok {
+			if ht, ok := t.base.(*http.Transport); ok {
+				ht.CloseIdleConnections()
+			}
+		}
+	}
+}
+
 func (g *guard) newTransport(skipVerify bool) http.RoundTripper {
 	t := remote.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = g.dial

@@ -573,3 +573,6 @@ func clearDir(dir string) error {
 	}
 	return nil
 }
+
+// Close closes the connections to registries left idle by pulls.
+func (s *Store) Close() { s.guard.closeIdle() }

@@ -57,6 +57,8 @@ const (
 type dnsState struct {
 	mu      sync.Mutex
 	running bool
+	stop    func()         // closes the listeners and the TCP connections; guarded by mu
+	wg      sync.WaitGroup // the proxy's goroutines, waited for by stopDNS
 }
 
 type dnsProxy struct {
@@ -65,6 +67,9 @@ type dnsProxy struct {
 	inflight  chan struct{}
 	tcpConns  chan struct{}
 	lim       dnsLimiter
+
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{} // open TCP connections; nil once stopped
 }
 
 // StartDNS starts the DNS proxy on the gateway (port 53, UDP and TCP), the
@@ -102,23 +107,78 @@ func (m *Manager) StartDNS(ctx context.Context, upstreams []string) error {
 	}
 	m.dns.running = true
 	d := newDNSProxy(m, ups)
-	go func() {
-		<-ctx.Done()
-		pc.Close()
-		ln.Close()
-		m.dns.mu.Lock()
-		m.dns.running = false
-		m.dns.mu.Unlock()
-	}()
-	go d.serveUDP(pc.(*net.UDPConn))
-	go d.serveTCP(ln)
+	var once sync.Once
+	m.dns.stop = func() {
+		once.Do(func() {
+			pc.Close()
+			ln.Close()
+			d.closeConns()
+		})
+	}
+	d.spawn(func() { d.serveUDP(pc.(*net.UDPConn)) })
+	d.spawn(func() { d.serveTCP(ln) })
+	context.AfterFunc(ctx, m.stopDNS) // or Manager.Close, whichever comes first
 	m.cfg.Log.Info("DNS proxy listening", "addr", addr, "upstreams", ups)
 	return nil
 }
 
+// stopDNS stops the DNS proxy, if it runs, and waits for its goroutines
+// (each a query bounded by dnsUpstreamTimeout, or a TCP connection, which
+// it closes).
+func (m *Manager) stopDNS() {
+	m.dns.mu.Lock()
+	stop := m.dns.stop
+	m.dns.stop = nil
+	m.dns.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	m.dns.wg.Wait()
+	m.dns.mu.Lock()
+	m.dns.running = false
+	m.dns.mu.Unlock()
+}
+
+// spawn runs f as one of the proxy's goroutines.
+func (d *dnsProxy) spawn(f func()) {
+	d.m.dns.wg.Add(1)
+	go func() {
+		defer d.m.dns.wg.Done()
+		f()
+	}()
+}
+
+// track adds c to the TCP connections closed at stop; false if stopped.
+func (d *dnsProxy) track(c net.Conn) bool {
+	d.connsMu.Lock()
+	defer d.connsMu.Unlock()
+	if d.conns == nil {
+		return false
+	}
+	d.conns[c] = struct{}{}
+	return true
+}
+
+func (d *dnsProxy) untrack(c net.Conn) {
+	d.connsMu.Lock()
+	delete(d.conns, c)
+	d.connsMu.Unlock()
+}
+
+func (d *dnsProxy) closeConns() {
+	d.connsMu.Lock()
+	all := d.conns
+	d.conns = nil
+	d.connsMu.Unlock()
+	for c := range all {
+		c.Close()
+	}
+}
+
 func newDNSProxy(m *Manager, ups []string) *dnsProxy {
 	return &dnsProxy{m: m, upstreams: ups, inflight: make(chan struct{}, dnsMaxInFlight),
-		tcpConns: make(chan struct{}, dnsMaxTCPConns), lim: dnsLimiter{srcs: map[netip.Addr]*dnsSrc{}}}
+		tcpConns: make(chan struct{}, dnsMaxTCPConns), conns: map[net.Conn]struct{}{}, lim: dnsLimiter{srcs: map[netip.Addr]*dnsSrc{}}}
 }
 
 func dnsUpstreams(in []string) ([]string, error) {
@@ -180,12 +240,12 @@ func (d *dnsProxy) serveUDP(pc *net.UDPConn) {
 			continue // too busy: the client retries
 		}
 		q := append([]byte(nil), buf[:n]...)
-		go func() {
+		d.spawn(func() {
 			defer func() { <-d.inflight; d.lim.done(src) }()
 			if resp := d.handle(src, q, false); resp != nil {
 				pc.WriteToUDPAddrPort(resp, from)
 			}
-		}()
+		})
 	}
 }
 
@@ -215,8 +275,17 @@ func (d *dnsProxy) serveTCP(ln net.Listener) {
 			c.Close()
 			continue
 		}
-		go func() {
+		if !d.track(c) {
+			<-d.tcpConns
+			if sandbox {
+				d.lim.closeTCP(src)
+			}
+			c.Close()
+			return
+		}
+		d.spawn(func() {
 			defer func() { <-d.tcpConns }()
+			defer d.untrack(c)
 			defer c.Close()
 			if sandbox {
 				defer d.lim.closeTCP(src)
@@ -244,7 +313,7 @@ func (d *dnsProxy) serveTCP(ln net.Listener) {
 					return
 				}
 			}
-		}()
+		})
 	}
 }
 

@@ -123,6 +123,7 @@ func (m *Manager) Close() {
 	}
 	close(m.stopWatch)
 	<-m.watchDone
+	m.stopDNS()
 }
 
 // registerRunningPorts restores the anti-spoofing entries of the sandboxes

@@ -162,6 +162,13 @@ type ImagePersister interface {
 	Persisted(ctx context.Context, dir string) error
 }
 
+// Closer is a provider with work of its own in the background (a
+// checkpoint image being copied to disk): Close waits for it, until ctx
+// ends, when the server shuts down.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
 // ErrImageLost is what Persisted returns for an image whose pages were still
 // in RAM when the host went down: the checkpoint cannot be restored.
 var ErrImageLost = errors.New("the checkpoint's memory image was in RAM when the host restarted, and is lost")

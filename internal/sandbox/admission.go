@@ -87,6 +87,22 @@ func (s *Service) tally(ctx context.Context) (map[string]*use, int64, error) {
 	return by, hostMem, nil
 }
 
+// NodeUsage is what this node's sandboxes and warm spares hold: how many
+// sandboxes there are, and the memory promised to those that run (what a
+// cluster's placement counts down).
+func (s *Service) NodeUsage(ctx context.Context) (sandboxes int, memory int64, err error) {
+	s.adm.mu.Lock()
+	defer s.adm.mu.Unlock()
+	by, hostMem, err := s.tally(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, u := range by {
+		sandboxes += int(u.sandboxes)
+	}
+	return sandboxes, hostMem, nil
+}
+
 // quota is project p's quota. Caller holds a.mu.
 func (s *Service) quota(ctx context.Context, p string) (store.Quota, error) {
 	if s.adm.quotas == nil {

@@ -159,9 +159,18 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 			e.abort(agent.Exit{Code: 137, Signal: 9, TimedOut: true,
 				Error: "the command ran past its timeout and sandbox " + sb.Name + " did not end it"})
 		})
-		go func() { <-e.done; t.Stop() }()
+		go func() {
+			select {
+			case <-e.done:
+			case <-e.s.life.done:
+			}
+			t.Stop()
+		}()
 	}
-	go e.pump()
+	if !s.goBG(e.pump) {
+		sess.Close()
+		close(e.frames)
+	}
 	return e, sb, nil
 }
 
@@ -231,6 +240,11 @@ func (e *ExecSession) pump() {
 		typ, p, err := e.Session.RecvInto(bufs[i])
 		if cap(p) > cap(bufs[i]) && (typ == agent.FrameStdout || typ == agent.FrameStderr) {
 			bufs[i] = p[:0]
+		}
+		if err != nil && e.s.stopping() && !e.isAborted() {
+			// The server is shutting down and closed the connection: the
+			// command runs on, and whoever reads is told (their frames end).
+			return
 		}
 		if err != nil && !e.isAborted() {
 			// A sandbox killed under a command closes its connection a
@@ -361,6 +375,27 @@ func (x *execSet) remove(id string, e *ExecSession) {
 	delete(x.m[id], e)
 	if len(x.m[id]) == 0 {
 		delete(x.m, id)
+	}
+}
+
+// closeAll lets go of every running exec at Close: their connections
+// close, their commands run on in the sandboxes, and their pumps end
+// without recording an end they did not see.
+func (x *execSet) closeAll() {
+	x.mu.Lock()
+	var all []*ExecSession
+	for _, m := range x.m {
+		for e := range m {
+			all = append(all, e)
+		}
+	}
+	x.mu.Unlock()
+	for _, e := range all {
+		e.connMu.Lock()
+		if e.conn != nil {
+			e.conn.Close()
+		}
+		e.connMu.Unlock()
 	}
 }
 

@@ -371,12 +371,14 @@ func (f *forkOp) persist() {
 	}
 	use := f.release
 	f.release = func() {} // handed to the copy (a second use could wait behind a drop)
-	go func() {
+	if !f.s.goBG(func() {
 		defer use()
 		if err := ip.Persisted(f.ctx, f.s.checkpointDir(f.ckID)); err != nil {
 			f.log.Error("fork: checkpoint image to disk", "checkpoint", f.ckID, "err", err)
 		}
-	}()
+	}) {
+		use() // closing: the next start's reconcile finishes the copy
+	}
 }
 
 // releaseCheckpoint lets go of the fork's use of its checkpoint, unless

@@ -91,14 +91,30 @@ func (s *Service) watchMemory(sb *store.Sandbox) {
 		w.m = map[string]*memWatch{}
 	}
 	w.m[sb.ID] = mw
-	go func() {
+	if !s.goBG(func() {
 		mw.run()
 		w.mu.Lock()
 		if w.m[sb.ID] == mw {
 			delete(w.m, sb.ID)
 		}
 		w.mu.Unlock()
-	}()
+	}) {
+		delete(w.m, sb.ID)
+		mw.close()
+	}
+}
+
+// stopMemWatches ends every memory watch (at Close: the sandboxes run on,
+// and the next server watches them again).
+func (s *Service) stopMemWatches() {
+	w := &s.mem
+	w.mu.Lock()
+	all := w.m
+	w.m = nil
+	w.mu.Unlock()
+	for _, mw := range all {
+		mw.close()
+	}
 }
 
 // unwatchMemory ends a sandbox's host watch (at halt).

@@ -207,7 +207,7 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 	// to disk (a host restart lost them: those checkpoints go).
 	for _, ck := range cks {
 		if ip, ok := s.providers[ck.Provider].(provider.ImagePersister); ok {
-			go func() {
+			s.goBG(func() {
 				bg := context.WithoutCancel(ctx)
 				err := ip.Persisted(bg, s.checkpointDir(ck.ID))
 				if errors.Is(err, provider.ErrImageLost) {
@@ -218,7 +218,7 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 				} else if err != nil {
 					s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
 				}
-			}()
+			})
 		}
 	}
 }

@@ -69,6 +69,8 @@ type Service struct {
 
 	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
 	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
+
+	life life // the service's own goroutines, waited for by Close (life.go)
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
@@ -83,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		watch: newWatcher(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
+		watch: newWatcher(), life: newLife(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
 	if s.disk == nil {
 		s.disk = hostdisk.New(cfg.DataDir, 0)
 	}

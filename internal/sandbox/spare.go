@@ -99,7 +99,8 @@ func (p *sparePool) take(key, ckID string) *spare {
 	}
 	delete(p.m, key)
 	if sp.ckID != ckID {
-		go p.drop(sp)
+		p.wg.Add(1) // (mu held: close waits for this drop too)
+		go func() { defer p.wg.Done(); p.drop(sp) }()
 		return nil
 	}
 	return sp

@@ -23,7 +23,7 @@ import (
 // sandbox is marked failed with the reason, its execs end, and its mounts
 // and network go; its files stay, and `shard start` boots it again).
 type watcher struct {
-	epfd int
+	epfd int // -1 once Watch returned; guarded by mu after ready
 
 	mu    sync.Mutex
 	byFD  map[int32]watched  // pidfd → what it watches; guarded by mu
@@ -45,8 +45,33 @@ func (s *Service) Watch(ctx context.Context) {
 		s.cfg.Log.Error("watcher: epoll", "err", err)
 		return
 	}
+	// epoll_wait blocks a thread, and closing epfd does not wake it: an
+	// eventfd in the set, written when ctx ends, does.
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err == nil {
+		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)})
+	}
+	if err != nil {
+		unix.Close(epfd)
+		s.cfg.Log.Error("watcher: eventfd", "err", err)
+		return
+	}
+	w.mu.Lock()
 	w.epfd = epfd
+	w.mu.Unlock()
 	close(w.ready)
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for fd := range w.byFD {
+			unix.Close(int(fd))
+		}
+		clear(w.byFD)
+		clear(w.byID)
+		unix.Close(epfd)
+		unix.Close(wake)
+		w.epfd = -1
+	}()
 	// Every sandbox that runs now; later ones are added as they start.
 	if all, err := s.cfg.Store.ListSandboxes(ctx); err == nil {
 		for _, sb := range all {
@@ -55,8 +80,7 @@ func (s *Service) Watch(ctx context.Context) {
 			}
 		}
 	}
-	// epoll_wait blocks a thread: cut it when ctx ends by closing epfd.
-	stop := context.AfterFunc(ctx, func() { unix.Close(epfd) })
+	stop := context.AfterFunc(ctx, func() { unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
 	defer stop()
 	evs := make([]unix.EpollEvent, 64)
 	for {
@@ -65,9 +89,13 @@ func (s *Service) Watch(ctx context.Context) {
 			continue
 		}
 		if err != nil {
-			return // closed at shutdown
+			s.cfg.Log.Error("watcher: epoll_wait", "err", err)
+			return
 		}
 		for _, ev := range evs[:n] {
+			if ev.Fd == int32(wake) {
+				return // ctx ended: the server is shutting down
+			}
 			w.mu.Lock()
 			wd, ok := w.byFD[ev.Fd]
 			if ok {
@@ -82,7 +110,7 @@ func (s *Service) Watch(ctx context.Context) {
 			}
 			unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, wd.fd, nil)
 			unix.Close(wd.fd)
-			go s.markDead(context.WithoutCancel(ctx), wd.id, wd.pid)
+			s.goBG(func() { s.markDead(context.WithoutCancel(ctx), wd.id, wd.pid) })
 		}
 	}
 }
@@ -95,8 +123,12 @@ func newWatcher() *watcher {
 // background (finding the pid asks the runtime: a process per look, which a
 // create or fork must not wait for).
 func (s *Service) watchSandbox(id string) {
-	go func() {
-		<-s.watch.ready
+	s.goBG(func() {
+		select {
+		case <-s.watch.ready:
+		case <-s.life.done:
+			return
+		}
 		s.watch.mu.Lock()
 		_, known := s.watch.byID[id] // a thawed source: its process is the same
 		s.watch.mu.Unlock()
@@ -125,7 +157,7 @@ func (s *Service) watchSandbox(id string) {
 			return
 		}
 		s.watchPID(id, pid)
-	}()
+	})
 }
 
 // watchPID adds pid, sandbox id's runtime process, to the epoll set.
@@ -138,8 +170,11 @@ func (s *Service) watchPID(id string, pid int) {
 			return
 		}
 		delete(w.byFD, int32(old.fd))
-		unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, old.fd, nil)
-		unix.Close(old.fd)
+		delete(w.byID, id)
+		if w.epfd >= 0 {
+			unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, old.fd, nil)
+			unix.Close(old.fd)
+		}
 	}
 	w.mu.Unlock()
 	fd, err := unix.PidfdOpen(pid, 0)
@@ -154,6 +189,10 @@ func (s *Service) watchPID(id string, pid int) {
 	unix.CloseOnExec(fd)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.epfd < 0 {
+		unix.Close(fd) // the watcher ended: the server is shutting down
+		return
+	}
 	wd := watched{id: id, pid: pid, fd: fd}
 	w.byFD[int32(fd)] = wd
 	w.byID[id] = wd

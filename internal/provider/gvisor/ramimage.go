@@ -244,6 +244,25 @@ func (p *Provider) Persisted(ctx context.Context, dir string) error {
 	}
 }
 
+// Close waits, until ctx ends, for the copies to disk still running (one
+// cut short leaves its pages in RAM, and the next start finishes it).
+func (p *Provider) Close(ctx context.Context) error {
+	p.ram.mu.Lock()
+	var all []*copyToDisk
+	for _, c := range p.ram.inFlight {
+		all = append(all, c)
+	}
+	p.ram.mu.Unlock()
+	for _, c := range all {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return fmt.Errorf("checkpoint images still being copied to disk: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
 // persist copies dir's pages and memory file from RAM to disk (those still
 // in RAM), puts each copy in its link's place and frees the RAM. A RAM file
 // that is gone (the host restarted before the copy) is an error: the image

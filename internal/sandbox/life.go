@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/useshards/shard/internal/provider"
+)
+
+// life is the service's own goroutines: the ones a request does not wait
+// for (a death's handling, a watch, a checkpoint's copy to disk, an exec's
+// pump). Close waits them out, so nothing writes to the database after the
+// daemon closed it and a shutdown leaves no goroutine behind.
+type life struct {
+	mu      sync.Mutex
+	closing bool // guarded by mu: no new goroutine starts
+	wg      sync.WaitGroup
+	done    chan struct{} // closed when Close begins
+}
+
+func newLife() life { return life{done: make(chan struct{})} }
+
+// goBG runs f in a goroutine Close waits for, unless the service is
+// closing (then f does not run, and goBG reports false).
+func (s *Service) goBG(f func()) bool {
+	l := &s.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// stopping reports whether Close has begun.
+func (s *Service) stopping() bool {
+	select {
+	case <-s.life.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close ends the service's own work, in order: no new background work
+// starts, warm spares go (nothing may outlive the server of them), memory
+// watches end, running execs are let go (their commands run on in the
+// sandboxes; their ends are not recorded), and then it waits, until ctx
+// ends, for the goroutines still running and for the providers' own (a
+// checkpoint image still being copied to disk). Sandboxes keep running.
+func (s *Service) Close(ctx context.Context) error {
+	l := &s.life
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closing = true
+	close(l.done)
+	l.mu.Unlock()
+	s.DropSpares()
+	s.stopMemWatches()
+	s.execs.closeAll()
+	waited := make(chan struct{})
+	go func() { l.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox service: background work still running at the deadline: %w", ctx.Err())
+	}
+	for _, name := range s.order {
+		if c, ok := s.providers[name].(provider.Closer); ok {
+			if err := c.Close(ctx); err != nil {
+				return fmt.Errorf("provider %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
