@@ -74,91 +74,102 @@ type route struct {
 	scope   string
 	json    func(*http.Request) (any, int, error)
 	raw     http.HandlerFunc
-	spread  spread // where a cluster serves it (cluster.go)
-	// probe (a GET handler here) and probeURI (the same GET on another
-	// node) ask whether a node holds what an anyNode route names.
-	probe    func(*http.Request) (any, int, error)
-	probeURI func(*http.Request) string
+	where   where // where a cluster serves it (cluster.go): every route says
 }
 
 // routes is every endpoint and the scope it declares. A request over TCP
 // needs an API key whose scopes cover it; the Unix socket is the
 // administrator. Some handlers ask for more (a fork of a sandbox with
-// secret grants needs secret:* too).
+// secret grants needs secret:* too). Each also says where a cluster serves
+// it (its placement; TestRoutePlacement holds the whole table).
 func (s *Server) routes() []route {
-	j := func(p, scope string, fn func(*http.Request) (any, int, error)) route {
-		return route{pattern: p, scope: scope, json: fn}
+	j := func(p, scope string, w where, fn func(*http.Request) (any, int, error)) route {
+		return route{pattern: p, scope: scope, where: w, json: fn}
 	}
-	r := func(p, scope string, fn http.HandlerFunc) route { return route{pattern: p, scope: scope, raw: fn} }
+	r := func(p, scope string, w where, fn http.HandlerFunc) route {
+		return route{pattern: p, scope: scope, where: w, raw: fn}
+	}
+	var (
+		here      = at(local)
+		sandboxes = at(sandboxNode)
+		every     = at(everyNode)
+	)
 	rts := []route{
-		r("GET /v0/openapi.json", auth.None, s.openapi),
-		j("GET /v0/version", auth.None, s.version),
-		j("GET /v0/capabilities", auth.SandboxRead, s.capabilities),
-		j("GET /v0/whoami", auth.AnyKey, s.whoami),
-		j("GET /v0/nodes", auth.SandboxRead, s.listNodes),
-		r("GET /metrics", auth.MetricsRead, s.metrics),
-		j("POST /v0/sandboxes", auth.SandboxWrite, s.createSandbox),
-		j("GET /v0/sandboxes", auth.SandboxRead, s.listSandboxes),
-		j("GET /v0/sandboxes/{id}", auth.SandboxRead, s.getSandbox),
-		j("DELETE /v0/sandboxes/{id}", auth.SandboxWrite, s.removeSandbox),
-		j("POST /v0/sandboxes/{id}/stop", auth.SandboxWrite, s.stopSandbox),
-		j("POST /v0/sandboxes/{id}/start", auth.SandboxWrite, s.startSandbox),
-		j("POST /v0/sandboxes/{id}/fork", auth.SandboxWrite, s.forkSandbox),
-		r("POST /v0/sandboxes/{id}/exec", auth.SandboxWrite, s.execStream),
-		r("GET /v0/sandboxes/{id}/exec", auth.SandboxWrite, s.execWebSocket),
-		r("GET /v0/sandboxes/{id}/files", auth.SandboxRead, s.readFiles),
-		j("PUT /v0/sandboxes/{id}/files", auth.SandboxWrite, s.writeFiles),
-		j("DELETE /v0/sandboxes/{id}/files", auth.SandboxWrite, s.removeFile),
-		j("GET /v0/sandboxes/{id}/files/stat", auth.SandboxRead, s.statFile),
-		j("GET /v0/sandboxes/{id}/files/list", auth.SandboxRead, s.listFiles),
-		j("GET /v0/sandboxes/{id}/tree", auth.SandboxRead, s.tree),
-		j("GET /v0/tree", auth.SandboxRead, s.tree),
-		j("GET /v0/sandboxes/{id}/diff", auth.SandboxRead, s.diff),
-		j("POST /v0/sandboxes/{id}/checkpoints", auth.SandboxWrite, s.createCheckpoint),
-		j("GET /v0/sandboxes/{id}/checkpoints", auth.SandboxRead, s.sandboxCheckpoints),
-		j("GET /v0/checkpoints", auth.SandboxRead, s.listCheckpoints),
-		j("GET /v0/checkpoints/{id}", auth.SandboxRead, s.getCheckpoint),
-		j("DELETE /v0/checkpoints/{id}", auth.SandboxWrite, s.removeCheckpoint),
-		j("POST /v0/checkpoints/{id}/restore", auth.SandboxWrite, s.restoreCheckpoint),
-		j("POST /v0/snapshots", auth.SandboxWrite, s.createSnapshot),
-		j("GET /v0/snapshots", auth.SandboxRead, s.listSnapshots),
-		j("GET /v0/snapshots/{id}", auth.SandboxRead, s.getSnapshot),
-		j("DELETE /v0/snapshots/{id}", auth.SandboxWrite, s.removeSnapshot),
-		j("GET /v0/ledger/sessions", auth.SandboxRead, s.listSessions),
-		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, s.getSession),
-		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, s.sessionEvents),
-		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, s.resumeSession),
-		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, s.removeSession),
-		j("POST /v0/environments", auth.SandboxWrite, s.createEnvironment),
-		j("GET /v0/environments", auth.SandboxRead, s.listEnvironments),
-		j("GET /v0/environments/{name}", auth.SandboxRead, s.getEnvironment),
-		j("DELETE /v0/environments/{name}", auth.SandboxWrite, s.removeEnvironment),
-		j("GET /v0/system/df", auth.SandboxRead, s.diskUsage),
-		j("GET /v0/images", auth.SandboxRead, s.listImages),
-		r("POST /v0/images/pull", auth.SandboxWrite, s.pullImage),
-		j("POST /v0/images/import", auth.SandboxWrite, s.importImage),
-		j("GET /v0/images/{ref...}", auth.SandboxRead, s.getImage),
-		j("DELETE /v0/images/{ref...}", auth.SandboxWrite, s.removeImage),
-		j("GET /v0/projects", auth.SandboxRead, s.listProjects),
-		j("PUT /v0/projects/{name}/quota", auth.All, s.setProjectQuota),
-		j("POST /v0/tokens", auth.TokenWrite, s.createToken),
-		j("GET /v0/tokens", auth.TokenRead, s.listTokens),
-		j("DELETE /v0/tokens/{id}", auth.TokenWrite, s.revokeToken),
-		j("PUT /v0/secrets/{name}", auth.SecretWrite, s.putSecret),
-		j("GET /v0/secrets", auth.SecretRead, s.listSecrets),
-		j("DELETE /v0/secrets/{name}", auth.SecretWrite, s.removeSecret),
-		j("POST /v0/sandboxes/{id}/grants", auth.SecretWrite, s.grantSecret),
-		j("GET /v0/sandboxes/{id}/grants", auth.SecretRead, s.listGrants),
-		j("DELETE /v0/sandboxes/{id}/grants/{secret}", auth.SecretWrite, s.ungrantSecret),
-		j("PUT /v0/sandboxes/{id}/policy", auth.PolicyWrite, s.setPolicy),
-		j("GET /v0/sandboxes/{id}/policy", auth.PolicyRead, s.getPolicy),
-		j("DELETE /v0/sandboxes/{id}/policy", auth.PolicyWrite, s.clearPolicy),
-		r("/v0/sandboxes/{id}/ports/{port}/{path...}", auth.SandboxWrite, s.portProxy),
-	}
-	for i := range rts {
-		s.spreadOf(&rts[i])
+		r("GET /v0/openapi.json", auth.None, here, s.openapi),
+		j("GET /v0/version", auth.None, here, s.version),
+		j("GET /v0/capabilities", auth.SandboxRead, here, s.capabilities),
+		j("GET /v0/whoami", auth.AnyKey, here, s.whoami),
+		j("GET /v0/nodes", auth.SandboxRead, here, s.listNodes),
+		r("GET /metrics", auth.MetricsRead, here, s.metrics),
+		j("POST /v0/sandboxes", auth.SandboxWrite, at(placedNode), s.createSandbox),
+		j("GET /v0/sandboxes", auth.SandboxRead, every, s.listSandboxes),
+		j("GET /v0/sandboxes/{id}", auth.SandboxRead, sandboxes, s.getSandbox),
+		j("DELETE /v0/sandboxes/{id}", auth.SandboxWrite, sandboxes, s.removeSandbox),
+		j("POST /v0/sandboxes/{id}/stop", auth.SandboxWrite, sandboxes, s.stopSandbox),
+		j("POST /v0/sandboxes/{id}/start", auth.SandboxWrite, sandboxes, s.startSandbox),
+		j("POST /v0/sandboxes/{id}/fork", auth.SandboxWrite, sandboxes, s.forkSandbox),
+		r("POST /v0/sandboxes/{id}/exec", auth.SandboxWrite, sandboxes, s.execStream),
+		r("GET /v0/sandboxes/{id}/exec", auth.SandboxWrite, sandboxes, s.execWebSocket),
+		r("GET /v0/sandboxes/{id}/files", auth.SandboxRead, sandboxes, s.readFiles),
+		j("PUT /v0/sandboxes/{id}/files", auth.SandboxWrite, sandboxes, s.writeFiles),
+		j("DELETE /v0/sandboxes/{id}/files", auth.SandboxWrite, sandboxes, s.removeFile),
+		j("GET /v0/sandboxes/{id}/files/stat", auth.SandboxRead, sandboxes, s.statFile),
+		j("GET /v0/sandboxes/{id}/files/list", auth.SandboxRead, sandboxes, s.listFiles),
+		j("GET /v0/sandboxes/{id}/tree", auth.SandboxRead, sandboxes, s.tree),
+		j("GET /v0/tree", auth.SandboxRead, here, s.tree),
+		j("GET /v0/sandboxes/{id}/diff", auth.SandboxRead, sandboxes, s.diff),
+		j("POST /v0/sandboxes/{id}/checkpoints", auth.SandboxWrite, sandboxes, s.createCheckpoint),
+		j("GET /v0/sandboxes/{id}/checkpoints", auth.SandboxRead, sandboxes, s.sandboxCheckpoints),
+		j("GET /v0/checkpoints", auth.SandboxRead, every, s.listCheckpoints),
+		j("GET /v0/checkpoints/{id}", auth.SandboxRead, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.getCheckpoint),
+		j("DELETE /v0/checkpoints/{id}", auth.SandboxWrite, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.removeCheckpoint),
+		j("POST /v0/checkpoints/{id}/restore", auth.SandboxWrite, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.restoreCheckpoint),
+		j("POST /v0/snapshots", auth.SandboxWrite, at(bodySandboxNode), s.createSnapshot),
+		j("GET /v0/snapshots", auth.SandboxRead, every, s.listSnapshots),
+		j("GET /v0/snapshots/{id}", auth.SandboxRead, heldAt(s.getSnapshot, "/v0/snapshots/", "id"), s.getSnapshot),
+		j("DELETE /v0/snapshots/{id}", auth.SandboxWrite, heldAt(s.getSnapshot, "/v0/snapshots/", "id"), s.removeSnapshot),
+		j("GET /v0/ledger/sessions", auth.SandboxRead, every, s.listSessions),
+		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.getSession),
+		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.sessionEvents),
+		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.resumeSession),
+		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.removeSession),
+		j("POST /v0/environments", auth.SandboxWrite, at(bodySandboxNode), s.createEnvironment),
+		j("GET /v0/environments", auth.SandboxRead, every, s.listEnvironments),
+		j("GET /v0/environments/{name}", auth.SandboxRead, heldAt(s.getEnvironment, "/v0/environments/", "name"), s.getEnvironment),
+		j("DELETE /v0/environments/{name}", auth.SandboxWrite, here, s.removeEnvironment),
+		j("GET /v0/system/df", auth.SandboxRead, here, s.diskUsage),
+		j("GET /v0/images", auth.SandboxRead, here, s.listImages),
+		r("POST /v0/images/pull", auth.SandboxWrite, here, s.pullImage),
+		j("POST /v0/images/import", auth.SandboxWrite, here, s.importImage),
+		j("GET /v0/images/{ref...}", auth.SandboxRead, at(importerNode), s.getImage),
+		j("DELETE /v0/images/{ref...}", auth.SandboxWrite, at(importerNode), s.removeImage),
+		j("GET /v0/projects", auth.SandboxRead, here, s.listProjects),
+		j("PUT /v0/projects/{name}/quota", auth.All, here, s.setProjectQuota),
+		j("POST /v0/tokens", auth.TokenWrite, here, s.createToken),
+		j("GET /v0/tokens", auth.TokenRead, here, s.listTokens),
+		j("DELETE /v0/tokens/{id}", auth.TokenWrite, here, s.revokeToken),
+		j("PUT /v0/secrets/{name}", auth.SecretWrite, here, s.putSecret),
+		j("GET /v0/secrets", auth.SecretRead, here, s.listSecrets),
+		j("DELETE /v0/secrets/{name}", auth.SecretWrite, here, s.removeSecret),
+		j("POST /v0/sandboxes/{id}/grants", auth.SecretWrite, sandboxes, s.grantSecret),
+		j("GET /v0/sandboxes/{id}/grants", auth.SecretRead, sandboxes, s.listGrants),
+		j("DELETE /v0/sandboxes/{id}/grants/{secret}", auth.SecretWrite, sandboxes, s.ungrantSecret),
+		j("PUT /v0/sandboxes/{id}/policy", auth.PolicyWrite, sandboxes, s.setPolicy),
+		j("GET /v0/sandboxes/{id}/policy", auth.PolicyRead, sandboxes, s.getPolicy),
+		j("DELETE /v0/sandboxes/{id}/policy", auth.PolicyWrite, sandboxes, s.clearPolicy),
+		r("/v0/sandboxes/{id}/ports/{port}/{path...}", auth.SandboxWrite, sandboxes, s.portProxy),
 	}
 	return rts
+}
+
+// checkPlacements panics on a route that says not where a cluster serves
+// it: a programming error, caught by any test that makes the handler.
+func (s *Server) checkPlacements(rts []route) {
+	for _, rt := range rts {
+		if rt.where.place == unplaced || rt.where.place == holderNode && (rt.where.probe == nil || rt.where.probeURI == nil) {
+			panic("api: route " + rt.pattern + " says no placement")
+		}
+	}
 }
 
 // RouteScopes lists every endpoint's pattern and the scope it declares (for
@@ -174,7 +185,9 @@ func RouteScopes() [][2]string {
 // Handler returns the HTTP handler for /v0.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range s.routes() {
+	rts := s.routes()
+	s.checkPlacements(rts)
+	for _, rt := range rts {
 		h := rt.raw
 		if rt.json != nil {
 			fn := rt.json

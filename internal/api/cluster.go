@@ -55,18 +55,42 @@ const (
 	nodePrincipalHeader = "Shard-Node-Principal"
 )
 
-// spread says where a route's calls are served in a cluster.
-type spread int
+// placement says where a route's calls are served in a cluster. Every
+// route declares one in routes(): the zero value is no placement, which
+// Handler refuses, so a route added without thinking of the cluster does
+// not quietly answer for one node.
+type placement int
 
 const (
-	onNode        spread = iota // here (images, tokens, secrets: local, or in etcd for every node)
-	bySandbox                   // on the node holding the sandbox {id}
-	anyNode                     // here, or on the first other node that has what {id} or {name} names
-	everyNode                   // every node's answer, merged (a list)
-	placed                      // on the node placement chooses (create)
-	byBodySandbox               // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
-	byImage                     // an imported image's: on the node that imported it (clusterimages.go)
+	unplaced        placement = iota
+	local                     // here (images, tokens, secrets: local, or in etcd for every node)
+	sandboxNode               // on the node holding the sandbox {id}
+	holderNode                // here, or on the first other node that has what {id} or {name} names
+	everyNode                 // every node's answer, merged (a list)
+	placedNode                // on the node placement chooses (create)
+	bodySandboxNode           // on the node holding the sandbox the body names (snapshot, environment from a sandbox)
+	importerNode              // an imported image's: on the node that imported it (clusterimages.go)
 )
+
+var placementNames = [...]string{"unplaced", "local", "sandboxNode", "holderNode", "everyNode", "placedNode", "bodySandboxNode", "importerNode"}
+
+func (p placement) String() string { return placementNames[p] }
+
+// where is a route's placement, with how a holderNode route finds the
+// holder: probe answers here (not found: ask the others at probeURI).
+type where struct {
+	place    placement
+	probe    func(*http.Request) (any, int, error)
+	probeURI func(*http.Request) string
+}
+
+func at(p placement) where { return where{place: p} }
+
+// heldAt is a holderNode placement: what probe finds, at prefix plus the
+// path value param.
+func heldAt(probe func(*http.Request) (any, int, error), prefix, param string) where {
+	return where{place: holderNode, probe: probe, probeURI: func(r *http.Request) string { return prefix + url.PathEscape(r.PathValue(param)) }}
+}
 
 // vouched is the principal a node sends on with a call: who the caller
 // is (its key checked there) and the project it asked for.
@@ -321,7 +345,7 @@ func kindOfStatus(status int) errdefs.Kind {
 
 // routed wraps a route's handler with where its calls are served.
 func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
-	if rt.spread == onNode {
+	if rt.where.place == local {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -329,19 +353,21 @@ func (s *Server) routed(rt route, h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		switch rt.spread {
-		case bySandbox:
+		switch rt.where.place {
+		case sandboxNode:
 			s.serveBySandbox(w, r, h)
-		case anyNode:
+		case holderNode:
 			s.serveAnyNode(w, r, rt, h)
 		case everyNode:
 			s.serveEveryNode(w, r, rt)
-		case placed:
+		case placedNode:
 			s.servePlaced(w, r, h)
-		case byBodySandbox:
+		case bodySandboxNode:
 			s.serveByBodySandbox(w, r, h)
-		case byImage:
+		case importerNode:
 			s.serveByImage(w, r, h)
+		default:
+			panic("route " + rt.pattern + " has placement " + rt.where.place.String())
 		}
 	}
 }
@@ -404,7 +430,7 @@ func (s *Server) serveByBodySandbox(w http.ResponseWriter, r *http.Request, h ht
 // is asked with the route's GET (probe here, probeURI there), so nothing
 // is changed on a node that does not hold it.
 func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, h http.HandlerFunc) {
-	v, code, err := rt.probe(r)
+	v, code, err := rt.where.probe(r)
 	if !errdefs.Is(err, errdefs.KindNotFound) {
 		if r.Method == http.MethodGet && rt.json != nil { // the probe was the call
 			if err != nil {
@@ -417,7 +443,7 @@ func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, 
 		h(w, r)
 		return
 	}
-	if node := s.holder(r, rt.probeURI(r)); node != "" {
+	if node := s.holder(r, rt.where.probeURI(r)); node != "" {
 		s.proxy(w, r, node, nil)
 		return
 	}
@@ -624,36 +650,4 @@ func (s *Server) listNodes(r *http.Request) (any, int, error) {
 		}
 	}
 	return map[string]any{"nodes": out}, 200, nil
-}
-
-// spreadOf says where a cluster serves rt: a sandbox's calls on its node;
-// what a node made (checkpoints, snapshots, sessions, environments,
-// imported images) where it is; lists from every node; creates where
-// placement says.
-func (s *Server) spreadOf(rt *route) {
-	path := func(prefix, param string) func(*http.Request) string {
-		return func(r *http.Request) string { return prefix + url.PathEscape(r.PathValue(param)) }
-	}
-	switch rt.pattern {
-	case "POST /v0/sandboxes":
-		rt.spread = placed
-	case "POST /v0/snapshots", "POST /v0/environments":
-		rt.spread = byBodySandbox
-	case "GET /v0/sandboxes", "GET /v0/checkpoints", "GET /v0/snapshots", "GET /v0/ledger/sessions", "GET /v0/environments":
-		rt.spread = everyNode
-	case "GET /v0/checkpoints/{id}", "DELETE /v0/checkpoints/{id}", "POST /v0/checkpoints/{id}/restore":
-		rt.spread, rt.probe, rt.probeURI = anyNode, s.getCheckpoint, path("/v0/checkpoints/", "id")
-	case "GET /v0/snapshots/{id}", "DELETE /v0/snapshots/{id}":
-		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSnapshot, path("/v0/snapshots/", "id")
-	case "GET /v0/ledger/sessions/{name}", "GET /v0/ledger/sessions/{name}/events", "POST /v0/ledger/sessions/{name}/resume", "DELETE /v0/ledger/sessions/{name}":
-		rt.spread, rt.probe, rt.probeURI = anyNode, s.getSession, path("/v0/ledger/sessions/", "name")
-	case "GET /v0/environments/{name}":
-		rt.spread, rt.probe, rt.probeURI = anyNode, s.getEnvironment, path("/v0/environments/", "name")
-	case "GET /v0/images/{ref...}", "DELETE /v0/images/{ref...}":
-		rt.spread = byImage
-	default:
-		if strings.HasPrefix(rt.pattern[strings.IndexByte(rt.pattern, ' ')+1:], "/v0/sandboxes/{id}") {
-			rt.spread = bySandbox
-		}
-	}
 }
