@@ -572,19 +572,19 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 		s.writeError(w, r, err)
 		return
 	}
-	var want struct {
-		Node         string          `json:"node"`
-		Provider     string          `json:"provider"`
-		Environment  string          `json:"environment"`
-		FromSnapshot string          `json:"from_snapshot"`
-		Memory       json.RawMessage `json:"memory"`
-		MemoryMiB    int64           `json:"memory_mib"`
+	// Read as the serving node reads it (a bad body is refused here, not
+	// placed by a guess); the bounds it checks are that node's own.
+	var want CreateRequest
+	if err := decodeJSON(body, &want); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	json.Unmarshal(body, &want) // a bad body is refused by the node that serves it
-	mem, _ := sizeField("memory", want.Memory)
-	if want.MemoryMiB > 0 && fitsMiB(want.MemoryMiB) {
-		mem = want.MemoryMiB << 20
+	cr, err := createFields(want.Memory, want.MemoryMiB, want.CPU, want.Disk, want.Env)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	mem := cr.MemoryBytes
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if want.Environment != "" && want.Node == "" {
 		// Placed as any create, with the environment's provider and

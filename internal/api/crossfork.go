@@ -101,7 +101,17 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 		}
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw)) }()
+	exported := make(chan struct{})
+	go func() {
+		defer close(exported)
+		pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw))
+	}()
+	// The exporter reads the checkpoint: it must be done before the caller
+	// removes it, whichever way the send ends.
+	defer func() {
+		pr.CloseWithError(io.ErrClosedPipe)
+		<-exported
+	}()
 	counted := &countingReader{r: pr}
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, node.Address+"/v0/cluster/checkpoints"+query, counted)
 	if err != nil {
@@ -110,7 +120,6 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 	out.Header.Set("Content-Type", "application/zstd")
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
-	pr.CloseWithError(io.ErrClosedPipe) // the exporter stops if the send failed early
 	if err != nil {
 		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 	}
