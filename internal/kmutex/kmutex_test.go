@@ -1,6 +1,8 @@
 package kmutex
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -44,5 +46,37 @@ func TestKeyed(t *testing.T) {
 	<-locked
 	if n := k.Len(); n != 0 {
 		t.Fatalf("%d keys left in the table", n)
+	}
+}
+
+// LockCtx gives up when its context ends, holding nothing and leaving no
+// entry behind; the holder's unlock then frees the key as before.
+func TestLockCtx(t *testing.T) {
+	var k Keyed
+	unlock := k.Lock("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if u, err := k.LockCtx(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) || u != nil {
+		t.Fatalf("LockCtx on a held key: held %t, %v; want the deadline", u != nil, err)
+	}
+	if n := k.Len(); n != 1 {
+		t.Fatalf("%d keys after a wait gave up, want the holder's 1", n)
+	}
+	unlock()
+	u, err := k.LockCtx(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := make(chan struct{})
+	go func() { k.RLock("a")(); close(r) }()
+	select {
+	case <-r:
+		t.Fatal("an RLock got a key held by LockCtx")
+	case <-time.After(20 * time.Millisecond):
+	}
+	u()
+	<-r
+	if n := k.Len(); n != 0 {
+		t.Fatalf("%d keys left", n)
 	}
 }

@@ -18,7 +18,10 @@ func (s *Service) lockSandbox(ctx context.Context, idOrName string) (*store.Sand
 	if err != nil {
 		return nil, nil, err
 	}
-	unlock := s.locks.lock(sb.ID)
+	unlock, err := s.locks.lockCtx(ctx, sb.ID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("waiting for sandbox %s's step under way (a fork, a stop): %w", sb.Name, err)
+	}
 	if sb, err = s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil {
 		unlock()
 		return nil, nil, err

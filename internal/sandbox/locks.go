@@ -1,6 +1,10 @@
 package sandbox
 
-import "github.com/useshards/shard/internal/kmutex"
+import (
+	"context"
+
+	"github.com/useshards/shard/internal/kmutex"
+)
 
 // keyedMutex is one lifecycle step at a time per sandbox (by id), and per
 // environment and snapshot (by their lock names).
@@ -8,6 +12,13 @@ type keyedMutex struct{ k kmutex.Keyed }
 
 // lock holds key until unlock is called (once).
 func (m *keyedMutex) lock(key string) (unlock func()) { return m.k.Lock(key) }
+
+// lockCtx is lock, giving up when ctx ends first: a request waiting behind
+// a long step (a fork's freeze may last minutes) ends when its caller
+// leaves.
+func (m *keyedMutex) lockCtx(ctx context.Context, key string) (unlock func(), err error) {
+	return m.k.LockCtx(ctx, key)
+}
 
 // size is how many keys are held or waited for.
 func (m *keyedMutex) size() int { return m.k.Len() }
