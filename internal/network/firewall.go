@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/useshards/shard/internal/kmutex"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,6 +49,12 @@ type firewall struct {
 	pairs   *nftables.Set   // bridge: ifname . ipv4 a port may send from
 	refused *nftables.Set   // dynamic: source address -> refusals by the connection bounds (conns.go)
 	lim     ConnLimits      // the connection bounds (conns.go)
+
+	// srcLocks orders one sandbox's set writes (a policy's install, a DNS
+	// answer's learning): a write for one sandbox goes to netlink without
+	// holding mu, so the DNS answers of the others are not held up by it.
+	// Taken before mu, never while holding it.
+	srcLocks kmutex.Keyed
 
 	mu       sync.Mutex
 	policies map[netip.Addr]*compiled                           // installed, by sandbox address
@@ -482,6 +489,7 @@ func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 	if !f.isSandboxAddr(ip) {
 		return fmt.Errorf("%s is not a sandbox address in %s", ip, f.subnet)
 	}
+	defer f.srcLocks.Lock(ip.String())()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	_, installed := f.policies[ip]
@@ -659,6 +667,36 @@ func (f *firewall) learnedElems(src netip.Addr, cp *compiled, now time.Time) (de
 // policy names one of them, opens (r-) or closes (x-) dst for it before the
 // answer is handed to src.
 func (f *firewall) learn(src netip.Addr, answers map[netip.Addr][]string, ttls map[netip.Addr]time.Duration) error {
+	defer f.srcLocks.Lock(src.String())()
+	denied, resolved := f.record(src, answers, ttls)
+	if len(denied)+len(resolved) == 0 {
+		return nil
+	}
+	o := f.objs(src)
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	// Adding an element that is there already renews its timeout.
+	if len(denied) > 0 {
+		if err := c.SetAddElements(o.denied, denied); err != nil {
+			return err
+		}
+	}
+	if len(resolved) > 0 {
+		if err := c.SetAddElements(o.resolved, resolved); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("learn addresses for %s: %w", src, err)
+	}
+	return nil
+}
+
+// record notes the answers for src and returns the elements its policy
+// asks for: what to close (denied) and open (resolved).
+func (f *firewall) record(src netip.Addr, answers map[netip.Addr][]string, ttls map[netip.Addr]time.Duration) (denied, resolved []nftables.SetElement) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -668,7 +706,6 @@ func (f *firewall) learn(src netip.Addr, answers map[netip.Addr][]string, ttls m
 		f.learned[src] = bySrc
 	}
 	cp := f.policies[src]
-	var denied, resolved []nftables.SetElement
 	for dst, names := range answers {
 		ttl := min(max(ttls[dst], minLearnTTL), maxLearnTTL)
 		rec := bySrc[dst]
@@ -704,29 +741,7 @@ func (f *firewall) learn(src netip.Addr, answers map[netip.Addr][]string, ttls m
 			resolved = append(resolved, e)
 		}
 	}
-	if len(denied)+len(resolved) == 0 {
-		return nil
-	}
-	o := f.objs(src)
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	// Adding an element that is there already renews its timeout.
-	if len(denied) > 0 {
-		if err := c.SetAddElements(o.denied, denied); err != nil {
-			return err
-		}
-	}
-	if len(resolved) > 0 {
-		if err := c.SetAddElements(o.resolved, resolved); err != nil {
-			return err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("learn addresses for %s: %w", src, err)
-	}
-	return nil
+	return denied, resolved
 }
 
 func pruneLearned(bySrc map[netip.Addr]map[string]time.Time, now time.Time) {
