@@ -212,8 +212,7 @@ type EventSpec struct {
 	Data    any
 }
 
-// Registry is told of every sandbox this store makes, renames or
-// removes: a cluster (internal/cluster) keeps names unique across its
+// Registry is told of every sandbox this store makes or removes: a cluster (internal/cluster) keeps names unique across its
 // nodes and knows where each sandbox lives. Claim refuses a name another
 // node's sandbox holds (name_taken), or fails when the registry cannot be
 // reached, and then nothing is made.
@@ -304,12 +303,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		if err != nil {
 			return err
 		}
-		if s.reg != nil && sb.Name != was {
-			// Inside the transaction, so two renames of one sandbox
-			// reach the registry in the order they commit here.
-			if err := s.reg.Claim(ctx, sb); err != nil {
-				return err
-			}
+		if sb.Name != was {
+			// No lifecycle step renames a sandbox. One that did would
+			// have to claim the name in the registry (etcd) first, outside
+			// this transaction: a call over the network here would hold
+			// the database's one connection, and every request with it.
+			return fmt.Errorf("sandbox %s: an update may not rename it (to %s)", was, sb.Name)
 		}
 		doc, err := json.Marshal(sb)
 		if err != nil {
