@@ -9,7 +9,6 @@ import (
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
-	"github.com/useshards/shard/internal/project"
 )
 
 func imageView(i *image.Image) Image {
@@ -47,29 +46,13 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 			"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", img.Name)
 	}
 	// Every project's sandboxes may use a shared image: all are asked,
-	// and another project's is not named.
-	sbs, err := s.Sandboxes.List(project.With(r.Context(), ""))
-	if err != nil {
-		return nil, 0, err
-	}
-	own, _ := project.From(r.Context())
-	for _, sb := range sbs {
-		if sb.ImageDigest != img.Digest {
-			continue
-		}
-		if sb.Project == own {
-			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
-		}
-		return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by a sandbox of another project", ref)
-	}
-	// In a cluster an import goes from every node: the copies other nodes
-	// made on first use first.
+	// with no create of it in between. In a cluster an import goes from
+	// every node: the copies other nodes made on first use first.
+	var dropCopies func() error
 	if s.Cluster != nil && img.Project != "" && img.Origin == "" {
-		if err := s.dropCopies(r, img); err != nil {
-			return nil, 0, err
-		}
+		dropCopies = func() error { return s.dropCopies(r, img) }
 	}
-	if err := s.Images.Remove(r.Context(), ref, isAdmin(r.Context())); err != nil {
+	if err := s.Sandboxes.RemoveImage(r.Context(), ref, img, isAdmin(r.Context()), dropCopies); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": ref}, 200, nil

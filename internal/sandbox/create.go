@@ -112,6 +112,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err != nil {
 		return nil, err
 	}
+	releaseImage, err := s.useImage(ctx, img)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseImage() // (once the record names it, below)
 	shape := createShape(req, img, snap)
 	created := ledger.CreatedOf(shape)
 	created.ResumedFrom = req.ResumedFrom
@@ -121,6 +126,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{{
 		Name: req.Name, Shape: shape, Token: newToken(), AgentDir: s.agentDir,
 	}}, func(*store.Sandbox) (string, ledger.CreatedData) { return "", created })
+	releaseImage()
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ type Images interface {
 	Get(ctx context.Context, ref string) (*image.Image, error)
 	Ensure(ctx context.Context, ref string, progress func(image.Progress)) (*image.Image, error)
 	List(ctx context.Context) ([]*image.Image, error)
+	Remove(ctx context.Context, ref string, force bool) error
 	Dir() string
 	Devices(ref string) []specs.LinuxDevice
 }

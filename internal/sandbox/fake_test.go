@@ -379,5 +379,6 @@ func (i fakeImages) Ensure(ctx context.Context, ref string, _ func(image.Progres
 	return i.Get(ctx, ref)
 }
 func (fakeImages) List(context.Context) ([]*image.Image, error) { return nil, nil }
+func (fakeImages) Remove(context.Context, string, bool) error   { return nil }
 func (fakeImages) Dir() string                                  { return os.TempDir() }
 func (fakeImages) Devices(string) []specs.LinuxDevice           { return nil }

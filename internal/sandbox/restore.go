@@ -104,11 +104,16 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err != nil {
 		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
 	}
+	releaseImage, err := s.useImage(ctx, img)
+	if err != nil {
+		return nil, err
+	}
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		d := ledger.CreatedOf(r.Shape)
 		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom, d.FromNode = ck.ID, ck.ID, o.Environment, o.ResumedFrom, o.FromNode
 		return "", d
 	})
+	releaseImage()
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/hostdisk"
+	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/provider"
@@ -70,7 +71,8 @@ type Service struct {
 	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
 	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
 
-	life life // the service's own goroutines, waited for by Close (life.go)
+	life     life         // the service's own goroutines, waited for by Close (life.go)
+	imageUse kmutex.Keyed // by image digest: makes against removals (images.go)
 }
 
 // New probes the providers and returns the service. Call Reconcile next.
