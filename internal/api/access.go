@@ -344,7 +344,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			s.writeError(w, r, errdefs.Unavailable("port_unreachable", "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
+			s.writeError(w, r, errdefs.Upstream("port_unreachable", "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
 		},
 		FlushInterval: -1,
 	}

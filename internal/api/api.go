@@ -409,6 +409,12 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController and websocket reach the real writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// StatusClientClosedRequest is the status of a request whose client went
+// away before its answer (nginx's 499): nobody reads it, but the access log
+// and the metrics tell it from a failure of the server.
+const StatusClientClosedRequest = 499
+
+// statusOf is the HTTP status of each kind: the one place they are mapped.
 func statusOf(k errdefs.Kind) int {
 	switch k {
 	case errdefs.KindInvalid:
@@ -417,10 +423,6 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusNotFound
 	case errdefs.KindConflict, errdefs.KindUnsupported:
 		return http.StatusConflict
-	case errdefs.KindUnavailable:
-		return http.StatusBadGateway
-	case errdefs.KindUnreachable:
-		return http.StatusServiceUnavailable
 	case errdefs.KindForbidden:
 		return http.StatusForbidden
 	case errdefs.KindUnauth:
@@ -433,6 +435,14 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusInsufficientStorage
 	case errdefs.KindTooMany:
 		return http.StatusTooManyRequests
+	case errdefs.KindCanceled:
+		return StatusClientClosedRequest
+	case errdefs.KindUpstream:
+		return http.StatusBadGateway
+	case errdefs.KindUnavailable:
+		return http.StatusServiceUnavailable
+	case errdefs.KindTimeout:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -442,6 +452,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := errdefs.CodeOf(err)
 	msg := err.Error()
 	status := statusOf(kind)
+	if kind == errdefs.KindCanceled {
+		// The client left: nobody reads the answer, and nothing failed.
+		s.Log.Debug("request canceled", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+	}
 	if status >= 500 {
 		s.Log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
 		switch kind {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,8 +178,12 @@ func TestStatusOf(t *testing.T) {
 		{errdefs.KindNotFound, http.StatusNotFound},
 		{errdefs.KindConflict, http.StatusConflict},
 		{errdefs.KindUnsupported, http.StatusConflict},
-		{errdefs.KindUnavailable, http.StatusBadGateway},
-		{errdefs.KindUnreachable, http.StatusServiceUnavailable},
+		{errdefs.KindUpstream, http.StatusBadGateway},
+		{errdefs.KindUnavailable, http.StatusServiceUnavailable},
+		{errdefs.KindTimeout, http.StatusGatewayTimeout},
+		{errdefs.KindCanceled, 499},
+		{errdefs.KindFailed, http.StatusUnprocessableEntity},
+		{errdefs.KindNoSpace, http.StatusInsufficientStorage},
 		{errdefs.KindForbidden, http.StatusForbidden},
 		{errdefs.KindUnauth, http.StatusUnauthorized},
 		{errdefs.KindTooLarge, http.StatusRequestEntityTooLarge},
@@ -218,7 +223,11 @@ func TestWriteError(t *testing.T) {
 		{"unauthenticated", errdefs.New(errdefs.KindUnauth, "bad_token", "who are you"), 401, "bad_token", "who are you", false},
 		{"too large", errdefs.New(errdefs.KindTooLarge, "body_too_large", "big"), 413, "body_too_large", "big", false},
 		{"wrapped keeps code, shows context", fmt.Errorf("stop sandbox x: %w", errdefs.Conflict("sandbox_busy", "busy")), 409, "sandbox_busy", "stop sandbox x: busy", false},
-		{"unavailable", errdefs.Unavailable("registry_unreachable", "registry down"), 502, "registry_unreachable", "registry down", true},
+		{"upstream", errdefs.Upstream("registry_unreachable", "registry down"), 502, "registry_unreachable", "registry down", true},
+		{"unavailable", errdefs.Unavailable("node_unreachable", "node a is down"), 503, "node_unreachable", "node a is down", true},
+		{"timeout", errdefs.New(errdefs.KindTimeout, "freeze_timeout", "the freeze lasted 10m0s"), 504, "freeze_timeout", "the freeze lasted 10m0s", true},
+		{"canceled is not the server's failure", fmt.Errorf("list sandboxes: %w", context.Canceled), 499, "canceled", "list sandboxes: context canceled", false},
+		{"a deadline is a timeout", fmt.Errorf("list sandboxes: %w", context.DeadlineExceeded), 504, "timeout", "list sandboxes: context deadline exceeded", true},
 		{"plain error is internal", errors.New("boom"), 500, "internal", "internal error: boom", true},
 		{"wrapped plain error", fmt.Errorf("create: %w", io.ErrUnexpectedEOF), 500, "internal", "internal error: create: unexpected EOF", true},
 		{"Wrap", errdefs.Wrap(errdefs.KindNotFound, "image_not_found", errors.New("no image alpine")), 404, "image_not_found", "no image alpine", false},

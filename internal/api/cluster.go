@@ -255,7 +255,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 			if r.Context().Err() != nil {
 				return // the caller left
 			}
-			s.writeError(w, r, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", n.Name, n.Address, err))
+			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s) does not answer: %v", n.Name, n.Address, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -286,32 +286,35 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s): %v", node.Name, node.Address, err)
+		return 0, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s): %v", node.Name, node.Address, err)
 	}
 	if resp.StatusCode >= 400 {
 		var e Error
 		if json.Unmarshal(b, &e) == nil && e.Code != "" {
 			return resp.StatusCode, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "%s", e.Message)
 		}
-		return resp.StatusCode, fmt.Errorf("node %s answered %s", node.Name, resp.Status)
+		return resp.StatusCode, errdefs.Upstream("", "node %s answered %s", node.Name, resp.Status)
 	}
 	if v == nil {
 		return resp.StatusCode, nil
 	}
-	return resp.StatusCode, json.Unmarshal(b, v)
+	if err := json.Unmarshal(b, v); err != nil {
+		return resp.StatusCode, errdefs.Upstream("", "node %s answered what is not its API's: %v", node.Name, err)
+	}
+	return resp.StatusCode, nil
 }
 
 // kindOfStatus is the error class of another node's answer (statusOf
 // backwards), so its error is passed on as it was.
 func kindOfStatus(status int) errdefs.Kind {
-	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict, errdefs.KindUnavailable,
-		errdefs.KindUnreachable, errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge,
-		errdefs.KindNoSpace, errdefs.KindTooMany} {
+	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict,
+		errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge, errdefs.KindNoSpace,
+		errdefs.KindTooMany, errdefs.KindCanceled, errdefs.KindUpstream, errdefs.KindUnavailable, errdefs.KindTimeout} {
 		if statusOf(k) == status {
 			return k
 		}

@@ -112,7 +112,7 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	pr.CloseWithError(io.ErrClosedPipe) // the exporter stops if the send failed early
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {

@@ -134,7 +134,7 @@ const Timeout = 3 * time.Second
 // Unavailable is the error of a cluster-wide write (or read) while etcd
 // cannot be reached: the node still serves its own sandboxes.
 func Unavailable(err error) error {
-	return errdefs.New(errdefs.KindUnreachable, "cluster_unavailable",
+	return errdefs.New(errdefs.KindUnavailable, "cluster_unavailable",
 		"the cluster's etcd cannot be reached (%v): this node still runs its own sandboxes, but creates, names, tokens and secrets need etcd; try again when it is back", shortErr(err))
 }
 

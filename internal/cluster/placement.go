@@ -281,7 +281,7 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 		if provider != "" {
 			return Node{}, errdefs.New(errdefs.KindUnsupported, "provider_unavailable", "no node that is up has the provider %s", provider)
 		}
-		return Node{}, errdefs.New(errdefs.KindUnreachable, "no_node", "no node of the cluster is up")
+		return Node{}, errdefs.New(errdefs.KindUnavailable, "no_node", "no node of the cluster is up")
 	}
 	if memory > 0 && best.MemoryFree < memory {
 		return Node{}, errdefs.New(errdefs.KindNoSpace, "cluster_full", "no node has %d MiB free for the sandbox (the most is %d MiB, on %s)", memory>>20, best.MemoryFree>>20, best.Name)
@@ -292,5 +292,5 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 // NodeDown is the error of a request for a sandbox on a node whose lease
 // has expired.
 func NodeDown(node string) error {
-	return errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s is unreachable: its sandboxes are kept and come back with it", node)
+	return errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s is unreachable: its sandboxes are kept and come back with it", node)
 }

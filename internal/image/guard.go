@@ -51,7 +51,7 @@ const (
 	headerTimeout = 30 * time.Second
 
 	codeNotAllowed = "registry_not_allowed" // 403: a registry or address a pull may not reach
-	codeTimeout    = "registry_timeout"     // 502: a registry that did not answer in time
+	codeTimeout    = "registry_timeout"     // 504: a registry that did not answer in time
 )
 
 // special are the networks a pull connects to only on hosts the admin

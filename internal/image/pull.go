@@ -110,7 +110,7 @@ func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (
 	defer cancel()
 	img, err := s.pullRef(ctx, r, what, progress)
 	if err != nil && errors.Is(context.Cause(ctx), errPullTimeout) {
-		return nil, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: codeTimeout, Err: err, // logged by Pull
+		return nil, &errdefs.Error{Kind: errdefs.KindTimeout, Code: codeTimeout, Err: err, // logged by Pull
 			Msg: fmt.Sprintf("pulling %q timed out after %s (shard serve --pull-timeout)", what, s.pullTime)}
 	}
 	return img, err
@@ -176,7 +176,7 @@ func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remo
 			s.log.Warn("registry mirror failed, trying the next source", "mirror", t.Context().RegistryStr(), "image", what, "err", gerr)
 		}
 	}
-	if mirrorNotFound != nil && errdefs.Is(err, errdefs.KindUnavailable) {
+	if k := errdefs.KindOf(err); mirrorNotFound != nil && (k == errdefs.KindUpstream || k == errdefs.KindTimeout) {
 		return nil, nil, errdefs.NotFound("image_not_found", "%v (and %v)", mirrorNotFound, err)
 	}
 	return nil, nil, err
@@ -377,7 +377,7 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if errors.As(err, &te) {
 		switch {
 		case hasCode(te, transport.BlobUnknownErrorCode):
-			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s is missing layer data of image %q", registry, what)
+			return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s is missing layer data of image %q", registry, what)
 		case te.StatusCode == http.StatusNotFound || hasCode(te, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode):
 			return cls(errdefs.KindNotFound, "image_not_found", "image %q not found in registry %s", what, registry)
 		case te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden ||
@@ -385,16 +385,16 @@ func classify(ctx context.Context, err error, what, registry string) error {
 			return cls(errdefs.KindForbidden, "registry_denied",
 				"registry %s denied access to image %q: the repository may not exist, or it needs credentials (docker login %s)", registry, what, registry)
 		case te.StatusCode == http.StatusTooManyRequests || hasCode(te, transport.TooManyRequestsErrorCode):
-			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s is rate-limiting pulls of %q; try again later", registry, what)
+			return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s is rate-limiting pulls of %q; try again later", registry, what)
 		}
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %s", registry, what, statusText(te))
+		return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s failed while pulling %q: %s", registry, what, statusText(te))
 	}
 	if isNetworkError(err) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return cls(errdefs.KindUnavailable, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
+			return cls(errdefs.KindTimeout, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
 		}
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
+		return cls(errdefs.KindUpstream, "registry_unreachable", "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
 	}
 	// What is left is what the registry sent: a manifest, index or config
 	// that does not parse or verify, a layer whose blob does not match its

@@ -68,7 +68,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 			s.cfg.Log.Warn("fork contract: the sandbox's agent is older and cannot take it", "sandbox", sb.ID)
 			return nil
 		}
-		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not take its fork identity: %v", sb.Name, err)
+		return errdefs.Upstream("sandbox_unreachable", "sandbox %s did not take its fork identity: %v", sb.Name, err)
 	}
 	if r.Error != "" {
 		s.cfg.Log.Warn("fork contract: the sandbox's identity files", "sandbox", sb.ID, "err", r.Error)

@@ -185,9 +185,9 @@ func (e *ExecSession) startFailed(dctx context.Context, err error, req agent.Req
 	}
 	e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
 	if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
-		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
+		return errdefs.Upstream("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
-	return errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
+	return errdefs.Upstream("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
 }
 
 // abort ends the session from the host, whatever the agent does: its

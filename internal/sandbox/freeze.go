@@ -100,7 +100,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	// The deadline, not only fctx.Err(): a call cut by its connection's
 	// deadline can return a moment before the context's timer fires.
 	if dl, _ := fctx.Deadline(); fctx.Err() != nil || (err != nil && !time.Now().Before(dl)) {
-		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
+		err = errdefs.New(errdefs.KindTimeout, "freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
 	}
 	// Thaw whatever happened after the pause (a fresh context: the freeze's
 	// may be over). Only then: gVisor panics on a resume without a pause.

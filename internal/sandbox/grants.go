@@ -172,9 +172,9 @@ func fileOpError(sb *store.Sandbox, verb, path string, r *agent.Reply, err error
 		if strings.HasPrefix(r.Error, "unknown op ") {
 			return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
 		}
-		return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
+		return errdefs.Upstream("grant_failed", "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
 	}
-	return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
+	return errdefs.Upstream("grant_failed", "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
 }
 
 func grantOf(sb *store.Sandbox, secret string) *store.Grant {
