@@ -199,7 +199,7 @@ func (s *Server) Handler() http.Handler {
 		http.Redirect(w, r, ui.Prefix, http.StatusMovedPermanently)
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
+		s.writeError(w, r, errdefs.NotFound(client.CodeNotFound, "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})
 	return s.logged(bodyDeadline(s.BodyTimeout, s.peers(mux)))
 }
@@ -213,7 +213,7 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 		if p == nil && scope != auth.None {
 			key, ok := bearer(r)
 			if !ok {
-				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "unauthenticated", "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
+				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeUnauthenticated, "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
 				return
 			}
 			s.authOnce.Do(func() {
@@ -221,18 +221,18 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 					s.authFails = newAuthLimiter(s.Log)
 				}
 			})
-			client := clientAddr(r.RemoteAddr)
+			from := clientAddr(r.RemoteAddr)
 			var err error
 			if p, err = s.Tokens.Authenticate(r.Context(), key); err != nil {
 				// Only failures are limited: a valid key gets through
 				// from an address others fail from (a NAT, a proxy).
 				if errdefs.Is(err, errdefs.KindUnauth) {
-					if d := s.authFails.wait(client); d > 0 {
+					if d := s.authFails.wait(from); d > 0 {
 						w.Header().Set("Retry-After", strconv.Itoa(retryAfter(d)))
-						s.writeError(w, r, errdefs.New(errdefs.KindTooMany, "too_many_requests", "too many failed API keys from %s: try again in %s", client, d.Round(time.Second)))
+						s.writeError(w, r, errdefs.New(errdefs.KindTooMany, client.CodeTooManyRequests, "too many failed API keys from %s: try again in %s", from, d.Round(time.Second)))
 						return
 					}
-					s.authFails.failed(client)
+					s.authFails.failed(from)
 				}
 				s.writeError(w, r, err)
 				return
@@ -303,7 +303,7 @@ func everyProject(r *http.Request) (context.Context, error) {
 	}
 	if !isAdmin(r.Context()) {
 		p := auth.From(r.Context())
-		return nil, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
+		return nil, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
 	}
 	return project.With(r.Context(), ""), nil
 }
@@ -341,7 +341,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	if !isAdmin(r.Context()) {
 		p := auth.From(r.Context())
-		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "wrong_project",
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject,
 			"token %s belongs to project %s: the metrics are every project's, so only a key of every project reads them (shard token create --scope metrics:read --all-projects)", p.Name, p.Project))
 		return
 	}
@@ -502,7 +502,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
+			return nil, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "request body is larger than %d bytes", MaxBody)
 		}
 		return nil, errdefs.Invalid("read request body: %v", err)
 	}

@@ -100,7 +100,7 @@ func (s *Server) peers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proof := r.Header.Get(nodeSignatureHeader)
 		bad := func(why string) {
-			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "bad_node_signature", "a call from another node was refused: %s", why))
+			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeBadNodeSignature, "a call from another node was refused: %s", why))
 		}
 		onClusterPort := r.Context().Value(clusterPortKey{}) != nil
 		if proof == "" {
@@ -255,7 +255,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 			if r.Context().Err() != nil {
 				return // the caller left
 			}
-			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s) does not answer: %v", n.Name, n.Address, err))
+			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", n.Name, n.Address, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -286,12 +286,12 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, "node_unreachable", "node %s (%s): %v", node.Name, node.Address, err)
+		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s): %v", node.Name, node.Address, err)
 	}
 	if resp.StatusCode >= 400 {
 		var e Error
@@ -598,7 +598,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 // listNodes answers GET /v0/nodes.
 func (s *Server) listNodes(r *http.Request) (any, int, error) {
 	if s.Cluster == nil {
-		return nil, 0, errdefs.New(errdefs.KindUnsupported, "not_clustered", "this server is a single host, not part of a cluster (shard serve --cluster-etcd joins one)")
+		return nil, 0, errdefs.New(errdefs.KindUnsupported, client.CodeNotClustered, "this server is a single host, not part of a cluster (shard serve --cluster-etcd joins one)")
 	}
 	nodes, err := s.Cluster.Nodes(r.Context())
 	if err != nil {

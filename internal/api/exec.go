@@ -167,7 +167,7 @@ func parseFramedExec(r *http.Request) (agent.Request, error) {
 	var big *agent.ErrFrameTooBig
 	switch {
 	case errors.As(err, &big):
-		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, "body_too_large", "the request frame is larger than %d bytes", MaxBody)
+		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
 	case err != nil:
 		return agent.Request{}, errdefs.Invalid("read the request frame: %v", err)
 	case typ != client.FrameRequest:
@@ -343,11 +343,11 @@ func (f *frameWriter) output(typ byte, p []byte) error {
 func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
 
 func (f *frameWriter) refused(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: "invalid_argument", Message: "the request body: " + msg + "; the command was let go (it runs on)"})
+	return f.sendJSON(client.FrameError, Error{Code: client.CodeInvalidArgument, Message: "the request body: " + msg + "; the command was let go (it runs on)"})
 }
 
 func (f *frameWriter) lost(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: "sandbox_unreachable", Message: msg})
+	return f.sendJSON(client.FrameError, Error{Code: client.CodeSandboxUnreachable, Message: msg})
 }
 
 // execWebSocket is the interactive form: GET with ?request=<ExecRequest JSON>

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
@@ -43,7 +44,7 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	if img.Project == "" && !isAdmin(r.Context()) {
-		return nil, 0, errdefs.New(errdefs.KindForbidden, "image_shared",
+		return nil, 0, errdefs.New(errdefs.KindForbidden, client.CodeImageShared,
 			"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", img.Name)
 	}
 	// Every project's sandboxes may use a shared image: all are asked,
@@ -58,9 +59,9 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 			continue
 		}
 		if sb.Project == own {
-			return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
+			return nil, 0, errdefs.Conflict(client.CodeImageInUse, "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
 		}
-		return nil, 0, errdefs.Conflict("image_in_use", "image %s is used by a sandbox of another project", ref)
+		return nil, 0, errdefs.Conflict(client.CodeImageInUse, "image %s is used by a sandbox of another project", ref)
 	}
 	// In a cluster an import goes from every node: the copies other nodes
 	// made on first use first.

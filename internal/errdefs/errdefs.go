@@ -10,35 +10,37 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/useshards/shard/client"
 )
 
 // Kind is an error class. Each kind has an HTTP status in internal/api.
 type Kind string
 
 const (
-	KindInvalid     Kind = "invalid_argument"     // 400: the request is malformed
-	KindNotFound    Kind = "not_found"            // 404
-	KindConflict    Kind = "conflict"             // 409: the state does not allow it
-	KindUnsupported Kind = "unsupported"          // 409: the provider cannot do this here
-	KindForbidden   Kind = "forbidden"            // 403
-	KindUnauth      Kind = "unauthenticated"      // 401
-	KindTooLarge    Kind = "too_large"            // 413
-	KindFailed      Kind = "failed"               // 422: the request was fine, what it ran failed
-	KindNoSpace     Kind = "insufficient_storage" // 507: the server's disk (or memory) cannot hold it
-	KindTooMany     Kind = "too_many_requests"    // 429: the client is over a rate limit
-	KindCanceled    Kind = "canceled"             // 499: the client went away; not the server's failure, never logged as one
-	KindInternal    Kind = "internal"             // 500: our fault, never the user's
+	KindInvalid     Kind = client.CodeInvalidArgument     // 400: the request is malformed
+	KindNotFound    Kind = client.CodeNotFound            // 404
+	KindConflict    Kind = client.CodeConflict            // 409: the state does not allow it
+	KindUnsupported Kind = client.CodeUnsupported         // 409: the provider cannot do this here
+	KindForbidden   Kind = client.CodeForbidden           // 403
+	KindUnauth      Kind = client.CodeUnauthenticated     // 401
+	KindTooLarge    Kind = client.CodeTooLarge            // 413
+	KindFailed      Kind = client.CodeFailed              // 422: the request was fine, what it ran failed
+	KindNoSpace     Kind = client.CodeInsufficientStorage // 507: the server's disk (or memory) cannot hold it
+	KindTooMany     Kind = client.CodeTooManyRequests     // 429: the client is over a rate limit
+	KindCanceled    Kind = client.CodeCanceled            // 499: the client went away; not the server's failure, never logged as one
+	KindInternal    Kind = client.CodeInternal            // 500: our fault, never the user's
 	// KindUpstream (502): something the server relays to or depends on
 	// (a registry, a sandbox's agent or port, another node's answer)
 	// failed or answered badly.
-	KindUpstream Kind = "upstream"
+	KindUpstream Kind = client.CodeUpstream
 	// KindUnavailable (503): this server cannot do it now and will again
 	// without the request changing (a node of the cluster or its etcd
 	// is down, no free address); try again later.
-	KindUnavailable Kind = "unavailable"
+	KindUnavailable Kind = client.CodeUnavailable
 	// KindTimeout (504): what the request waited for (a registry, a
 	// freeze, a deadline) did not come in time.
-	KindTimeout Kind = "timeout"
+	KindTimeout Kind = client.CodeTimeout
 )
 
 // Error is a classified error with a specific code (e.g. "name_taken").

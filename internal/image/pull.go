@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 )
@@ -177,7 +178,7 @@ func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remo
 		}
 	}
 	if k := errdefs.KindOf(err); mirrorNotFound != nil && (k == errdefs.KindUpstream || k == errdefs.KindTimeout) {
-		return nil, nil, errdefs.NotFound("image_not_found", "%v (and %v)", mirrorNotFound, err)
+		return nil, nil, errdefs.NotFound(client.CodeImageNotFound, "%v (and %v)", mirrorNotFound, err)
 	}
 	return nil, nil, err
 }
@@ -332,7 +333,7 @@ func pickPlatform(ds []v1.Descriptor, what string) (v1.Descriptor, error) {
 	if len(seen) == 0 && len(unlabeled) == 1 {
 		return lastUnlabeled, nil
 	}
-	return v1.Descriptor{}, errdefs.NotFound("image_not_found", "image %q has no linux/%s variant (it has: %s)",
+	return v1.Descriptor{}, errdefs.NotFound(client.CodeImageNotFound, "image %q has no linux/%s variant (it has: %s)",
 		what, runtime.GOARCH, strings.Join(seen, ", "))
 }
 
@@ -377,24 +378,24 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if errors.As(err, &te) {
 		switch {
 		case hasCode(te, transport.BlobUnknownErrorCode):
-			return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s is missing layer data of image %q", registry, what)
+			return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s is missing layer data of image %q", registry, what)
 		case te.StatusCode == http.StatusNotFound || hasCode(te, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode):
-			return cls(errdefs.KindNotFound, "image_not_found", "image %q not found in registry %s", what, registry)
+			return cls(errdefs.KindNotFound, client.CodeImageNotFound, "image %q not found in registry %s", what, registry)
 		case te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden ||
 			hasCode(te, transport.UnauthorizedErrorCode, transport.DeniedErrorCode):
-			return cls(errdefs.KindForbidden, "registry_denied",
+			return cls(errdefs.KindForbidden, client.CodeRegistryDenied,
 				"registry %s denied access to image %q: the repository may not exist, or it needs credentials (docker login %s)", registry, what, registry)
 		case te.StatusCode == http.StatusTooManyRequests || hasCode(te, transport.TooManyRequestsErrorCode):
-			return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s is rate-limiting pulls of %q; try again later", registry, what)
+			return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s is rate-limiting pulls of %q; try again later", registry, what)
 		}
-		return cls(errdefs.KindUpstream, "registry_unreachable", "registry %s failed while pulling %q: %s", registry, what, statusText(te))
+		return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s failed while pulling %q: %s", registry, what, statusText(te))
 	}
 	if isNetworkError(err) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			return cls(errdefs.KindTimeout, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
 		}
-		return cls(errdefs.KindUpstream, "registry_unreachable", "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
+		return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
 	}
 	// What is left is what the registry sent: a manifest, index or config
 	// that does not parse or verify, a layer whose blob does not match its
