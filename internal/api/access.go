@@ -344,6 +344,10 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if cerr := r.Context().Err(); cerr != nil {
+				s.writeError(w, r, cerr) // the caller left: not the port's failure
+				return
+			}
 			s.writeError(w, r, errdefs.Upstream(client.CodePortUnreachable, "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
 		},
 		FlushInterval: -1,

@@ -409,10 +409,10 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController and websocket reach the real writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// StatusClientClosedRequest is the status of a request whose client went
-// away before its answer (nginx's 499): nobody reads it, but the access log
-// and the metrics tell it from a failure of the server.
-const StatusClientClosedRequest = 499
+// statusClientClosed is the status of a request whose client went away
+// before its answer (nginx's 499): nobody reads it, but the access log and
+// the metrics tell it from a failure of the server.
+const statusClientClosed = 499
 
 // statusOf is the HTTP status of each kind: the one place they are mapped.
 func statusOf(k errdefs.Kind) int {
@@ -436,7 +436,7 @@ func statusOf(k errdefs.Kind) int {
 	case errdefs.KindTooMany:
 		return http.StatusTooManyRequests
 	case errdefs.KindCanceled:
-		return StatusClientClosedRequest
+		return statusClientClosed
 	case errdefs.KindUpstream:
 		return http.StatusBadGateway
 	case errdefs.KindUnavailable:
@@ -447,29 +447,62 @@ func statusOf(k errdefs.Kind) int {
 	return http.StatusInternalServerError
 }
 
+// writeError answers err: its status and {code, message} (errorBody),
+// logged as failedAnswer does.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	kind := errdefs.KindOf(err)
-	code := errdefs.CodeOf(err)
-	msg := err.Error()
+	status, body := s.failedAnswer(w, r, err)
+	writeJSON(w, status, body)
+}
+
+// failedAnswer is errorBody of err, logged: a failure of the server (5xx)
+// at error, a request its client left at debug (nothing failed), the
+// user's own errors not at all. Every error answer goes through it: a
+// response's (writeError) and one inside a stream that has begun.
+func (s *Server) failedAnswer(w http.ResponseWriter, r *http.Request, err error) (int, Error) {
+	id := w.Header().Get(RequestIDHeader)
+	status, body := errorBody(err, id)
+	switch {
+	case status == statusClientClosed:
+		s.Log.Debug("request canceled", "request_id", id, "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+	case status >= 500:
+		s.Log.Error("request failed", "request_id", id, "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+	}
+	return status, body
+}
+
+// errorBody is the status and the {code, message} that answer err, for a
+// request whose id is requestID. A classified error's message is written
+// for the user (see errdefs) and is shown; the text of an unclassified one
+// is not (it may name a host path, or say nothing to the user): its
+// message says only what happened, with the request's id for the log.
+func errorBody(err error, requestID string) (int, Error) {
+	kind, code := errdefs.KindOf(err), errdefs.CodeOf(err)
 	status := statusOf(kind)
-	if kind == errdefs.KindCanceled {
-		// The client left: nobody reads the answer, and nothing failed.
-		s.Log.Debug("request canceled", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+	msg := err.Error()
+	if e, ok := errdefs.As(err); !ok || e.Kind != kind {
+		msg = unclassifiedMessage(kind, requestID)
+	} else if kind == errdefs.KindInternal {
+		msg = "internal error: " + msg
 	}
-	if status >= 500 {
-		s.Log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
-		switch kind {
-		case errdefs.KindInternal:
-			msg = "internal error: " + msg
-		case errdefs.KindNoSpace:
-			if _, ok := errdefs.As(err); !ok {
-				// A bare ENOSPC from deep down names host paths: the
-				// user learns what happened, the log keeps the rest.
-				msg = "the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"
-			}
-		}
+	return status, Error{Code: code, Message: msg}
+}
+
+// unclassifiedMessage is the message of an error that has no message for
+// the user: what its kind says, and where the rest is.
+func unclassifiedMessage(kind errdefs.Kind, requestID string) string {
+	inLog := "the server's log has the cause"
+	if requestID != "" {
+		inLog += " (request " + requestID + ")"
 	}
-	writeJSON(w, status, Error{Code: code, Message: msg})
+	switch kind {
+	case errdefs.KindCanceled:
+		return "the request was canceled: its client went away"
+	case errdefs.KindTimeout:
+		return "the request ran out of time: " + inLog
+	case errdefs.KindNoSpace:
+		return "the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"
+	}
+	return "internal error: " + inLog
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

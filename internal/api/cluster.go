@@ -252,8 +252,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the caller left
+			if cerr := r.Context().Err(); cerr != nil {
+				s.writeError(w, r, cerr) // the caller left: a 499 in the access log
+				return
 			}
 			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", n.Name, n.Address, err))
 		},

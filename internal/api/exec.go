@@ -131,9 +131,13 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			switch {
 			case body != nil && body.bad.Load() != nil:
-				out.refused(body.bad.Load().Error())
+				// The client's stdin is not what it meant: the command is
+				// let go (it runs on, its end in the ledger).
+				_, e := s.failedAnswer(w, r, errdefs.Invalid("the request body: %s; the command was let go (it runs on)", body.bad.Load().Error()))
+				out.failed(e)
 			case r.Context().Err() == nil:
-				out.lost("lost the connection to the sandbox: " + err.Error())
+				_, e := s.failedAnswer(w, r, errdefs.Upstream(client.CodeSandboxUnreachable, "lost the connection to the sandbox: %v", err))
+				out.failed(e)
 			}
 			return
 		}
@@ -269,8 +273,7 @@ type execWriter interface {
 	started(pid int) error
 	output(typ byte, p []byte) error
 	exit(ex agent.Exit) error
-	lost(msg string) error
-	refused(msg string) error // the client broke a framed body
+	failed(e Error) error // the stream's end without the command's: its last event
 }
 
 // ndjsonWriter is the simple form: a JSON event a line, bytes in base64.
@@ -302,11 +305,11 @@ func (n *ndjsonWriter) exit(ex agent.Exit) error {
 	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
 }
 
-// refused is only for a framed body, which is always answered in frames.
-func (n *ndjsonWriter) refused(msg string) error { return n.lost(msg) }
-
-func (n *ndjsonWriter) lost(msg string) error {
-	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(msg))})
+// failed sends the message only: the NDJSON form's error event has no code
+// (it is always sandbox_unreachable; a framed body, the other failure, is
+// always answered in frames).
+func (n *ndjsonWriter) failed(e Error) error {
+	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(e.Message))})
 }
 
 // frameWriter is the binary form: the bytes as they are, in frames.
@@ -342,13 +345,7 @@ func (f *frameWriter) output(typ byte, p []byte) error {
 
 func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
 
-func (f *frameWriter) refused(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: client.CodeInvalidArgument, Message: "the request body: " + msg + "; the command was let go (it runs on)"})
-}
-
-func (f *frameWriter) lost(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: client.CodeSandboxUnreachable, Message: msg})
-}
+func (f *frameWriter) failed(e Error) error { return f.sendJSON(client.FrameError, e) }
 
 // execWebSocket is the interactive form: GET with ?request=<ExecRequest JSON>
 // and a WebSocket upgrade. Every message is binary: one frame-type byte

@@ -113,7 +113,8 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		enc.Encode(PullEvent{Type: "error", Error: &Error{Code: errdefs.CodeOf(err), Message: err.Error()}})
+		_, e := s.failedAnswer(w, r, err)
+		enc.Encode(PullEvent{Type: "error", Error: &e})
 		return
 	}
 	v := imageView(img)

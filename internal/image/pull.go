@@ -72,6 +72,11 @@ const maxPullLog = 2048
 // or a create's answer, in words that leave the cause out (a refused
 // address, what a network error was), and the operator sees it here.
 func (s *Store) pullFailed(ctx context.Context, ref string, err error) {
+	if errdefs.Is(err, errdefs.KindCanceled) {
+		// Its client left: nothing failed.
+		s.log.Debug("pull canceled", "image", clip(ref, 256), "project", project.Of(ctx))
+		return
+	}
 	text := err.Error()
 	if e, ok := errdefs.As(err); ok && e.Err != nil && e.Msg != "" {
 		text += ": " + e.Err.Error()
