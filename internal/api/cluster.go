@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -287,12 +288,12 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s): %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	if resp.StatusCode >= 400 {
 		var e Error
@@ -308,6 +309,16 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 		return resp.StatusCode, errdefs.Upstream("", "node %s answered what is not its API's: %v", node.Name, err)
 	}
 	return resp.StatusCode, nil
+}
+
+// nodeUnreachable is the error of a call to node that got no answer
+// (err): the caller's leaving, a 499 (ctx is the call's), or the node's, a
+// 503 node_unreachable.
+func nodeUnreachable(ctx context.Context, node cluster.Node, err error) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return fmt.Errorf("call node %s: %w", node.Name, ctx.Err())
+	}
+	return errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 }
 
 // kindOfStatus is the error class of another node's answer (statusOf

@@ -162,7 +162,7 @@ func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

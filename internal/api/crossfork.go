@@ -113,7 +113,7 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	pr.CloseWithError(io.ErrClosedPipe) // the exporter stops if the send failed early
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {

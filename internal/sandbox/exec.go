@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -149,7 +150,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	}
 	if err != nil {
 		s.execs.remove(sb.ID, e)
-		return nil, nil, e.startFailed(dctx, err, req)
+		return nil, nil, e.startFailed(ctx, dctx, err, req)
 	}
 	e.Session = sess
 	s.cfg.Metrics.ExecStarted(sb.Provider, time.Since(e.start))
@@ -168,8 +169,8 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 
 // startFailed records, and turns into the caller's error, why a command
 // could not start: the host ended it (a stop or removal), the agent refused
-// it, or the sandbox did not answer (within dctx).
-func (e *ExecSession) startFailed(dctx context.Context, err error, req agent.Request) error {
+// it, the caller left (ctx), or the sandbox did not answer (within dctx).
+func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agent.Request) error {
 	sb := e.sb
 	if e.isAborted() {
 		e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
@@ -179,6 +180,12 @@ func (e *ExecSession) startFailed(dctx context.Context, err error, req agent.Req
 	if errors.As(err, &es) {
 		e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
 		return startError(es.Info)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller left before the sandbox answered: not the sandbox's
+		// failure (and the request's is a 499, not a 502).
+		e.finish(ledger.ExecFinishedData{Error: "the caller left before the command started"})
+		return fmt.Errorf("exec in sandbox %s: %w", sb.Name, cerr)
 	}
 	e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
 	if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
