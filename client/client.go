@@ -209,7 +209,7 @@ func checkPath(path string) error {
 		return nil
 	}
 	v, _, _ := strings.Cut(path[i+1:], badSegment)
-	return &Error{Code: "invalid_argument", Message: fmt.Sprintf("%q is not an id, name or reference: it cannot be part of a URL path", v)}
+	return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%q is not an id, name or reference: it cannot be part of a URL path", v)}
 }
 
 // Capabilities lists the server's providers.
@@ -428,12 +428,12 @@ func readFramedExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) 
 		case FrameError:
 			e := &Error{Status: 502}
 			if json.Unmarshal(p, e) != nil || e.Message == "" {
-				e.Code, e.Message = "sandbox_unreachable", string(p)
+				e.Code, e.Message = CodeSandboxUnreachable, string(p)
 			}
 			return nil, e
 		}
 	}
-	return nil, &Error{Status: 502, Code: "stream_ended", Message: "the exec stream ended before the command did"}
+	return nil, &Error{Status: 502, Code: CodeStreamEnded, Message: "the exec stream ended before the command did"}
 }
 
 func readNDJSONExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
@@ -465,13 +465,13 @@ func readNDJSONExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) 
 			return r, nil
 		case "error":
 			b, _ := base64.StdEncoding.DecodeString(ev.Data)
-			return nil, &Error{Status: 502, Code: "sandbox_unreachable", Message: string(b)}
+			return nil, &Error{Status: 502, Code: CodeSandboxUnreachable, Message: string(b)}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("exec stream: %w", err)
 	}
-	return nil, &Error{Status: 502, Code: "stream_ended", Message: "the exec stream ended before the command did"}
+	return nil, &Error{Status: 502, Code: CodeStreamEnded, Message: "the exec stream ended before the command did"}
 }
 
 // Images lists cached images.
@@ -1062,5 +1062,5 @@ func (c *Client) ServerProxy() http.Handler {
 func (c *Client) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadGateway)
-	json.NewEncoder(w).Encode(&Error{Code: "server_unreachable", Message: c.connErr(err).Error()})
+	json.NewEncoder(w).Encode(&Error{Code: CodeServerUnreachable, Message: c.connErr(err).Error()})
 }

@@ -121,7 +121,7 @@ Without arguments 'shard ls' lists the sandboxes, as 'shard list' does.`,
 			}
 			list, err := c.ListFiles(cmd.Context(), args[0], p)
 			var ce *client.Error
-			if err != nil && errors.As(err, &ce) && ce.Code == "not_a_directory" {
+			if err != nil && errors.As(err, &ce) && ce.Code == client.CodeNotADirectory {
 				// A file is listed alone, as ls does.
 				fi, serr := c.StatFile(cmd.Context(), args[0], p, false)
 				if serr != nil {

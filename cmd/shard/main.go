@@ -107,7 +107,7 @@ func main() {
 			// A fault of the server: its log has the rest, under this id.
 			termsafe.Fprintf(os.Stderr, "shard: (request id %s in the server's log)\n", ce.RequestID)
 		}
-		if errors.As(err, &ce) && ce.Code == "command_not_found" {
+		if errors.As(err, &ce) && ce.Code == client.CodeCommandNotFound {
 			os.Exit(127)
 		}
 		os.Exit(1)

@@ -70,7 +70,7 @@ Anyone who can reach the local address uses the port with your key: keep
 					return fmt.Errorf("sandbox %s is %s: ports are reached in a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
 				}
 				id, name = sb.ID, sb.Name
-			case errors.As(err, &ce) && ce.Code == "missing_scope":
+			case errors.As(err, &ce) && ce.Code == client.CodeMissingScope:
 				// A key with sandbox:write but not sandbox:read: the
 				// requests themselves will say what is wrong, if anything.
 			default:

@@ -79,7 +79,7 @@ func uiGate(session string, next http.Handler) http.Handler {
 		// console's (the server would redirect it; the gate does not rely
 		// on that). The console never asks for one.
 		if p := r.URL.Path; p != cleanPath(p) {
-			uiRefuse(w, http.StatusNotFound, "not_found", "shard ui forwards clean paths only")
+			uiRefuse(w, http.StatusNotFound, client.CodeNotFound, "shard ui forwards clean paths only")
 			return
 		}
 		switch {
@@ -91,7 +91,7 @@ func uiGate(session string, next http.Handler) http.Handler {
 			return
 		case strings.HasPrefix(r.URL.Path, "/v0/"):
 		default:
-			uiRefuse(w, http.StatusNotFound, "not_found", "shard ui forwards the console (/ui/) and the API (/v0/) only")
+			uiRefuse(w, http.StatusNotFound, client.CodeNotFound, "shard ui forwards the console (/ui/) and the API (/v0/) only")
 			return
 		}
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -101,7 +101,7 @@ func uiGate(session string, next http.Handler) http.Handler {
 			}
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(session)) != 1 {
-			uiRefuse(w, http.StatusUnauthorized, "unauthenticated", "shard ui needs the key of its URL (after #key=): open the URL it printed")
+			uiRefuse(w, http.StatusUnauthorized, client.CodeUnauthenticated, "shard ui needs the key of its URL (after #key=): open the URL it printed")
 			return
 		}
 		next.ServeHTTP(w, r)

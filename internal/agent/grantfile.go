@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/useshards/shard/client"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,10 +19,10 @@ import (
 const (
 	// CodePathExists: something is at the path already that this grant
 	// did not write (or no longer looks like what it wrote).
-	CodePathExists = "path_exists"
+	CodePathExists = client.CodePathExists
 	// CodePathUnsafe: a directory on the path is a symlink or not a
 	// directory at all.
-	CodePathUnsafe = "path_unsafe"
+	CodePathUnsafe = client.CodePathUnsafe
 )
 
 // grantError is a refusal with a code.

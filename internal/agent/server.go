@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/envlist"
 )
 
@@ -759,19 +760,19 @@ func (e *ErrorInfo) Error() string { return e.Message }
 
 func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return nil, startErr("invalid_argument", "no command given")
+		return nil, startErr(client.CodeInvalidArgument, "no command given")
 	}
 	env := envlist.Merge(s.baseEnv, req.Env)
 	cred, home, err := lookupUser(req.User)
 	if err != nil {
-		return nil, startErr("invalid_argument", "%v", err)
+		return nil, startErr(client.CodeInvalidArgument, "%v", err)
 	}
 	if home != "" && !envlist.Has(env, "HOME") {
 		env = envlist.Merge(env, []string{"HOME=" + home})
 	}
 	path, err := lookPath(req.Argv[0], envlist.Value(env, "PATH"))
 	if err != nil {
-		return nil, startErr("command_not_found", "%v", err)
+		return nil, startErr(client.CodeCommandNotFound, "%v", err)
 	}
 	dir := req.Dir
 	if dir == "" {
@@ -783,7 +784,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		}
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, startErr("invalid_argument", "working directory %s does not exist in the sandbox", dir)
+		return nil, startErr(client.CodeInvalidArgument, "working directory %s does not exist in the sandbox", dir)
 	}
 
 	p := &proc{done: make(chan syscall.WaitStatus, 1), spare: make(chan []byte, 4)}
@@ -792,7 +793,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	if req.TTY {
 		master, slave, err := pty.Open()
 		if err != nil {
-			return nil, startErr("internal", "open a tty: %v", err)
+			return nil, startErr(client.CodeInternal, "open a tty: %v", err)
 		}
 		rows, cols := req.Rows, req.Cols
 		if rows == 0 || cols == 0 {
@@ -815,7 +816,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		if req.Stdin {
 			r, w, err := bigPipe()
 			if err != nil {
-				return nil, startErr("internal", "pipe: %v", err)
+				return nil, startErr(client.CodeInternal, "pipe: %v", err)
 			}
 			stdinR, p.stdin = r, w
 			p.stdinFD = int(w.Fd())
@@ -825,17 +826,17 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		} else {
 			f, err := os.Open(os.DevNull)
 			if err != nil {
-				return nil, startErr("internal", "open %s: %v", os.DevNull, err)
+				return nil, startErr(client.CodeInternal, "open %s: %v", os.DevNull, err)
 			}
 			stdinR = f
 		}
 		outR, outW, err := bigPipe()
 		if err != nil {
-			return nil, startErr("internal", "pipe: %v", err)
+			return nil, startErr(client.CodeInternal, "pipe: %v", err)
 		}
 		errR, errW, err := bigPipe()
 		if err != nil {
-			return nil, startErr("internal", "pipe: %v", err)
+			return nil, startErr(client.CodeInternal, "pipe: %v", err)
 		}
 		attr.Files = []*os.File{stdinR, outW, errW}
 		attr.Sys.Setpgid = true
@@ -853,7 +854,7 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 		if p.stdin != nil && p.tty == nil {
 			p.stdin.Close()
 		}
-		return nil, startErr("exec_failed", "start %s: %v", req.Argv[0], errors.Unwrap(err))
+		return nil, startErr(client.CodeExecFailed, "start %s: %v", req.Argv[0], errors.Unwrap(err))
 	}
 	p.pid = pid
 	return p, nil

@@ -44,7 +44,7 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 	case store.AllProjects:
 		if !isAdmin(r.Context()) {
 			p := auth.From(r.Context())
-			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project makes one", p.Name, p.Project)
+			return nil, 0, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: only a key of every project makes one", p.Name, p.Project)
 		}
 		proj = store.AllProjects
 	default:
@@ -53,7 +53,7 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 		}
 		if !isAdmin(r.Context()) {
 			p := auth.From(r.Context())
-			return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot make a key of project %s", p.Name, p.Project, req.Project)
+			return nil, 0, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: it cannot make a key of project %s", p.Name, p.Project, req.Project)
 		}
 		proj = req.Project
 	}
@@ -148,7 +148,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 	}
 	if !isAdmin(r.Context()) {
 		p := auth.From(r.Context())
-		return nil, 0, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project sets quotas", p.Name, p.Project)
+		return nil, 0, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: only a key of every project sets quotas", p.Name, p.Project)
 	}
 	// The body is the whole quota: an empty one (or null) is refused, not
 	// read as "no bounds", so a careless client does not wipe them all.
@@ -328,7 +328,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State != sandbox.StateRunning {
-		s.writeError(w, r, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: ports are reached in a running sandbox", sb.Name, sb.State))
+		s.writeError(w, r, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is %s: ports are reached in a running sandbox", sb.Name, sb.State))
 		return
 	}
 	target := &url.URL{Scheme: "http", Host: sb.IP + ":" + strconv.Itoa(port)}
@@ -344,7 +344,11 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			s.writeError(w, r, errdefs.Unavailable("port_unreachable", "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
+			if cerr := r.Context().Err(); cerr != nil {
+				s.writeError(w, r, cerr) // the caller left: not the port's failure
+				return
+			}
+			s.writeError(w, r, errdefs.Upstream(client.CodePortUnreachable, "nothing answers on port %d in sandbox %s: %v", port, sb.Name, err))
 		},
 		FlushInterval: -1,
 	}

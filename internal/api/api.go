@@ -214,7 +214,7 @@ func (s *Server) Handler() http.Handler {
 		http.Redirect(w, r, ui.Prefix, http.StatusMovedPermanently)
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errdefs.NotFound("not_found", "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
+		s.writeError(w, r, errdefs.NotFound(client.CodeNotFound, "no such endpoint: %s %s (see /v0/openapi.json)", r.Method, r.URL.Path))
 	})
 	return s.logged(bodyDeadline(s.BodyTimeout, s.peers(mux)))
 }
@@ -228,7 +228,7 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 		if p == nil && scope != auth.None {
 			key, ok := bearer(r)
 			if !ok {
-				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "unauthenticated", "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
+				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeUnauthenticated, "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
 				return
 			}
 			s.authOnce.Do(func() {
@@ -236,18 +236,18 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 					s.authFails = newAuthLimiter(s.Log)
 				}
 			})
-			client := clientAddr(r.RemoteAddr)
+			from := clientAddr(r.RemoteAddr)
 			var err error
 			if p, err = s.Tokens.Authenticate(r.Context(), key); err != nil {
 				// Only failures are limited: a valid key gets through
 				// from an address others fail from (a NAT, a proxy).
 				if errdefs.Is(err, errdefs.KindUnauth) {
-					if d := s.authFails.wait(client); d > 0 {
+					if d := s.authFails.wait(from); d > 0 {
 						w.Header().Set("Retry-After", strconv.Itoa(retryAfter(d)))
-						s.writeError(w, r, errdefs.New(errdefs.KindTooMany, "too_many_requests", "too many failed API keys from %s: try again in %s", client, d.Round(time.Second)))
+						s.writeError(w, r, errdefs.New(errdefs.KindTooMany, client.CodeTooManyRequests, "too many failed API keys from %s: try again in %s", from, d.Round(time.Second)))
 						return
 					}
-					s.authFails.failed(client)
+					s.authFails.failed(from)
 				}
 				s.writeError(w, r, err)
 				return
@@ -318,7 +318,7 @@ func everyProject(r *http.Request) (context.Context, error) {
 	}
 	if !isAdmin(r.Context()) {
 		p := auth.From(r.Context())
-		return nil, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
+		return nil, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
 	}
 	return project.With(r.Context(), ""), nil
 }
@@ -356,7 +356,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	if !isAdmin(r.Context()) {
 		p := auth.From(r.Context())
-		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "wrong_project",
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject,
 			"token %s belongs to project %s: the metrics are every project's, so only a key of every project reads them (shard token create --scope metrics:read --all-projects)", p.Name, p.Project))
 		return
 	}
@@ -424,6 +424,12 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController and websocket reach the real writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// statusClientClosed is the status of a request whose client went away
+// before its answer (nginx's 499): nobody reads it, but the access log and
+// the metrics tell it from a failure of the server.
+const statusClientClosed = 499
+
+// statusOf is the HTTP status of each kind: the one place they are mapped.
 func statusOf(k errdefs.Kind) int {
 	switch k {
 	case errdefs.KindInvalid:
@@ -432,10 +438,6 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusNotFound
 	case errdefs.KindConflict, errdefs.KindUnsupported:
 		return http.StatusConflict
-	case errdefs.KindUnavailable:
-		return http.StatusBadGateway
-	case errdefs.KindUnreachable:
-		return http.StatusServiceUnavailable
 	case errdefs.KindForbidden:
 		return http.StatusForbidden
 	case errdefs.KindUnauth:
@@ -448,29 +450,74 @@ func statusOf(k errdefs.Kind) int {
 		return http.StatusInsufficientStorage
 	case errdefs.KindTooMany:
 		return http.StatusTooManyRequests
+	case errdefs.KindCanceled:
+		return statusClientClosed
+	case errdefs.KindUpstream:
+		return http.StatusBadGateway
+	case errdefs.KindUnavailable:
+		return http.StatusServiceUnavailable
+	case errdefs.KindTimeout:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }
 
+// writeError answers err: its status and {code, message} (errorBody),
+// logged as failedAnswer does.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	kind := errdefs.KindOf(err)
-	code := errdefs.CodeOf(err)
-	msg := err.Error()
-	status := statusOf(kind)
-	if status >= 500 {
-		s.Log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
-		switch kind {
-		case errdefs.KindInternal:
-			msg = "internal error: " + msg
-		case errdefs.KindNoSpace:
-			if _, ok := errdefs.As(err); !ok {
-				// A bare ENOSPC from deep down names host paths: the
-				// user learns what happened, the log keeps the rest.
-				msg = "the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"
-			}
-		}
+	status, body := s.failedAnswer(w, r, err)
+	writeJSON(w, status, body)
+}
+
+// failedAnswer is errorBody of err, logged: a failure of the server (5xx)
+// at error, a request its client left at debug (nothing failed), the
+// user's own errors not at all. Every error answer goes through it: a
+// response's (writeError) and one inside a stream that has begun.
+func (s *Server) failedAnswer(w http.ResponseWriter, r *http.Request, err error) (int, Error) {
+	id := w.Header().Get(RequestIDHeader)
+	status, body := errorBody(err, id)
+	switch {
+	case status == statusClientClosed:
+		s.Log.Debug("request canceled", "request_id", id, "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
+	case status >= 500:
+		s.Log.Error("request failed", "request_id", id, "method", logValue(r.Method), "path", logValue(r.URL.Path), "err", logErr(err))
 	}
-	writeJSON(w, status, Error{Code: code, Message: msg})
+	return status, body
+}
+
+// errorBody is the status and the {code, message} that answer err, for a
+// request whose id is requestID. A classified error's message is written
+// for the user (see errdefs) and is shown; the text of an unclassified one
+// is not (it may name a host path, or say nothing to the user): its
+// message says only what happened, with the request's id for the log.
+func errorBody(err error, requestID string) (int, Error) {
+	kind, code := errdefs.KindOf(err), errdefs.CodeOf(err)
+	status := statusOf(kind)
+	msg := err.Error()
+	if e, ok := errdefs.As(err); !ok || e.Kind != kind {
+		msg = unclassifiedMessage(kind, requestID)
+	} else if kind == errdefs.KindInternal {
+		msg = "internal error: " + msg
+	}
+	return status, Error{Code: code, Message: msg}
+}
+
+// unclassifiedMessage is the message of an error that has no message for
+// the user: what its kind says, and where the rest is.
+func unclassifiedMessage(kind errdefs.Kind, requestID string) string {
+	inLog := "the server's log has the cause"
+	if requestID != "" {
+		inLog += " (request " + requestID + ")"
+	}
+	switch kind {
+	case errdefs.KindCanceled:
+		return "the request was canceled: its client went away"
+	case errdefs.KindTimeout:
+		return "the request ran out of time: " + inLog
+	case errdefs.KindNoSpace:
+		return "the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"
+	}
+	return "internal error: " + inLog
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -503,7 +550,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errdefs.New(errdefs.KindTooLarge, "body_too_large", "request body is larger than %d bytes", MaxBody)
+			return nil, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "request body is larger than %d bytes", MaxBody)
 		}
 		return nil, errdefs.Invalid("read request body: %v", err)
 	}

@@ -2,14 +2,17 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 
@@ -177,8 +180,12 @@ func TestStatusOf(t *testing.T) {
 		{errdefs.KindNotFound, http.StatusNotFound},
 		{errdefs.KindConflict, http.StatusConflict},
 		{errdefs.KindUnsupported, http.StatusConflict},
-		{errdefs.KindUnavailable, http.StatusBadGateway},
-		{errdefs.KindUnreachable, http.StatusServiceUnavailable},
+		{errdefs.KindUpstream, http.StatusBadGateway},
+		{errdefs.KindUnavailable, http.StatusServiceUnavailable},
+		{errdefs.KindTimeout, http.StatusGatewayTimeout},
+		{errdefs.KindCanceled, 499},
+		{errdefs.KindFailed, http.StatusUnprocessableEntity},
+		{errdefs.KindNoSpace, http.StatusInsufficientStorage},
 		{errdefs.KindForbidden, http.StatusForbidden},
 		{errdefs.KindUnauth, http.StatusUnauthorized},
 		{errdefs.KindTooLarge, http.StatusRequestEntityTooLarge},
@@ -208,25 +215,32 @@ func TestWriteError(t *testing.T) {
 		wantStatus int
 		wantCode   string
 		wantMsg    string
-		wantLogged bool // 5xx are logged, 4xx are the user's and are not
+		wantLog    string // the level of the log line: 5xx are the server's failures, 4xx the user's and not logged
 	}{
-		{"invalid", errdefs.Invalid("bad %s", "thing"), 400, "invalid_argument", "bad thing", false},
-		{"not found", errdefs.NotFound("sandbox_not_found", "sandbox %s not found", "x"), 404, "sandbox_not_found", "sandbox x not found", false},
-		{"conflict", errdefs.Conflict("name_taken", "a sandbox named x already exists"), 409, "name_taken", "a sandbox named x already exists", false},
-		{"unsupported", errdefs.Unsupported("no fork here"), 409, "unsupported", "no fork here", false},
-		{"forbidden", errdefs.New(errdefs.KindForbidden, "", "no"), 403, "forbidden", "no", false},
-		{"unauthenticated", errdefs.New(errdefs.KindUnauth, "bad_token", "who are you"), 401, "bad_token", "who are you", false},
-		{"too large", errdefs.New(errdefs.KindTooLarge, "body_too_large", "big"), 413, "body_too_large", "big", false},
-		{"wrapped keeps code, shows context", fmt.Errorf("stop sandbox x: %w", errdefs.Conflict("sandbox_busy", "busy")), 409, "sandbox_busy", "stop sandbox x: busy", false},
-		{"unavailable", errdefs.Unavailable("registry_unreachable", "registry down"), 502, "registry_unreachable", "registry down", true},
-		{"plain error is internal", errors.New("boom"), 500, "internal", "internal error: boom", true},
-		{"wrapped plain error", fmt.Errorf("create: %w", io.ErrUnexpectedEOF), 500, "internal", "internal error: create: unexpected EOF", true},
-		{"Wrap", errdefs.Wrap(errdefs.KindNotFound, "image_not_found", errors.New("no image alpine")), 404, "image_not_found", "no image alpine", false},
+		{"invalid", errdefs.Invalid("bad %s", "thing"), 400, "invalid_argument", "bad thing", ""},
+		{"not found", errdefs.NotFound("sandbox_not_found", "sandbox %s not found", "x"), 404, "sandbox_not_found", "sandbox x not found", ""},
+		{"conflict", errdefs.Conflict("name_taken", "a sandbox named x already exists"), 409, "name_taken", "a sandbox named x already exists", ""},
+		{"unsupported", errdefs.Unsupported("no fork here"), 409, "unsupported", "no fork here", ""},
+		{"forbidden", errdefs.New(errdefs.KindForbidden, "", "no"), 403, "forbidden", "no", ""},
+		{"unauthenticated", errdefs.New(errdefs.KindUnauth, "bad_token", "who are you"), 401, "bad_token", "who are you", ""},
+		{"too large", errdefs.New(errdefs.KindTooLarge, "body_too_large", "big"), 413, "body_too_large", "big", ""},
+		{"wrapped keeps code, shows context", fmt.Errorf("stop sandbox x: %w", errdefs.Conflict("sandbox_busy", "busy")), 409, "sandbox_busy", "stop sandbox x: busy", ""},
+		{"upstream", errdefs.Upstream("registry_unreachable", "registry down"), 502, "registry_unreachable", "registry down", "ERROR"},
+		{"unavailable", errdefs.Unavailable("node_unreachable", "node a is down"), 503, "node_unreachable", "node a is down", "ERROR"},
+		{"timeout", errdefs.New(errdefs.KindTimeout, "freeze_timeout", "the freeze lasted 10m0s"), 504, "freeze_timeout", "the freeze lasted 10m0s", "ERROR"},
+		{"canceled is not the server's failure", fmt.Errorf("list sandboxes: %w", context.Canceled), 499, "canceled", "the request was canceled: its client went away", "DEBUG"},
+		{"a deadline is a timeout", fmt.Errorf("list sandboxes: %w", context.DeadlineExceeded), 504, "timeout", "the request ran out of time: the server's log has the cause (request r1)", "ERROR"},
+		{"plain error is internal, its text only logged", errors.New("boom"), 500, "internal", "internal error: the server's log has the cause (request r1)", "ERROR"},
+		{"wrapped plain error", fmt.Errorf("create: %w", io.ErrUnexpectedEOF), 500, "internal", "internal error: the server's log has the cause (request r1)", "ERROR"},
+		{"classified internal", errdefs.Wrap(errdefs.KindInternal, "policy_failed", errors.New("nft refused the rule")), 500, "policy_failed", "internal error: nft refused the rule", "ERROR"},
+		{"Wrap", errdefs.Wrap(errdefs.KindNotFound, "image_not_found", errors.New("no image alpine")), 404, "image_not_found", "no image alpine", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, logBuf := testServer(t)
+			var logBuf bytes.Buffer
+			s := &Server{Log: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 			w := httptest.NewRecorder()
+			w.Header().Set(RequestIDHeader, "r1")
 			s.writeError(w, httptest.NewRequest(http.MethodGet, "/v0/x", nil), tt.err)
 
 			if w.Code != tt.wantStatus {
@@ -252,8 +266,55 @@ func TestWriteError(t *testing.T) {
 			if got.Code != tt.wantCode || got.Message != tt.wantMsg {
 				t.Errorf("writeError(%v) = {code %q, message %q}, want {code %q, message %q}", tt.err, got.Code, got.Message, tt.wantCode, tt.wantMsg)
 			}
-			if logged := strings.Contains(logBuf.String(), "request failed"); logged != tt.wantLogged {
-				t.Errorf("writeError(%v) logged = %v, want %v (log %q)", tt.err, logged, tt.wantLogged, logBuf)
+			log := logBuf.String()
+			if tt.wantLog == "" && log != "" || tt.wantLog != "" && !strings.Contains(log, "level="+tt.wantLog+" ") {
+				t.Errorf("writeError(%v) logged %q, want a line at %q", tt.err, log, tt.wantLog)
+			}
+			if tt.wantLog != "" && !strings.Contains(log, tt.err.Error()) {
+				t.Errorf("writeError(%v) logged %q, want the error's text", tt.err, log)
+			}
+		})
+	}
+}
+
+// TestErrorBody: the status and body of an error, in an answer or inside a
+// stream: a classified error's message is shown (written for the user),
+// an unclassified error's text never is (it may name a host path).
+func TestErrorBody(t *testing.T) {
+	hostPath := &fs.PathError{Op: "open", Path: "/var/lib/shard/images/blobs/sha256/ab", Err: syscall.EACCES}
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantCode   string
+		wantMsg    string
+	}{
+		{"classified", errdefs.NotFound("image_not_found", "image %q not found locally", "alpine"), 404, "image_not_found", `image "alpine" not found locally`},
+		{"an untyped error naming a host path", fmt.Errorf("pull alpine: %w", hostPath), 500, "internal", "internal error: the server's log has the cause (request r1)"},
+		{"without a request id", hostPath, 500, "internal", "internal error: the server's log has the cause"},
+		{"a bare ENOSPC", &fs.PathError{Op: "write", Path: "/var/lib/shard/x", Err: syscall.ENOSPC}, 507, "insufficient_storage",
+			"the server's disk is full: free space (remove sandboxes, snapshots or checkpoints) and try again"},
+		{"a classified ENOSPC keeps its message", errdefs.New(errdefs.KindNoSpace, "insufficient_storage", "a pull leaves 1GiB free"), 507, "insufficient_storage", "a pull leaves 1GiB free"},
+		{"classified internal", errdefs.New(errdefs.KindInternal, "", "the ledger is closed"), 500, "internal", "internal error: the ledger is closed"},
+		{"canceled", fmt.Errorf("read %s: %w", "/var/lib/shard/x", context.Canceled), 499, "canceled", "the request was canceled: its client went away"},
+		{"canceled under an internal error", errdefs.Wrap(errdefs.KindInternal, "policy_failed", context.Canceled), 499, "canceled", "the request was canceled: its client went away"},
+		{"a deadline", fmt.Errorf("read %s: %w", "/var/lib/shard/x", context.DeadlineExceeded), 504, "timeout", "the request ran out of time: the server's log has the cause (request r1)"},
+		{"upstream", errdefs.Upstream("sandbox_unreachable", "lost the connection to the sandbox: EOF"), 502, "sandbox_unreachable", "lost the connection to the sandbox: EOF"},
+		{"unavailable", errdefs.Unavailable("no_addresses", "no free address left in 10.88.0.0/16"), 503, "no_addresses", "no free address left in 10.88.0.0/16"},
+		{"a peer's answer", errdefs.Upstream("", "node b answered 500 Internal Server Error"), 502, "upstream", "node b answered 500 Internal Server Error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "r1"
+			if tt.name == "without a request id" {
+				id = ""
+			}
+			status, body := errorBody(tt.err, id)
+			if status != tt.wantStatus || body.Code != tt.wantCode || body.Message != tt.wantMsg {
+				t.Errorf("errorBody(%v) = %d {%q, %q}, want %d {%q, %q}", tt.err, status, body.Code, body.Message, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			}
+			if strings.Contains(body.Message, "/var/lib/shard") {
+				t.Errorf("errorBody(%v) shows a host path: %q", tt.err, body.Message)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -124,7 +125,7 @@ func (s *Server) peers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proof := r.Header.Get(nodeSignatureHeader)
 		bad := func(why string) {
-			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, "bad_node_signature", "a call from another node was refused: %s", why))
+			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeBadNodeSignature, "a call from another node was refused: %s", why))
 		}
 		onClusterPort := r.Context().Value(clusterPortKey{}) != nil
 		if proof == "" {
@@ -276,10 +277,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the caller left
+			if cerr := r.Context().Err(); cerr != nil {
+				s.writeError(w, r, cerr) // the caller left: a 499 in the access log
+				return
 			}
-			s.writeError(w, r, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", n.Name, n.Address, err))
+			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", n.Name, n.Address, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -310,32 +312,45 @@ func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Reque
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s): %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	if resp.StatusCode >= 400 {
 		var e Error
 		if json.Unmarshal(b, &e) == nil && e.Code != "" {
 			return resp.StatusCode, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "%s", e.Message)
 		}
-		return resp.StatusCode, fmt.Errorf("node %s answered %s", node.Name, resp.Status)
+		return resp.StatusCode, errdefs.Upstream("", "node %s answered %s", node.Name, resp.Status)
 	}
 	if v == nil {
 		return resp.StatusCode, nil
 	}
-	return resp.StatusCode, json.Unmarshal(b, v)
+	if err := json.Unmarshal(b, v); err != nil {
+		return resp.StatusCode, errdefs.Upstream("", "node %s answered what is not its API's: %v", node.Name, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// nodeUnreachable is the error of a call to node that got no answer
+// (err): the caller's leaving, a 499 (ctx is the call's), or the node's, a
+// 503 node_unreachable.
+func nodeUnreachable(ctx context.Context, node cluster.Node, err error) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return fmt.Errorf("call node %s: %w", node.Name, ctx.Err())
+	}
+	return errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
 }
 
 // kindOfStatus is the error class of another node's answer (statusOf
 // backwards), so its error is passed on as it was.
 func kindOfStatus(status int) errdefs.Kind {
-	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict, errdefs.KindUnavailable,
-		errdefs.KindUnreachable, errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge,
-		errdefs.KindNoSpace, errdefs.KindTooMany} {
+	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict,
+		errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge, errdefs.KindNoSpace,
+		errdefs.KindTooMany, errdefs.KindCanceled, errdefs.KindUpstream, errdefs.KindUnavailable, errdefs.KindTimeout} {
 		if statusOf(k) == status {
 			return k
 		}
@@ -621,7 +636,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 // listNodes answers GET /v0/nodes.
 func (s *Server) listNodes(r *http.Request) (any, int, error) {
 	if s.Cluster == nil {
-		return nil, 0, errdefs.New(errdefs.KindUnsupported, "not_clustered", "this server is a single host, not part of a cluster (shard serve --cluster-etcd joins one)")
+		return nil, 0, errdefs.New(errdefs.KindUnsupported, client.CodeNotClustered, "this server is a single host, not part of a cluster (shard serve --cluster-etcd joins one)")
 	}
 	nodes, err := s.Cluster.Nodes(r.Context())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
@@ -70,8 +71,8 @@ func (s *Server) dropCopies(r *http.Request, img *image.Image) error {
 		_, err := s.call(r.Context(), r, n, http.MethodDelete, "/v0/images/"+refPath(img.Ref), nil, nil)
 		switch {
 		case err == nil || errdefs.Is(err, errdefs.KindNotFound):
-		case errdefs.CodeOf(err) == "image_in_use":
-			return errdefs.Conflict("image_in_use", "on node %s, %v", n.Name, err)
+		case errdefs.CodeOf(err) == client.CodeImageInUse:
+			return errdefs.Conflict(client.CodeImageInUse, "on node %s, %v", n.Name, err)
 		default:
 			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name, "image", img.Ref, "err", err)
 		}
@@ -114,7 +115,7 @@ func (s *Server) ensureImport(r *http.Request, ref string) error {
 		if err := s.dropCopy(ctx, local); err != nil {
 			s.Log.Warn("cluster: a copy of a removed image stays while it is used", "image", local.Ref, "err", err)
 		}
-		return errdefs.NotFound("image_not_found", "image %s is no longer in project %s: the node that imported it removed it", ref, project.Of(ctx))
+		return errdefs.NotFound(client.CodeImageNotFound, "image %s is no longer in project %s: the node that imported it removed it", ref, project.Of(ctx))
 	case perr != nil:
 		return nil // unknown: the create says so
 	case p.Node == s.Cluster.Name():
@@ -143,7 +144,7 @@ func (s *Server) dropCopy(ctx context.Context, img *image.Image) error {
 	}
 	for _, sb := range sbs {
 		if sb.ImageDigest == img.Digest {
-			return errdefs.Conflict("image_in_use", "image %s is used by sandbox %s", img.Ref, sb.ID)
+			return errdefs.Conflict(client.CodeImageInUse, "image %s is used by sandbox %s", img.Ref, sb.ID)
 		}
 	}
 	return s.Images.Remove(ctx, img.Ref, false)
@@ -161,7 +162,7 @@ func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -180,7 +181,7 @@ func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster
 // import ref, of the call's project, as a tar of an OCI image layout.
 func (s *Server) exportImage(w http.ResponseWriter, r *http.Request) {
 	if s.Cluster == nil || fromNode(r.Context()) == "" {
-		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may call %s", r.URL.Path))
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeNodesOnly, "only another node of the cluster may call %s", r.URL.Path))
 		return
 	}
 	lw := &lazyWriter{w: w, header: func() {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
@@ -121,7 +122,7 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 	s.vouch(out, in, node.Name)
 	resp, err := s.transport(node.Name).RoundTrip(out)
 	if err != nil {
-		return 0, errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s (%s) does not answer: %v", node.Name, node.Address, err)
+		return 0, nodeUnreachable(ctx, node, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
@@ -147,7 +148,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // node sends (only a node may).
 func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 	if s.Cluster == nil || fromNode(r.Context()) == "" {
-		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may send a checkpoint here"))
+		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeNodesOnly, "only another node of the cluster may send a checkpoint here"))
 		return
 	}
 	var env *store.Environment
@@ -170,7 +171,7 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ck, err := s.Sandboxes.ImportCheckpoint(r.Context(), r.Body)
-	if env != nil && errdefs.CodeOf(err) == "checkpoint_exists" {
+	if env != nil && errdefs.CodeOf(err) == client.CodeCheckpointExists {
 		ck, err = &store.Checkpoint{ID: env.Checkpoint}, nil // a copy made before: keep it
 	}
 	if err == nil && env != nil {
@@ -250,7 +251,7 @@ func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	if e.Origin != "" {
-		return nil, 0, errdefs.Conflict("environment_copy", "environment %s here is a copy of node %s's", e.Name, e.Origin)
+		return nil, 0, errdefs.Conflict(client.CodeEnvironmentCopy, "environment %s here is a copy of node %s's", e.Name, e.Origin)
 	}
 	to, err := s.upNode(ctx, r.URL.Query().Get("to"))
 	if err != nil {
@@ -269,7 +270,7 @@ func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
 func (s *Server) nodesOnly(fn func(*http.Request) (any, int, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.Cluster == nil || fromNode(r.Context()) == "" {
-			s.writeError(w, r, errdefs.New(errdefs.KindForbidden, "nodes_only", "only another node of the cluster may call %s", r.URL.Path))
+			s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeNodesOnly, "only another node of the cluster may call %s", r.URL.Path))
 			return
 		}
 		v, code, err := fn(r)

@@ -132,11 +132,15 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			switch {
 			case s.isStopping():
-				out.stopping()
+				out.failed(Error{Code: client.CodeServerStopping, Message: stoppingMessage})
 			case body != nil && body.bad.Load() != nil:
-				out.refused(body.bad.Load().Error())
+				// The client's stdin is not what it meant: the command is
+				// let go (it runs on, its end in the ledger).
+				_, e := s.failedAnswer(w, r, errdefs.Invalid("the request body: %s; the command was let go (it runs on)", body.bad.Load().Error()))
+				out.failed(e)
 			case r.Context().Err() == nil:
-				out.lost("lost the connection to the sandbox: " + err.Error())
+				_, e := s.failedAnswer(w, r, errdefs.Upstream(client.CodeSandboxUnreachable, "lost the connection to the sandbox: %v", err))
+				out.failed(e)
 			}
 			return
 		}
@@ -170,7 +174,7 @@ func parseFramedExec(r *http.Request) (agent.Request, error) {
 	var big *agent.ErrFrameTooBig
 	switch {
 	case errors.As(err, &big):
-		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, "body_too_large", "the request frame is larger than %d bytes", MaxBody)
+		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
 	case err != nil:
 		return agent.Request{}, errdefs.Invalid("read the request frame: %v", err)
 	case typ != client.FrameRequest:
@@ -272,9 +276,7 @@ type execWriter interface {
 	started(pid int) error
 	output(typ byte, p []byte) error
 	exit(ex agent.Exit) error
-	lost(msg string) error
-	refused(msg string) error // the client broke a framed body
-	stopping() error          // the server is shutting down
+	failed(e Error) error // the stream's end without the command's: its last event
 }
 
 // stoppingMessage ends an exec's stream cut by a shutdown: the agent keeps
@@ -310,13 +312,11 @@ func (n *ndjsonWriter) exit(ex agent.Exit) error {
 	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
 }
 
-// refused is only for a framed body, which is always answered in frames.
-func (n *ndjsonWriter) refused(msg string) error { return n.lost(msg) }
-
-func (n *ndjsonWriter) stopping() error { return n.lost(stoppingMessage) }
-
-func (n *ndjsonWriter) lost(msg string) error {
-	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(msg))})
+// failed sends the message only: the NDJSON form's error event has no code
+// (it is always sandbox_unreachable; a framed body, the other failure, is
+// always answered in frames).
+func (n *ndjsonWriter) failed(e Error) error {
+	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(e.Message))})
 }
 
 // frameWriter is the binary form: the bytes as they are, in frames.
@@ -352,17 +352,7 @@ func (f *frameWriter) output(typ byte, p []byte) error {
 
 func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
 
-func (f *frameWriter) refused(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: "invalid_argument", Message: "the request body: " + msg + "; the command was let go (it runs on)"})
-}
-
-func (f *frameWriter) stopping() error {
-	return f.sendJSON(client.FrameError, Error{Code: "server_stopping", Message: stoppingMessage})
-}
-
-func (f *frameWriter) lost(msg string) error {
-	return f.sendJSON(client.FrameError, Error{Code: "sandbox_unreachable", Message: msg})
-}
+func (f *frameWriter) failed(e Error) error { return f.sendJSON(client.FrameError, e) }
 
 // execWebSocket is the interactive form: GET with ?request=<ExecRequest JSON>
 // and a WebSocket upgrade. Every message is binary: one frame-type byte
@@ -374,7 +364,7 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	// the daemon waits for it (WaitStreams).
 	release, ok := s.streams.hold()
 	if !ok {
-		s.writeError(w, r, errdefs.Unavailable("server_stopping", "the server is shutting down"))
+		s.writeError(w, r, errdefs.Unavailable(client.CodeServerStopping, "the server is shutting down"))
 		return
 	}
 	defer release()

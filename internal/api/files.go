@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/files"
@@ -153,7 +154,7 @@ func (s *Server) writeFiles(r *http.Request) (any, int, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, 0, errdefs.New(errdefs.KindTooLarge, "too_large", "%v", err)
+			return nil, 0, errdefs.New(errdefs.KindTooLarge, client.CodeTooLarge, "%v", err)
 		}
 		return nil, 0, err
 	}
@@ -232,6 +233,6 @@ func (s *Server) mayReadContents(r *http.Request, idOrName string) error {
 	if len(sb.Grants) == 0 {
 		return nil
 	}
-	return errdefs.New(errdefs.KindForbidden, "missing_scope",
+	return errdefs.New(errdefs.KindForbidden, client.CodeMissingScope,
 		"sandbox %s holds secret grants: reading its files' contents needs sandbox:write, the scope that runs commands in it (token %s lacks it)", sb.Name, p.Name)
 }

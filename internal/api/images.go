@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
@@ -42,7 +43,7 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 		return nil, 0, err
 	}
 	if img.Project == "" && !isAdmin(r.Context()) {
-		return nil, 0, errdefs.New(errdefs.KindForbidden, "image_shared",
+		return nil, 0, errdefs.New(errdefs.KindForbidden, client.CodeImageShared,
 			"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", img.Name)
 	}
 	// Every project's sandboxes may use a shared image: all are asked,
@@ -95,7 +96,8 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		enc.Encode(PullEvent{Type: "error", Error: &Error{Code: errdefs.CodeOf(err), Message: err.Error()}})
+		_, e := s.failedAnswer(w, r, err)
+		enc.Encode(PullEvent{Type: "error", Error: &e})
 		return
 	}
 	v := imageView(img)

@@ -131,3 +131,53 @@ func TestImageAccess(t *testing.T) {
 		t.Error("isAdmin: wrong for the admin or a key")
 	}
 }
+
+// TestPullStreamError: a pull that fails once its stream began ends the
+// stream with an error line made as an error answer is (errorBody): a
+// registry that cannot be reached is its code and message, a client that
+// left is canceled, logged at debug and never as a failure of the server.
+func TestPullStreamError(t *testing.T) {
+	dir := t.TempDir()
+	st, err := image.Open(image.Options{Dir: dir, Disk: hostdisk.Roomy(dir), Insecure: []string{"127.0.0.2:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		wantCode string
+		wantMsg  string
+		wantLog  string
+	}{
+		{"registry down", context.Background(), "registry_unreachable", "connection refused", "level=ERROR msg=\"request failed\""},
+		{"client gone", canceled, "canceled", "the request was canceled: its client went away", "level=DEBUG msg=\"request canceled\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logBuf bytes.Buffer
+			s := &Server{Images: st, Log: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			w := httptest.NewRecorder()
+			r := httptest.NewRequestWithContext(tt.ctx, http.MethodPost, "/v0/images/pull", strings.NewReader(`{"image":"127.0.0.2:1/x/y:z"}`))
+			s.Handler().ServeHTTP(w, admin(r))
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d %s, want 200 and the stream", w.Code, w.Body)
+			}
+			lines := strings.Split(strings.TrimSpace(w.Body.String()), "\n")
+			var last PullEvent
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+				t.Fatal(err)
+			}
+			if last.Type != "error" || last.Error == nil || last.Error.Code != tt.wantCode || !strings.Contains(last.Error.Message, tt.wantMsg) {
+				t.Errorf("last line %s, want an error %s saying %q", lines[len(lines)-1], tt.wantCode, tt.wantMsg)
+			}
+			if !strings.Contains(logBuf.String(), tt.wantLog) {
+				t.Errorf("log %q, want %s", logBuf.String(), tt.wantLog)
+			}
+			if tt.wantCode == "canceled" && strings.Contains(logBuf.String(), "level=ERROR") {
+				t.Errorf("a pull its client left is logged as an error: %q", logBuf.String())
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/useshards/shard/client"
 )
 
 // Limits on what one client can hold of the server: a request body that
@@ -195,9 +198,10 @@ func (l *limitListener) release(ip string) {
 // refuseConn answers a connection over the bound with a 429 and closes it.
 func refuseConn(c net.Conn, max int) {
 	defer c.Close()
-	body := fmt.Sprintf(`{"code":"too_many_connections","message":"this client already holds %d connections to the server: close some, or reuse them"}`+"\n", max)
+	body, _ := json.Marshal(Error{Code: client.CodeTooManyConnections,
+		Message: fmt.Sprintf("this client already holds %d connections to the server: close some, or reuse them", max)})
 	c.SetWriteDeadline(time.Now().Add(time.Second))
-	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s\n", len(body)+1, body)
 }
 
 type limitConn struct {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/provider"
@@ -315,6 +316,46 @@ func TestOpenAPISecurity(t *testing.T) {
 			t.Errorf("%s.scopes enum = %q, want auth.Known %q", name, got, auth.Known)
 		}
 	}
+}
+
+// TestOpenAPIErrorCodes: the enum of Error.code is client.Codes, every code
+// the server emits (TestCodesAreConstants keeps them constants of client),
+// and every error example of the document shows one of them.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	enum, ok := resolvePointer(doc, "/components/schemas/Error/properties/code/enum")
+	if !ok {
+		t.Fatal("Error.code has no enum")
+	}
+	var got []string
+	for _, c := range enum.([]any) {
+		got = append(got, c.(string))
+	}
+	if !slices.Equal(got, client.Codes) {
+		t.Errorf("Error.code enum = %q,\nwant client.Codes %q", got, client.Codes)
+	}
+	// Examples of errors: {"code", "message"} as an example's value, or
+	// as an inline example.
+	var walk func(at string, v any)
+	walk = func(at string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if code, ok := v["code"].(string); ok {
+				if _, msg := v["message"].(string); msg && !client.IsCode(code) {
+					t.Errorf("%s: an example's code %q is not one the server emits (client.Codes)", at, code)
+				}
+			}
+			for k, e := range v {
+				walk(at+"."+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s.%d", at, i), e)
+			}
+		}
+	}
+	walk("paths", doc["paths"])
+	walk("components", doc["components"])
 }
 
 // TestOpenAPISchemasMatchTypes checks that the schemas of the wire types

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
@@ -176,11 +177,11 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 	if req.Node != "" {
 		switch {
 		case s.Cluster == nil:
-			return nil, 0, errdefs.New(errdefs.KindUnsupported, "not_clustered", "node %s: this server is a single host, not part of a cluster: leave node out", strconv.QuoteToASCII(req.Node))
+			return nil, 0, errdefs.New(errdefs.KindUnsupported, client.CodeNotClustered, "node %s: this server is a single host, not part of a cluster: leave node out", strconv.QuoteToASCII(req.Node))
 		case req.Node != s.Cluster.Name():
 			// Placement sent it elsewhere; a call another node sent on
 			// is made here only.
-			return nil, 0, errdefs.Conflict("wrong_node", "this is node %s, not %s", s.Cluster.Name(), req.Node)
+			return nil, 0, errdefs.Conflict(client.CodeWrongNode, "this is node %s, not %s", s.Cluster.Name(), req.Node)
 		}
 	}
 	if req.Environment != "" {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -128,7 +129,7 @@ func (p *Principal) ProjectFor(want string) (string, error) {
 		return want, nil
 	}
 	if want != "" && want != p.Project {
-		return "", errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: it cannot act in project %s", p.Name, p.Project, want)
+		return "", errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: it cannot act in project %s", p.Name, p.Project, want)
 	}
 	return p.Project, nil
 }
@@ -140,7 +141,7 @@ func (p *Principal) Can(scope string) bool { return p.Admin || Covers(p.Scopes, 
 func (p *Principal) Need(scopes ...string) error {
 	for _, s := range scopes {
 		if !p.Can(s) {
-			return errdefs.Wrap(errdefs.KindForbidden, "missing_scope", &MissingScope{Scope: s, Token: p.Name})
+			return errdefs.Wrap(errdefs.KindForbidden, client.CodeMissingScope, &MissingScope{Scope: s, Token: p.Name})
 		}
 	}
 	return nil

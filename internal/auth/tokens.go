@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -88,14 +89,14 @@ func (t *Tokens) Revoke(ctx context.Context, idOrName string) (*store.Token, err
 // Authenticate returns the principal of an API key, or an unauthenticated
 // error that does not say which part was wrong.
 func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, error) {
-	bad := errdefs.New(errdefs.KindUnauth, "unauthenticated", "the API key is not valid (it may have been revoked): check SHARD_API_KEY")
+	bad := errdefs.New(errdefs.KindUnauth, client.CodeUnauthenticated, "the API key is not valid (it may have been revoked): check SHARD_API_KEY")
 	id, secret, ok := ParseKey(key)
 	if !ok {
 		return nil, bad
 	}
 	rec, err := t.Store.GetToken(project.With(ctx, ""), id) // a key's id finds it in every project
 	if err == nil && rec.ID != id {                         // found by a name: never by a name
-		err = errdefs.NotFound("token_not_found", "no token %s", id)
+		err = errdefs.NotFound(client.CodeTokenNotFound, "no token %s", id)
 	}
 	if err != nil {
 		if errdefs.Is(err, errdefs.KindNotFound) {

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -42,7 +43,7 @@ func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
 		return Unavailable(err)
 	}
 	if !resp.Succeeded {
-		return errdefs.Conflict("name_taken", "a token named %s already exists", tok.Name)
+		return errdefs.Conflict(client.CodeNameTaken, "a token named %s already exists", tok.Name)
 	}
 	c.mirror.put("tokens/"+tok.ID, doc, resp.Header.Revision)
 	return nil

@@ -29,6 +29,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
 )
@@ -136,7 +137,7 @@ const Timeout = 3 * time.Second
 // Unavailable is the error of a cluster-wide write (or read) while etcd
 // cannot be reached: the node still serves its own sandboxes.
 func Unavailable(err error) error {
-	return errdefs.New(errdefs.KindUnreachable, "cluster_unavailable",
+	return errdefs.New(errdefs.KindUnavailable, client.CodeClusterUnavailable,
 		"the cluster's etcd cannot be reached (%v): this node still runs its own sandboxes, but creates, names, tokens and secrets need etcd; try again when it is back", shortErr(err))
 }
 
@@ -475,7 +476,7 @@ func (c *Cluster) Node(ctx context.Context, name string) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	return Node{}, errdefs.NotFound("node_not_found", "no node %s in the cluster (shard node ls lists them)", name)
+	return Node{}, errdefs.NotFound(client.CodeNodeNotFound, "no node %s in the cluster (shard node ls lists them)", name)
 }
 
 // derive makes a purpose's key from the cluster key, so one file serves

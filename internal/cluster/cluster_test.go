@@ -239,7 +239,7 @@ func TestEtcdDown(t *testing.T) {
 		t.Fatalf("a known key with etcd down: %v", err)
 	}
 	err := a.Claim(ctx, &store.Sandbox{ID: "000000000003", Name: "x"})
-	if errdefs.CodeOf(err) != "cluster_unavailable" || errdefs.KindOf(err) != errdefs.KindUnreachable {
+	if errdefs.CodeOf(err) != "cluster_unavailable" || errdefs.KindOf(err) != errdefs.KindUnavailable {
 		t.Fatalf("a claim with etcd down: %v (%s)", err, errdefs.CodeOf(err))
 	}
 }

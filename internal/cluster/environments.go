@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -48,7 +49,7 @@ func (c *Cluster) ClaimEnvironment(ctx context.Context, e *store.Environment) er
 		if len(resp.Kvs) == 1 {
 			var old EnvPlacement
 			if json.Unmarshal(resp.Kvs[0].Value, &old) == nil && old.Node != c.cfg.Node {
-				return errdefs.Conflict("name_taken", "an environment named %s was built on node %s (shard env rm %s removes it)", e.Name, old.Node, e.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "an environment named %s was built on node %s (shard env rm %s removes it)", e.Name, old.Node, e.Name)
 			}
 			rev = resp.Kvs[0].ModRevision
 		}
@@ -61,7 +62,7 @@ func (c *Cluster) ClaimEnvironment(ctx context.Context, e *store.Environment) er
 			return nil
 		}
 	}
-	return errdefs.Conflict("name_taken", "an environment named %s is being built on another node", e.Name)
+	return errdefs.Conflict(client.CodeNameTaken, "an environment named %s is being built on another node", e.Name)
 }
 
 // ReleaseEnvironment forgets e, if this node built it.

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 )
@@ -59,13 +60,13 @@ func (c *Cluster) ClaimImport(ctx context.Context, proj, ref, digest string) err
 			return nil
 		}
 	}
-	return errdefs.Conflict("name_taken", "an image named %s is being imported on another node", ref)
+	return errdefs.Conflict(client.CodeNameTaken, "an image named %s is being imported on another node", ref)
 }
 
 // ImageTaken is the error of an import under a name another node's import
 // of the project holds.
 func ImageTaken(ref, node string) error {
-	return errdefs.Conflict("name_taken", "an image named %s was imported on node %s: its name is the project's across the cluster (shard image rm %s removes it)", ref, node, ref)
+	return errdefs.Conflict(client.CodeNameTaken, "an image named %s was imported on node %s: its name is the project's across the cluster (shard image rm %s removes it)", ref, node, ref)
 }
 
 // ReleaseImport forgets the import ref of project proj, if this node
@@ -92,7 +93,7 @@ func (c *Cluster) Image(ctx context.Context, ref string) (*ImagePlacement, error
 		return nil, err
 	}
 	if !ok {
-		return nil, errdefs.NotFound("image_not_found", "the cluster knows no imported image %s in project %s", ref, proj)
+		return nil, errdefs.NotFound(client.CodeImageNotFound, "the cluster knows no imported image %s in project %s", ref, proj)
 	}
 	var p ImagePlacement
 	if err := json.Unmarshal(doc, &p); err != nil {

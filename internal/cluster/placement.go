@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -52,7 +53,7 @@ func (c *Cluster) Claim(ctx context.Context, sb *store.Sandbox) error {
 		var nameRev, placeRev int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			if string(kvs[0].Value) != p.ID {
-				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", p.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", p.Name)
 			}
 			nameRev = kvs[0].ModRevision
 		}
@@ -75,7 +76,7 @@ func (c *Cluster) Claim(ctx context.Context, sb *store.Sandbox) error {
 			return nil
 		}
 	}
-	return errdefs.Conflict("name_taken", "a sandbox named %s is being made on another node", p.Name)
+	return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s is being made on another node", p.Name)
 }
 
 // placeOnly records where sb lives, without its name.
@@ -128,7 +129,7 @@ func (c *Cluster) Locate(ctx context.Context, idOrName string) (*Placement, erro
 	if err != nil {
 		return nil, Unavailable(err)
 	}
-	notFound := errdefs.NotFound("sandbox_not_found", "sandbox %s not found", idOrName)
+	notFound := errdefs.NotFound(client.CodeSandboxNotFound, "sandbox %s not found", idOrName)
 	var doc []byte
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		doc = kvs[0].Value
@@ -216,7 +217,7 @@ func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox, envs []*
 	for _, sb := range mine {
 		have[sb.ID] = true
 		err := c.Claim(ctx, sb)
-		if errdefs.CodeOf(err) == "name_taken" {
+		if errdefs.CodeOf(err) == client.CodeNameTaken {
 			// Another node's sandbox took the name while this one was
 			// away: this one stays reachable by its id.
 			c.cfg.Log.Warn("cluster: this node's sandbox lost its name to another node's while this node was away; reach it by its id", "id", sb.ID, "name", sb.Name)
@@ -258,14 +259,14 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 				return Node{}, NodeDown(n.Name)
 			}
 			if provider != "" && !slices.Contains(n.Providers, provider) {
-				return Node{}, errdefs.New(errdefs.KindUnsupported, "provider_unavailable", "node %s has no provider %s (it has %v)", n.Name, provider, n.Providers)
+				return Node{}, errdefs.New(errdefs.KindUnsupported, client.CodeProviderUnavailable, "node %s has no provider %s (it has %v)", n.Name, provider, n.Providers)
 			}
 			if memory > 0 && n.MemoryFree < memory {
-				return Node{}, errdefs.New(errdefs.KindNoSpace, "node_full", "node %s has %d MiB free, not the %d MiB the sandbox needs (shard node ls)", n.Name, n.MemoryFree>>20, memory>>20)
+				return Node{}, errdefs.New(errdefs.KindNoSpace, client.CodeNodeFull, "node %s has %d MiB free, not the %d MiB the sandbox needs (shard node ls)", n.Name, n.MemoryFree>>20, memory>>20)
 			}
 			return n, nil
 		}
-		return Node{}, errdefs.NotFound("node_not_found", "no node %s in the cluster (shard node ls lists them)", want)
+		return Node{}, errdefs.NotFound(client.CodeNodeNotFound, "no node %s in the cluster (shard node ls lists them)", want)
 	}
 	var best *Node
 	for i := range nodes {
@@ -279,12 +280,12 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 	}
 	if best == nil {
 		if provider != "" {
-			return Node{}, errdefs.New(errdefs.KindUnsupported, "provider_unavailable", "no node that is up has the provider %s", provider)
+			return Node{}, errdefs.New(errdefs.KindUnsupported, client.CodeProviderUnavailable, "no node that is up has the provider %s", provider)
 		}
-		return Node{}, errdefs.New(errdefs.KindUnreachable, "no_node", "no node of the cluster is up")
+		return Node{}, errdefs.New(errdefs.KindUnavailable, client.CodeNoNode, "no node of the cluster is up")
 	}
 	if memory > 0 && best.MemoryFree < memory {
-		return Node{}, errdefs.New(errdefs.KindNoSpace, "cluster_full", "no node has %d MiB free for the sandbox (the most is %d MiB, on %s)", memory>>20, best.MemoryFree>>20, best.Name)
+		return Node{}, errdefs.New(errdefs.KindNoSpace, client.CodeClusterFull, "no node has %d MiB free for the sandbox (the most is %d MiB, on %s)", memory>>20, best.MemoryFree>>20, best.Name)
 	}
 	return *best, nil
 }
@@ -292,5 +293,5 @@ func Choose(nodes []Node, want, provider string, memory int64) (Node, error) {
 // NodeDown is the error of a request for a sandbox on a node whose lease
 // has expired.
 func NodeDown(node string) error {
-	return errdefs.New(errdefs.KindUnreachable, "node_unreachable", "node %s is unreachable: its sandboxes are kept and come back with it", node)
+	return errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s is unreachable: its sandboxes are kept and come back with it", node)
 }

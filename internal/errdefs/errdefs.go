@@ -6,28 +6,41 @@
 package errdefs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/useshards/shard/client"
 )
 
 // Kind is an error class. Each kind has an HTTP status in internal/api.
 type Kind string
 
 const (
-	KindInvalid     Kind = "invalid_argument"  // 400: the request is malformed
-	KindNotFound    Kind = "not_found"         // 404
-	KindConflict    Kind = "conflict"          // 409: the state does not allow it
-	KindUnsupported Kind = "unsupported"       // 409: the provider cannot do this here
-	KindUnavailable Kind = "unavailable"       // 502: a dependency is not reachable
-	KindUnreachable Kind = "unreachable"       // 503: a node of the cluster (or its etcd) is not reachable; try again later
-	KindForbidden   Kind = "forbidden"         // 403
-	KindUnauth      Kind = "unauthenticated"   // 401
-	KindTooLarge    Kind = "too_large"         // 413
-	KindFailed      Kind = "failed"            // 422: the request was fine, what it ran failed
-	KindNoSpace     Kind = "no_space"          // 507: the server's disk cannot hold it
-	KindTooMany     Kind = "too_many_requests" // 429: the client is over a rate limit
-	KindInternal    Kind = "internal"          // 500: our fault, never the user's
+	KindInvalid     Kind = client.CodeInvalidArgument     // 400: the request is malformed
+	KindNotFound    Kind = client.CodeNotFound            // 404
+	KindConflict    Kind = client.CodeConflict            // 409: the state does not allow it
+	KindUnsupported Kind = client.CodeUnsupported         // 409: the provider cannot do this here
+	KindForbidden   Kind = client.CodeForbidden           // 403
+	KindUnauth      Kind = client.CodeUnauthenticated     // 401
+	KindTooLarge    Kind = client.CodeTooLarge            // 413
+	KindFailed      Kind = client.CodeFailed              // 422: the request was fine, what it ran failed
+	KindNoSpace     Kind = client.CodeInsufficientStorage // 507: the server's disk (or memory) cannot hold it
+	KindTooMany     Kind = client.CodeTooManyRequests     // 429: the client is over a rate limit
+	KindCanceled    Kind = client.CodeCanceled            // 499: the client went away; not the server's failure, never logged as one
+	KindInternal    Kind = client.CodeInternal            // 500: our fault, never the user's
+	// KindUpstream (502): something the server relays to or depends on
+	// (a registry, a sandbox's agent or port, another node's answer)
+	// failed or answered badly.
+	KindUpstream Kind = client.CodeUpstream
+	// KindUnavailable (503): this server cannot do it now and will again
+	// without the request changing (a node of the cluster or its etcd
+	// is down, no free address); try again later.
+	KindUnavailable Kind = client.CodeUnavailable
+	// KindTimeout (504): what the request waited for (a registry, a
+	// freeze, a deadline) did not come in time.
+	KindTimeout Kind = client.CodeTimeout
 )
 
 // Error is a classified error with a specific code (e.g. "name_taken").
@@ -72,7 +85,7 @@ func Wrap(kind Kind, code string, err error) error {
 
 // Invalid, NotFound, Conflict ... are shorthands for New.
 func Invalid(format string, args ...any) error {
-	return New(KindInvalid, "invalid_argument", format, args...)
+	return New(KindInvalid, "", format, args...)
 }
 func NotFound(code, format string, args ...any) error {
 	return New(KindNotFound, code, format, args...)
@@ -81,7 +94,10 @@ func Conflict(code, format string, args ...any) error {
 	return New(KindConflict, code, format, args...)
 }
 func Unsupported(format string, args ...any) error {
-	return New(KindUnsupported, "unsupported", format, args...)
+	return New(KindUnsupported, "", format, args...)
+}
+func Upstream(code, format string, args ...any) error {
+	return New(KindUpstream, code, format, args...)
 }
 func Unavailable(code, format string, args ...any) error {
 	return New(KindUnavailable, code, format, args...)
@@ -96,29 +112,40 @@ func As(err error) (*Error, bool) {
 	return nil, false
 }
 
-// KindOf reports err's class; unclassified errors are internal, but for a
-// full disk (ENOSPC anywhere in the chain), which is the server's state and
-// not its fault.
-func KindOf(err error) Kind {
-	if e, ok := As(err); ok {
-		return e.Kind
+// classify is err's class and code. An error classified nowhere in its
+// chain is internal, but for what is not the server's fault: a full disk
+// (ENOSPC), a client that went away (context.Canceled) and a deadline that
+// passed (context.DeadlineExceeded). An internal error whose cause is a
+// cancellation is a cancellation too: a request the client left is never
+// the server's failure.
+func classify(err error) (Kind, string) {
+	e, ok := As(err)
+	if ok && e.Kind != KindInternal {
+		return e.Kind, e.Code
 	}
-	if errors.Is(err, syscall.ENOSPC) {
-		return KindNoSpace
+	switch {
+	case errors.Is(err, context.Canceled):
+		return KindCanceled, string(KindCanceled)
+	case ok:
+		return e.Kind, e.Code
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout, string(KindTimeout)
+	case errors.Is(err, syscall.ENOSPC):
+		return KindNoSpace, string(KindNoSpace)
 	}
-	return KindInternal
+	return KindInternal, string(KindInternal)
 }
 
-// CodeOf reports err's code; unclassified errors are "internal" (or
-// "insufficient_storage" for ENOSPC).
+// KindOf reports err's class (see classify).
+func KindOf(err error) Kind {
+	k, _ := classify(err)
+	return k
+}
+
+// CodeOf reports err's code (see classify).
 func CodeOf(err error) string {
-	if e, ok := As(err); ok {
-		return e.Code
-	}
-	if errors.Is(err, syscall.ENOSPC) {
-		return "insufficient_storage"
-	}
-	return string(KindInternal)
+	_, c := classify(err)
+	return c
 }
 
 // Is reports whether err has the given kind.

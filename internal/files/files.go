@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/useshards/shard/client"
 )
 
 // Info describes one file of a sandbox.
@@ -67,19 +69,19 @@ type Result struct {
 
 // Codes of a failed Result. The host maps each to an API error.
 const (
-	CodeNotFound   = "file_not_found"
-	CodeIsDir      = "is_a_directory"
-	CodeNotDir     = "not_a_directory"
-	CodeNotRegular = "not_a_regular_file"
-	CodeNotEmpty   = "directory_not_empty"
-	CodeInvalid    = "invalid_path"
-	CodeDiskFull   = "disk_full"
-	CodeReadOnly   = "read_only"
-	CodePermission = "permission_denied"
-	CodeUnsafe     = "unsafe_archive"
-	CodeBadArchive = "bad_archive"
-	CodeShortBody  = "short_body"
-	CodeIO         = "io_error"
+	CodeNotFound   = client.CodeFileNotFound
+	CodeIsDir      = client.CodeIsADirectory
+	CodeNotDir     = client.CodeNotADirectory
+	CodeNotRegular = client.CodeNotARegularFile
+	CodeNotEmpty   = client.CodeDirectoryNotEmpty
+	CodeInvalid    = client.CodeInvalidPath
+	CodeDiskFull   = client.CodeDiskFull
+	CodeReadOnly   = client.CodeReadOnly
+	CodePermission = client.CodePermissionDenied
+	CodeUnsafe     = client.CodeUnsafeArchive
+	CodeBadArchive = client.CodeBadArchive
+	CodeShortBody  = client.CodeShortBody
+	CodeIO         = client.CodeIOError
 )
 
 // Error is a failure with its code.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
@@ -144,7 +145,7 @@ func (b *Budget) Check(what string) error {
 		return b.refusal(st, what, 0)
 	}
 	if st.Files > 0 && st.Ffree < st.Files/20 {
-		return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+		return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientStorage,
 			"not enough free inodes for %s: the server keeps 5%% of its disk's inodes (%d) free, and has %d left; free some (remove images, sandboxes, snapshots or checkpoints) and try again",
 			what, st.Files/20, st.Ffree)
 	}
@@ -156,7 +157,7 @@ func (b *Budget) refusal(st State, what string, need int64) error {
 	if need > 0 {
 		needs = " (it needs " + units.FormatSize(need) + ")"
 	}
-	return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+	return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientStorage,
 		"not enough disk space for %s%s: the server's disk has %s free, and the server keeps %s of it free for the rest of the host (shard serve --reserve); free space (remove images, sandboxes, snapshots or checkpoints) and try again",
 		what, needs, units.FormatSize(max(0, st.Avail-st.Pending)), units.FormatSize(st.Reserve))
 }

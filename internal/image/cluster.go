@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -183,14 +184,14 @@ func (s *Store) Export(ctx context.Context, ref string, w io.Writer) error {
 		return errdefs.Invalid("image %s was pulled from a registry: every node pulls it there, and only an import is sent between nodes", familiarOf(key))
 	case im == nil:
 		s.mu.Unlock()
-		return errdefs.NotFound("image_not_found", "image %q is incomplete locally", familiarOf(key))
+		return errdefs.NotFound(client.CodeImageNotFound, "image %q is incomplete locally", familiarOf(key))
 	case len(im.Layers) > 0 && len(im.Blobs) == 0:
 		s.mu.Unlock()
 		what := "was imported while this server kept no layers of its imports (outside a cluster, or by an older version)"
 		if rr.Origin != "" {
 			what = "is a copy of node " + rr.Origin + "'s"
 		}
-		return errdefs.Conflict("image_not_exportable", "image %s %s: import it again to use it on the cluster's other nodes", familiarOf(key), what)
+		return errdefs.Conflict(client.CodeImageNotExportable, "image %s %s: import it again to use it on the cluster's other nodes", familiarOf(key), what)
 	}
 	blobs := []string{rr.Digest}
 	for _, b := range append([]string{rr.Manifest, im.Config}, im.Blobs...) {
@@ -291,13 +292,13 @@ func (s *Store) ImportCopy(ctx context.Context, r io.Reader, ref, digest, origin
 		return nil, s.public(err, a.names())
 	}
 	if len(imgs) != 1 || imgs[0].Digest != digest {
-		return nil, errdefs.New(errdefs.KindFailed, "image_copy_mismatch", "the copy of %s from node %s was imported as another image than the cluster records (%s)", ref, origin, digest)
+		return nil, errdefs.New(errdefs.KindFailed, client.CodeImageCopyMismatch, "the copy of %s from node %s was imported as another image than the cluster records (%s)", ref, origin, digest)
 	}
 	return imgs[0], nil
 }
 
 func (c *copyOf) mismatch(a *archive, format string, args ...any) error {
-	return errdefs.New(errdefs.KindFailed, "image_copy_mismatch", "%s does not match the image the cluster records (%s): %s",
+	return errdefs.New(errdefs.KindFailed, client.CodeImageCopyMismatch, "%s does not match the image the cluster records (%s): %s",
 		a.what, c.digest, fmt.Sprintf(format, args...))
 }
 

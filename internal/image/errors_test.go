@@ -209,7 +209,7 @@ func TestPullBadLayerIsNotUnreachable(t *testing.T) {
 	push(t, host+"/e/bad:1", imageOf(t, runtime.GOARCH, layerOf(t, file("a", "x"), file("a/b", "y"))))
 	s := openStore(t, t.TempDir())
 	_, err := s.Pull(context.Background(), host+"/e/bad:1", nil)
-	if err == nil || errdefs.KindOf(err) == errdefs.KindUnavailable || !strings.Contains(err.Error(), `entry "a/b": not a directory`) {
-		t.Errorf("err = %v (%s), want the entry's error, not unavailable", err, errdefs.KindOf(err))
+	if err == nil || errdefs.KindOf(err) == errdefs.KindUpstream || !strings.Contains(err.Error(), `entry "a/b": not a directory`) {
+		t.Errorf("err = %v (%s), want the entry's error, not upstream", err, errdefs.KindOf(err))
 	}
 }

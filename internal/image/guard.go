@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -50,8 +51,8 @@ const (
 	tlsTimeout    = 10 * time.Second
 	headerTimeout = 30 * time.Second
 
-	codeNotAllowed = "registry_not_allowed" // 403: a registry or address a pull may not reach
-	codeTimeout    = "registry_timeout"     // 502: a registry that did not answer in time
+	codeNotAllowed = client.CodeRegistryNotAllowed // 403: a registry or address a pull may not reach
+	codeTimeout    = client.CodeRegistryTimeout    // 504: a registry that did not answer in time
 )
 
 // special are the networks a pull connects to only on hosts the admin

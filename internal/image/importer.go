@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -623,7 +624,7 @@ func importErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("import %s: %w", what, ctx.Err())
 	}
-	return &errdefs.Error{Kind: errdefs.KindInvalid, Code: "invalid_argument", Msg: fmt.Sprintf("cannot import %s: %v", what, err), Err: err}
+	return &errdefs.Error{Kind: errdefs.KindInvalid, Code: client.CodeInvalidArgument, Msg: fmt.Sprintf("cannot import %s: %v", what, err), Err: err}
 }
 
 // pathErr drops the path an *fs.PathError repeats.

@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/units"
 )
@@ -51,10 +52,10 @@ const (
 
 // Codes of the errors these bounds give.
 const (
-	codeImageTooLarge = "image_too_large" // 413: an image over MaxImageSize
-	codeUploadTooBig  = "too_large"       // 413: an upload over MaxImageSize
-	codeNoSpace       = "insufficient_storage"
-	codeInvalidImage  = "invalid_image" // 422: an image that is not what an image must be
+	codeImageTooLarge = client.CodeImageTooLarge // 413: an image over MaxImageSize
+	codeUploadTooBig  = client.CodeTooLarge      // 413: an upload over MaxImageSize
+	codeNoSpace       = client.CodeInsufficientStorage
+	codeInvalidImage  = client.CodeInvalidImage // 422: an image that is not what an image must be
 )
 
 // limitText says the bound of one image, and where it is set.

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 )
@@ -71,6 +72,11 @@ const maxPullLog = 2048
 // or a create's answer, in words that leave the cause out (a refused
 // address, what a network error was), and the operator sees it here.
 func (s *Store) pullFailed(ctx context.Context, ref string, err error) {
+	if errdefs.Is(err, errdefs.KindCanceled) {
+		// Its client left: nothing failed.
+		s.log.Debug("pull canceled", "image", clip(ref, 256), "project", project.Of(ctx))
+		return
+	}
 	text := err.Error()
 	if e, ok := errdefs.As(err); ok && e.Err != nil && e.Msg != "" {
 		text += ": " + e.Err.Error()
@@ -110,7 +116,7 @@ func (s *Store) pull(ctx context.Context, ref string, progress func(Progress)) (
 	defer cancel()
 	img, err := s.pullRef(ctx, r, what, progress)
 	if err != nil && errors.Is(context.Cause(ctx), errPullTimeout) {
-		return nil, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: codeTimeout, Err: err, // logged by Pull
+		return nil, &errdefs.Error{Kind: errdefs.KindTimeout, Code: codeTimeout, Err: err, // logged by Pull
 			Msg: fmt.Sprintf("pulling %q timed out after %s (shard serve --pull-timeout)", what, s.pullTime)}
 	}
 	return img, err
@@ -176,8 +182,8 @@ func (s *Store) fetch(ctx context.Context, r name.Reference, what string) (*remo
 			s.log.Warn("registry mirror failed, trying the next source", "mirror", t.Context().RegistryStr(), "image", what, "err", gerr)
 		}
 	}
-	if mirrorNotFound != nil && errdefs.Is(err, errdefs.KindUnavailable) {
-		return nil, nil, errdefs.NotFound("image_not_found", "%v (and %v)", mirrorNotFound, err)
+	if k := errdefs.KindOf(err); mirrorNotFound != nil && (k == errdefs.KindUpstream || k == errdefs.KindTimeout) {
+		return nil, nil, errdefs.NotFound(client.CodeImageNotFound, "%v (and %v)", mirrorNotFound, err)
 	}
 	return nil, nil, err
 }
@@ -332,7 +338,7 @@ func pickPlatform(ds []v1.Descriptor, what string) (v1.Descriptor, error) {
 	if len(seen) == 0 && len(unlabeled) == 1 {
 		return lastUnlabeled, nil
 	}
-	return v1.Descriptor{}, errdefs.NotFound("image_not_found", "image %q has no linux/%s variant (it has: %s)",
+	return v1.Descriptor{}, errdefs.NotFound(client.CodeImageNotFound, "image %q has no linux/%s variant (it has: %s)",
 		what, runtime.GOARCH, strings.Join(seen, ", "))
 }
 
@@ -377,24 +383,24 @@ func classify(ctx context.Context, err error, what, registry string) error {
 	if errors.As(err, &te) {
 		switch {
 		case hasCode(te, transport.BlobUnknownErrorCode):
-			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s is missing layer data of image %q", registry, what)
+			return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s is missing layer data of image %q", registry, what)
 		case te.StatusCode == http.StatusNotFound || hasCode(te, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode):
-			return cls(errdefs.KindNotFound, "image_not_found", "image %q not found in registry %s", what, registry)
+			return cls(errdefs.KindNotFound, client.CodeImageNotFound, "image %q not found in registry %s", what, registry)
 		case te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden ||
 			hasCode(te, transport.UnauthorizedErrorCode, transport.DeniedErrorCode):
-			return cls(errdefs.KindForbidden, "registry_denied",
+			return cls(errdefs.KindForbidden, client.CodeRegistryDenied,
 				"registry %s denied access to image %q: the repository may not exist, or it needs credentials (docker login %s)", registry, what, registry)
 		case te.StatusCode == http.StatusTooManyRequests || hasCode(te, transport.TooManyRequestsErrorCode):
-			return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s is rate-limiting pulls of %q; try again later", registry, what)
+			return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s is rate-limiting pulls of %q; try again later", registry, what)
 		}
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "registry %s failed while pulling %q: %s", registry, what, statusText(te))
+		return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "registry %s failed while pulling %q: %s", registry, what, statusText(te))
 	}
 	if isNetworkError(err) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return cls(errdefs.KindUnavailable, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
+			return cls(errdefs.KindTimeout, codeTimeout, "registry %s did not answer in time while pulling %q (timed out)", registry, what)
 		}
-		return cls(errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
+		return cls(errdefs.KindUpstream, client.CodeRegistryUnreachable, "cannot reach registry %s to pull %q: %s", registry, what, netReason(err))
 	}
 	// What is left is what the registry sent: a manifest, index or config
 	// that does not parse or verify, a layer whose blob does not match its

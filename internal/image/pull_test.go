@@ -260,7 +260,7 @@ func TestPullErrors(t *testing.T) {
 		{host + "/test/app:nope", errdefs.KindNotFound, "image_not_found", `image "` + host + `/test/app:nope" not found in registry ` + host},
 		{host + "/test/nosuch", errdefs.KindNotFound, "image_not_found", "not found in registry"},
 		{"127.0.0.1:1/x/y:z", errdefs.KindForbidden, "registry_not_allowed", "from registry 127.0.0.1:1: it is a loopback address; an admin may allow it with shard serve --allowed-registry 127.0.0.1:1"},
-		{"127.0.0.2:1/x/y:z", errdefs.KindUnavailable, "registry_unreachable", "cannot reach registry 127.0.0.2:1 to pull \"127.0.0.2:1/x/y:z\": connection refused"},
+		{"127.0.0.2:1/x/y:z", errdefs.KindUpstream, "registry_unreachable", "cannot reach registry 127.0.0.2:1 to pull \"127.0.0.2:1/x/y:z\": connection refused"},
 		{"Bad:Ref", errdefs.KindInvalid, "invalid_argument", "invalid image reference"},
 		{"", errdefs.KindInvalid, "invalid_argument", "empty"},
 	}

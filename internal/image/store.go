@@ -40,6 +40,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/hostdisk"
@@ -338,7 +339,7 @@ func (s *Store) Remove(ctx context.Context, ref string, shared bool) error {
 		for _, k := range keys {
 			if p, canon := splitKey(k); p == "" {
 				s.mu.Unlock()
-				return errdefs.New(errdefs.KindForbidden, "image_shared",
+				return errdefs.New(errdefs.KindForbidden, client.CodeImageShared,
 					"cannot remove image %q: it was pulled from a registry and every project shares it; only an admin key may remove it", familiarOf(canon))
 			}
 		}
@@ -375,7 +376,7 @@ func (s *Store) resolveLocked(ctx context.Context, ref string) ([]string, error)
 			return keys, err
 		}
 		if strings.HasPrefix(ref, "sha256:") {
-			return nil, errdefs.NotFound("image_not_found", "no local image has ID or digest %q", ref)
+			return nil, errdefs.NotFound(client.CodeImageNotFound, "no local image has ID or digest %q", ref)
 		}
 		// A bare hex string may also be a repository name: fall through.
 	}
@@ -407,9 +408,9 @@ func (s *Store) resolveLocked(ctx context.Context, ref string) ([]string, error)
 		}
 	}
 	if proj != "" {
-		return nil, errdefs.NotFound("image_not_found", "image %q not found in project %s: an image under localhost/ is one this project imported (shard image import)", familiar(r), proj)
+		return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q not found in project %s: an image under localhost/ is one this project imported (shard image import)", familiar(r), proj)
 	}
-	return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiar(r))
+	return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q not found locally", familiar(r))
 }
 
 // byIDLocked matches an ID/digest prefix against the digests refs resolved
@@ -460,11 +461,11 @@ func refRepo(key string) string {
 func (s *Store) imageLocked(key string) (*Image, error) {
 	rr := s.idx.Refs[key]
 	if rr == nil {
-		return nil, errdefs.NotFound("image_not_found", "image %q not found locally", familiarOf(key))
+		return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q not found locally", familiarOf(key))
 	}
 	im := s.idx.Images[rr.Manifest]
 	if im == nil {
-		return nil, errdefs.NotFound("image_not_found", "image %q is incomplete locally; pull it again", familiarOf(key))
+		return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q is incomplete locally; pull it again", familiarOf(key))
 	}
 	proj, canon := splitKey(key)
 	img := &Image{
@@ -482,10 +483,10 @@ func (s *Store) imageLocked(key string) (*Image, error) {
 	for i, diffID := range im.Layers {
 		lr := s.idx.Layers[diffID]
 		if lr == nil {
-			return nil, errdefs.NotFound("image_not_found", "image %q is missing layer %s locally; pull it again", img.Name, shortHex(diffID))
+			return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q is missing layer %s locally; pull it again", img.Name, shortHex(diffID))
 		}
 		if _, err := os.Lstat(s.path("l", lr.Dir)); err != nil {
-			return nil, errdefs.NotFound("image_not_found", "image %q is missing layer %s on disk; pull it again", img.Name, shortHex(diffID))
+			return nil, errdefs.NotFound(client.CodeImageNotFound, "image %q is missing layer %s on disk; pull it again", img.Name, shortHex(diffID))
 		}
 		if !seen[diffID] {
 			img.Size += lr.Size

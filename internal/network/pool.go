@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -114,7 +115,7 @@ func nextFree(subnet netip.Prefix, gateway, last netip.Addr, used func(string) b
 			return ip, nil
 		}
 		if tries > 1<<20 {
-			return netip.Addr{}, errdefs.Unavailable("no_addresses", "no free address left in %s", subnet)
+			return netip.Addr{}, errdefs.Unavailable(client.CodeNoAddresses, "no free address left in %s", subnet)
 		}
 		ip = ip.Next()
 	}

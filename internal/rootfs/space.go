@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/units"
 	"golang.org/x/sys/unix"
@@ -156,7 +157,7 @@ func (s *Storage) refusal(sp Space, need, room int64, what string) error {
 	case s.growable():
 		grows = fmt.Sprintf("; it may grow by %s more (the host keeps shard serve --reserve free, and --storage-max bounds the store)", units.FormatSize(room))
 	}
-	return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+	return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientStorage,
 		"not enough disk space for %s: it needs %s, and the sandbox store has %s free of %s%s (every sandbox's disk bound is reserved in full; remove sandboxes, snapshots or checkpoints, or give a smaller --disk)",
 		what, units.FormatSize(need), units.FormatSize(sp.Free), units.FormatSize(sp.Capacity), grows)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -124,7 +125,7 @@ func (s *Service) admitLocked(ctx context.Context, sb *store.Sandbox, add use, w
 		return err
 	}
 	if cap := s.adm.hostMemory; cap > 0 && add.memory > 0 && hostMem+add.memory > cap {
-		return errdefs.New(errdefs.KindNoSpace, "insufficient_memory",
+		return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientMemory,
 			"not enough memory for %s: it asks for %s, and the sandboxes running here and their warm spares are promised %s of the %s this host admits (its memory × %g, shard serve --memory-overcommit); stop or remove sandboxes, or give a smaller --memory",
 			what, units.FormatSize(add.memory), units.FormatSize(hostMem), units.FormatSize(cap), s.adm.overcommit)
 	}
@@ -172,7 +173,7 @@ func quotaErr(p, what, of, flag string, has, add, limit int64, size bool) error 
 	case strings.HasPrefix(of, "cpu"):
 		f = func(n int64) string { return units.FormatCPU(n) }
 	}
-	return errdefs.New(errdefs.KindForbidden, "quota_exceeded",
+	return errdefs.New(errdefs.KindForbidden, client.CodeQuotaExceeded,
 		"project %s's quota of %s is %s: it holds %s, and %s asks for %s more; remove or stop what it holds, or have an administrator raise the quota (shard project set %s %s)",
 		p, of, f(limit), f(has), what, f(add), p, flag)
 }
@@ -356,7 +357,7 @@ func (s *Service) ledgerRoom(ctx context.Context, p, what string) error {
 		return err
 	}
 	if has >= q.LedgerBytes {
-		return errdefs.New(errdefs.KindForbidden, "quota_exceeded",
+		return errdefs.New(errdefs.KindForbidden, client.CodeQuotaExceeded,
 			"cannot %s: project %s's ledger holds %s, and its quota is %s (shard project set %s --max-ledger-bytes); nothing was done. Remove ledger sessions it no longer needs (shard ledger rm) or have an administrator raise the quota",
 			what, p, units.FormatSize(has), units.FormatSize(q.LedgerBytes), p)
 	}

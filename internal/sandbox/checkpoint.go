@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/names"
@@ -76,7 +77,7 @@ func (s *Service) Checkpoints(ctx context.Context, sandboxOrSession string) ([]*
 	if sb, err := s.cfg.Store.GetSandbox(ctx, sandboxOrSession); err == nil {
 		session = sb.Session
 	} else if _, serr := s.cfg.Store.GetSession(ctx, sandboxOrSession); serr != nil {
-		return nil, errdefs.NotFound("sandbox_not_found", "no sandbox or ledger session named %s", sandboxOrSession)
+		return nil, errdefs.NotFound(client.CodeSandboxNotFound, "no sandbox or ledger session named %s", sandboxOrSession)
 	}
 	return s.cfg.Store.ListCheckpoints(ctx, session)
 }
@@ -94,7 +95,7 @@ func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
 	}
 	for _, e := range envs {
 		if e.Checkpoint == ck.ID {
-			return errdefs.Conflict("checkpoint_in_use", "checkpoint %s is environment %s's: remove the environment instead (shard env rm %s)", ck.ID, e.Name, e.Name)
+			return errdefs.Conflict(client.CodeCheckpointInUse, "checkpoint %s is environment %s's: remove the environment instead (shard env rm %s)", ck.ID, e.Name, e.Name)
 		}
 	}
 	return s.dropCheckpoint(ctx, ck)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
@@ -68,7 +69,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 			s.cfg.Log.Warn("fork contract: the sandbox's agent is older and cannot take it", "sandbox", sb.ID)
 			return nil
 		}
-		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not take its fork identity: %v", sb.Name, err)
+		return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s did not take its fork identity: %v", sb.Name, err)
 	}
 	if r.Error != "" {
 		s.cfg.Log.Warn("fork contract: the sandbox's identity files", "sandbox", sb.ID, "err", r.Error)
@@ -100,7 +101,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 	if role == agent.RoleSource {
 		where = "the source " + sb.Name
 	}
-	return errdefs.New(errdefs.KindFailed, "fork_hook_failed",
+	return errdefs.New(errdefs.KindFailed, client.CodeForkHookFailed,
 		"on-fork hook %s failed in %s (%s)%s; the fork was not made (--hook-errors=ignore keeps forks whose hooks fail)",
 		failed.Hook, where, why, out)
 }

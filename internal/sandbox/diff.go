@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/fsdiff"
 	"github.com/useshards/shard/internal/ledger"
@@ -57,7 +58,7 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 			return nil, err
 		}
 		if from.ImageDigest != to.ImageDigest {
-			return nil, errdefs.New(errdefs.KindInvalid, "different_images",
+			return nil, errdefs.New(errdefs.KindInvalid, client.CodeDifferentImages,
 				"sandbox %s is of image %s and %s of %s: a diff compares sandboxes of one image (a lineage)", from.Name, from.Image, to.Name, to.Image)
 		}
 		res.From = DiffSide{Kind: "sandbox", ID: from.ID, Name: from.Name}
@@ -132,7 +133,7 @@ func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide,
 		ck, err := s.cfg.Store.GetCheckpoint(ctx, d.Checkpoint)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
-				return DiffSide{}, "", errdefs.Conflict("checkpoint_gone",
+				return DiffSide{}, "", errdefs.Conflict(client.CodeCheckpointGone,
 					"sandbox %s started from checkpoint %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.Checkpoint)
 			}
 			return DiffSide{}, "", err
@@ -142,7 +143,7 @@ func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide,
 		sn, err := s.cfg.Store.GetSnapshot(ctx, d.FromSnapshot)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
-				return DiffSide{}, "", errdefs.Conflict("snapshot_gone",
+				return DiffSide{}, "", errdefs.Conflict(client.CodeSnapshotGone,
 					"sandbox %s was made from snapshot %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.FromSnapshot)
 			}
 			return DiffSide{}, "", err

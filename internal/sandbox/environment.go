@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/revert"
@@ -93,7 +94,7 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 		cr.Name = ""
 	}
 	sb, err := s.Create(ctx, cr)
-	if errdefs.CodeOf(err) == "name_taken" {
+	if errdefs.CodeOf(err) == client.CodeNameTaken {
 		cr.Name = ""
 		sb, err = s.Create(ctx, cr)
 	}
@@ -109,7 +110,7 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 			return nil, false, fmt.Errorf("environment %s: setup %s: %w", req.Name, strings.Join(argv, " "), err)
 		}
 		if code != 0 {
-			return nil, false, errdefs.New(errdefs.KindFailed, "setup_failed", "environment %s: setup command %q exited %d: %s",
+			return nil, false, errdefs.New(errdefs.KindFailed, client.CodeSetupFailed, "environment %s: setup command %q exited %d: %s",
 				req.Name, strings.Join(argv, " "), code, tail(out.String(), 2000))
 		}
 	}
@@ -198,7 +199,7 @@ func (s *Service) CacheEnvironment(ctx context.Context, e *store.Environment, or
 	unlock := s.locks.lock(envKey(e.Project, e.Name))
 	defer unlock()
 	if old, err := s.cfg.Store.GetEnvironment(project.With(ctx, e.Project), e.Name); err == nil && old.Origin == "" {
-		return errdefs.Conflict("environment_exists", "environment %s was built on this node", e.Name)
+		return errdefs.Conflict(client.CodeEnvironmentExists, "environment %s was built on this node", e.Name)
 	}
 	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), e.Checkpoint); err != nil {
 		return err
@@ -272,7 +273,7 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string, a
 func (s *Service) fromEnvironment(ctx context.Context, e *store.Environment, ck *store.Checkpoint, name string) (*store.Sandbox, error) {
 	if name != "" {
 		if _, err := s.cfg.Store.GetSandbox(ctx, name); err == nil {
-			return nil, errdefs.Conflict("name_taken", "a sandbox named %s already exists", name)
+			return nil, errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", name)
 		}
 	}
 	if sp := s.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {

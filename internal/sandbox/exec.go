@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
@@ -69,10 +71,10 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		return nil, nil, err
 	}
 	if sb.State == StateFreezing {
-		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
+		return nil, nil, errdefs.Conflict(client.CodeSandboxFrozen, "sandbox %s: %s", sb.Name, FrozenMessage)
 	}
 	if sb.State != StateRunning {
-		return nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
+		return nil, nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is %s: exec takes a running sandbox (shard start %s)", sb.Name, sb.State, sb.Name)
 	}
 	// Checked before exec_started is written: a refused command leaves
 	// nothing in the ledger.
@@ -148,7 +150,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	}
 	if err != nil {
 		s.execs.remove(sb.ID, e)
-		return nil, nil, e.startFailed(dctx, err, req)
+		return nil, nil, e.startFailed(ctx, dctx, err, req)
 	}
 	e.Session = sess
 	s.cfg.Metrics.ExecStarted(sb.Provider, time.Since(e.start))
@@ -176,27 +178,42 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 
 // startFailed records, and turns into the caller's error, why a command
 // could not start: the host ended it (a stop or removal), the agent refused
-// it, or the sandbox did not answer (within dctx).
-func (e *ExecSession) startFailed(dctx context.Context, err error, req agent.Request) error {
+// it, the caller left (ctx), or the sandbox did not answer (within dctx).
+func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agent.Request) error {
 	sb := e.sb
 	if e.isAborted() {
 		e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
-		return errdefs.Conflict("sandbox_not_running", "%s", e.abortEx.Error)
+		return errdefs.Conflict(client.CodeSandboxNotRunning, "%s", e.abortEx.Error)
 	}
 	var es *agent.ErrStart
 	if errors.As(err, &es) {
 		e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
-		kind := errdefs.KindInvalid
-		if es.Info.Code == "internal" {
-			kind = errdefs.KindInternal
-		}
-		return errdefs.New(kind, es.Info.Code, "%s", es.Info.Message)
+		return startError(es.Info)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller left before the sandbox answered: not the sandbox's
+		// failure (and the request's is a 499, not a 502).
+		e.finish(ledger.ExecFinishedData{Error: "the caller left before the command started"})
+		return fmt.Errorf("exec in sandbox %s: %w", sb.Name, cerr)
 	}
 	e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
 	if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
-		return errdefs.Unavailable("sandbox_unreachable", "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
+		return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
 	}
-	return errdefs.Unavailable("sandbox_unreachable", "sandbox %s does not answer: %v", sb.Name, err)
+	return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s does not answer: %v", sb.Name, err)
+}
+
+// startError is the API error of the agent's refusal to start a command.
+// The agent runs in the sandbox: its code is passed on only when it is one
+// an agent sends, so a sandbox cannot make up codes.
+func startError(info agent.ErrorInfo) error {
+	switch code := info.Code; code {
+	case client.CodeInternal:
+		return errdefs.New(errdefs.KindInternal, code, "%s", info.Message)
+	case client.CodeInvalidArgument, client.CodeCommandNotFound:
+		return errdefs.New(errdefs.KindInvalid, code, "%s", info.Message)
+	}
+	return errdefs.New(errdefs.KindInvalid, client.CodeExecFailed, "%s", info.Message)
 }
 
 // abort ends the session from the host, whatever the agent does: its

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/files"
 	"github.com/useshards/shard/internal/ledger"
@@ -269,9 +270,9 @@ func (s *Service) helper(ctx context.Context, idOrName, verb string, args []stri
 		h, err := s.helperHost(ctx, sb, unlock, args, stdin)
 		return sb, h, err
 	case StateFreezing:
-		return nil, nil, errdefs.Conflict("sandbox_frozen", "sandbox %s: %s", sb.Name, FrozenMessage)
+		return nil, nil, errdefs.Conflict(client.CodeSandboxFrozen, "sandbox %s: %s", sb.Name, FrozenMessage)
 	}
-	return nil, nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: %s its files when that is done", sb.Name, sb.State, verb)
+	return nil, nil, errdefs.Conflict(client.CodeSandboxBusy, "sandbox %s is %s: %s its files when that is done", sb.Name, sb.State, verb)
 }
 
 // answer reads the helper's Result; a helper that gave none says why (its
@@ -289,7 +290,7 @@ func (s *Service) answer(ctx context.Context, sb *store.Sandbox, h *fileHelper) 
 		if werr := h.wait(); werr != nil && errors.Is(err, io.ErrUnexpectedEOF) {
 			err = werr
 		}
-		return res, errdefs.New(errdefs.KindFailed, "files_helper_failed",
+		return res, errdefs.New(errdefs.KindFailed, client.CodeFilesHelperFailed,
 			"the file operation in sandbox %s failed: %v (a sandbox started by an older shard may need a stop and start)", sb.Name, err)
 	}
 	if !res.OK {
@@ -312,7 +313,13 @@ func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
 		return errdefs.New(errdefs.KindNoSpace, res.Code, "sandbox %s's disk is full (its bound is %s): %s",
 			sb.Name, units.FormatSize(s.cfg.Storage.Bound(sb.ID)), msg)
 	}
-	return errdefs.New(errdefs.KindFailed, res.Code, "sandbox %s: %s", sb.Name, msg)
+	code := files.CodeIO
+	if res.Code != code {
+		// The helper runs in the sandbox: a code it has no business
+		// sending is not passed on.
+		code = client.CodeFilesHelperFailed
+	}
+	return errdefs.New(errdefs.KindFailed, code, "sandbox %s: %s", sb.Name, msg)
 }
 
 // StatFile describes a file of a sandbox (what a symlink names, with follow).
@@ -422,7 +429,7 @@ func (s *Service) ReadFiles(ctx context.Context, idOrName, path string, asTar, f
 	}
 	if res.Info == nil {
 		h.done()
-		return nil, errdefs.New(errdefs.KindFailed, "files_helper_failed", "the file operation in sandbox %s gave no description of %s", sb.Name, path)
+		return nil, errdefs.New(errdefs.KindFailed, client.CodeFilesHelperFailed, "the file operation in sandbox %s gave no description of %s", sb.Name, path)
 	}
 	return &FileStream{Info: *res.Info, sb: sb, h: h}, nil
 }

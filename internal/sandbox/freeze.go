@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
@@ -25,12 +26,12 @@ func (s *Service) lockRunning(ctx context.Context, idOrName, verb string) (*stor
 	case StateStopped, StateFailed:
 		unlock()
 		if verb == "fork" {
-			return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: fork takes a running sandbox", src.Name)
+			return nil, nil, nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is stopped: fork takes a running sandbox", src.Name)
 		}
-		return nil, nil, nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is stopped: %s takes a running sandbox (to keep a stopped sandbox's files, take a snapshot)", src.Name, verb)
+		return nil, nil, nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is stopped: %s takes a running sandbox (to keep a stopped sandbox's files, take a snapshot)", src.Name, verb)
 	default:
 		unlock()
-		return nil, nil, nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", src.Name, src.State)
+		return nil, nil, nil, errdefs.Conflict(client.CodeSandboxBusy, "sandbox %s is %s: try again when that is done", src.Name, src.State)
 	}
 	cp, ok := s.providers[src.Provider].(provider.Checkpointer)
 	c := s.caps[src.Provider]
@@ -100,7 +101,7 @@ func (s *Service) freeze(ctx context.Context, src *store.Sandbox, cp provider.Ch
 	// The deadline, not only fctx.Err(): a call cut by its connection's
 	// deadline can return a moment before the context's timer fires.
 	if dl, _ := fctx.Deadline(); fctx.Err() != nil || (err != nil && !time.Now().Before(dl)) {
-		err = errdefs.Unavailable("freeze_timeout", "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
+		err = errdefs.New(errdefs.KindTimeout, client.CodeFreezeTimeout, "the freeze of sandbox %s lasted %s, the limit: the fork failed and %s thawed", src.Name, s.cfg.FreezeTimeout, src.Name)
 	}
 	// Thaw whatever happened after the pause (a fresh context: the freeze's
 	// may be over). Only then: gVisor panics on a resume without a pause.

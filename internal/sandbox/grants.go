@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
@@ -69,7 +70,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 	old := grantOf(sb, req.Secret)
 	if req.File != "" || (old != nil && old.File != "") {
 		if sb.State != StateRunning {
-			return nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: a file grant is written into (and removed from) a running sandbox: start it first", sb.Name, sb.State)
+			return nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is %s: a file grant is written into (and removed from) a running sandbox: start it first", sb.Name, sb.State)
 		}
 	}
 	g := store.Grant{Secret: req.Secret, Env: req.Env, File: req.File, At: time.Now().UTC()}
@@ -77,7 +78,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		g.Env = ""
 		for _, o := range sb.Grants {
 			if o.File == req.File && o.Secret != req.Secret {
-				return nil, errdefs.Conflict("path_exists", "%s in sandbox %s is the file of its grant of secret %s: ungrant that first, or grant to another path", req.File, sb.Name, o.Secret)
+				return nil, errdefs.Conflict(client.CodePathExists, "%s in sandbox %s is the file of its grant of secret %s: ungrant that first, or grant to another path", req.File, sb.Name, o.Secret)
 			}
 		}
 		owns := old != nil && old.File == req.File
@@ -123,11 +124,11 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 	defer unlock()
 	g := grantOf(sb, secret)
 	if g == nil {
-		return nil, errdefs.NotFound("grant_not_found", "sandbox %s has no grant of secret %s", sb.Name, secret)
+		return nil, errdefs.NotFound(client.CodeGrantNotFound, "sandbox %s has no grant of secret %s", sb.Name, secret)
 	}
 	if g.File != "" {
 		if sb.State != StateRunning {
-			return nil, errdefs.Conflict("sandbox_not_running", "sandbox %s is %s: a file grant is removed from a running sandbox: start it first", sb.Name, sb.State)
+			return nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is %s: a file grant is removed from a running sandbox: start it first", sb.Name, sb.State)
 		}
 		if err := s.removeFile(ctx, sb, g); err != nil {
 			return nil, err
@@ -165,16 +166,16 @@ func fileOpError(sb *store.Sandbox, verb, path string, r *agent.Reply, err error
 	if r != nil {
 		switch r.Code {
 		case agent.CodePathExists:
-			return errdefs.Conflict("path_exists", "%s in sandbox %s: a file grant does not replace what it did not write: grant to another path, or remove it in the sandbox first", r.Error, sb.Name)
+			return errdefs.Conflict(client.CodePathExists, "%s in sandbox %s: a file grant does not replace what it did not write: grant to another path, or remove it in the sandbox first", r.Error, sb.Name)
 		case agent.CodePathUnsafe:
-			return errdefs.Conflict("path_unsafe", "%s in sandbox %s", r.Error, sb.Name)
+			return errdefs.Conflict(client.CodePathUnsafe, "%s in sandbox %s", r.Error, sb.Name)
 		}
 		if strings.HasPrefix(r.Error, "unknown op ") {
 			return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
 		}
-		return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
+		return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
 	}
-	return errdefs.Unavailable("grant_failed", "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
+	return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
 }
 
 func grantOf(sb *store.Sandbox, secret string) *store.Grant {

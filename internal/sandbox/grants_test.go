@@ -292,7 +292,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	}
 	fs.with(func() { fs.failUngrant = true })
 	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/three"})
-	wantAPICode(t, "a move whose old file cannot be removed", err, errdefs.KindUnavailable, "grant_failed")
+	wantAPICode(t, "a move whose old file cannot be removed", err, errdefs.KindUpstream, "grant_failed")
 	if g := grantOf(mustGet(t, s, "src"), "three"); g == nil || g.File != "/a/two" {
 		t.Fatalf("the grant after a failed move: %+v", g)
 	}
@@ -323,8 +323,8 @@ func TestFileOpError(t *testing.T) {
 		{&agent.Reply{Error: "/etc/passwd exists", Code: agent.CodePathExists}, errdefs.KindConflict, "path_exists"},
 		{&agent.Reply{Error: "/etc/app is a symlink", Code: agent.CodePathUnsafe}, errdefs.KindConflict, "path_unsafe"},
 		{&agent.Reply{Error: "unknown op grant_file"}, errdefs.KindUnsupported, "unsupported"},
-		{&agent.Reply{Error: "read-only file system"}, errdefs.KindUnavailable, "grant_failed"},
-		{nil, errdefs.KindUnavailable, "grant_failed"},
+		{&agent.Reply{Error: "read-only file system"}, errdefs.KindUpstream, "grant_failed"},
+		{nil, errdefs.KindUpstream, "grant_failed"},
 	} {
 		err := fileOpError(sb, "write", "/etc/passwd", tc.r, fmt.Errorf("agent: x"))
 		if errdefs.KindOf(err) != tc.kind || errdefs.CodeOf(err) != tc.code || !strings.Contains(err.Error(), "py") {

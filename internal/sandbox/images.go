@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/project"
@@ -41,9 +42,9 @@ func (s *Service) RemoveImage(ctx context.Context, ref string, img *image.Image,
 			continue
 		}
 		if sb.Project == own {
-			return errdefs.Conflict("image_in_use", "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
+			return errdefs.Conflict(client.CodeImageInUse, "image %s is used by sandbox %s: remove the sandbox first", ref, sb.Name)
 		}
-		return errdefs.Conflict("image_in_use", "image %s is used by a sandbox of another project", ref)
+		return errdefs.Conflict(client.CodeImageInUse, "image %s is used by a sandbox of another project", ref)
 	}
 	if prepare != nil {
 		if err := prepare(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/store"
@@ -39,7 +40,7 @@ func TestRemoveImageWaitsForCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	if err := <-removed; errdefs.CodeOf(err) != "image_in_use" {
+	if err := <-removed; errdefs.CodeOf(err) != client.CodeImageInUse {
 		t.Fatalf("RemoveImage after the create = %v, want image_in_use", err)
 	}
 }

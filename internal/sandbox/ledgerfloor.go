@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/units"
@@ -69,7 +70,7 @@ func (f *ledgerFloor) check(what string) error {
 	if f.avail >= floor {
 		return nil
 	}
-	return errdefs.New(errdefs.KindNoSpace, "insufficient_storage",
+	return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientStorage,
 		"cannot %s: the server's data directory has %s free, below the %s it keeps free for its database (%s); nothing was done. Free space (remove sandboxes, snapshots, checkpoints, images or ledger sessions: shard ledger rm) and try again",
 		what, units.FormatSize(sizeInt(f.avail)), units.FormatSize(sizeInt(floor)), from)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -141,7 +142,7 @@ func (s *Service) removeLocked(ctx context.Context, idOrName string, o RemoveOpt
 	}
 	defer unlock()
 	if sb.State == StateRunning && !o.Force {
-		return nil, nil, errdefs.Conflict("sandbox_running", "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
+		return nil, nil, errdefs.Conflict(client.CodeSandboxRunning, "sandbox %s is running: stop it first, or remove it with --force", sb.Name)
 	}
 	var cks []*store.Checkpoint
 	if o.Checkpoints {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
@@ -20,7 +21,7 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 			return nil, errdefs.Invalid("%v", err)
 		}
 		if err := s.cfg.Net.CheckPolicy(np); err != nil {
-			return nil, errdefs.New(errdefs.KindInvalid, "policy_refused", "%v", err)
+			return nil, errdefs.New(errdefs.KindInvalid, client.CodePolicyRefused, "%v", err)
 		}
 		if np.Empty() {
 			np, p = nil, nil
@@ -41,7 +42,7 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 		return nil, err
 	}
 	if err := s.cfg.Net.SetPolicy(ip, np); err != nil {
-		return nil, errdefs.Wrap(errdefs.KindInternal, "policy_failed", err)
+		return nil, errdefs.Wrap(errdefs.KindInternal, client.CodePolicyFailed, err)
 	}
 	ev := &store.EventSpec{Type: ledger.PolicySet, Data: p}
 	if p == nil {

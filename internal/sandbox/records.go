@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -33,7 +34,7 @@ func newToken() string { return randomHex(24) }
 // address pool asks, holding itself, before it hands out an address.
 func (s *Service) checkLimit() error {
 	if s.cfg.MaxSandboxes > 0 && s.cfg.Store.SandboxCount() >= s.cfg.MaxSandboxes {
-		return errdefs.Conflict("sandbox_limit", "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
+		return errdefs.Conflict(client.CodeSandboxLimit, "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
@@ -75,7 +76,7 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow Allow)
 		return err == nil
 	})
 	if err != nil {
-		return nil, errdefs.Conflict("session_unusable", "ledger session %s cannot be resumed: %v", session, err)
+		return nil, errdefs.Conflict(client.CodeSessionUnusable, "ledger session %s cannot be resumed: %v", session, err)
 	}
 	res := &ResumeResult{Checkpoint: plan.Checkpoint}
 	if res.Sandbox, err = s.resumeStart(ctx, plan, session, name, allow); err != nil {
@@ -130,7 +131,7 @@ func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, na
 	case plan.Checkpoint != "":
 		sb, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
 	case plan.Created.Checkpoint != "":
-		return nil, errdefs.Conflict("checkpoint_gone", "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from (a fork's checkpoint goes with the last sandbox that needs it, unless the fork was made with --keep-checkpoint)", session, plan.Created.Checkpoint)
+		return nil, errdefs.Conflict(client.CodeCheckpointGone, "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from (a fork's checkpoint goes with the last sandbox that needs it, unless the fork was made with --keep-checkpoint)", session, plan.Created.Checkpoint)
 	default:
 		c := plan.Created
 		sb, err = s.Create(ctx, CreateRequest{

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
@@ -213,7 +214,7 @@ func (s *Service) checkTakeCheckpoints(ctx context.Context, sb *store.Sandbox) (
 			return nil, err
 		}
 		if len(users) > 0 {
-			return nil, errdefs.Conflict("checkpoint_in_use", "checkpoint %s of sandbox %s is still needed by %s (their resume starts from it): remove them first, or remove %s without --checkpoints",
+			return nil, errdefs.Conflict(client.CodeCheckpointInUse, "checkpoint %s of sandbox %s is still needed by %s (their resume starts from it): remove them first, or remove %s without --checkpoints",
 				ck.ID, sb.Name, strings.Join(users, ", "), sb.Name)
 		}
 	}
@@ -236,7 +237,7 @@ func (s *Service) takeCheckpoints(ctx context.Context, sb *store.Sandbox, cks []
 		res.Checkpoints, res.FreedBytes = append(res.Checkpoints, ck.ID), res.FreedBytes+n
 	}
 	if len(kept) > 0 {
-		return errdefs.Conflict("checkpoint_in_use", "sandbox %s was removed; its checkpoints %s were not: a sandbox was made from them meanwhile", sb.Name, strings.Join(kept, ", "))
+		return errdefs.Conflict(client.CodeCheckpointInUse, "sandbox %s was removed; its checkpoints %s were not: a sandbox was made from them meanwhile", sb.Name, strings.Join(kept, ", "))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -31,16 +32,16 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 	switch sb.State {
 	case StateStopped, StateFailed:
 	case StateRunning, StateFreezing:
-		return nil, errdefs.Conflict("sandbox_running", "sandbox %s is running: a snapshot takes a stopped sandbox's files (shard stop %s first); to copy a running sandbox with its memory and processes, use shard fork or shard checkpoint", sb.Name, sb.Name)
+		return nil, errdefs.Conflict(client.CodeSandboxRunning, "sandbox %s is running: a snapshot takes a stopped sandbox's files (shard stop %s first); to copy a running sandbox with its memory and processes, use shard fork or shard checkpoint", sb.Name, sb.Name)
 	default:
-		return nil, errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", sb.Name, sb.State)
+		return nil, errdefs.Conflict(client.CodeSandboxBusy, "sandbox %s is %s: try again when that is done", sb.Name, sb.State)
 	}
 	id := newID()
 	if name == "" {
 		name = id
 	}
 	if _, err := s.cfg.Store.GetSnapshot(ctx, name); err == nil {
-		return nil, errdefs.Conflict("name_taken", "a snapshot named %s already exists", name)
+		return nil, errdefs.Conflict(client.CodeNameTaken, "a snapshot named %s already exists", name)
 	}
 	release, err := s.reserveSaved(ctx, sb, 0, s.cfg.Storage.FileUsage(sb.ID), "a snapshot of "+sb.Name)
 	if err != nil {
@@ -98,7 +99,7 @@ func (s *Service) filesFromSnapshot(ctx context.Context, snap *store.Snapshot, s
 	defer unlock()
 	if _, err := s.cfg.Store.GetSnapshot(ctx, snap.ID); err != nil {
 		if errdefs.Is(err, errdefs.KindNotFound) {
-			return errdefs.NotFound("snapshot_not_found", "snapshot %s was removed while sandbox %s was being made from it", snap.Name, sb.Name)
+			return errdefs.NotFound(client.CodeSnapshotNotFound, "snapshot %s was removed while sandbox %s was being made from it", snap.Name, sb.Name)
 		}
 		return err
 	}

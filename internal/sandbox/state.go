@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -43,11 +44,11 @@ func canMove(from, to string) bool {
 func transitionErr(name, from, to string) error {
 	switch {
 	case to == StateStarting && from == StateRunning:
-		return errdefs.Conflict("sandbox_running", "sandbox %s is already running", name)
+		return errdefs.Conflict(client.CodeSandboxRunning, "sandbox %s is already running", name)
 	case to == StateStopping && (from == StateStopped || from == StateFailed):
-		return errdefs.Conflict("sandbox_not_running", "sandbox %s is not running", name)
+		return errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is not running", name)
 	case from == StateCreating || from == StateStarting || from == StateStopping || from == StateRemoving:
-		return errdefs.Conflict("sandbox_busy", "sandbox %s is %s: try again when that is done", name, from)
+		return errdefs.Conflict(client.CodeSandboxBusy, "sandbox %s is %s: try again when that is done", name, from)
 	}
-	return errdefs.Conflict("invalid_state", "%s", fmt.Sprintf("sandbox %s is %s and cannot go to %s", name, from, to))
+	return errdefs.Conflict(client.CodeInvalidState, "%s", fmt.Sprintf("sandbox %s is %s and cannot go to %s", name, from, to))
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
@@ -156,7 +157,7 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 		return nil, bad("checkpoint id %q", ck.ID)
 	}
 	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), ck.ID); err == nil {
-		return nil, errdefs.Conflict("checkpoint_exists", "checkpoint %s is already on this node", ck.ID)
+		return nil, errdefs.Conflict(client.CodeCheckpointExists, "checkpoint %s is already on this node", ck.ID)
 	}
 	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s cannot restore on this node", ck.Provider)

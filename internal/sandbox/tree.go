@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/lineage"
 )
@@ -42,7 +43,7 @@ func (s *Service) Tree(ctx context.Context, idOrName string, all bool) ([]*linea
 	}
 	n := lineage.Find(roots, lineage.KindSandbox, sb.ID)
 	if n == nil {
-		return nil, errdefs.NotFound("sandbox_not_found", "sandbox %s is in no lineage the ledger knows", sb.Name)
+		return nil, errdefs.NotFound(client.CodeSandboxNotFound, "sandbox %s is in no lineage the ledger knows", sb.Name)
 	}
 	return []*lineage.Node{lineage.Root(n)}, nil
 }

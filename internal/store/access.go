@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -25,12 +26,12 @@ type Token struct {
 // TokenNotFound is the error of a token that is not there (here or in a
 // cluster's store).
 func TokenNotFound(idOrName string) error {
-	return errdefs.NotFound("token_not_found", "token %s not found (shard token ls lists them)", idOrName)
+	return errdefs.NotFound(client.CodeTokenNotFound, "token %s not found (shard token ls lists them)", idOrName)
 }
 
 // SecretNotFound is the error of a secret that is not there.
 func SecretNotFound(name string) error {
-	return errdefs.NotFound("secret_not_found", "secret %s not found (shard secret ls lists them)", name)
+	return errdefs.NotFound(client.CodeSecretNotFound, "secret %s not found (shard secret ls lists them)", name)
 }
 
 // AddToken records a token.
@@ -46,7 +47,7 @@ func (s *Store) AddToken(ctx context.Context, t *Token) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tokens(id, project, name, doc) VALUES(?,?,?,?)`, t.ID, t.Project, t.Name, string(doc))
 		if err != nil && strings.Contains(err.Error(), "tokens.project, tokens.name") {
-			return errdefs.Conflict("name_taken", "a token named %s already exists", t.Name)
+			return errdefs.Conflict(client.CodeNameTaken, "a token named %s already exists", t.Name)
 		}
 		return err
 	})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 )
@@ -177,7 +178,7 @@ func Ambiguous(what, name string) error { return ambiguous(what, name) }
 // ambiguous is the error of a name that, seen from every project, names
 // objects of several: the server's own lookups are by id.
 func ambiguous(what, name string) error {
-	return errdefs.Conflict("ambiguous_name", "%s %s exists in more than one project: give its id, or choose a project", what, name)
+	return errdefs.Conflict(client.CodeAmbiguousName, "%s %s exists in more than one project: give its id, or choose a project", what, name)
 }
 
 // projected is a record whose project the store fills in from its column.

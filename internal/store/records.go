@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -122,7 +123,7 @@ func (s *Store) ImportCheckpoint(ctx context.Context, ck *Checkpoint) error {
 // GetCheckpoint finds a checkpoint by id.
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, error) {
 	return getDoc[Checkpoint](ctx, s.db, "checkpoints", `id = ?1`, id,
-		errdefs.NotFound("checkpoint_not_found", "checkpoint %s not found (shard checkpoint ls lists them)", id))
+		errdefs.NotFound(client.CodeCheckpointNotFound, "checkpoint %s not found (shard checkpoint ls lists them)", id))
 }
 
 // ListCheckpoints returns the checkpoints of a session ("" for all),
@@ -156,7 +157,7 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, project, name, doc) VALUES(?,?,?,?)`, sn.ID, sn.Project, sn.Name, string(doc)); err != nil {
 			if strings.Contains(err.Error(), "snapshots.project, snapshots.name") {
-				return errdefs.Conflict("name_taken", "a snapshot named %s already exists", sn.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a snapshot named %s already exists", sn.Name)
 			}
 			return err
 		}
@@ -167,7 +168,7 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *
 // GetSnapshot finds a snapshot by id or name.
 func (s *Store) GetSnapshot(ctx context.Context, idOrName string) (*Snapshot, error) {
 	return getDoc[Snapshot](ctx, s.db, "snapshots", `id = ?1 OR name = ?1`, idOrName,
-		errdefs.NotFound("snapshot_not_found", "snapshot %s not found (shard snapshot ls lists them)", idOrName))
+		errdefs.NotFound(client.CodeSnapshotNotFound, "snapshot %s not found (shard snapshot ls lists them)", idOrName))
 }
 
 // ListSnapshots returns every snapshot, oldest first.
@@ -184,7 +185,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // EnvironmentNotFound is the error of an environment that is not there.
 func EnvironmentNotFound(name string) error {
-	return errdefs.NotFound("environment_not_found", "environment %s not found (shard env ls lists them)", name)
+	return errdefs.NotFound(client.CodeEnvironmentNotFound, "environment %s not found (shard env ls lists them)", name)
 }
 
 // PutEnvironment creates or replaces an environment.
@@ -277,7 +278,7 @@ func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, errdefs.NotFound("session_not_found", "ledger session %s not found (shard ledger ls lists them)", name)
+		return nil, errdefs.NotFound(client.CodeSessionNotFound, "ledger session %s not found (shard ledger ls lists them)", name)
 	case 1:
 		return found[0], nil
 	}

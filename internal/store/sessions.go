@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 )
 
@@ -39,14 +40,14 @@ func (s *Store) DeleteSession(ctx context.Context, name string) error {
 		}
 		switch found {
 		case 0:
-			return errdefs.NotFound("session_not_found", "ledger session %s not found (shard ledger ls lists them)", name)
+			return errdefs.NotFound(client.CodeSessionNotFound, "ledger session %s not found (shard ledger ls lists them)", name)
 		case 2:
 			return ambiguous("ledger session", name)
 		}
 		var sbName string
 		err = tx.QueryRowContext(ctx, `SELECT name FROM sandboxes WHERE id = ?`, sandboxID).Scan(&sbName)
 		if err == nil {
-			return errdefs.Conflict("session_in_use", "ledger session %s is still written by sandbox %s: remove the sandbox first (shard rm %s)", name, sbName, sbName)
+			return errdefs.Conflict(client.CodeSessionInUse, "ledger session %s is still written by sandbox %s: remove the sandbox first (shard rm %s)", name, sbName, sbName)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -56,7 +57,7 @@ func (s *Store) DeleteSession(ctx context.Context, name string) error {
 			return err
 		}
 		if cks > 0 {
-			return errdefs.Conflict("session_has_checkpoints", "ledger session %s has %d checkpoints: remove them first (shard checkpoint ls, shard checkpoint rm)", name, cks)
+			return errdefs.Conflict(client.CodeSessionHasCheckpoints, "ledger session %s has %d checkpoints: remove them first (shard checkpoint ls, shard checkpoint rm)", name, cks)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE project = ? AND session = ?`, proj, name); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	_ "modernc.org/sqlite"
@@ -275,7 +276,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) (
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, project, name, doc) VALUES(?,?,?,?)`, sb.ID, sb.Project, sb.Name, string(doc)); err != nil {
 			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
-				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
 			}
 			return err
 		}
@@ -316,7 +317,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
 			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
-				return errdefs.Conflict("name_taken", "a sandbox named %s already exists", sb.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
 			}
 			return err
 		}
@@ -487,7 +488,7 @@ func addEventSeq(ctx context.Context, tx *sql.Tx, sb *Sandbox, ev *EventSpec) (i
 // getTx finds the one sandbox that where (with its one argument, ?1) finds
 // in ctx's project.
 func getTx(ctx context.Context, tx *sql.Tx, where string, arg any) (*Sandbox, error) {
-	return getDoc[Sandbox](ctx, tx, "sandboxes", where, arg, errdefs.NotFound("sandbox_not_found", "sandbox %s not found", arg))
+	return getDoc[Sandbox](ctx, tx, "sandboxes", where, arg, errdefs.NotFound(client.CodeSandboxNotFound, "sandbox %s not found", arg))
 }
 
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {

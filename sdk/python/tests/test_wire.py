@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import fakeserver  # noqa: F401  (puts src/ on sys.path)
 
+import useshards
 from useshards import _types
 
 OPENAPI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "internal", "api", "openapi.json")
@@ -118,6 +119,16 @@ def json_type(tp: Any) -> str:
     if origin in (dict, Dict) or dataclasses.is_dataclass(tp):
         return "object"
     return {str: "string", bool: "boolean", int: "integer", float: "number", datetime.datetime: "string"}.get(tp, repr(tp))
+
+
+class ErrorCodesTest(unittest.TestCase):
+    def test_error_codes_are_openapis(self) -> None:
+        """ERROR_CODES is the enum of Error.code: every code the server sends."""
+        with open(OPENAPI, encoding="utf-8") as f:
+            enum = json.load(f)["components"]["schemas"]["Error"]["properties"]["code"].get("enum")
+        self.assertTrue(enum, "openapi.json's Error.code has no enum")
+        self.assertEqual(sorted(useshards.ERROR_CODES), sorted(enum))
+        self.assertEqual(len(enum), len(set(enum)), "openapi.json's enum has a code twice")
 
 
 class WireTypesTest(unittest.TestCase):

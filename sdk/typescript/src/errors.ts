@@ -1,8 +1,11 @@
+import type { ErrorCode } from "./types.js";
+
 /**
  * The one error type of the SDK.
  *
  * - API errors carry the server's `{code, message}` and the HTTP `status`
- *   (`name_taken`, `sandbox_not_running`, `missing_scope`, ...).
+ *   (`name_taken`, `sandbox_not_running`, `missing_scope`, ...: an
+ *   `ErrorCode`, every code the server sends).
  * - `unreachable` (status 0): the server could not be reached at all.
  * - `closed` (status 0): the client was closed before or during the call.
  * - `exit_status` (status 0): a command run through `SandboxHandle.exec`
@@ -16,8 +19,8 @@
  * runs the server, who finds the request in its access log by it.
  */
 export class ShardError extends Error {
-  /** Machine-readable code: the API's `code`, or one of the SDK's own. */
-  readonly code: string;
+  /** Machine-readable code: the API's `code` (an `ErrorCode`), or one of the SDK's own. */
+  readonly code: ErrorCode | string;
   /** HTTP status of the answer; 0 when no answer was involved. */
   readonly status: number;
   /** `exit_status` only: the command's exit code. */
@@ -34,7 +37,7 @@ export class ShardError extends Error {
   readonly requestId?: string;
 
   constructor(
-    code: string,
+    code: ErrorCode | string,
     message: string,
     status = 0,
     extra?: { exitCode?: number; stdout?: string; stderr?: string; requestId?: string; cause?: unknown },
@@ -51,6 +54,6 @@ export class ShardError extends Error {
 }
 
 /** Whether err is a ShardError with the given code (or any code when omitted). */
-export function isShardError(err: unknown, code?: string): err is ShardError {
+export function isShardError(err: unknown, code?: ErrorCode | string): err is ShardError {
   return err instanceof ShardError && (code === undefined || err.code === code);
 }

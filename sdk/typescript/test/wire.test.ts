@@ -189,6 +189,14 @@ function compare(iface: string, schemaKey: string): string[] {
   return out;
 }
 
+test("ErrorCode is the enum of openapi.json's Error.code: every code the server sends", () => {
+  const alias = source.statements.find((st): st is ts.TypeAliasDeclaration => ts.isTypeAliasDeclaration(st) && st.name.text === "ErrorCode");
+  assert.ok(alias, `${typesFile} declares no type ErrorCode`);
+  const want = schemas.Error?.properties?.code?.enum;
+  assert.ok(want?.length, "openapi.json's Error.code has no enum");
+  assert.deepEqual(sorted(literalsOf(alias.type)), sorted(want.map(String)));
+});
+
 test("every interface of types.ts is the copy of a schema in openapi.json", () => {
   assert.ok(interfaces.size > 10, `found only ${interfaces.size} interfaces in ${typesFile}`);
   const missing = [...interfaces.keys()].filter((i) => !schemas[schemaName(i)]);

@@ -15,7 +15,7 @@ project requests act in ``$SHARD_PROJECT`` (unset: the key's own)::
 """
 
 from ._client import Credentials, Environment, ExecStream, Sandbox, Shard
-from ._errors import ShardError
+from ._errors import ERROR_CODES, ShardError
 from ._files import FileReader, Files
 from ._types import (
     Change,
@@ -48,6 +48,7 @@ from ._types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ERROR_CODES",
     "Change",
     "Checkpoint",
     "SandboxRemoved",

@@ -2,18 +2,124 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, cast
+from typing import Any, Dict, FrozenSet, Optional, cast
 
-__all__ = ["ShardError", "unreachable"]
+__all__ = ["ERROR_CODES", "ShardError", "unreachable"]
+
+# Every code of the server's errors: the enum of ``Error.code`` in its
+# OpenAPI document (tests/test_wire.py keeps them equal). A newer server may
+# add codes: treat a code not here by its HTTP status.
+ERROR_CODES: FrozenSet[str] = frozenset(
+    {
+        "ambiguous_name",
+        "bad_archive",
+        "bad_node_signature",
+        "body_too_large",
+        "canceled",
+        "checkpoint_exists",
+        "checkpoint_gone",
+        "checkpoint_in_use",
+        "checkpoint_not_found",
+        "cluster_full",
+        "cluster_unavailable",
+        "command_not_found",
+        "conflict",
+        "different_images",
+        "directory_not_empty",
+        "disk_full",
+        "environment_copy",
+        "environment_exists",
+        "environment_not_found",
+        "exec_failed",
+        "failed",
+        "file_not_found",
+        "files_helper_failed",
+        "forbidden",
+        "fork_hook_failed",
+        "freeze_timeout",
+        "grant_failed",
+        "grant_not_found",
+        "image_copy_mismatch",
+        "image_in_use",
+        "image_not_exportable",
+        "image_not_found",
+        "image_shared",
+        "image_too_large",
+        "insufficient_memory",
+        "insufficient_storage",
+        "internal",
+        "invalid_argument",
+        "invalid_image",
+        "invalid_path",
+        "invalid_state",
+        "io_error",
+        "is_a_directory",
+        "missing_scope",
+        "name_taken",
+        "no_addresses",
+        "no_node",
+        "node_full",
+        "node_not_found",
+        "node_unreachable",
+        "nodes_only",
+        "not_a_directory",
+        "not_a_regular_file",
+        "not_clustered",
+        "not_found",
+        "path_exists",
+        "path_unsafe",
+        "permission_denied",
+        "policy_failed",
+        "policy_refused",
+        "port_unreachable",
+        "provider_unavailable",
+        "quota_exceeded",
+        "read_only",
+        "registry_denied",
+        "registry_not_allowed",
+        "registry_timeout",
+        "registry_unreachable",
+        "sandbox_busy",
+        "sandbox_frozen",
+        "sandbox_limit",
+        "sandbox_not_found",
+        "sandbox_not_running",
+        "sandbox_running",
+        "sandbox_unreachable",
+        "secret_not_found",
+        "server_stopping",
+        "session_has_checkpoints",
+        "session_in_use",
+        "session_not_found",
+        "session_unusable",
+        "setup_failed",
+        "short_body",
+        "snapshot_gone",
+        "snapshot_not_found",
+        "timeout",
+        "token_not_found",
+        "too_large",
+        "too_many_connections",
+        "too_many_requests",
+        "unauthenticated",
+        "unavailable",
+        "unsafe_archive",
+        "unsupported",
+        "upstream",
+        "wrong_node",
+        "wrong_project",
+    }
+)
 
 
 class ShardError(Exception):
     """An error from the shard server, or from reaching it.
 
     Attributes:
-        code: a stable, machine-readable code: the server's own
-            (``sandbox_not_found``, ``name_taken``, ``sandbox_not_running``,
-            ``missing_scope``, ``unauthenticated``, ...), or one of the SDK's:
+        code: a stable, machine-readable code: the server's own, one of
+            ERROR_CODES (``sandbox_not_found``, ``name_taken``,
+            ``sandbox_not_running``, ``missing_scope``, ``unauthenticated``,
+            ...), or one of the SDK's:
             ``unreachable`` (no connection to the server, or it broke),
             ``bad_response`` (an answer the SDK could not read),
             ``stream_ended`` (an exec stream ended before its exit line),
