@@ -442,11 +442,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 		// The node's own sandboxes are its own again, whatever etcd held
 		// while it was away; then it beats.
 		clu.Start(func(ctx context.Context) error {
-			mine, err := svc.List(project.With(ctx, ""))
+			mine, err := svc.List(project.Unscoped(ctx, "the cluster's reconcile: this node's sandboxes"))
 			if err != nil {
 				return err
 			}
-			envs, err := svc.Environments(project.With(ctx, ""))
+			envs, err := svc.Environments(project.Unscoped(ctx, "the cluster's reconcile: this node's environments"))
 			if err != nil {
 				return err
 			}
@@ -604,7 +604,7 @@ func localHost(host string) bool {
 // records as they are (removed, or imported again, while this node was
 // away), unless a sandbox here uses one.
 func reconcileImports(ctx context.Context, clu *cluster.Cluster, images *image.Store, sandboxes []*store.Sandbox, log *slog.Logger) error {
-	all, err := images.List(project.With(ctx, ""))
+	all, err := images.List(project.Unscoped(ctx, "the cluster's reconcile: this node's imported images"))
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,7 @@ func everyProject(r *http.Request) (context.Context, error) {
 		p := auth.From(r.Context())
 		return nil, errdefs.New(errdefs.KindForbidden, "wrong_project", "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
 	}
-	return project.With(r.Context(), ""), nil
+	return project.Unscoped(r.Context(), "all_projects=true of a key of every project"), nil
 }
 
 // isAdmin reports whether the request may act on every project (list all,

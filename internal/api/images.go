@@ -48,7 +48,7 @@ func (s *Server) removeImage(r *http.Request) (any, int, error) {
 	}
 	// Every project's sandboxes may use a shared image: all are asked,
 	// and another project's is not named.
-	sbs, err := s.Sandboxes.List(project.With(r.Context(), ""))
+	sbs, err := s.Sandboxes.List(project.Unscoped(r.Context(), "an image's users, of every project"))
 	if err != nil {
 		return nil, 0, err
 	}

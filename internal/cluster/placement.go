@@ -208,7 +208,7 @@ func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox, envs []*
 	if err := c.reconcileEnvs(ctx, envs); err != nil {
 		return err
 	}
-	held, err := c.Placements(project.With(ctx, ""), c.cfg.Node)
+	held, err := c.Placements(project.Unscoped(ctx, "the cluster's reconcile: this node's placements"), c.cfg.Node)
 	if err != nil {
 		return err
 	}

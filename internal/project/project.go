@@ -20,19 +20,39 @@ func Check(name string) error { return names.Name("project", name) }
 
 type ctxKey struct{}
 
+// marker is what a context carries: one project, or every one and why.
+type marker struct {
+	project string
+	all     bool
+	why     string // why a context sees every project (for logs and debugging)
+}
+
 // With returns ctx scoped to the project name: lookups see its objects only
 // and new objects are made in it. With "" it is unscoped again: it sees
-// every project (the server's own work, an administrator's list of all).
+// every project (Unscoped says why, and is how new code says it).
 func With(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, name)
+	return context.WithValue(ctx, ctxKey{}, marker{project: name, all: name == ""})
+}
+
+// Unscoped returns ctx seeing every project: the server's own work
+// (reconcile, the watcher, spares) and an administrator's list of all.
+// why says what the work is; it is kept for logs and debugging (Why).
+func Unscoped(ctx context.Context, why string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, marker{all: true, why: why})
+}
+
+// Why returns the reason ctx was made Unscoped, and whether it was.
+func Why(ctx context.Context) (string, bool) {
+	m, _ := ctx.Value(ctxKey{}).(marker)
+	return m.why, m.all
 }
 
 // From returns the project ctx is scoped to, and whether it is scoped at
 // all. The server's own work (reconcile, the watcher, spares) runs
 // unscoped and sees every project; every API request is scoped.
 func From(ctx context.Context) (string, bool) {
-	p, _ := ctx.Value(ctxKey{}).(string)
-	return p, p != ""
+	m, _ := ctx.Value(ctxKey{}).(marker)
+	return m.project, m.project != ""
 }
 
 // Of returns the project a new object made under ctx belongs to: ctx's, or
