@@ -442,11 +442,12 @@ func serve(ctx context.Context, o *serveOptions) error {
 		// The node's own sandboxes are its own again, whatever etcd held
 		// while it was away; then it beats.
 		clu.Start(func(ctx context.Context) error {
-			mine, err := svc.List(project.Unscoped(ctx, "the cluster's reconcile: this node's sandboxes"))
+			ctx = project.Unscoped(ctx, "the cluster's reconcile: this node's sandboxes, environments and imports")
+			mine, err := svc.List(ctx)
 			if err != nil {
 				return err
 			}
-			envs, err := svc.Environments(project.Unscoped(ctx, "the cluster's reconcile: this node's environments"))
+			envs, err := svc.Environments(ctx)
 			if err != nil {
 				return err
 			}
@@ -602,9 +603,9 @@ func localHost(host string) bool {
 // reconcileImports puts this node's own imports back into the cluster, and
 // drops its copies of other nodes' imports that the cluster no longer
 // records as they are (removed, or imported again, while this node was
-// away), unless a sandbox here uses one.
+// away), unless a sandbox here uses one. ctx sees every project (Unscoped).
 func reconcileImports(ctx context.Context, clu *cluster.Cluster, images *image.Store, sandboxes []*store.Sandbox, log *slog.Logger) error {
-	all, err := images.List(project.Unscoped(ctx, "the cluster's reconcile: this node's imported images"))
+	all, err := images.List(ctx)
 	if err != nil {
 		return err
 	}

@@ -509,7 +509,7 @@ func (s *Store) Devices(ref string) []specs.LinuxDevice {
 	if s == nil {
 		return nil
 	}
-	img, err := s.Get(context.Background(), ref)
+	img, err := s.Get(project.Unscoped(context.Background(), "a sandbox's image's devices, by digest in any project"), ref)
 	if err != nil {
 		return nil
 	}
