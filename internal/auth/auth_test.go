@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/store"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 func TestCovers(t *testing.T) {
@@ -71,7 +72,7 @@ func TestPrincipal(t *testing.T) {
 }
 
 func BenchmarkAuthenticate(b *testing.B) {
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test")
 	st, err := store.Open(ctx, filepath.Join(b.TempDir(), "db"))
 	if err != nil {
 		b.Fatal(err)
@@ -91,7 +92,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 }
 
 func TestTokenNames(t *testing.T) {
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test")
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
