@@ -469,7 +469,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if _, ok := c.(*net.UnixConn); ok {
-				return auth.WithPrincipal(ctx, auth.Admin)
+				return auth.WithPrincipal(ctx, auth.Socket)
 			}
 			return ctx
 		},

@@ -377,7 +377,7 @@ func needFor(r *http.Request, grants, policy bool) error {
 // console hides what the key cannot do). The socket is the administrator.
 func (s *Server) whoami(r *http.Request) (any, int, error) {
 	p := auth.From(r.Context())
-	if p == nil || p.Admin {
+	if p.Admin {
 		return Whoami{Name: "admin", Project: store.AllProjects, Scopes: []string{auth.All}, AllProjects: true}, 200, nil
 	}
 	return Whoami{Name: p.Name, Project: p.Project, Scopes: p.Scopes, AllProjects: p.AllProjects()}, 200, nil
