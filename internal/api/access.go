@@ -177,7 +177,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ps, err := s.projects(project.Unscoped(r.Context(), "the quota's answer: the project set, whoever holds it"), name)
+	ps, err := s.projects(project.Unscoped(r.Context(), "the quota's answer is the project it was set on (only an administrator sets one)"), name)
 	if err != nil || len(ps) != 1 {
 		return nil, 0, cmp.Or(err, fmt.Errorf("project %s not listed after its quota was set", name))
 	}
