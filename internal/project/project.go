@@ -66,7 +66,7 @@ func With(ctx context.Context, name string) context.Context {
 }
 
 // Unscoped returns ctx seeing every project: the server's own work
-// (reconcile, the watcher, spares) and an administrator's list of all.
+// (reconcile, the watcher, the sweeps) and an administrator's list of all.
 // why says what the work is; it is kept for logs and debugging (Why).
 func Unscoped(ctx context.Context, why string) context.Context {
 	if why == "" && underTest() {
