@@ -66,6 +66,7 @@ const (
 	CodeNameTaken             = "name_taken"              // 409
 	CodeNoAddresses           = "no_addresses"            // 503: the sandbox network has no free address
 	CodeNoNode                = "no_node"                 // 503: no node of the cluster is up
+	CodeNoProject             = "no_project"              // 403: a key that belongs to no project, which can act in none
 	CodeNodeFull              = "node_full"               // 507: the node asked for has not the memory for the sandbox
 	CodeNodeNotFound          = "node_not_found"          // 404
 	CodeNodeUnreachable       = "node_unreachable"        // 503: the node that holds it does not answer
@@ -130,7 +131,7 @@ var Codes = sortedCodes(
 	CodeForkHookFailed, CodeFreezeTimeout, CodeGrantFailed, CodeGrantNotFound, CodeImageCopyMismatch,
 	CodeImageInUse, CodeImageNotExportable, CodeImageNotFound, CodeImageShared, CodeImageTooLarge,
 	CodeInsufficientMemory, CodeInvalidImage, CodeInvalidPath, CodeInvalidState, CodeIOError, CodeIsADirectory,
-	CodeMissingScope, CodeNameTaken, CodeNoAddresses, CodeNoNode, CodeNodeFull, CodeNodeNotFound,
+	CodeMissingScope, CodeNameTaken, CodeNoAddresses, CodeNoNode, CodeNoProject, CodeNodeFull, CodeNodeNotFound,
 	CodeNodeUnreachable, CodeNodesOnly, CodeNotADirectory, CodeNotARegularFile, CodeNotClustered,
 	CodePathExists, CodePathUnsafe, CodePermissionDenied, CodePolicyFailed, CodePolicyRefused,
 	CodePortUnreachable, CodeProviderUnavailable, CodeQuotaExceeded, CodeReadOnly, CodeRegistryDenied,

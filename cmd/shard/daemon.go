@@ -286,7 +286,7 @@ func (d *daemon) listen(context.Context) error {
 		// administrator. TCP requests need an API key (api.guard).
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if _, ok := c.(*net.UnixConn); ok {
-				return auth.WithPrincipal(ctx, auth.Admin)
+				return auth.WithPrincipal(ctx, auth.Socket)
 			}
 			return ctx
 		},
@@ -370,7 +370,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		// The node's own sandboxes are its own again, whatever etcd held
 		// while it was away; then it beats.
 		d.clu.Start(func(ctx context.Context) error {
-			ctx = project.With(ctx, "")
+			ctx = project.Unscoped(ctx, "the cluster's reconcile: this node's sandboxes, environments and imports")
 			mine, err := svc.List(ctx)
 			if err != nil {
 				return err

@@ -403,9 +403,9 @@ func localHost(host string) bool {
 // reconcileImports puts this node's own imports back into the cluster, and
 // drops its copies of other nodes' imports that the cluster no longer
 // records as they are (removed, or imported again, while this node was
-// away), unless a sandbox here uses one.
+// away), unless a sandbox here uses one. ctx sees every project (Unscoped).
 func reconcileImports(ctx context.Context, clu *cluster.Cluster, images *image.Store, sandboxes []*store.Sandbox, log *slog.Logger) error {
-	all, err := images.List(project.With(ctx, ""))
+	all, err := images.List(ctx)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 		proj = req.Project
 	}
 	// A token is made in the project it is for (names are unique there).
-	ctx := project.With(r.Context(), "")
+	ctx := project.Unscoped(r.Context(), "a token is made in the project it is for")
 	rec, key, err := s.Tokens.Create(ctx, req.Name, req.Scopes, proj)
 	if err != nil {
 		return nil, 0, err
@@ -71,7 +71,7 @@ func (s *Server) createToken(r *http.Request) (any, int, error) {
 func (s *Server) listProjects(r *http.Request) (any, int, error) {
 	ctx := r.Context()
 	if isAdmin(ctx) {
-		ctx = project.With(ctx, "")
+		ctx = project.Unscoped(ctx, "a key of every project lists every project")
 	}
 	out, err := s.projects(ctx, "")
 	if err != nil {
@@ -177,7 +177,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ps, err := s.projects(project.With(r.Context(), ""), name)
+	ps, err := s.projects(project.Unscoped(r.Context(), "the quota's answer is the project it was set on (only an administrator sets one)"), name)
 	if err != nil || len(ps) != 1 {
 		return nil, 0, cmp.Or(err, fmt.Errorf("project %s not listed after its quota was set", name))
 	}
@@ -189,7 +189,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 // project's.
 func tokenContext(r *http.Request) context.Context {
 	if isAdmin(r.Context()) && requestedProject(r) == "" {
-		return project.With(r.Context(), "")
+		return project.Unscoped(r.Context(), "a key of every project lists every token")
 	}
 	return r.Context()
 }
@@ -381,7 +381,7 @@ func needFor(r *http.Request, grants, policy bool) error {
 // console hides what the key cannot do). The socket is the administrator.
 func (s *Server) whoami(r *http.Request) (any, int, error) {
 	p := auth.From(r.Context())
-	if p == nil || p.Admin {
+	if p.Admin {
 		return Whoami{Name: "admin", Project: store.AllProjects, Scopes: []string{auth.All}, AllProjects: true}, 200, nil
 	}
 	return Whoami{Name: p.Name, Project: p.Project, Scopes: p.Scopes, AllProjects: p.AllProjects()}, 200, nil

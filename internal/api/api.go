@@ -219,13 +219,15 @@ func (s *Server) Handler() http.Handler {
 	return s.logged(bodyDeadline(s.BodyTimeout, s.peers(mux)))
 }
 
-// guard finds who makes the request (the Unix socket's administrator, or
-// the holder of an API key) and lets it through only if its scopes cover
-// scope: 401 without a valid key, 403 naming the missing scope.
+// guard finds who makes the request (the Unix socket's administrator, the
+// holder of an API key, or on a route anyone may call auth.Anonymous) and
+// lets it through only if its scopes cover scope: 401 without a valid
+// key, 403 naming the missing scope. Every request leaves it with its
+// principal, and every one but Anonymous's with its project.
 func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p := auth.From(r.Context())
-		if p == nil && scope != auth.None {
+		p, known := auth.Lookup(r.Context())
+		if !known && scope != auth.None {
 			key, ok := bearer(r)
 			if !ok {
 				s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeUnauthenticated, "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)"))
@@ -252,26 +254,29 @@ func (s *Server) guard(scope string, next http.HandlerFunc) http.HandlerFunc {
 				s.writeError(w, r, err)
 				return
 			}
-			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
 		}
-		if p != nil {
-			if info := infoOf(r.Context()); info != nil && !p.Admin {
-				info.key = p.Name
-			}
-			if err := p.Need(scope); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
-			// Every request acts in one project, and the store sees only
-			// that project's objects (internal/project).
-			proj, err := p.ProjectFor(requestedProject(r))
-			if err != nil {
-				s.writeError(w, r, err)
-				return
-			}
-			r = r.WithContext(project.With(r.Context(), proj))
+		r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+		if info := infoOf(r.Context()); info != nil && !p.Admin && p != auth.Anonymous {
+			info.key = p.Name
 		}
-		next(w, r)
+		if err := p.Need(scope); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if p == auth.Anonymous {
+			// It acts in no project: what it may call reads none, and
+			// the store refuses a context without one.
+			next(w, r)
+			return
+		}
+		// Every other request acts in one project, and the store sees
+		// only that project's objects (internal/project).
+		proj, err := p.ProjectFor(requestedProject(r))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next(w, r.WithContext(project.With(r.Context(), proj)))
 	}
 }
 
@@ -320,21 +325,18 @@ func everyProject(r *http.Request) (context.Context, error) {
 		p := auth.From(r.Context())
 		return nil, errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: only a key of every project lists them all", p.Name, p.Project)
 	}
-	return project.With(r.Context(), ""), nil
+	return project.Unscoped(r.Context(), "all_projects=true of a key of every project"), nil
 }
 
 // isAdmin reports whether the request may act on every project (list all,
 // see every token, remove a shared image, make keys of other projects): a
-// key of every project, or the socket.
-func isAdmin(ctx context.Context) bool { p := auth.From(ctx); return p == nil || p.AllProjects() }
+// key of every project, or the socket. A request with no principal is
+// Anonymous's, and never the administrator's.
+func isAdmin(ctx context.Context) bool { return auth.From(ctx).AllProjects() }
 
-// need checks extra scopes a handler finds it needs (beyond its route's).
-func need(r *http.Request, scopes ...string) error {
-	if p := auth.From(r.Context()); p != nil {
-		return p.Need(scopes...)
-	}
-	return nil
-}
+// need checks extra scopes a handler finds it needs (beyond its route's);
+// a request with no principal (Anonymous) has none.
+func need(r *http.Request, scopes ...string) error { return auth.From(r.Context()).Need(scopes...) }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")

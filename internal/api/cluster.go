@@ -176,9 +176,18 @@ func (s *Server) peers(next http.Handler) http.Handler {
 		// who the node vouched for.
 		r.Header.Del(nodeSignatureHeader)
 		r.Header.Del(nodePrincipalHeader)
-		p := &auth.Principal{Admin: v.Admin, TokenID: v.TokenID, Name: v.Name, Scopes: v.Scopes, Project: v.Project}
-		if v.Admin {
-			p = auth.Admin
+		// The socket's administrator and Anonymous are themselves here
+		// too: a call vouched for no project ("-", as vouch sends
+		// Anonymous, or none) is Anonymous's on purpose, which acts in
+		// no project, never one that sees every project.
+		var p *auth.Principal
+		switch {
+		case v.Admin:
+			p = auth.Socket
+		case v.Project == "" || v.Project == project.Nowhere:
+			p = auth.Anonymous
+		default:
+			p = &auth.Principal{TokenID: v.TokenID, Name: v.Name, Scopes: v.Scopes, Project: v.Project}
 		}
 		r.Header.Del(ProjectHeader)
 		if v.Asked != "" {
@@ -193,12 +202,13 @@ func (s *Server) peers(next http.Handler) http.Handler {
 // drops the caller's key from it.
 func (s *Server) vouch(out, in *http.Request, to string) {
 	client.DropKey(out)
-	// No principal (a route anyone may call) vouches for no one: no scope.
-	v := vouched{Name: "anonymous", Project: "-", Asked: requestedProject(in)}
+	// Anonymous (a route anyone may call) vouches for no one: no scope,
+	// no project.
+	v := vouched{Name: auth.Anonymous.Name, Project: project.Nowhere, Asked: requestedProject(in)}
 	switch p := auth.From(in.Context()); {
-	case p == nil:
+	case p == auth.Anonymous:
 	case p.Admin:
-		v.Admin, v.Name, v.Project = true, auth.Admin.Name, ""
+		v.Admin, v.Name, v.Project = true, auth.Socket.Name, ""
 	default:
 		v.TokenID, v.Name, v.Scopes, v.Project = p.TokenID, p.Name, p.Scopes, p.Project
 	}
@@ -645,7 +655,7 @@ func (s *Server) listNodes(r *http.Request) (any, int, error) {
 	// A project's key counts its own project's sandboxes only.
 	pctx := r.Context()
 	if isAdmin(pctx) {
-		pctx = project.With(pctx, "")
+		pctx = project.Unscoped(pctx, "a key of every project counts every placement")
 	}
 	ps, err := s.Cluster.Placements(pctx, "")
 	if err != nil {

@@ -106,6 +106,30 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 			t.Fatalf("served as %+v from %q (project %q)", who, from, seen.Get(ProjectHeader))
 		}
 	}
+	// Who a node vouches for is served as itself: the socket's
+	// administrator, or Anonymous for a call of no project ("-", as vouch
+	// sends it, or none), never a principal of every project.
+	for _, tc := range []struct {
+		vouched string
+		want    *auth.Principal
+	}{
+		{`{"name":"anonymous","project":"-"}`, auth.Anonymous},
+		{`{"name":"old","scopes":["*"],"project":""}`, auth.Anonymous},
+		{`{"admin":true,"name":"the local administrator","project":""}`, auth.Socket},
+	} {
+		who = nil
+		r, _ := http.NewRequest("GET", port.URL+"/v0/version", nil)
+		r.Header.Set(nodeSignatureHeader, "good")
+		r.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString([]byte(tc.vouched)))
+		resp, err := viaTLS("a").Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if who != tc.want {
+			t.Errorf("vouched %s: served as %+v, want %+v", tc.vouched, who, tc.want)
+		}
+	}
 	// A client certificate of another cluster key gets no handshake.
 	if _, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: nodeTLS([]byte(strings.Repeat("x", 32)), "a").Client("b")}}).Get(port.URL + "/v0/version"); err == nil {
 		t.Fatal("a certificate of another key was taken")

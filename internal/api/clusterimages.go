@@ -138,7 +138,7 @@ func (s *Server) ensureImport(r *http.Request, ref string) error {
 // dropCopy removes a copy of another node's import, unless a sandbox here
 // uses it.
 func (s *Server) dropCopy(ctx context.Context, img *image.Image) error {
-	sbs, err := s.Sandboxes.List(project.With(ctx, ""))
+	sbs, err := s.Sandboxes.List(project.Unscoped(ctx, "an image copy's users, of every project"))
 	if err != nil {
 		return err
 	}

@@ -97,8 +97,7 @@ func TestImageAccess(t *testing.T) {
 	s := &Server{Images: st, Log: slog.New(slog.DiscardHandler)}
 	h := s.Handler()
 	keyOf := func(r *http.Request) *http.Request {
-		ctx := auth.WithPrincipal(r.Context(), &auth.Principal{Name: "ci", Scopes: []string{"sandbox:write"}})
-		return r.WithContext(project.With(ctx, "team-a"))
+		return r.WithContext(auth.WithPrincipal(r.Context(), &auth.Principal{Name: "ci", Project: "team-a", Scopes: []string{"sandbox:write"}}))
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, keyOf(r)) }))
 	defer srv.Close()
@@ -124,7 +123,7 @@ func TestImageAccess(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden || got.Code != "image_shared" || !strings.Contains(got.Message, "only an admin key") {
 		t.Errorf("project key removes a pulled image: %d %+v, want 403 image_shared", resp.StatusCode, got)
 	}
-	if _, err := st.Get(context.Background(), ref.String()); err != nil {
+	if _, err := st.Get(project.Unscoped(context.Background(), "a test"), ref.String()); err != nil {
 		t.Errorf("the pulled image is gone: %v", err)
 	}
 	if !isAdmin(admin(httptest.NewRequest("GET", "/", nil)).Context()) || isAdmin(keyOf(httptest.NewRequest("GET", "/", nil)).Context()) {

@@ -22,16 +22,15 @@ func eventView(r *http.Request, e store.Event) Event {
 	// A grant's or a policy's event says what inspect hides from a key
 	// that may not read them (secret names, where they go; the policy):
 	// the event stays, its data does not.
-	if p := auth.From(r.Context()); p != nil {
-		switch e.Type {
-		case ledger.SecretGranted, ledger.SecretUngranted:
-			if !p.Can(auth.SecretRead) {
-				v.Data = nil
-			}
-		case ledger.PolicySet, ledger.PolicyCleared:
-			if !p.Can(auth.PolicyRead) {
-				v.Data = nil
-			}
+	p := auth.From(r.Context())
+	switch e.Type {
+	case ledger.SecretGranted, ledger.SecretUngranted:
+		if !p.Can(auth.SecretRead) {
+			v.Data = nil
+		}
+	case ledger.PolicySet, ledger.PolicyCleared:
+		if !p.Can(auth.PolicyRead) {
+			v.Data = nil
 		}
 	}
 	return v

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -276,7 +277,7 @@ func TestClientConnCap(t *testing.T) {
 // Retry-After), logged once with their count and never the key; a valid
 // key from another address is not slowed.
 func TestFailedKeysLimited(t *testing.T) {
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test: tokens are made as createToken makes them")
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "shard.db"))
 	if err != nil {
 		t.Fatal(err)

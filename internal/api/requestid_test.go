@@ -64,7 +64,7 @@ func TestRequestMetricsLabels(t *testing.T) {
 	}
 	w := httptest.NewRecorder()
 	scrape := httptest.NewRequest(http.MethodGet, "/metrics", nil)
-	h.ServeHTTP(w, scrape.WithContext(auth.WithPrincipal(scrape.Context(), auth.Admin)))
+	h.ServeHTTP(w, scrape.WithContext(auth.WithPrincipal(scrape.Context(), auth.Socket)))
 	out := w.Body.String()
 	for _, want := range []string{
 		`shard_api_requests_total{code="200",method="GET",route="GET /v0/version"} 1`,
@@ -149,7 +149,7 @@ func TestMetricsOnlyForEveryProject(t *testing.T) {
 		{&auth.Principal{Name: "prom-a", Project: "team-a", Scopes: []string{auth.MetricsRead}}, http.StatusForbidden},
 		{&auth.Principal{Name: "prom", Project: store.AllProjects, Scopes: []string{auth.MetricsRead}}, http.StatusOK},
 		{&auth.Principal{Name: "ci", Project: store.AllProjects, Scopes: []string{auth.SandboxRead}}, http.StatusForbidden},
-		{auth.Admin, http.StatusOK},
+		{auth.Socket, http.StatusOK},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 		w := httptest.NewRecorder()

@@ -50,13 +50,12 @@ func (s *Server) sandboxOut(r *http.Request, sb *store.Sandbox) Sandbox {
 // redact hides a sandbox's grants and policy from a token that may not read
 // them (their own routes need secret:read and policy:read).
 func redact(r *http.Request, v Sandbox) Sandbox {
-	if p := auth.From(r.Context()); p != nil {
-		if !p.Can(auth.SecretRead) {
-			v.Grants = []Grant{}
-		}
-		if !p.Can(auth.PolicyRead) {
-			v.Policy = nil
-		}
+	p := auth.From(r.Context())
+	if !p.Can(auth.SecretRead) {
+		v.Grants = []Grant{}
+	}
+	if !p.Can(auth.PolicyRead) {
+		v.Policy = nil
 	}
 	return v
 }

@@ -98,24 +98,42 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Principal is who makes a request.
+// Principal is who makes a request. Every request has one, never nil
+// (Tailscale's ipnauth.Actor habit): the Unix socket's (Socket), a key's,
+// or, on a route anyone may call, Anonymous. What a principal may do is
+// what it says, never what a missing one is taken to mean.
 type Principal struct {
 	Admin   bool // the Unix socket: everything
 	TokenID string
 	Name    string
 	Scopes  []string
 	// Project is the one project the key acts in, or store.AllProjects
-	// ("*") for a key of every project (the administrator's).
+	// ("*") for a key of every project (the administrator's). A principal
+	// of neither acts in no project (ProjectFor refuses it).
 	Project string
 }
+
+// Anonymous is the principal of a request that carries no key, on a route
+// anyone may call (auth.None: the version, the OpenAPI document): no
+// scope, no project, not the administrator.
+var Anonymous = &Principal{Name: "anonymous"}
+
+// Socket is the principal of a connection on the server's Unix socket,
+// which only root can reach: the administrator, of every project.
+var Socket = &Principal{Admin: true, Name: "the local administrator", Project: store.AllProjects}
 
 // AllProjects reports whether p may act in every project (and choose one
 // per request); a project's key acts in its own only.
 func (p *Principal) AllProjects() bool { return p.Admin || p.Project == store.AllProjects }
 
 // ProjectFor returns the project a request of p acts in: the one it asked
-// for (want; "" is the default project) if p may act there.
+// for (want; "" is the default project) if p may act there. A principal of
+// no project (Anonymous, or a key whose project is not a project's name)
+// may act in none.
 func (p *Principal) ProjectFor(want string) (string, error) {
+	if !p.AllProjects() && project.Check(p.Project) != nil {
+		return "", errdefs.New(errdefs.KindForbidden, client.CodeNoProject, "%s belongs to no project: it cannot act in one (a key of a project can: shard token create --project NAME)", p.Name)
+	}
 	if want == "" {
 		if p.AllProjects() {
 			return project.Default, nil
@@ -128,21 +146,35 @@ func (p *Principal) ProjectFor(want string) (string, error) {
 	if p.AllProjects() {
 		return want, nil
 	}
-	if want != "" && want != p.Project {
+	if want != p.Project {
 		return "", errdefs.New(errdefs.KindForbidden, client.CodeWrongProject, "token %s belongs to project %s: it cannot act in project %s", p.Name, p.Project, want)
 	}
 	return p.Project, nil
 }
 
-// Can reports whether p may do what needs scope.
-func (p *Principal) Can(scope string) bool { return p.Admin || Covers(p.Scopes, scope) }
+// Can reports whether p may do what needs scope. Anonymous may do only
+// what needs none.
+func (p *Principal) Can(scope string) bool {
+	switch {
+	case scope == None:
+		return true
+	case p == Anonymous:
+		return false
+	}
+	return p.Admin || Covers(p.Scopes, scope)
+}
 
-// Need returns a forbidden error naming the scope p lacks, or nil.
+// Need returns a forbidden error naming the scope p lacks, or nil; for
+// Anonymous, an unauthenticated one (what it lacks is a key).
 func (p *Principal) Need(scopes ...string) error {
 	for _, s := range scopes {
-		if !p.Can(s) {
-			return errdefs.Wrap(errdefs.KindForbidden, client.CodeMissingScope, &MissingScope{Scope: s, Token: p.Name})
+		if p.Can(s) {
+			continue
 		}
+		if p == Anonymous {
+			return errdefs.New(errdefs.KindUnauth, client.CodeUnauthenticated, "this endpoint needs an API key: send Authorization: Bearer <key> (the SDKs and the CLI send SHARD_API_KEY)")
+		}
+		return errdefs.Wrap(errdefs.KindForbidden, client.CodeMissingScope, &MissingScope{Scope: s, Token: p.Name})
 	}
 	return nil
 }
@@ -156,16 +188,25 @@ func (e *MissingScope) Error() string {
 
 type ctxKey struct{}
 
-// WithPrincipal returns ctx carrying p.
+// WithPrincipal returns ctx carrying p (nil is Anonymous).
 func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	if p == nil {
+		p = Anonymous
+	}
 	return context.WithValue(ctx, ctxKey{}, p)
 }
 
-// From returns the principal ctx carries (nil if none).
+// From returns the principal ctx carries: Anonymous if none, never nil.
 func From(ctx context.Context) *Principal {
-	p, _ := ctx.Value(ctxKey{}).(*Principal)
+	p, _ := Lookup(ctx)
 	return p
 }
 
-// Admin is the Unix socket's principal.
-var Admin = &Principal{Admin: true, Name: "the local administrator", Project: store.AllProjects}
+// Lookup returns the principal ctx carries and whether it carries one
+// (Anonymous, and false, if not): the guard asks for a key only then.
+func Lookup(ctx context.Context) (*Principal, bool) {
+	if p, _ := ctx.Value(ctxKey{}).(*Principal); p != nil {
+		return p, true
+	}
+	return Anonymous, false
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/store"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 func TestCovers(t *testing.T) {
@@ -65,13 +66,13 @@ func TestPrincipal(t *testing.T) {
 	if !errors.As(err, &ms) || ms.Scope != SecretAll || errdefs.CodeOf(err) != "missing_scope" || errdefs.KindOf(err) != errdefs.KindForbidden {
 		t.Fatalf("Need = %v, want the missing secret:* (403 missing_scope)", err)
 	}
-	if !Admin.Can(TokenAll) || Admin.Need(All) != nil {
+	if !Socket.Can(TokenAll) || Socket.Need(All) != nil {
 		t.Fatal("the administrator can do everything")
 	}
 }
 
 func BenchmarkAuthenticate(b *testing.B) {
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test")
 	st, err := store.Open(ctx, filepath.Join(b.TempDir(), "db"))
 	if err != nil {
 		b.Fatal(err)
@@ -91,7 +92,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 }
 
 func TestTokenNames(t *testing.T) {
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test")
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestProjectFor(t *testing.T) {
 	}{
 		{all, "", "default", ""},
 		{all, "pb", "pb", ""},
-		{Admin, "pb", "pb", ""},
+		{Socket, "pb", "pb", ""},
 		{all, "*", "", "invalid_argument"},
 		{all, "../x", "", "invalid_argument"},
 		{pa, "", "pa", ""},
@@ -146,6 +147,10 @@ func TestProjectFor(t *testing.T) {
 		{pa, "pb", "", "wrong_project"},
 		{pa, "default", "", "wrong_project"},
 		{pa, "\x1b[31m", "", "invalid_argument"},
+		{Anonymous, "", "", "no_project"},
+		{Anonymous, "default", "", "no_project"},
+		{&Principal{Name: "old", Scopes: []string{All}}, "", "", "no_project"},
+		{&Principal{Name: "vouched", Project: "-"}, "", "", "no_project"},
 	} {
 		got, err := tt.p.ProjectFor(tt.want)
 		code := ""
@@ -157,6 +162,65 @@ func TestProjectFor(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "\x1b") {
 			t.Errorf("%s.ProjectFor(%q): the message carries the raw name: %v", tt.p.Name, tt.want, err)
+		}
+	}
+}
+
+// TestAnonymous: a request with no principal is Anonymous's, which may call
+// only what needs no scope, is not the administrator and acts in no
+// project; the socket's principal is the administrator, explicitly.
+func TestAnonymous(t *testing.T) {
+	if p := From(context.Background()); p != Anonymous {
+		t.Fatalf("From(a context with none) = %+v, want Anonymous", p)
+	}
+	if p, ok := Lookup(context.Background()); p != Anonymous || ok {
+		t.Errorf("Lookup(a context with none) = %+v, %v; want Anonymous, false", p, ok)
+	}
+	if p, ok := Lookup(WithPrincipal(context.Background(), nil)); p != Anonymous || !ok {
+		t.Errorf("Lookup(WithPrincipal(nil)) = %+v, %v; want Anonymous, true", p, ok)
+	}
+	if p := From(WithPrincipal(context.Background(), Socket)); p != Socket {
+		t.Errorf("From(WithPrincipal(Socket)) = %+v", p)
+	}
+	if Anonymous.AllProjects() || Anonymous.Admin {
+		t.Error("Anonymous may act in every project")
+	}
+	if !Socket.AllProjects() || !Socket.Admin {
+		t.Error("the socket's principal is not the administrator")
+	}
+	if err := Anonymous.Need(None); err != nil {
+		t.Errorf("Anonymous.Need(None) = %v, want nil", err)
+	}
+	for _, scope := range append([]string{AnyKey}, Known...) {
+		if Anonymous.Can(scope) {
+			t.Errorf("Anonymous.Can(%s)", scope)
+		}
+		if err := Anonymous.Need(scope); errdefs.KindOf(err) != errdefs.KindUnauth {
+			t.Errorf("Anonymous.Need(%s) = %v, want unauthenticated (it has no key)", scope, err)
+		}
+	}
+}
+
+// TestCan: who may do what, by principal and scope.
+func TestCan(t *testing.T) {
+	ci := &Principal{Name: "ci", Project: "pa", Scopes: []string{SandboxRead}}
+	for _, tt := range []struct {
+		p     *Principal
+		scope string
+		want  bool
+	}{
+		{Anonymous, None, true},
+		{Anonymous, AnyKey, false},
+		{Anonymous, SandboxRead, false},
+		{ci, None, true},
+		{ci, AnyKey, true},
+		{ci, SandboxRead, true},
+		{ci, SandboxWrite, false},
+		{Socket, All, true},
+		{Socket, TokenWrite, true},
+	} {
+		if got := tt.p.Can(tt.scope); got != tt.want {
+			t.Errorf("%s.Can(%q) = %v, want %v", tt.p.Name, tt.scope, got, tt.want)
 		}
 	}
 }

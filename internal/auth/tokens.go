@@ -94,8 +94,8 @@ func (t *Tokens) Authenticate(ctx context.Context, key string) (*Principal, erro
 	if !ok {
 		return nil, bad
 	}
-	rec, err := t.Store.GetToken(project.With(ctx, ""), id) // a key's id finds it in every project
-	if err == nil && rec.ID != id {                         // found by a name: never by a name
+	rec, err := t.Store.GetToken(project.Unscoped(ctx, "authentication: a key's id finds it in every project"), id)
+	if err == nil && rec.ID != id { // found by a name: never by a name
 		err = errdefs.NotFound(client.CodeTokenNotFound, "no token %s", id)
 	}
 	if err != nil {

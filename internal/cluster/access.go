@@ -24,7 +24,8 @@ func (c *Cluster) Tokens() *TokenStore { return &TokenStore{c: c} }
 
 // TokenStore keeps API keys' records (hashes, never keys) in etcd; every
 // node's mirror holds them, so a key is checked without a round trip and
-// still works on a node that has lost etcd.
+// still works on a node that has lost etcd. Like the SQLite store, it
+// refuses a context that carries no project (project.Require).
 type TokenStore struct{ c *Cluster }
 
 func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
@@ -50,6 +51,9 @@ func (t *TokenStore) AddToken(ctx context.Context, tok *store.Token) error {
 }
 
 func (t *TokenStore) GetToken(ctx context.Context, idOrName string) (*store.Token, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	notFound := store.TokenNotFound(idOrName)
 	if doc, ok := t.c.mirror.get("tokens/" + idOrName); ok {
 		var tok store.Token
@@ -118,6 +122,9 @@ func (t *TokenStore) getByID(ctx context.Context, id string) (*store.Token, erro
 }
 
 func (t *TokenStore) ListTokens(ctx context.Context) ([]*store.Token, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := t.list(ctx)
 	slices.SortStableFunc(out, func(a, b *store.Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, err
@@ -176,7 +183,8 @@ func (c *Cluster) Secrets() *SecretStore { return &SecretStore{c: c} }
 // SealKey is the key secrets are sealed with, derived from the cluster key.
 func (c *Cluster) SealKey() []byte { return slices.Clone(c.sealKey) }
 
-// SecretStore keeps sealed secrets in etcd.
+// SecretStore keeps sealed secrets in etcd. It refuses a context that
+// carries no project (project.Require).
 type SecretStore struct{ c *Cluster }
 
 func (s *SecretStore) PutSecret(ctx context.Context, sec *store.Secret) error {
@@ -194,6 +202,9 @@ func (s *SecretStore) PutSecret(ctx context.Context, sec *store.Secret) error {
 }
 
 func (s *SecretStore) GetSecret(ctx context.Context, name string) (*store.Secret, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	all, err := s.ListSecrets(ctx)
 	if err != nil {
 		return nil, err
@@ -214,6 +225,9 @@ func (s *SecretStore) GetSecret(ctx context.Context, name string) (*store.Secret
 }
 
 func (s *SecretStore) ListSecrets(ctx context.Context) ([]*store.Secret, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	prefix := s.c.key("secrets") + "/"
 	if p, ok := project.From(ctx); ok {
 		prefix += p + "/"

@@ -32,6 +32,7 @@ import (
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
+	"github.com/useshards/shard/internal/project"
 )
 
 func zapNop() *zap.Logger { return zap.NewNop() }
@@ -215,7 +216,7 @@ func (c *Cluster) TLS() *NodeTLS { return c.tls }
 func (c *Cluster) Start(reconcile func(context.Context) error) {
 	c.reconcile = reconcile
 	if reconcile != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*Timeout)
+		ctx, cancel := context.WithTimeout(project.Unscoped(context.Background(), "the cluster's reconcile after joining"), 4*Timeout)
 		if err := reconcile(ctx); err != nil {
 			c.cfg.Log.Warn("cluster: reconcile after joining", "err", err)
 		}
@@ -401,7 +402,7 @@ func (c *Cluster) beat(ctx context.Context) error {
 			return err
 		}
 		if c.reconcile != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), 4*Timeout)
+			rctx, cancel := context.WithTimeout(project.Unscoped(context.Background(), "the cluster's reconcile after joining again"), 4*Timeout)
 			defer cancel()
 			if err := c.reconcile(rctx); err != nil {
 				c.cfg.Log.Warn("cluster: reconcile after joining again", "err", err)

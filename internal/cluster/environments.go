@@ -81,6 +81,9 @@ func (c *Cluster) releaseEnv(ctx context.Context, proj, name string) error {
 // Environment returns where environment name (in ctx's project) was
 // built: from the mirror, else from etcd.
 func (c *Cluster) Environment(ctx context.Context, name string) (*EnvPlacement, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	doc, ok, err := c.record(ctx, envKey(project.Of(ctx), name))
 	if err != nil {
 		return nil, err

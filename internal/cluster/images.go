@@ -87,6 +87,9 @@ func (c *Cluster) releaseImport(ctx context.Context, proj, ref string) error {
 // ctx's project was made: from the mirror, else from etcd. One the
 // cluster does not know is image_not_found.
 func (c *Cluster) Image(ctx context.Context, ref string) (*ImagePlacement, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	proj := project.Of(ctx)
 	doc, ok, err := c.record(ctx, imageKey(proj, ref))
 	if err != nil {

@@ -115,6 +115,9 @@ func (c *Cluster) release(ctx context.Context, p Placement) error {
 // Locate finds where a sandbox (by id, or by name in ctx's project) lives:
 // in the mirror, else (it may be a moment old) in etcd.
 func (c *Cluster) Locate(ctx context.Context, idOrName string) (*Placement, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	if p, ok := c.locateMirrored(ctx, idOrName); ok {
 		return p, nil
 	}
@@ -176,6 +179,9 @@ func (c *Cluster) locateMirrored(ctx context.Context, idOrName string) (*Placeme
 // Placements lists the placements of one node ("" for every node), in
 // ctx's project when it is scoped.
 func (c *Cluster) Placements(ctx context.Context, node string) ([]Placement, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	docs := c.mirror.list("sandboxes/")
 	if !c.mirror.current() {
 		ctx, cancel := context.WithTimeout(ctx, Timeout)
@@ -209,7 +215,7 @@ func (c *Cluster) Reconcile(ctx context.Context, mine []*store.Sandbox, envs []*
 	if err := c.reconcileEnvs(ctx, envs); err != nil {
 		return err
 	}
-	held, err := c.Placements(project.With(ctx, ""), c.cfg.Node)
+	held, err := c.Placements(project.Unscoped(ctx, "the cluster's reconcile: this node's placements"), c.cfg.Node)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // In a cluster an import is its project's on every node: the node that
@@ -168,6 +169,9 @@ func (s *Store) keepBlob(ctx context.Context, what string, ls layerSource) error
 // An import made while the store kept no layer blobs (no registry set),
 // and a copy, cannot be exported (image_not_exportable).
 func (s *Store) Export(ctx context.Context, ref string, w io.Writer) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
@@ -282,6 +286,9 @@ type copyOf struct {
 // diffIDs as they are unpacked). A copy that does not match is refused
 // (image_copy_mismatch) and leaves nothing.
 func (s *Store) ImportCopy(ctx context.Context, r io.Reader, ref, digest, origin string) (*Image, error) {
+	if err := project.Require(ctx); err != nil { // before the copy is read
+		return nil, err
+	}
 	a, done, err := s.spool(ctx, r, fmt.Sprintf("the copy of %s from node %s", ref, origin), "copy")
 	defer done()
 	if err != nil {

@@ -138,7 +138,7 @@ func TestImportCopies(t *testing.T) {
 				if errdefs.CodeOf(err) != "image_copy_mismatch" || !strings.Contains(err.Error(), "does not match") {
 					t.Errorf("%s: %v, want image_copy_mismatch", what, err)
 				}
-				if all, _ := c.List(context.Background()); len(all) != 0 {
+				if all, _ := c.List(own()); len(all) != 0 {
 					t.Errorf("%s: the refused copy left %+v", what, all)
 				}
 				if n := len(layerDirs(t, c.Dir())); n != 0 {

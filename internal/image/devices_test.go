@@ -3,7 +3,6 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -87,7 +86,7 @@ func TestUnpackDevices(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			got, err := unpackLayer(context.Background(), bytes.NewReader(tarOf(t, tt.ents...)), root, nil, "", func(string, ...any) {})
+			got, err := unpackLayer(own(), bytes.NewReader(tarOf(t, tt.ents...)), root, nil, "", func(string, ...any) {})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +119,7 @@ func TestUnpackDevices(t *testing.T) {
 // no higher layer replaces or deletes, as overlayfs would show them.
 func TestImageDevices(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	s := openStore(t, t.TempDir())
 	chr := func(name string, minor int64) ent {
@@ -181,7 +180,7 @@ func TestImageDevices(t *testing.T) {
 // leftover is gone.
 func TestOpenUpgradesOldCache(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	dir := t.TempDir()
 	ref := host + "/dev/old:1"
@@ -253,7 +252,7 @@ func TestOpenUpgradesOldCache(t *testing.T) {
 // and every file that is not in a layer tree, is root's alone.
 func TestStoreIsPrivate(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	dir := filepath.Join(t.TempDir(), "images")
 	s := openStore(t, dir)

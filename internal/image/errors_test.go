@@ -2,7 +2,6 @@ package image
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -54,7 +53,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 
 func TestImportStreamErrors(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	tests := []struct {
 		name  string
 		body  func(t *testing.T) io.Reader
@@ -126,7 +125,7 @@ func TestImportErrorsHideTheStore(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := filepath.Join(dir, "in.tar")
 			os.WriteFile(f, tt.tar, 0o600)
-			_, err := s.Import(context.Background(), f, "localhost/x:1")
+			_, err := s.Import(own(), f, "localhost/x:1")
 			if err == nil {
 				t.Fatal("import succeeded")
 			}
@@ -151,7 +150,7 @@ func TestImportStreamSpoolsInTheStore(t *testing.T) {
 		}
 		return 0, io.EOF
 	}))
-	s.ImportStream(context.Background(), body, "localhost/x:1")
+	s.ImportStream(own(), body, "localhost/x:1")
 	if len(seen) != 1 || !strings.HasPrefix(seen[0], "upload-") {
 		t.Errorf("tmp/ while reading the upload: %v, want one upload-*", seen)
 	}
@@ -168,7 +167,7 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 // work says so without naming the host path (which goes to the log).
 func TestPullErrorsHideTheStore(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	push(t, host+"/e/app:1", ti.app)
@@ -208,7 +207,7 @@ func TestPullBadLayerIsNotUnreachable(t *testing.T) {
 	host := testRegistry(t)
 	push(t, host+"/e/bad:1", imageOf(t, runtime.GOARCH, layerOf(t, file("a", "x"), file("a/b", "y"))))
 	s := openStore(t, t.TempDir())
-	_, err := s.Pull(context.Background(), host+"/e/bad:1", nil)
+	_, err := s.Pull(own(), host+"/e/bad:1", nil)
 	if err == nil || errdefs.KindOf(err) == errdefs.KindUpstream || !strings.Contains(err.Error(), `entry "a/b": not a directory`) {
 		t.Errorf("err = %v (%s), want the entry's error, not upstream", err, errdefs.KindOf(err))
 	}

@@ -15,7 +15,6 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -138,7 +137,7 @@ func FuzzUnpackLayer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sb := newSandbox(t)
 		b := fuzzBudget(sb.target)
-		got, err := unpackLayer(context.Background(), &budgetReader{r: bytes.NewReader(data), b: b}, sb.target, b, "", func(string, ...any) {})
+		got, err := unpackLayer(own(), &budgetReader{r: bytes.NewReader(data), b: b}, sb.target, b, "", func(string, ...any) {})
 		sb.check(t)
 		checkErr(t, err, sb.base)
 		if err != nil {
@@ -169,7 +168,7 @@ func importFuzz(t *testing.T, archive []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imgs, err := s.ImportStream(context.Background(), bytes.NewReader(archive), "fuzz/image:1")
+	imgs, err := s.ImportStream(own(), bytes.NewReader(archive), "fuzz/image:1")
 	sb.check(t)
 	checkErr(t, err, sb.base)
 	if err != nil {
@@ -308,7 +307,7 @@ func FuzzImageConfig(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, err := s.install(context.Background(), &source{what: "fuzz", config: config}, nil)
+		in, err := s.install(own(), &source{what: "fuzz", config: config}, nil)
 		if err == nil {
 			_, err = s.commit([]string{"index.docker.io/fuzz/image:1"}, in)
 			s.unpin(in.pins...)

@@ -88,7 +88,7 @@ func TestRefusal(t *testing.T) {
 // TestPullNotAllowed: a pull from a registry on the host's own networks,
 // not listed by the admin, is refused before anything is connected.
 func TestPullNotAllowed(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	reg := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	port := reg.port()
 	tests := []struct {
@@ -165,7 +165,7 @@ func TestPullNotAllowed(t *testing.T) {
 // realm, not by a DNS answer that changes after the check (rebinding).
 // Each is refused when it is dialled; the target sees no connection.
 func TestPullHopsChecked(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	target := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte(`{"repositories":["secret-internal"]}`))
 	}))
@@ -258,7 +258,7 @@ func TestPullHopsChecked(t *testing.T) {
 // pull with a timeout error, at the response-header bound or at the
 // whole pull's.
 func TestPullTimeouts(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestPullTimeouts(t *testing.T) {
 // TestPullErrorShowsNoBody: what a registry answers never reaches the
 // error's text, only its status and well-formed codes.
 func TestPullErrorShowsNoBody(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	const secret = "SECRET-d41d8cd98f00"
 	tests := []struct {
 		name   string

@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -16,6 +17,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/useshards/shard/internal/hostdisk"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/testenv"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -299,3 +301,7 @@ func (l rawLayer) Uncompressed() (io.ReadCloser, error) {
 }
 func (l rawLayer) Size() (int64, error)                { return int64(len(l.blob)), nil }
 func (l rawLayer) MediaType() (types.MediaType, error) { return types.DockerLayer, nil }
+
+// own is the context of a test that uses the store as the server's own
+// work does: it sees every project, and makes imports in the default one.
+func own() context.Context { return project.Unscoped(context.Background(), "a test") }

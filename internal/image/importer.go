@@ -22,6 +22,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Annotations that name an image in an OCI layout. containerd and docker
@@ -53,6 +54,9 @@ type archive struct {
 // is required when the archive names no image and refused when it holds
 // several. Messages name the archive by path.
 func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, error) {
+	if err := project.Require(ctx); err != nil { // an import is made in ctx's project
+		return nil, err
+	}
 	a := &archive{file: path, what: path, base: filepath.Base(path)}
 	imgs, err := s.importArchive(ctx, a, ref, nil)
 	return imgs, s.public(err, a.names())
@@ -63,6 +67,9 @@ func (s *Store) Import(ctx context.Context, path string, ref string) ([]*Image, 
 // and removed when done (or, after a crash, by the next Open). Messages
 // call it "the upload" and never name a host path.
 func (s *Store) ImportStream(ctx context.Context, r io.Reader, ref string) ([]*Image, error) {
+	if err := project.Require(ctx); err != nil { // before the upload is read
+		return nil, err
+	}
 	a, done, err := s.spool(ctx, r, "the upload", "upload")
 	defer done()
 	if err != nil {

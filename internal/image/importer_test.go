@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -81,7 +80,7 @@ func legacyDockerSave(t *testing.T, path string, tags []string, gz bool, ti test
 
 func TestImportDockerArchive(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	ti := makeTestImages(t)
 	tmp := t.TempDir()
 
@@ -134,7 +133,7 @@ func TestImportDockerArchive(t *testing.T) {
 
 func TestImportOCILayout(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	ti := makeTestImages(t)
 	tmp := t.TempDir()
 

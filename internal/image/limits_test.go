@@ -101,7 +101,7 @@ func TestUnpackWritesHoles(t *testing.T) {
 	pt := tarOf(t, ent{name: "plain", typ: tar.TypeReg, body: string(plain)})
 	layer.Write(sp[:len(sp)-1024]) // without its end blocks
 	layer.Write(pt)
-	got, err := unpackLayer(context.Background(), bytes.NewReader(layer.Bytes()), d, nil, "", func(string, ...any) {})
+	got, err := unpackLayer(own(), bytes.NewReader(layer.Bytes()), d, nil, "", func(string, ...any) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestUnpackWritesHoles(t *testing.T) {
 // the context ends.
 func TestUnpackStopsWhenCancelled(t *testing.T) {
 	requireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(own(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -186,7 +186,7 @@ func TestPullBombs(t *testing.T) {
 			push(t, ref, imageOf(t, runtime.GOARCH, layers...))
 			s := openStore(t, t.TempDir(), limited)
 			start := time.Now()
-			_, err := s.Pull(context.Background(), ref, nil)
+			_, err := s.Pull(own(), ref, nil)
 			t.Logf("after %v: %v", time.Since(start), err)
 			wantErr(t, err, errdefs.KindTooLarge, "image_too_large", `image "`+ref+`" is too large`, tt.says, "shard serve --max-image-size", "at layer sha256:")
 			if left := leftovers(t, s); len(left) > 0 {
@@ -205,10 +205,10 @@ func TestPullCountsCachedLayers(t *testing.T) {
 	push(t, host+"/c/base:1", imageOf(t, runtime.GOARCH, base))
 	push(t, host+"/c/big:1", imageOf(t, runtime.GOARCH, base, blobLayer(t, gzipOf(t, zeroTar(t, "top", 20<<20)))))
 	s := openStore(t, t.TempDir(), limited)
-	if _, err := s.Pull(context.Background(), host+"/c/base:1", nil); err != nil {
+	if _, err := s.Pull(own(), host+"/c/base:1", nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Pull(context.Background(), host+"/c/big:1", nil)
+	_, err := s.Pull(own(), host+"/c/big:1", nil)
 	wantErr(t, err, errdefs.KindTooLarge, "image_too_large", "decompress to more than 32MiB")
 	if n := len(layerDirs(t, s.Dir())); n != 1 {
 		t.Errorf("%d layer dirs after the failed pull; want base's only", n)
@@ -247,7 +247,7 @@ func TestPullKeepsTheDiskReserve(t *testing.T) {
 				return f, nil
 			})
 			s := openStore(t, dir, func(o *Options) { o.MaxImageSize = 1 << 30; o.Disk = disk })
-			_, err := s.Pull(context.Background(), host+"/r/app:1", nil)
+			_, err := s.Pull(own(), host+"/r/app:1", nil)
 			wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", `image "`+host+`/r/app:1"`, tt.says)
 			if left := leftovers(t, s); len(left) > 0 {
 				t.Errorf("the failed pull left %v", left)
@@ -303,7 +303,7 @@ func TestPullBadImagesAre4xx(t *testing.T) {
 			ref := host + "/bad/" + string(rune('a'+i)) + ":1"
 			push(t, ref, c.img(t))
 			s := openStore(t, t.TempDir(), limited)
-			_, err := s.Pull(context.Background(), ref, nil)
+			_, err := s.Pull(own(), ref, nil)
 			wantErr(t, err, c.kind, c.code, c.says...)
 			if left := leftovers(t, s); len(left) > 0 {
 				t.Errorf("the failed pull left %v", left)
@@ -319,13 +319,13 @@ func TestImportUploadBounds(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
 	s := openStore(t, dir, func(o *Options) { o.MaxImageSize = 1 << 20 })
-	_, err := s.ImportStream(context.Background(), io.LimitReader(zeroReader{}, 1<<20+1), "x:1")
+	_, err := s.ImportStream(own(), io.LimitReader(zeroReader{}, 1<<20+1), "x:1")
 	wantErr(t, err, errdefs.KindTooLarge, "too_large", "cannot import the upload: it is larger than 1MiB", "shard serve --max-image-size")
 	if left := leftovers(t, s); len(left) > 0 {
 		t.Errorf("left %v", left)
 	}
 	// Exactly at the bound is taken (and found not to be an archive).
-	_, err = s.ImportStream(context.Background(), io.LimitReader(zeroReader{}, 1<<20), "x:1")
+	_, err = s.ImportStream(own(), io.LimitReader(zeroReader{}, 1<<20), "x:1")
 	wantErr(t, err, errdefs.KindInvalid, "invalid_argument")
 
 	s = openStore(t, t.TempDir(), limited, func(o *Options) {
@@ -333,7 +333,7 @@ func TestImportUploadBounds(t *testing.T) {
 			return hostdisk.Space{Total: 100 << 30, Avail: 5<<30 - 1}, nil
 		})
 	})
-	_, err = s.ImportStream(context.Background(), bytes.NewReader(archiveOf(t, "a", "b")), "x:1")
+	_, err = s.ImportStream(own(), bytes.NewReader(archiveOf(t, "a", "b")), "x:1")
 	wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", "not enough disk space for the upload")
 	if left := leftovers(t, s); len(left) > 0 {
 		t.Errorf("left %v", left)
@@ -398,7 +398,7 @@ func TestImportBombs(t *testing.T) {
 			if !strings.Contains(c.name, "over 4MiB") && !strings.Contains(c.name, "over 16MiB") {
 				s.maxImage = testLimit
 			}
-			_, err := s.ImportStream(context.Background(), bytes.NewReader(a), "")
+			_, err := s.ImportStream(own(), bytes.NewReader(a), "")
 			wantErr(t, err, errdefs.KindTooLarge, "image_too_large", c.says...)
 			if left := leftovers(t, s); len(left) > 0 {
 				t.Errorf("the failed import left %v", left)
@@ -410,12 +410,12 @@ func TestImportBombs(t *testing.T) {
 // TestUnpackHostErrorsAreInternal: a failure of the host's disk while
 // unpacking is the server's (500), not the image's.
 func TestUnpackHostErrorsAreInternal(t *testing.T) {
-	err := (&Store{log: slog.New(slog.DiscardHandler)}).layerErr(context.Background(), layerSource{digest: "sha256:aa"}, &budget{what: `image "x"`}, nil,
+	err := (&Store{log: slog.New(slog.DiscardHandler)}).layerErr(own(), layerSource{digest: "sha256:aa"}, &budget{what: `image "x"`}, nil,
 		&os.PathError{Op: "write", Path: "/x", Err: unix.EIO})
 	if errdefs.KindOf(err) != errdefs.KindInternal {
 		t.Errorf("EIO: %v (%s)", err, errdefs.KindOf(err))
 	}
-	err = (&Store{log: slog.New(slog.DiscardHandler)}).layerErr(context.Background(), layerSource{digest: "sha256:aa"}, &budget{what: `image "x"`}, nil,
+	err = (&Store{log: slog.New(slog.DiscardHandler)}).layerErr(own(), layerSource{digest: "sha256:aa"}, &budget{what: `image "x"`}, nil,
 		&os.PathError{Op: "write", Path: "/x", Err: unix.ENOSPC})
 	wantErr(t, err, errdefs.KindNoSpace, "insufficient_storage", `not enough disk space for image "x"`)
 }
@@ -430,7 +430,7 @@ func TestPullRepoNamedManifests(t *testing.T) {
 	ref := host + "/manifests/manifests:1"
 	push(t, ref, imageOf(t, runtime.GOARCH, layerOf(t, file("big", string(big)))))
 	s := openStore(t, t.TempDir())
-	if _, err := s.Pull(context.Background(), ref, nil); err != nil {
+	if _, err := s.Pull(own(), ref, nil); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]bool{"/v2/a/manifests/latest": true, "/v2/manifests/manifests/sha256:ab": true,

@@ -2,6 +2,8 @@ package image
 
 import (
 	"context"
+	"errors"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,7 +27,7 @@ func TestImportsPerProject(t *testing.T) {
 	s := openStore(t, dir, func(o *Options) { o.Mirrors = []string{"http://" + host} })
 	a := project.With(context.Background(), "team-a")
 	b := project.With(context.Background(), "team-b")
-	unscoped := context.Background()
+	unscoped := own()
 
 	pulled, err := s.Pull(a, "python:3.12-slim", nil)
 	if err != nil {
@@ -125,5 +127,35 @@ func TestImportsPerProject(t *testing.T) {
 	}
 	if err := s2.Remove(unscoped, "python:3.12-slim", true); err != nil {
 		t.Errorf("admin removes a pulled image: %v", err)
+	}
+}
+
+// TestNoProjectRefused: an import belongs to a project, so what finds or
+// makes one refuses a context that carries none (under test, a panic
+// naming the path) rather than guessing one.
+func TestNoProjectRefused(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	bare := context.Background()
+	for _, tt := range []struct {
+		name string
+		call func()
+	}{
+		{"Get", func() { s.Get(bare, "localhost/app:1") }},
+		{"Ensure", func() { s.Ensure(bare, "localhost/app:1", nil) }},
+		{"List", func() { s.List(bare) }},
+		{"Remove", func() { s.Remove(bare, "localhost/app:1", false) }},
+		{"Export", func() { s.Export(bare, "localhost/app:1", io.Discard) }},
+		{"Import", func() { s.Import(bare, filepath.Join(t.TempDir(), "none.tar"), "localhost/app:1") }},
+		{"ImportStream", func() { s.ImportStream(bare, strings.NewReader(""), "localhost/app:1") }},
+		{"ImportCopy", func() { s.ImportCopy(bare, strings.NewReader(""), "localhost/app:1", "sha256:00", "a") }},
+	} {
+		func() {
+			defer func() {
+				if err, _ := recover().(error); !errors.Is(err, project.ErrNoProject) {
+					t.Errorf("%s with no project: recovered %v, want ErrNoProject", tt.name, err)
+				}
+			}()
+			tt.call()
+		}()
 	}
 }

@@ -2,7 +2,6 @@ package image
 
 import (
 	"archive/tar"
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -90,7 +89,7 @@ func layerDirs(t *testing.T, dir string) []string {
 
 func TestPullUnpackReuseRemove(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	appRef, otherRef := host+"/test/app:v1", host+"/test/other:v1"
@@ -245,7 +244,7 @@ func checkStacked(t *testing.T, layers []string) {
 }
 
 func TestPullErrors(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	push(t, host+"/test/app:v1", ti.app)
@@ -276,7 +275,7 @@ func TestPullErrors(t *testing.T) {
 
 func TestPullMultiArchAndMirrors(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	foreign := imageOf(t, "s390x", ti.otherTop)
@@ -312,7 +311,7 @@ func TestPullMultiArchAndMirrors(t *testing.T) {
 
 func TestTagMovesKeepsOldByDigest(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	ref := host + "/test/app:v1"
@@ -346,7 +345,7 @@ func TestTagMovesKeepsOldByDigest(t *testing.T) {
 
 func TestConcurrentEnsure(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	push(t, host+"/test/app:v1", ti.app)
@@ -418,7 +417,7 @@ func TestNames(t *testing.T) {
 
 func TestRepeatedLayerStackedOnce(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	// base, appTop, base: the lower copy of base is redundant.
@@ -438,7 +437,7 @@ func TestRepeatedLayerStackedOnce(t *testing.T) {
 
 func TestRemoveOneOfTwoTagsPersists(t *testing.T) {
 	requireRoot(t)
-	ctx := context.Background()
+	ctx := own()
 	host := testRegistry(t)
 	ti := makeTestImages(t)
 	push(t, host+"/test/app:v1", ti.app)

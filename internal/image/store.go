@@ -264,6 +264,9 @@ func (s *Store) path(elem ...string) string {
 // familiar name, a full reference, or an ID/digest (or a prefix of at least
 // 12 hex digits of one). It fails with not_found/image_not_found otherwise.
 func (s *Store) Get(ctx context.Context, ref string) (*Image, error) {
+	if err := project.Require(ctx); err != nil { // an import is found in ctx's project
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys, err := s.resolveLocked(ctx, ref)
@@ -300,6 +303,9 @@ func (s *Store) Ensure(ctx context.Context, ref string, progress func(Progress))
 // List returns every reference ctx may see, sorted by name: the pulled
 // images and ctx's project's imports (every project's, unscoped).
 func (s *Store) List(ctx context.Context) ([]*Image, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Image, 0, len(s.idx.Refs))
@@ -329,6 +335,9 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 // asks), removing one is refused (403 image_shared). The caller makes sure
 // no sandbox still uses the image.
 func (s *Store) Remove(ctx context.Context, ref string, shared bool) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
@@ -510,7 +519,7 @@ func (s *Store) Devices(ref string) []specs.LinuxDevice {
 	if s == nil {
 		return nil
 	}
-	img, err := s.Get(context.Background(), ref)
+	img, err := s.Get(project.Unscoped(context.Background(), "a sandbox's image's devices, by digest in any project"), ref)
 	if err != nil {
 		return nil
 	}

@@ -3,7 +3,6 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 func unpackT(t *testing.T, ents ...ent) (string, error) {
 	t.Helper()
 	d := t.TempDir()
-	_, err := unpackLayer(context.Background(), bytes.NewReader(tarOf(t, ents...)), d, nil, "", func(string, ...any) {})
+	_, err := unpackLayer(own(), bytes.NewReader(tarOf(t, ents...)), d, nil, "", func(string, ...any) {})
 	return d, err
 }
 

@@ -28,7 +28,7 @@ func TestProjectQuotas(t *testing.T) {
 	f := newFakeService(t)
 	a := project.With(context.Background(), "team-a")
 	b := project.With(context.Background(), "team-b")
-	if err := f.svc.SetQuota(context.Background(), "team-a", store.Quota{Sandboxes: 3, MemoryBytes: 1 << 30, DiskBytes: 3 << 30}); err != nil {
+	if err := f.svc.SetQuota(own(), "team-a", store.Quota{Sandboxes: 3, MemoryBytes: 1 << 30, DiskBytes: 3 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(ctx context.Context, name string, mem, disk int64) (*store.Sandbox, error) {
@@ -66,17 +66,17 @@ func TestProjectQuotas(t *testing.T) {
 		t.Errorf("a1 after a refused start: %s", st)
 	}
 	// A fork of three past the slots makes none.
-	if err := f.svc.SetQuota(context.Background(), "team-a", store.Quota{Sandboxes: 5}); err != nil {
+	if err := f.svc.SetQuota(own(), "team-a", store.Quota{Sandboxes: 5}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.svc.Fork(a, "a2", ForkRequest{Name: "kid", Count: 3})
 	wantRefused(t, err, errdefs.KindForbidden, "quota_exceeded", "sandboxes")
-	all, err := f.st.ListSandboxes(context.Background())
+	all, err := f.st.ListSandboxes(own())
 	if err != nil || len(all) != 7 {
 		t.Fatalf("%d sandboxes after a refused fork (%v), want a1-a3 and b1-b4", len(all), err)
 	}
 	f.checkpoints(0)
-	uses, err := f.svc.ProjectUses(context.Background(), []string{"team-a", "team-b"})
+	uses, err := f.svc.ProjectUses(own(), []string{"team-a", "team-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestProjectQuotas(t *testing.T) {
 func TestHostMemoryAdmission(t *testing.T) {
 	f := newFakeService(t)
 	f.svc.adm.hostMemory, f.svc.adm.overcommit = 1<<30, 1
-	ctx := context.Background()
+	ctx := own()
 	for _, n := range []string{"m1", "m2"} {
 		if _, err := f.svc.Create(ctx, CreateRequest{Name: n, Image: fakeImage, Bounds: store.Bounds{MemoryBytes: 512 << 20}}); err != nil {
 			t.Fatal(err)
@@ -123,7 +123,7 @@ func TestLedgerQuota(t *testing.T) {
 	if err != nil || n <= 0 {
 		t.Fatalf("team-a's ledger bytes after a create: %d, %v", n, err)
 	}
-	if err := f.svc.SetQuota(context.Background(), "team-a", store.Quota{LedgerBytes: n}); err != nil {
+	if err := f.svc.SetQuota(own(), "team-a", store.Quota{LedgerBytes: n}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.svc.Create(a, CreateRequest{Name: "l2", Image: fakeImage})
@@ -138,7 +138,7 @@ func TestLedgerQuota(t *testing.T) {
 // nothing of the first: no record, no ledger session, no event.
 func TestFailedBatchLeavesNoSession(t *testing.T) {
 	f := newFakeService(t)
-	ctx := context.Background()
+	ctx := own()
 	f.create("src")
 	f.create("kid-2")
 	before, err := f.st.Sessions(ctx)

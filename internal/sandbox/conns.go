@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -51,6 +52,7 @@ func (s *Service) ConnectionsRefused(ctx context.Context, lim network.ConnLimits
 		n += r.Refused
 	}
 	s.cfg.Metrics.ConnectionsRefused(n)
+	ctx = project.Unscoped(ctx, "refused connections: the sandboxes of every project at those addresses")
 	all, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		s.cfg.Log.Warn("connections refused: list sandboxes", "err", err)

@@ -201,7 +201,7 @@ func (s *Service) CacheEnvironment(ctx context.Context, e *store.Environment, or
 	if old, err := s.cfg.Store.GetEnvironment(project.With(ctx, e.Project), e.Name); err == nil && old.Origin == "" {
 		return errdefs.Conflict(client.CodeEnvironmentExists, "environment %s was built on this node", e.Name)
 	}
-	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), e.Checkpoint); err != nil {
+	if _, err := s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "an environment copy's checkpoint, imported with its own project"), e.Checkpoint); err != nil {
 		return err
 	}
 	cp := *e

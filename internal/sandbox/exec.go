@@ -350,7 +350,9 @@ func (e *ExecSession) finish(d ledger.ExecFinishedData) {
 		d.Exec = e.id
 		d.DurationMS = time.Since(e.start).Milliseconds()
 		e.s.cfg.Metrics.ExecEnded(e.sb.Provider, exitClass(d), time.Since(e.start))
-		if err := e.s.cfg.Store.AddEvent(context.Background(), e.sb, &store.EventSpec{Type: ledger.ExecFinished, Data: d}); err != nil {
+		// The request may be gone: its end is recorded in the sandbox's
+		// project all the same.
+		if err := e.s.cfg.Store.AddEvent(inProject(context.Background(), e.sb), e.sb, &store.EventSpec{Type: ledger.ExecFinished, Data: d}); err != nil {
 			e.s.cfg.Log.Error("ledger: exec_finished", "sandbox", e.sb.ID, "exec", e.id, "err", err)
 		}
 		close(e.done)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 // 1MiB argv added 40MiB, each a 400).
 func TestExecRefusedBeforeLedger(t *testing.T) {
 	s, _ := grantTestService(t)
-	ctx := context.Background()
+	ctx := own()
 	// Nothing listens for this sandbox's agent: a command let through
 	// would be recorded, then fail to connect.
 	sb := &store.Sandbox{ID: "big-id", Name: "big", State: StateRunning, IP: "127.0.0.1", Token: "t", Session: "big"}

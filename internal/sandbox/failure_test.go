@@ -50,7 +50,7 @@ func TestForkFailures(t *testing.T) {
 			f := newFakeService(t)
 			src := f.create("src")
 			tt.setup(f)
-			forks, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "child", Count: tt.count})
+			forks, err := f.svc.Fork(own(), "src", ForkRequest{Name: "child", Count: tt.count})
 			if err == nil {
 				t.Fatalf("Fork = %d forks, want an error", len(forks))
 			}
@@ -60,7 +60,7 @@ func TestForkFailures(t *testing.T) {
 			if st := f.state("src"); st != StateRunning {
 				t.Errorf("source is %s after the failed fork, want running", st)
 			}
-			if st, _ := f.p.Status(context.Background(), src.ID); st != provider.StatusRunning {
+			if st, _ := f.p.Status(own(), src.ID); st != provider.StatusRunning {
 				t.Errorf("source's runtime is %s, want running (thawed)", st)
 			}
 			if f.p.pauses != f.p.resumes {
@@ -71,7 +71,7 @@ func TestForkFailures(t *testing.T) {
 			// And the source forks again once the fault is gone.
 			f.p.checkpointHook, f.p.restoreHook = nil, nil
 			f.svc.cfg.FreezeTimeout = DefaultFreezeTimeout
-			if _, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "again"}); err != nil {
+			if _, err := f.svc.Fork(own(), "src", ForkRequest{Name: "again"}); err != nil {
 				t.Fatalf("Fork after the failure: %v", err)
 			}
 			f.only("src", "again")
@@ -84,7 +84,7 @@ func TestForkFailures(t *testing.T) {
 func TestForkCount(t *testing.T) {
 	f := newFakeService(t)
 	f.create("src")
-	forks, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid", Count: 3})
+	forks, err := f.svc.Fork(own(), "src", ForkRequest{Name: "kid", Count: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +110,12 @@ func TestRemoveRacingFork(t *testing.T) {
 	}
 	forked := make(chan error, 1)
 	go func() {
-		_, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid"})
+		_, err := f.svc.Fork(own(), "src", ForkRequest{Name: "kid"})
 		forked <- err
 	}()
 	<-inSave
 	removed := make(chan error, 1)
-	go func() { removed <- f.svc.Remove(context.Background(), "src", true) }()
+	go func() { removed <- f.svc.Remove(own(), "src", true) }()
 	select {
 	case err := <-removed:
 		t.Fatalf("Remove returned (%v) while the fork held the source frozen", err)
@@ -140,18 +140,18 @@ func TestRemoveRacingFork(t *testing.T) {
 func TestRestoreFails(t *testing.T) {
 	f := newFakeService(t)
 	f.create("src")
-	ck, err := f.svc.Checkpoint(context.Background(), "src", "t1")
+	ck, err := f.svc.Checkpoint(own(), "src", "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.p.restoreHook = func(string) error { return errors.New("restore: no memory") }
-	if _, err := f.svc.Restore(context.Background(), ck.ID, RestoreOptions{Name: "back"}); err == nil {
+	if _, err := f.svc.Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err == nil {
 		t.Fatal("Restore succeeded, want the runtime's error")
 	}
 	f.only("src")
 	f.checkpoints(1)
 	f.p.restoreHook = nil
-	if _, err := f.svc.Restore(context.Background(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
+	if _, err := f.svc.Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
 		t.Fatalf("Restore after the failure: %v", err)
 	}
 	f.only("src", "back")
@@ -180,14 +180,14 @@ func TestReconcileHalfDone(t *testing.T) {
 			f := newFakeService(t)
 			sb := f.create("sb")
 			// The crash: the record in tt.state, the runtime as it says.
-			if _, err := f.st.UpdateSandbox(context.Background(), sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+			if _, err := f.st.UpdateSandbox(own(), sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 				r.State = tt.state
 				return nil, nil
 			}); err != nil {
 				t.Fatal(err)
 			}
 			f.p.set(sb.ID, tt.runtime)
-			if err := f.svc.Reconcile(context.Background()); err != nil {
+			if err := f.svc.Reconcile(own()); err != nil {
 				t.Fatal(err)
 			}
 			if tt.want == "" {
@@ -197,7 +197,7 @@ func TestReconcileHalfDone(t *testing.T) {
 			if got := f.state("sb"); got != tt.want {
 				t.Errorf("state after reconcile %s, want %s", got, tt.want)
 			}
-			st, _ := f.p.Status(context.Background(), sb.ID)
+			st, _ := f.p.Status(own(), sb.ID)
 			if tt.want == StateRunning && st != provider.StatusRunning {
 				t.Errorf("runtime %s after reconcile, want running", st)
 			}
@@ -215,9 +215,9 @@ func TestReconcileRemovesUnknown(t *testing.T) {
 	f := newFakeService(t)
 	f.create("keep")
 	f.p.set("0123456789ab", provider.StatusRunning)
-	f.net.Create(context.Background(), "0123456789ab", f.net.Gateway())
-	f.fs.Create(context.Background(), "0123456789ab", 0)
-	if err := f.svc.Reconcile(context.Background()); err != nil {
+	f.net.Create(own(), "0123456789ab", f.net.Gateway())
+	f.fs.Create(own(), "0123456789ab", 0)
+	if err := f.svc.Reconcile(own()); err != nil {
 		t.Fatal(err)
 	}
 	f.only("keep")
@@ -228,12 +228,12 @@ func TestReconcileRemovesUnknown(t *testing.T) {
 func TestForkAllow(t *testing.T) {
 	f := newFakeService(t)
 	src := f.create("src")
-	if _, err := f.svc.SetPolicy(context.Background(), "src", &store.Policy{DenyAll: true}); err != nil {
+	if _, err := f.svc.SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
 		t.Fatal(err)
 	}
 	refuse := errdefs.New(errdefs.KindForbidden, "missing_scope", "policy:* needed")
 	var asked []bool
-	_, err := f.svc.Fork(context.Background(), src.ID, ForkRequest{Name: "kid", Allow: func(grants, policy bool) error {
+	_, err := f.svc.Fork(own(), src.ID, ForkRequest{Name: "kid", Allow: func(grants, policy bool) error {
 		asked = append(asked, grants, policy)
 		return refuse
 	}})
@@ -261,14 +261,14 @@ func TestFingerprintStable(t *testing.T) {
 func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
 	f := newFakeService(t)
 	f.create("src")
-	if _, err := f.svc.SetPolicy(context.Background(), "src", &store.Policy{DenyAll: true}); err != nil {
+	if _, err := f.svc.SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
 		t.Fatal(err)
 	}
-	kids, err := f.svc.Fork(context.Background(), "src", ForkRequest{Name: "kid"})
+	kids, err := f.svc.Fork(own(), "src", ForkRequest{Name: "kid"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.svc.Remove(context.Background(), "kid", true); err != nil {
+	if err := f.svc.Remove(own(), "kid", true); err != nil {
 		t.Fatal(err)
 	}
 	refuse := errdefs.New(errdefs.KindForbidden, "missing_scope", "policy:* needed")
@@ -278,7 +278,7 @@ func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
 		}
 		return nil
 	}
-	if res, err := f.svc.Resume(context.Background(), kids[0].Session, "stolen", deny); !errors.Is(err, refuse) || errdefs.CodeOf(err) != "missing_scope" {
+	if res, err := f.svc.Resume(own(), kids[0].Session, "stolen", deny); !errors.Is(err, refuse) || errdefs.CodeOf(err) != "missing_scope" {
 		t.Fatalf("Resume of the fork's session = %+v, %v; want the refusal", res, err)
 	}
 	f.only("src")

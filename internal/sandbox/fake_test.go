@@ -20,6 +20,7 @@ import (
 	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/store"
@@ -44,14 +45,14 @@ type fakes struct {
 func newFakeService(t *testing.T) *fakes {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(context.Background(), filepath.Join(dir, "shard.db"))
+	st, err := store.Open(own(), filepath.Join(dir, "shard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	f := &fakes{t: t, p: newFakeProvider(), fs: newFakeStorage(), net: newFakeNet(), st: st}
 	addr := newFakeAgent(t, agent.Reply{OK: true}).ln.Addr().String()
-	svc, err := New(context.Background(), Config{
+	svc, err := New(own(), Config{
 		DataDir: dir, DefaultProvider: "fake", Providers: []provider.Provider{f.p},
 		Images: fakeImages{}, Storage: f.fs, Net: f.net, Store: st,
 		Log:         slog.New(slog.DiscardHandler),
@@ -68,7 +69,7 @@ func newFakeService(t *testing.T) *fakes {
 // create makes a running sandbox.
 func (f *fakes) create(name string) *store.Sandbox {
 	f.t.Helper()
-	sb, err := f.svc.Create(context.Background(), CreateRequest{Name: name, Image: fakeImage})
+	sb, err := f.svc.Create(own(), CreateRequest{Name: name, Image: fakeImage})
 	if err != nil {
 		f.t.Fatalf("Create(%s): %v", name, err)
 	}
@@ -79,7 +80,7 @@ func (f *fakes) create(name string) *store.Sandbox {
 // the store, the runtime, the files, the network and the run directories.
 func (f *fakes) only(names ...string) {
 	f.t.Helper()
-	all, err := f.st.ListSandboxes(context.Background())
+	all, err := f.st.ListSandboxes(own())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func (f *fakes) runDirs() []string {
 // and saved files.
 func (f *fakes) checkpoints(want int) {
 	f.t.Helper()
-	cks, err := f.st.ListCheckpoints(context.Background(), "")
+	cks, err := f.st.ListCheckpoints(own(), "")
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func (f *fakes) checkpoints(want int) {
 
 func (f *fakes) state(idOrName string) string {
 	f.t.Helper()
-	sb, err := f.st.GetSandbox(context.Background(), idOrName)
+	sb, err := f.st.GetSandbox(own(), idOrName)
 	if err != nil {
 		f.t.Fatalf("GetSandbox(%s): %v", idOrName, err)
 	}
@@ -208,7 +209,7 @@ func (p *fakeProvider) Pause(_ context.Context, id string) error {
 
 // Paused says whether id is paused, as the gVisor provider tracks it.
 func (p *fakeProvider) Paused(id string) (paused, sure bool) {
-	st, _ := p.Status(context.Background(), id)
+	st, _ := p.Status(own(), id)
 	return st == provider.StatusPaused, true
 }
 
@@ -382,3 +383,7 @@ func (fakeImages) List(context.Context) ([]*image.Image, error) { return nil, ni
 func (fakeImages) Remove(context.Context, string, bool) error   { return nil }
 func (fakeImages) Dir() string                                  { return os.TempDir() }
 func (fakeImages) Devices(string) []specs.LinuxDevice           { return nil }
+
+// own is the context of a test that calls the service as the server's own
+// work does: it sees every project, and makes objects in the default one.
+func own() context.Context { return project.Unscoped(context.Background(), "a test") }

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -138,7 +137,7 @@ func (f *fakeSandboxFS) takeReqs() []agent.Request {
 // agent is fs.
 func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := own()
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "shard.db"))
 	if err != nil {
@@ -193,7 +192,7 @@ func wantAPICode(t *testing.T, what string, err error, kind errdefs.Kind, code s
 // the file.
 func TestGrantFileOwnership(t *testing.T) {
 	s, fs := grantTestService(t)
-	ctx := context.Background()
+	ctx := own()
 
 	_, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/etc/passwd"})
 	wantAPICode(t, "a grant over /etc/passwd", err, errdefs.KindConflict, "path_exists")
@@ -306,7 +305,7 @@ func TestGrantFileOwnership(t *testing.T) {
 
 func mustGet(t *testing.T, s *Service, name string) *store.Sandbox {
 	t.Helper()
-	sb, err := s.cfg.Store.GetSandbox(context.Background(), name)
+	sb, err := s.cfg.Store.GetSandbox(own(), name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func (s *Service) useImage(ctx context.Context, img *image.Image) (release func(
 // (a cluster drops the copies its other nodes made).
 func (s *Service) RemoveImage(ctx context.Context, ref string, img *image.Image, force bool, prepare func() error) error {
 	defer s.imageUse.Lock(img.Digest)()
-	sbs, err := s.cfg.Store.ListSandboxes(project.With(ctx, ""))
+	sbs, err := s.cfg.Store.ListSandboxes(project.Unscoped(ctx, "an image's users, of every project"))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // record: it never removes an image from under a sandbox being made.
 func TestRemoveImageWaitsForCreate(t *testing.T) {
 	f := newFakeService(t)
-	ctx := context.Background()
+	ctx := project.Unscoped(context.Background(), "a test")
 	img := &image.Image{Name: fakeImage, Digest: fakeImage}
 	if err := f.svc.RemoveImage(ctx, fakeImage, img, true, nil); err != nil {
 		t.Fatalf("RemoveImage with no sandbox: %v", err)

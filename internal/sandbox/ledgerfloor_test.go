@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -116,7 +115,7 @@ func TestLedgerFloorCaches(t *testing.T) {
 // of an exec, an ungrant) is still written.
 func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 	s, _ := grantTestService(t)
-	ctx := context.Background()
+	ctx := own()
 	src, err := s.cfg.Store.GetSandbox(ctx, "src")
 	if err != nil {
 		t.Fatal(err)

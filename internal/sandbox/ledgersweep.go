@@ -42,6 +42,7 @@ func (s *Service) SweepLedger(ctx context.Context) {
 // sweepLedger removes the sessions that expired before before and returns
 // how many it removed.
 func (s *Service) sweepLedger(ctx context.Context, before time.Time) int {
+	ctx = project.Unscoped(ctx, "the ledger's retention: every project's expired sessions")
 	removed := 0
 	for {
 		keys, err := s.cfg.Store.ExpiredSessions(ctx, before, sweepBatch)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -14,7 +13,7 @@ import (
 // newer ones.
 func TestSweepLedger(t *testing.T) {
 	s, _ := grantTestService(t)
-	ctx := context.Background()
+	ctx := own()
 	st := s.cfg.Store
 	for i := range sweepBatch + 50 {
 		sb := &store.Sandbox{ID: fmt.Sprintf("id-%d", i), Name: fmt.Sprintf("sb-%d", i), State: StateStopped, Session: fmt.Sprintf("sb-%d", i)}

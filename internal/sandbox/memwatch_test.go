@@ -98,7 +98,7 @@ func testMemWatch(t *testing.T, f *fakeAgent, usage int64) (*memWatch, func(int6
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(own())
 	mw := &memWatch{id: "x", dir: dir, wakeAt: 100, efd: w, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		agent: &agent.Client{Addr: f.ln.Addr().String(), Token: "t"}, ctx: ctx, cancel: cancel}
 	t.Cleanup(mw.close)

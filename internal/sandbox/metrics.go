@@ -15,7 +15,7 @@ import (
 // project by state and provider (zeros included, so a scraper sees a state
 // empty rather than unknown), warm spares ready, and disk.
 func (s *Service) MetricsState() (metrics.State, error) {
-	ctx, cancel := context.WithTimeout(project.With(context.Background(), ""), 5*time.Second)
+	ctx, cancel := context.WithTimeout(project.Unscoped(context.Background(), "the metrics count every project's sandboxes"), 5*time.Second)
 	defer cancel()
 	st := metrics.State{Sandboxes: map[metrics.SandboxKey]int{}, Store: map[string]int64{}, DataDir: map[string]int64{}}
 	for state := range transitions {

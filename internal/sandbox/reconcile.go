@@ -13,6 +13,7 @@ import (
 
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/store"
@@ -24,6 +25,7 @@ import (
 // installed fails closed: its sandbox is held at deny-all, and told in the
 // log.
 func (s *Service) ApplyPolicies(ctx context.Context) error {
+	ctx = project.Unscoped(ctx, "start-up: every project's network policies")
 	all, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return err
@@ -50,6 +52,7 @@ func (s *Service) ApplyPolicies(ctx context.Context) error {
 // their files kept, half-made or half-removed ones are finished off, and
 // leftovers nobody owns (containers, mounts, namespaces, files) go.
 func (s *Service) Reconcile(ctx context.Context) error {
+	ctx = project.Unscoped(ctx, "reconcile: every project's records and the host")
 	all, err := s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ func (s *Service) ReclaimSpace(ctx context.Context) {
 const reclaimEvery = 10 * time.Minute
 
 func (s *Service) spacePass(ctx context.Context) {
-	ctx = project.With(ctx, "")
+	ctx = project.Unscoped(ctx, "the space sweep: every project's fork checkpoints")
 	if ids, freed := s.sweepCheckpoints(ctx); len(ids) > 0 {
 		s.cfg.Log.Info("fork checkpoints no sandbox needs removed", "checkpoints", ids, "freed_bytes", freed)
 	}
@@ -95,7 +95,7 @@ func (s *Service) spacePass(ctx context.Context) {
 func (s *Service) sweepCheckpoints(ctx context.Context) (ids []string, freed int64) {
 	s.retainMu.Lock()
 	defer s.retainMu.Unlock()
-	ctx = project.With(ctx, "")
+	ctx = project.Unscoped(ctx, "the checkpoint sweep: every project's fork checkpoints")
 	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
@@ -148,7 +148,7 @@ func (s *Service) dropUnneeded(ctx context.Context, ck *store.Checkpoint, but []
 // checkpointUsers names what needs checkpoint id, but the sandboxes in but:
 // the sandboxes whose resume starts from it, and an environment made of it.
 func (s *Service) checkpointUsers(ctx context.Context, id string, but []string) ([]string, error) {
-	names, err := s.cfg.Store.ResumeUsers(project.With(ctx, ""), id)
+	names, err := s.cfg.Store.ResumeUsers(project.Unscoped(ctx, "a checkpoint's users, of every project"), id)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (s *Service) checkpointUsers(ctx context.Context, id string, but []string) 
 			out = append(out, "sandbox "+n)
 		}
 	}
-	envs, err := s.cfg.Store.ListEnvironments(project.With(ctx, ""))
+	envs, err := s.cfg.Store.ListEnvironments(project.Unscoped(ctx, "a checkpoint's users: every project's environments"))
 	if err != nil {
 		return nil, err
 	}

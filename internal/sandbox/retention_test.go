@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -17,7 +16,7 @@ func TestForkCheckpointRetention(t *testing.T) {
 		f   *fakes
 		cks map[string]string // name given by the steps -> checkpoint id
 	}
-	ctx := context.Background()
+	ctx := own()
 	rm := func(name string) func(*testing.T, *env) {
 		return func(t *testing.T, e *env) {
 			if err := e.f.svc.Remove(ctx, name, true); err != nil {
@@ -102,7 +101,7 @@ func TestForkCheckpointRetention(t *testing.T) {
 
 func mustUsers(t *testing.T, f *fakes, id string) []string {
 	t.Helper()
-	u, err := f.svc.CheckpointUsers(context.Background(), id)
+	u, err := f.svc.CheckpointUsers(own(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,8 @@ func (p *sparePool) stage(env *store.Environment) {
 	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
-		sp, err := p.build(context.Background(), env)
+		// A spare is its environment's, and sees that project only.
+		sp, err := p.build(project.With(context.Background(), project.OrDefault(env.Project)), env)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		current := p.m[key] == placeholder

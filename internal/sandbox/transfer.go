@@ -156,7 +156,7 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 	if !checkpointID.MatchString(ck.ID) {
 		return nil, bad("checkpoint id %q", ck.ID)
 	}
-	if _, err := s.cfg.Store.GetCheckpoint(project.With(ctx, ""), ck.ID); err == nil {
+	if _, err := s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "a checkpoint id is unique on a node, whatever its project"), ck.ID); err == nil {
 		return nil, errdefs.Conflict(client.CodeCheckpointExists, "checkpoint %s is already on this node", ck.ID)
 	}
 	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
@@ -227,7 +227,7 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 	if !files {
 		return nil, bad("no files.img")
 	}
-	if err := s.cfg.Store.ImportCheckpoint(project.With(ctx, ""), &ck); err != nil {
+	if err := s.cfg.Store.ImportCheckpoint(project.Unscoped(ctx, "a checkpoint sent by another node keeps its own project"), &ck); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 	"golang.org/x/sys/unix"
@@ -72,6 +73,7 @@ func (s *Service) Watch(ctx context.Context) {
 		unix.Close(wake)
 		w.epfd = -1
 	}()
+	ctx = project.Unscoped(ctx, "the watcher: sandboxes of every project that end on their own")
 	// Every sandbox that runs now; later ones are added as they start.
 	if all, err := s.cfg.Store.ListSandboxes(ctx); err == nil {
 		for _, sb := range all {
@@ -135,7 +137,8 @@ func (s *Service) watchSandbox(id string) {
 		if known {
 			return
 		}
-		sb, err := s.cfg.Store.GetSandbox(context.Background(), id)
+		ctx := project.Unscoped(context.Background(), "the watcher: a sandbox of any project that starts to run")
+		sb, err := s.cfg.Store.GetSandbox(ctx, id)
 		if err != nil || sb.State != StateRunning {
 			return
 		}
@@ -146,14 +149,14 @@ func (s *Service) watchSandbox(id string) {
 		}
 		var pid int
 		for try := 0; try < 5; try++ {
-			if pid, err = pider.InitPID(context.Background(), id); err == nil {
+			if pid, err = pider.InitPID(ctx, id); err == nil {
 				break
 			}
 			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 		}
 		if err != nil {
 			// The runtime does not know it: it may have ended already.
-			s.markDead(context.Background(), id, 0)
+			s.markDead(ctx, id, 0)
 			return
 		}
 		s.watchPID(id, pid)
@@ -180,7 +183,7 @@ func (s *Service) watchPID(id string, pid int) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
-			s.markDead(context.Background(), id, pid) // gone already
+			s.markDead(project.Unscoped(context.Background(), "the watcher: a sandbox of any project that ended"), id, pid) // gone already
 		} else {
 			s.cfg.Log.Warn("watcher: pidfd", "sandbox", id, "pid", pid, "err", err)
 		}

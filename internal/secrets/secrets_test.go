@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
 func TestSealedAtRest(t *testing.T) {
-	ctx := context.Background()
+	ctx := project.With(context.Background(), project.Default) // as a request of the default project
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "db"))
 	if err != nil {
@@ -54,7 +55,7 @@ func TestSealedAtRest(t *testing.T) {
 }
 
 func TestSetErrors(t *testing.T) {
-	ctx := context.Background()
+	ctx := project.With(context.Background(), project.Default) // as a request of the default project
 	dir := t.TempDir()
 	st, _ := store.Open(ctx, filepath.Join(dir, "db"))
 	defer st.Close()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Token is an API key's record: its scopes and the hash of its secret
@@ -55,11 +56,17 @@ func (s *Store) AddToken(ctx context.Context, t *Token) error {
 
 // GetToken finds a token by id or name.
 func (s *Store) GetToken(ctx context.Context, idOrName string) (*Token, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return getDoc[Token](ctx, s.db, "tokens", `id = ?1 OR name = ?1`, idOrName, TokenNotFound(idOrName))
 }
 
 // ListTokens returns every token, oldest first.
 func (s *Store) ListTokens(ctx context.Context) ([]*Token, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := list[Token](ctx, s.db, "tokens")
 	slices.SortStableFunc(out, func(a, b *Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, err
@@ -98,11 +105,17 @@ func (s *Store) PutSecret(ctx context.Context, sec *Secret) error {
 
 // GetSecret finds a secret by name.
 func (s *Store) GetSecret(ctx context.Context, name string) (*Secret, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return getDoc[Secret](ctx, s.db, "secrets", `name = ?1`, name, SecretNotFound(name))
 }
 
 // ListSecrets returns every secret by name.
 func (s *Store) ListSecrets(ctx context.Context) ([]*Secret, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := list[Secret](ctx, s.db, "secrets")
 	slices.SortStableFunc(out, func(a, b *Secret) int { return strings.Compare(a.Name, b.Name) })
 	return out, err

@@ -14,7 +14,7 @@ import (
 // come back from the table when the store is opened again (a restart).
 func TestAddrIndex(t *testing.T) {
 	s, path := newStore(t)
-	a, b := project.With(context.Background(), "team-a"), project.With(context.Background(), "team-b")
+	a, b := project.With(own(), "team-a"), project.With(own(), "team-b")
 	mk := func(ctx context.Context, id, name, ip string) {
 		t.Helper()
 		sb := sample(id, name)
@@ -42,7 +42,7 @@ func TestAddrIndex(t *testing.T) {
 	check(s, 0, nil, []string{"10.88.0.2"})
 	mk(a, "id1", "one", "10.88.0.2")
 	mk(b, "id2", "one", "10.88.0.3") // another project, the same name
-	mk(context.Background(), "id3", "three", "10.88.0.4")
+	mk(own(), "id3", "three", "10.88.0.4")
 	check(s, 3, []string{"10.88.0.2", "10.88.0.3", "10.88.0.4"}, []string{"10.88.0.5"})
 
 	// A create that fails (a taken name, a taken id) holds nothing.

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,7 +32,7 @@ func BenchmarkAppend(b *testing.B) {
 func benchAppend(b *testing.B, mode string, writers int) {
 	{
 		{
-			ctx := context.Background()
+			ctx := own()
 			s, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
 			if err != nil {
 				b.Fatal(err)
@@ -92,7 +91,7 @@ func BenchmarkConvert(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SHARD_BENCH_DB_MB")); err == nil {
 		mb = v
 	}
-	ctx := context.Background()
+	ctx := own()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		path := filepath.Join(b.TempDir(), "old.db")

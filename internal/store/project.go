@@ -15,7 +15,11 @@ import (
 // Every table has a project column, and every query of a scoped context
 // (every API request is scoped) is filtered by it: an object of another
 // project is not found, as if absent. Names are unique per project. The
-// column is the truth; the records' Project fields are filled from it.
+// column is the truth; the records' Project fields are filled from it. A
+// context that carries no project at all (neither project.With nor
+// project.Unscoped) is refused by every method that reads or writes a
+// project's rows (project.Require): a path that lost its project fails
+// closed, as an internal error.
 
 // AllProjects is the project of a token that may act in every project.
 const AllProjects = "*"
@@ -160,6 +164,9 @@ func ProjectOf(ctx context.Context, rec string) (string, error) { return project
 // if it names one (a fork's is its source's), else ctx's. A record of
 // another project than a scoped ctx's is a bug of the caller's, refused.
 func projectOf(ctx context.Context, rec string) (string, error) {
+	if err := project.Require(ctx); err != nil {
+		return "", err
+	}
 	p, scoped := project.From(ctx)
 	switch {
 	case rec == "" && scoped:
@@ -209,6 +216,9 @@ type ProjectCounts struct {
 // Projects lists the projects that hold anything (ctx's only, when it is
 // scoped), by name.
 func (s *Store) Projects(ctx context.Context) ([]*ProjectCounts, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	cond, args := scope(ctx)
 	byName := map[string]*ProjectCounts{}
 	for _, t := range []struct {

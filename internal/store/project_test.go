@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func TestMigrateToProjects(t *testing.T) {
 	if err := s.db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != schemaVersion {
 		t.Fatalf("user_version = %d, %v; want %d", v, err, schemaVersion)
 	}
-	bg := context.Background()
+	bg := own()
 	def := project.With(bg, project.Default)
 	other := project.With(bg, "other")
 	for _, c := range []struct {
@@ -123,7 +124,7 @@ func TestMigrateToProjects(t *testing.T) {
 	if _, err := old.Exec(`PRAGMA user_version = 99`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer") {
+	if _, err := Open(own(), path); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("Open of schema 99: err = %v, want refused as newer", err)
 	}
 }
@@ -140,7 +141,7 @@ func proj[T any](r *T, err error, p func() string) (string, error) {
 // and a name both use is ambiguous there, never a guess.
 func TestProjectsIsolate(t *testing.T) {
 	s, _ := newStore(t)
-	bg := context.Background()
+	bg := own()
 	a, b := project.With(bg, "a"), project.With(bg, "b")
 
 	sa, sb := sample("aaaaaaaaaaa1", "web"), sample("bbbbbbbbbbb1", "web")
@@ -253,4 +254,77 @@ func TestProjectsIsolate(t *testing.T) {
 func newHex(ctx context.Context) string {
 	p, _ := project.From(ctx)
 	return (p + "00000000000000")[:12]
+}
+
+// TestNoProjectRefused: a context that carries no project at all (neither
+// project.With nor project.Unscoped) is a bug of its caller, and every
+// method that reads or writes a project's rows refuses it: under test it
+// panics, naming the path that lost its project.
+func TestNoProjectRefused(t *testing.T) {
+	s, _ := newStore(t)
+	bare := context.Background()
+	sb := sample("aaaaaaaaaaa1", "web")
+	if err := s.CreateSandbox(own(), sb, nil); err != nil {
+		t.Fatal(err)
+	}
+	noEvent := func(*Sandbox) (*EventSpec, error) { return nil, nil }
+	for _, tt := range []struct {
+		name string
+		call func()
+	}{
+		{"CreateSandbox", func() { s.CreateSandbox(bare, sample("aaaaaaaaaaa2", "api"), nil) }},
+		{"UpdateSandbox", func() { s.UpdateSandbox(bare, sb.ID, noEvent) }},
+		{"DeleteSandbox", func() { s.DeleteSandbox(bare, sb.ID, nil) }},
+		{"DiscardSandbox", func() { s.DiscardSandbox(bare, sb.ID) }},
+		{"GetSandbox", func() { s.GetSandbox(bare, sb.ID) }},
+		{"ListSandboxes", func() { s.ListSandboxes(bare) }},
+		{"Events", func() { s.Events(bare, sb.Session, 0, 0) }},
+		{"AddEvent", func() { s.AddEvent(bare, sb, &EventSpec{Type: "sandbox.started"}) }},
+		{"LineageEvents", func() { s.LineageEvents(bare) }},
+		{"AddCheckpoint", func() { s.AddCheckpoint(bare, sampleCheckpoint("cccccccccccc", sb, time.Now()), sb, nil) }},
+		{"ImportCheckpoint", func() { s.ImportCheckpoint(bare, sampleCheckpoint("cccccccccccd", sb, time.Now())) }},
+		{"GetCheckpoint", func() { s.GetCheckpoint(bare, "cccccccccccc") }},
+		{"ListCheckpoints", func() { s.ListCheckpoints(bare, "") }},
+		{"DeleteCheckpoint", func() { s.DeleteCheckpoint(bare, "cccccccccccc") }},
+		{"AddSnapshot", func() { s.AddSnapshot(bare, sampleSnapshot("dddddddddddd", "snap", sb, time.Now()), sb, nil) }},
+		{"GetSnapshot", func() { s.GetSnapshot(bare, "snap") }},
+		{"ListSnapshots", func() { s.ListSnapshots(bare) }},
+		{"DeleteSnapshot", func() { s.DeleteSnapshot(bare, "dddddddddddd") }},
+		{"PutEnvironment", func() { s.PutEnvironment(bare, &Environment{Name: "py"}) }},
+		{"GetEnvironment", func() { s.GetEnvironment(bare, "py") }},
+		{"ListEnvironments", func() { s.ListEnvironments(bare) }},
+		{"DeleteEnvironment", func() { s.DeleteEnvironment(bare, "py") }},
+		{"Sessions", func() { s.Sessions(bare) }},
+		{"GetSession", func() { s.GetSession(bare, sb.Session) }},
+		{"DeleteSession", func() { s.DeleteSession(bare, sb.Session) }},
+		{"ExpiredSessions", func() { s.ExpiredSessions(bare, time.Now(), 10) }},
+		{"ResumeUsers", func() { s.ResumeUsers(bare, "cccccccccccc") }},
+		{"AddToken", func() { s.AddToken(bare, &Token{ID: "eeeeeeeeeeee", Name: "ci"}) }},
+		{"GetToken", func() { s.GetToken(bare, "ci") }},
+		{"ListTokens", func() { s.ListTokens(bare) }},
+		{"DeleteToken", func() { s.DeleteToken(bare, "eeeeeeeeeeee") }},
+		{"PutSecret", func() { s.PutSecret(bare, &Secret{Name: "db"}) }},
+		{"GetSecret", func() { s.GetSecret(bare, "db") }},
+		{"ListSecrets", func() { s.ListSecrets(bare) }},
+		{"DeleteSecret", func() { s.DeleteSecret(bare, "db") }},
+		{"Projects", func() { s.Projects(bare) }},
+	} {
+		if !panicsWith(tt.call, project.ErrNoProject) {
+			t.Errorf("%s with no project: no ErrNoProject panic", tt.name)
+		}
+	}
+	// Nothing was written meanwhile.
+	if all, err := s.ListSandboxes(own()); err != nil || len(all) != 1 {
+		t.Errorf("sandboxes after the refusals: %d, %v; want the 1", len(all), err)
+	}
+}
+
+// panicsWith reports whether fn panics with (an error wrapping) want.
+func panicsWith(fn func(), want error) (did bool) {
+	defer func() {
+		err, _ := recover().(error)
+		did = errors.Is(err, want)
+	}()
+	fn()
+	return false
 }

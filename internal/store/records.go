@@ -11,6 +11,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Checkpoint is a saved instant of a running sandbox: a memory image and a
@@ -89,6 +90,9 @@ type Session struct {
 // AddCheckpoint records ck and appends its checkpoint_created event (ev,
 // to sb's session) in one transaction; ck.Seq becomes the event's number.
 func (s *Store) AddCheckpoint(ctx context.Context, ck *Checkpoint, sb *Sandbox, ev *EventSpec) error {
+	if err := project.Require(ctx); err != nil { // before the event is written
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		seq, err := addEventSeq(ctx, tx, sb, ev)
 		if err != nil {
@@ -110,6 +114,9 @@ func (s *Store) AddCheckpoint(ctx context.Context, ck *Checkpoint, sb *Sandbox, 
 // ImportCheckpoint records a checkpoint another node took (its ledger
 // event stays in its sandbox's session there).
 func (s *Store) ImportCheckpoint(ctx context.Context, ck *Checkpoint) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	doc, err := json.Marshal(ck)
 	if err != nil {
 		return err
@@ -122,6 +129,9 @@ func (s *Store) ImportCheckpoint(ctx context.Context, ck *Checkpoint) error {
 
 // GetCheckpoint finds a checkpoint by id.
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return getDoc[Checkpoint](ctx, s.db, "checkpoints", `id = ?1`, id,
 		errdefs.NotFound(client.CodeCheckpointNotFound, "checkpoint %s not found (shard checkpoint ls lists them)", id))
 }
@@ -129,6 +139,9 @@ func (s *Store) GetCheckpoint(ctx context.Context, id string) (*Checkpoint, erro
 // ListCheckpoints returns the checkpoints of a session ("" for all),
 // oldest first.
 func (s *Store) ListCheckpoints(ctx context.Context, session string) ([]*Checkpoint, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	cond, args := scope(ctx)
 	q := `SELECT project, doc FROM checkpoints WHERE 1` + cond
 	if session != "" {
@@ -167,12 +180,18 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *
 
 // GetSnapshot finds a snapshot by id or name.
 func (s *Store) GetSnapshot(ctx context.Context, idOrName string) (*Snapshot, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return getDoc[Snapshot](ctx, s.db, "snapshots", `id = ?1 OR name = ?1`, idOrName,
 		errdefs.NotFound(client.CodeSnapshotNotFound, "snapshot %s not found (shard snapshot ls lists them)", idOrName))
 }
 
 // ListSnapshots returns every snapshot, oldest first.
 func (s *Store) ListSnapshots(ctx context.Context) ([]*Snapshot, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := list[Snapshot](ctx, s.db, "snapshots")
 	slices.SortStableFunc(out, func(a, b *Snapshot) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, err
@@ -211,11 +230,17 @@ func (s *Store) PutEnvironment(ctx context.Context, e *Environment) error {
 
 // GetEnvironment finds an environment by name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*Environment, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return getDoc[Environment](ctx, s.db, "environments", `name = ?1`, name, EnvironmentNotFound(name))
 }
 
 // ListEnvironments returns every environment by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]*Environment, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := list[Environment](ctx, s.db, "environments")
 	slices.SortStableFunc(out, func(a, b *Environment) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
@@ -223,6 +248,9 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]*Environment, error) {
 
 // DeleteEnvironment removes an environment's record.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	e, _ := s.GetEnvironment(ctx, name)
 	if err := s.deleteRow(ctx, "environments", "name", name); err != nil {
 		return err
@@ -240,6 +268,9 @@ const sessionSummary = `SELECT s.project, s.name, s.sandbox_id, s.created_at,
 
 // Sessions lists every ledger session, oldest first.
 func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	cond, args := scope(ctx)
 	rows, err := s.db.QueryContext(ctx, sessionSummary+strings.ReplaceAll(cond, "project", "s.project")+` ORDER BY s.created_at, s.name`, args...)
 	if err != nil {
@@ -259,6 +290,9 @@ func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	cond, args := scope(ctx)
 	rows, err := s.db.QueryContext(ctx, sessionSummary+` AND s.name = ?`+strings.ReplaceAll(cond, "project", "s.project")+` LIMIT 2`, append([]any{name}, args...)...)
 	if err != nil {
@@ -303,6 +337,9 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 // deleteRow deletes the rows of table whose key column equals v, in ctx's
 // project (table and column are this package's constants, never input).
 func (s *Store) deleteRow(ctx context.Context, table, column string, v any) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	cond, args := scope(ctx)
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?`+cond, append([]any{v}, args...)...)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -13,7 +12,7 @@ import (
 
 func sessionNames(t *testing.T, s *Store) []string {
 	t.Helper()
-	list, err := s.Sessions(context.Background())
+	list, err := s.Sessions(own())
 	if err != nil {
 		t.Fatalf("Sessions() error = %v", err)
 	}
@@ -27,7 +26,7 @@ func sessionNames(t *testing.T, s *Store) []string {
 // A name that comes back gets a session of its own: NAME, NAME-2, NAME-3.
 func TestCreateSandboxSessionNames(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	tests := []struct {
 		id          string
 		name        string
@@ -83,7 +82,7 @@ func TestCreateSandboxSessionNames(t *testing.T) {
 // A create that fails leaves the caller's record and the sessions as they were.
 func TestCreateSandboxFailureKeepsSession(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	first := sample("id1", "alpha")
 	first.Session = "alpha"
 	mustCreate(t, s, first, &EventSpec{Type: "sandbox.created"})
@@ -146,7 +145,7 @@ func sampleCheckpoint(id string, sb *Sandbox, created time.Time) *Checkpoint {
 
 func TestCheckpoints(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	a, b := sample("id1", "alpha"), sample("id2", "beta")
 	mustCreate(t, s, a, &EventSpec{Type: "sandbox.created"})
 	mustCreate(t, s, b, &EventSpec{Type: "sandbox.created"})
@@ -232,7 +231,7 @@ func TestCheckpoints(t *testing.T) {
 // without an event has seq 0.
 func TestAddCheckpointAtomic(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 	ck := sampleCheckpoint("ck1", sb, t0)
@@ -273,7 +272,7 @@ func sampleSnapshot(id, name string, sb *Sandbox, created time.Time) *Snapshot {
 
 func TestSnapshots(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 
@@ -358,7 +357,7 @@ func TestSnapshots(t *testing.T) {
 
 func TestEnvironments(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	env := func(name, ck string) *Environment {
 		return &Environment{
 			Name:        name,
@@ -439,7 +438,7 @@ func TestEnvironments(t *testing.T) {
 
 func TestSessions(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	if list, err := s.Sessions(ctx); err != nil || len(list) != 0 {
 		t.Errorf("Sessions() of an empty store = %v, %v; want none", list, err)
 	}
@@ -532,7 +531,7 @@ func closed(ch <-chan struct{}) bool {
 
 func TestChanged(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 

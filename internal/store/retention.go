@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+
+	"github.com/useshards/shard/internal/project"
 )
 
 // ResumeUsers lists the sandboxes, of every project, whose ledger session a
@@ -13,6 +15,9 @@ import (
 // here is needed by no sandbox: what it gave them, they hold on their own
 // (a restore copies its files and memory).
 func (s *Store) ResumeUsers(ctx context.Context, id string) ([]string, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT b.name FROM sandboxes b
 		WHERE COALESCE(
 			(SELECT c.id FROM checkpoints c WHERE c.project = b.project AND c.session = json_extract(b.doc, '$.session')

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -11,7 +10,7 @@ import (
 // checkpoint: the source while it is its latest, every fork and restore
 // made from it while their sessions have none of their own.
 func TestResumeUsers(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	s, _ := newStore(t)
 	mk := func(id, name, from string) *Sandbox {
 		sb := sample(id, name)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // Removing ledger sessions. A session is history: it may go only once
@@ -19,6 +20,9 @@ import (
 // DeleteSession removes the session name of ctx's project and its events:
 // 404 if there is none, 409 while its sandbox exists or it has checkpoints.
 func (s *Store) DeleteSession(ctx context.Context, name string) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		cond, args := scope(ctx)
 		var proj, sandboxID string
@@ -74,6 +78,9 @@ type SessionKey struct{ Project, Name string }
 // sandbox gone, no checkpoints) whose last event (or, with none, whose
 // start) is before before, by project and name, in every project.
 func (s *Store) ExpiredSessions(ctx context.Context, before time.Time, limit int) ([]SessionKey, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT s.project, s.name FROM sessions s
 		WHERE NOT EXISTS (SELECT 1 FROM sandboxes b WHERE b.id = s.sandbox_id)
 		AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.project = s.project AND c.session = s.name)

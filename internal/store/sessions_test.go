@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 // events go with it.
 func TestDeleteSession(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	live, gone, held := sample("id1", "live"), sample("id2", "gone"), sample("id3", "held")
 	for _, sb := range []*Sandbox{live, gone, held} {
 		sb.Session = sb.Name
@@ -72,7 +71,7 @@ func TestDeleteSession(t *testing.T) {
 // than the bound, and no others.
 func TestExpiredSessions(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	for _, n := range []string{"a", "b", "c", "live", "held"} {
 		sb := sample("id-"+n, n)
 		sb.Session = n

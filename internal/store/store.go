@@ -293,6 +293,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) (
 // UpdateSandbox reads the record, applies fn, and writes it back with the
 // event, in one transaction. fn may return an error to abort.
 func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) (*EventSpec, error)) (*Sandbox, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	var out *Sandbox
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		sb, err := getTx(ctx, tx, `id = ?1`, id)
@@ -332,6 +335,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 
 // DeleteSandbox removes the record, writing ev in the same transaction.
 func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	var gone *Sandbox
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		sb, err := getTx(ctx, tx, `id = ?1`, id)
@@ -358,6 +364,9 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string, ev *EventSpec) err
 // and its ledger session when the record started it and nothing else
 // wrote to it. A refused request leaves no history of what never was.
 func (s *Store) DiscardSandbox(ctx context.Context, id string) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	var gone *Sandbox
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		sb, err := getTx(ctx, tx, `id = ?1`, id)
@@ -386,6 +395,9 @@ func (s *Store) DiscardSandbox(ctx context.Context, id string) error {
 
 // GetSandbox finds a sandbox by id or name.
 func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
@@ -396,6 +408,9 @@ func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*Sandbox, erro
 
 // ListSandboxes returns every sandbox, oldest first.
 func (s *Store) ListSandboxes(ctx context.Context) ([]*Sandbox, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	out, err := list[Sandbox](ctx, s.db, "sandboxes")
 	sortByCreated(out)
 	return out, err
@@ -403,6 +418,9 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*Sandbox, error) {
 
 // Events returns a session's events after seq, at most limit.
 func (s *Store) Events(ctx context.Context, session string, after int64, limit int) ([]Event, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	if limit <= 0 {
 		limit = 1000
 	}
@@ -439,6 +457,9 @@ func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]E
 // AddEvent appends an event to a sandbox's session on its own. It returns
 // once the event is on disk.
 func (s *Store) AddEvent(ctx context.Context, sb *Sandbox, ev *EventSpec) error {
+	if err := project.Require(ctx); err != nil {
+		return err
+	}
 	start := time.Now()
 	err := s.tx(ctx, func(tx *sql.Tx) error { return addEvent(ctx, tx, sb, ev) })
 	if s.onAppend != nil && err == nil {
@@ -537,6 +558,9 @@ func sortByCreated(s []*Sandbox) {
 // went (the fork tree's input): created, checkpoint_created,
 // snapshot_created, forked (a fork's name) and removed, of every session, removed sandboxes' too.
 func (s *Store) LineageEvents(ctx context.Context) ([]Event, error) {
+	if err := project.Require(ctx); err != nil {
+		return nil, err
+	}
 	return s.queryEvents(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events
 		WHERE project = ? AND type IN ('sandbox.created', 'sandbox.checkpoint_created', 'sandbox.snapshot_created', 'sandbox.forked', 'sandbox.removed') ORDER BY seq`, project.Of(ctx))
 }

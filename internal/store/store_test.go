@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/project"
 )
 
 // openStore opens a store at path and closes it when the test ends.
 func openStore(t *testing.T, path string) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), path)
+	s, err := Open(own(), path)
 	if err != nil {
 		t.Fatalf("Open(%q) error = %v, want nil", path, err)
 	}
@@ -54,14 +55,14 @@ func sample(id, name string) *Sandbox {
 
 func mustCreate(t *testing.T, s *Store, sb *Sandbox, ev *EventSpec) {
 	t.Helper()
-	if err := s.CreateSandbox(context.Background(), sb, ev); err != nil {
+	if err := s.CreateSandbox(own(), sb, ev); err != nil {
 		t.Fatalf("CreateSandbox(%s, %s) error = %v, want nil", sb.ID, sb.Name, err)
 	}
 }
 
 func events(t *testing.T, s *Store, session string) []Event {
 	t.Helper()
-	evs, err := s.Events(context.Background(), session, 0, 0)
+	evs, err := s.Events(own(), session, 0, 0)
 	if err != nil {
 		t.Fatalf("Events(%q) error = %v", session, err)
 	}
@@ -80,14 +81,14 @@ func TestOpenCreatesAndIsIdempotent(t *testing.T) {
 	_, path := newStore(t)
 	// A second handle on the same file (schema already there) works too.
 	s2 := openStore(t, path)
-	if list, err := s2.ListSandboxes(context.Background()); err != nil || len(list) != 0 {
+	if list, err := s2.ListSandboxes(own()); err != nil || len(list) != 0 {
 		t.Errorf("ListSandboxes() on a new store = %v, %v; want empty, nil", list, err)
 	}
 }
 
 func TestOpenBadPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "no", "such", "dir", "shard.db")
-	s, err := Open(context.Background(), path)
+	s, err := Open(own(), path)
 	if err == nil {
 		s.Close()
 		t.Fatalf("Open(%q) = nil error, want one (the directory does not exist)", path)
@@ -96,7 +97,7 @@ func TestOpenBadPath(t *testing.T) {
 
 func TestCreateAndGet(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	want := sample("id1", "alpha")
 	mustCreate(t, s, want, &EventSpec{Type: "sandbox.created"})
 	mustCreate(t, s, sample("id2", "beta"), nil)
@@ -127,7 +128,7 @@ func TestCreateAndGet(t *testing.T) {
 
 func TestCreateDuplicateName(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	mustCreate(t, s, sample("id1", "alpha"), &EventSpec{Type: "sandbox.created"})
 
 	dup := sample("id2", "alpha")
@@ -153,7 +154,7 @@ func TestCreateDuplicateName(t *testing.T) {
 func TestCreateDuplicateID(t *testing.T) {
 	s, _ := newStore(t)
 	mustCreate(t, s, sample("id1", "alpha"), nil)
-	if err := s.CreateSandbox(context.Background(), sample("id1", "other"), nil); err == nil {
+	if err := s.CreateSandbox(own(), sample("id1", "other"), nil); err == nil {
 		t.Errorf("CreateSandbox(duplicate id) = nil, want an error")
 	}
 }
@@ -182,7 +183,7 @@ func TestCreateWritesEvent(t *testing.T) {
 
 func TestEventSessions(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	tests := []struct {
 		name        string
 		sbSession   string
@@ -216,7 +217,7 @@ func TestEventSessions(t *testing.T) {
 
 func TestUpdateWithEvent(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 
@@ -269,7 +270,7 @@ func TestUpdateWithEvent(t *testing.T) {
 // registry (a network call) inside the transaction.
 func TestUpdateRename(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	mustCreate(t, s, sample("id1", "alpha"), nil)
 	if _, err := s.UpdateSandbox(ctx, "id1", func(r *Sandbox) (*EventSpec, error) {
 		r.Name = "gamma"
@@ -287,7 +288,7 @@ func TestUpdateRename(t *testing.T) {
 
 func TestUpdateErrorRollsBack(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 
@@ -318,7 +319,7 @@ func TestUpdateErrorRollsBack(t *testing.T) {
 // A failure to write the event undoes the change it records.
 func TestUpdateEventFailureRollsBack(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, nil)
 	_, err := s.UpdateSandbox(ctx, "id1", func(r *Sandbox) (*EventSpec, error) {
@@ -336,7 +337,7 @@ func TestUpdateEventFailureRollsBack(t *testing.T) {
 func TestUpdateMissing(t *testing.T) {
 	s, _ := newStore(t)
 	called := false
-	_, err := s.UpdateSandbox(context.Background(), "nope", func(r *Sandbox) (*EventSpec, error) {
+	_, err := s.UpdateSandbox(own(), "nope", func(r *Sandbox) (*EventSpec, error) {
 		called = true
 		return nil, nil
 	})
@@ -350,7 +351,7 @@ func TestUpdateMissing(t *testing.T) {
 
 func TestDelete(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
 	mustCreate(t, s, sample("id2", "beta"), nil)
@@ -384,7 +385,7 @@ func TestDelete(t *testing.T) {
 
 func TestListSandboxesOrder(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	if list, err := s.ListSandboxes(ctx); err != nil || len(list) != 0 {
 		t.Errorf("ListSandboxes() of an empty store = %v, %v; want empty", list, err)
 	}
@@ -410,7 +411,7 @@ func TestListSandboxesOrder(t *testing.T) {
 
 func TestEventsPaging(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, &EventSpec{Type: "e0"})
 	for i := 1; i < 5; i++ {
@@ -453,7 +454,7 @@ func TestEventsPaging(t *testing.T) {
 }
 
 func TestReopenKeepsData(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	path := filepath.Join(t.TempDir(), "shard.db")
 	s, err := Open(ctx, path)
 	if err != nil {
@@ -512,7 +513,7 @@ func TestReopenKeepsData(t *testing.T) {
 // Concurrent updates are serialised: none is lost.
 func TestConcurrentUpdates(t *testing.T) {
 	s, _ := newStore(t)
-	ctx := context.Background()
+	ctx := own()
 	sb := sample("id1", "alpha")
 	mustCreate(t, s, sb, nil)
 	const n = 20
@@ -568,3 +569,7 @@ func TestShapeJSON(t *testing.T) {
 		t.Error("Clone shares Env with the original")
 	}
 }
+
+// own is the context of a test that calls the store as the server's own
+// work does: it sees every project.
+func own() context.Context { return project.Unscoped(context.Background(), "a test") }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"database/sql"
 	"os"
 	"path/filepath"
@@ -27,7 +26,7 @@ func fill(t *testing.T, s *Store, sb *Sandbox, events, size int) {
 	t.Helper()
 	arg := strings.Repeat("x", size)
 	for range events {
-		if err := s.AddEvent(context.Background(), sb, &EventSpec{Type: "sandbox.exec_started", Data: map[string]any{"argv": []string{"sh", "-c", arg}}}); err != nil {
+		if err := s.AddEvent(own(), sb, &EventSpec{Type: "sandbox.exec_started", Data: map[string]any{"argv": []string{"sh", "-c", arg}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,7 +35,7 @@ func fill(t *testing.T, s *Store, sb *Sandbox, events, size int) {
 // A database older than the switch (auto_vacuum NONE) is rewritten into
 // INCREMENTAL at Open, keeping its rows; a new one starts in it.
 func TestOpenSwitchesToIncremental(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	tests := []struct {
 		name     string
 		old      bool // made by plain SQLite first, in mode NONE, with rows
@@ -82,7 +81,7 @@ func TestOpenSwitchesToIncremental(t *testing.T) {
 // A removed session's pages go back to the filesystem at Reclaim, in
 // steps of any size; what stays is readable.
 func TestReclaimAfterDeleteSession(t *testing.T) {
-	ctx := context.Background()
+	ctx := own()
 	for _, step := range []int{0, 7, 100000} {
 		t.Run("step="+strconv.Itoa(step), func(t *testing.T) {
 			s, path := newStore(t)

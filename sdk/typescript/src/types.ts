@@ -424,6 +424,7 @@ export type ErrorCode =
   | "name_taken"
   | "no_addresses"
   | "no_node"
+  | "no_project"
   | "node_full"
   | "node_not_found"
   | "node_unreachable"

@@ -58,6 +58,7 @@ ERROR_CODES: FrozenSet[str] = frozenset(
         "name_taken",
         "no_addresses",
         "no_node",
+        "no_project",
         "node_full",
         "node_not_found",
         "node_unreachable",
