@@ -9,15 +9,17 @@ import (
 
 // Others returns the providers shard knows of but cannot run on this host
 // yet, each with the reason found by looking at the host. They are listed so
-// `shard capabilities` tells the truth about them; the seam (Provider plus
-// Checkpointer) is where a real implementation goes.
+// `shard capabilities` tells the truth about them: what they cannot do here
+// is everything, so none claims fork, snapshots or checkpoints (a client
+// that reads the flags alone must not offer a fork that fails). The seam
+// (Provider plus Checkpointer) is where a real implementation goes.
 func Others() []Provider {
 	return []Provider{
-		&Unavailable{Caps: Capabilities{Name: "firecracker", Isolation: "micro-VM (KVM)", Fork: true, Snapshot: true, Checkpoint: true,
+		&Unavailable{Caps: Capabilities{Name: "firecracker", Isolation: "micro-VM (KVM)",
 			Reason: firecrackerReason()}},
-		&Unavailable{Caps: Capabilities{Name: "vz", Isolation: "virtual machine (Apple Virtualization.framework)", Fork: true, Snapshot: true, Checkpoint: true,
+		&Unavailable{Caps: Capabilities{Name: "vz", Isolation: "virtual machine (Apple Virtualization.framework)",
 			Reason: vzReason()}},
-		&Unavailable{Caps: Capabilities{Name: "sysbox", Isolation: "system containers (sysbox-runc, user namespaces)", Snapshot: true,
+		&Unavailable{Caps: Capabilities{Name: "sysbox", Isolation: "system containers (sysbox-runc, user namespaces)",
 			Reason: sysboxReason()}},
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -203,8 +202,6 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// ErrNameTaken is returned when a sandbox name is in use.
-var ErrNameTaken = errors.New("name taken")
 
 // EventSpec is an event to write with a change.
 type EventSpec struct {
