@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -394,7 +395,7 @@ func (c *Cluster) beat(ctx context.Context) error {
 	lease := c.lease
 	c.mu.Unlock()
 	if _, err := c.cli.KeepAliveOnce(ctx, lease); err != nil {
-		if !strings.Contains(err.Error(), "requested lease not found") {
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return err
 		}
 		c.cfg.Log.Warn("cluster: this node's lease expired: joining again")

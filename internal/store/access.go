@@ -47,7 +47,7 @@ func (s *Store) AddToken(ctx context.Context, t *Token) error {
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tokens(id, project, name, doc) VALUES(?,?,?,?)`, t.ID, t.Project, t.Name, string(doc))
-		if err != nil && strings.Contains(err.Error(), "tokens.project, tokens.name") {
+		if err != nil && uniqueViolation(err) {
 			return errdefs.Conflict(client.CodeNameTaken, "a token named %s already exists", t.Name)
 		}
 		return err

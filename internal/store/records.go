@@ -169,7 +169,7 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *Snapshot, sb *Sandbox, ev *
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, project, name, doc) VALUES(?,?,?,?)`, sn.ID, sn.Project, sn.Name, string(doc)); err != nil {
-			if strings.Contains(err.Error(), "snapshots.project, snapshots.name") {
+			if uniqueViolation(err) {
 				return errdefs.Conflict(client.CodeNameTaken, "a snapshot named %s already exists", sn.Name)
 			}
 			return err

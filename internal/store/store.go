@@ -10,16 +10,17 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Store wraps the database.
@@ -202,7 +203,6 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-
 // EventSpec is an event to write with a change.
 type EventSpec struct {
 	Type    string
@@ -272,7 +272,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) (
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, project, name, doc) VALUES(?,?,?,?)`, sb.ID, sb.Project, sb.Name, string(doc)); err != nil {
-			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
+			if uniqueViolation(err) {
 				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
 			}
 			return err
@@ -316,7 +316,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
-			if strings.Contains(err.Error(), "sandboxes.project, sandboxes.name") {
+			if uniqueViolation(err) {
 				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
 			}
 			return err
@@ -560,4 +560,12 @@ func (s *Store) LineageEvents(ctx context.Context) ([]Event, error) {
 	}
 	return s.queryEvents(ctx, `SELECT seq, project, session, type, sandbox_id, at, data FROM events
 		WHERE project = ? AND type IN ('sandbox.created', 'sandbox.checkpoint_created', 'sandbox.snapshot_created', 'sandbox.forked', 'sandbox.removed') ORDER BY seq`, project.Of(ctx))
+}
+
+// uniqueViolation reports whether err is SQLite's refusal of a row whose
+// unique key another holds. Each insert or update that checks it has one
+// unique key a caller can collide on, (project, name): the id is random.
+func uniqueViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,8 +133,7 @@ type state struct {
 func (c *CLI) Status(ctx context.Context, id string) (provider.Status, error) {
 	out, err := c.runID(ctx, id, "state", id)
 	if err != nil {
-		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
-			strings.Contains(err.Error(), "cannot load container") {
+		if c.absent(ctx, id) {
 			return provider.StatusAbsent, nil
 		}
 		return "", err
@@ -175,11 +175,18 @@ func (c *CLI) List(ctx context.Context) ([]string, error) {
 // Delete force-deletes; an absent container is fine.
 func (c *CLI) Delete(ctx context.Context, id string) error {
 	_, err := c.runID(ctx, id, "delete", "--force", id)
-	if err != nil && (strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not exist") ||
-		strings.Contains(err.Error(), "cannot load container")) {
+	if err != nil && c.absent(ctx, id) {
 		return nil
 	}
 	return err
+}
+
+// absent reports whether the runtime's list (its JSON, not an error's
+// text) lacks id: what a failed state or delete of an id means when it
+// does. A list that fails says nothing: not absent.
+func (c *CLI) absent(ctx context.Context, id string) bool {
+	ids, err := c.List(ctx)
+	return err == nil && !slices.Contains(ids, id)
 }
 
 // Kill sends a signal to the init process.
