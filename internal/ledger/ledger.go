@@ -115,7 +115,7 @@ type ExecFinishedData struct {
 // CheckpointData is what sandbox.checkpoint_created records.
 type CheckpointData struct {
 	Checkpoint string `json:"checkpoint"`
-	Tag        string `json:"tag,omitempty"`
+	Tag        string `json:"tag"`
 	Kind       string `json:"kind"`
 	FreezeMS   int64  `json:"freeze_ms"`
 	Memory     string `json:"memory,omitempty"` // how its memory reaches a restore: handoff or pages
@@ -288,3 +288,33 @@ type ForkHookData struct {
 	DurationMS int64  `json:"duration_ms"`
 	Output     string `json:"output,omitempty"` // its stdout and stderr, the last 16 KiB
 }
+
+// ForkedData is the data of forked, in the source's session: one fork made
+// of it, from which checkpoint.
+type ForkedData struct {
+	Fork       string `json:"fork"`
+	Name       string `json:"name"`
+	Checkpoint string `json:"checkpoint"`
+	Tag        string `json:"tag"`
+}
+
+// SnapshotCreatedData is the data of snapshot_created.
+type SnapshotCreatedData struct {
+	Snapshot string `json:"snapshot"`
+	Name     string `json:"name"`
+}
+
+// SecretUngrantedData is the data of secret_ungranted.
+type SecretUngrantedData struct {
+	Secret string `json:"secret"`
+}
+
+// EndedData is the data of a stop or failure the server made on its own
+// (stopped by reconcile, failed by the watcher): why.
+type EndedData struct {
+	Reason string `json:"reason"`
+}
+
+// Decode reads e's data into v (one of the *Data types of e.Type); an
+// event with no data leaves v as it is.
+func Decode(e store.Event, v any) error { return decode(e, v) }

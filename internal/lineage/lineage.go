@@ -5,7 +5,6 @@
 package lineage
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -98,8 +97,10 @@ func Build(in Input) []*Node {
 	for _, e := range in.Events {
 		switch e.Type {
 		case ledger.Created:
+			// A record whose data does not read still made a sandbox: its
+			// node stays, without the image and provider it could not say.
 			var d ledger.CreatedData
-			json.Unmarshal(e.Data, &d)
+			_ = ledger.Decode(e, &d)
 			n := b.node(KindSandbox, e.SandboxID)
 			if n.seq == 0 {
 				n.Name, n.At, n.Image, n.Provider, n.seq = e.Session, e.At, d.Image, d.Provider, e.Seq
@@ -108,20 +109,15 @@ func Build(in Input) []*Node {
 			}
 		case ledger.CheckpointCreated:
 			var d ledger.CheckpointData
-			json.Unmarshal(e.Data, &d)
-			if d.Checkpoint == "" {
+			if ledger.Decode(e, &d) != nil || d.Checkpoint == "" {
 				continue
 			}
 			c := b.node(KindCheckpoint, d.Checkpoint)
 			c.Name, c.At, c.Via, c.seq = d.Tag, e.At, d.Kind, e.Seq
 			b.link(c, b.node(KindSandbox, e.SandboxID))
 		case ledger.SnapshotCreated:
-			var d struct {
-				Snapshot string `json:"snapshot"`
-				Name     string `json:"name"`
-			}
-			json.Unmarshal(e.Data, &d)
-			if d.Snapshot == "" {
+			var d ledger.SnapshotCreatedData
+			if ledger.Decode(e, &d) != nil || d.Snapshot == "" {
 				continue
 			}
 			sn := b.node(KindSnapshot, d.Snapshot)
@@ -129,12 +125,8 @@ func Build(in Input) []*Node {
 			b.link(sn, b.node(KindSandbox, e.SandboxID))
 		case ledger.Forked:
 			// The source's record of a fork names it (its session may not).
-			var d struct {
-				Fork string `json:"fork"`
-				Name string `json:"name"`
-			}
-			json.Unmarshal(e.Data, &d)
-			if d.Fork != "" && d.Name != "" {
+			var d ledger.ForkedData
+			if ledger.Decode(e, &d) == nil && d.Fork != "" && d.Name != "" {
 				named[d.Fork] = d.Name
 			}
 		case ledger.Removed:

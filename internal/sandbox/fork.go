@@ -388,7 +388,7 @@ func (f *forkOp) releaseCheckpoint() { f.release() }
 // tellSource writes the forks that exist to the source's ledger.
 func (f *forkOp) tellSource(forks []*store.Sandbox, tag string) {
 	for _, fk := range forks {
-		err := f.s.cfg.Store.AddEvent(f.ctx, f.src, &store.EventSpec{Type: ledger.Forked, Data: map[string]any{"fork": fk.ID, "name": fk.Name, "checkpoint": f.ckID, "tag": tag}})
+		err := f.s.cfg.Store.AddEvent(f.ctx, f.src, &store.EventSpec{Type: ledger.Forked, Data: ledger.ForkedData{Fork: fk.ID, Name: fk.Name, Checkpoint: f.ckID, Tag: tag}})
 		if err != nil {
 			f.log.Error("fork: ledger", "err", err)
 		}

@@ -136,7 +136,7 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 	}
 	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == secret })
-		return &store.EventSpec{Type: ledger.SecretUngranted, Data: map[string]string{"secret": secret}}, nil
+		return &store.EventSpec{Type: ledger.SecretUngranted, Data: ledger.SecretUngrantedData{Secret: secret}}, nil
 	})
 }
 

@@ -122,7 +122,7 @@ func (s *Service) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.
 		if sb.State == StateRunning {
 			r.Error = "the sandbox ended while the server was down"
 		}
-		return &store.EventSpec{Type: ledger.Stopped, Data: map[string]string{"reason": "reconcile"}}, nil
+		return &store.EventSpec{Type: ledger.Stopped, Data: ledger.EndedData{Reason: "reconcile"}}, nil
 	})
 }
 

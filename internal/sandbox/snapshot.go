@@ -57,7 +57,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 		Shape: store.Shape{Image: sb.Image, ImageDigest: sb.ImageDigest, Provider: sb.Provider,
 			Bounds: store.Bounds{DiskBytes: sb.DiskBytes}, Env: slices.Clone(sb.Env)},
 	}
-	err = s.cfg.Store.AddSnapshot(ctx, sn, sb, &store.EventSpec{Type: ledger.SnapshotCreated, Data: map[string]string{"snapshot": id, "name": name}})
+	err = s.cfg.Store.AddSnapshot(ctx, sn, sb, &store.EventSpec{Type: ledger.SnapshotCreated, Data: ledger.SnapshotCreatedData{Snapshot: id, Name: name}})
 	if err != nil {
 		s.cfg.Storage.RemoveSaved(snapshotKey(id))
 		return nil, err

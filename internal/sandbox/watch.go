@@ -249,6 +249,6 @@ func (s *Service) markDead(ctx context.Context, id string, pid int) {
 	s.cfg.Store.UpdateSandbox(ctx, cur.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.State, r.StoppedAt, r.Error = StateFailed, time.Now().UTC(), reason
 		r.OOMKills += ooms
-		return &store.EventSpec{Type: ledger.Failed, Data: map[string]string{"reason": reason}}, nil
+		return &store.EventSpec{Type: ledger.Failed, Data: ledger.EndedData{Reason: reason}}, nil
 	})
 }
