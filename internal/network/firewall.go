@@ -453,9 +453,6 @@ func (f *firewall) objs(ip netip.Addr) policyObjs {
 		deny: interval(d), allow: interval(a), denied: timed(x), resolved: timed(r)}
 }
 
-// setPolicy installs, replaces or (nil or empty) removes the policy of
-// the sandbox at ip, in one netlink batch: the kernel applies all of it or
-// none, so no packet ever sees half a policy.
 // holdTag marks the forward rule that holds every sandbox's egress until
 // the stored policies are in (see open).
 const holdTag = "shard:hold-until-policies"
@@ -484,6 +481,9 @@ func (f *firewall) open() error {
 	return nil
 }
 
+// setPolicy installs, replaces or (nil or empty) removes the policy of
+// the sandbox at ip, in one netlink batch: the kernel applies all of it or
+// none, so no packet ever sees half a policy.
 func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 	ip = ip.Unmap()
 	if !f.isSandboxAddr(ip) {

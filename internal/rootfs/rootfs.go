@@ -264,7 +264,6 @@ func (s *Storage) Create(ctx context.Context, id string, limit int64) error {
 	})
 }
 
-// template returns an empty ext4 image of size bytes, made once per size.
 // maxTemplates bounds the templates kept: each disk size asked for makes
 // one, and a key that asks for many sizes must not fill the store with them.
 const maxTemplates = 8

@@ -107,7 +107,6 @@ func (p *sparePool) take(key, ckID string) *spare {
 	return sp
 }
 
-// forget drops the spare of key (the environment was removed or rebuilt).
 // ready counts the spares staged and waiting.
 func (p *sparePool) ready() int {
 	p.mu.Lock()
@@ -121,6 +120,7 @@ func (p *sparePool) ready() int {
 	return n
 }
 
+// forget drops the spare of key (the environment was removed or rebuilt).
 func (p *sparePool) forget(key string) {
 	p.mu.Lock()
 	sp, ok := p.m[key]
