@@ -62,18 +62,7 @@ print(json.dumps(st))
 func BenchmarkConnectionBound(b *testing.B) {
 	e := need(b)
 	setupTarget(b)
-	e.stopServer()
-	e.extra = []string{"--dns-upstream", allowedIP + ":53"}
-	if err := e.startServer(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		e.stopServer()
-		e.extra = nil
-		if err := e.startServer(); err != nil {
-			b.Fatal(err)
-		}
-	})
+	restartWith(b, "--dns-upstream", allowedIP+":53")
 	ctx := context.Background()
 	victims := map[string]*client.Sandbox{}
 	for _, prov := range providers {

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -356,23 +355,8 @@ func (d *density) lookForLeftovers() []string {
 			left = append(left, "netns "+ent.Name())
 		}
 	}
-	if mi, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(mi)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) < 5 {
-				continue
-			}
-			mp := f[4]
-			// The store itself (data/storage) is the server's, and
-			// run/runsc/null-netns runsc's (an empty network namespace for
-			// gofers, pinned once per root), not a sandbox's.
-			if (strings.HasPrefix(mp, e.dataDir+"/") || strings.HasPrefix(mp, e.runDir+"/")) &&
-				mp != filepath.Join(e.dataDir, "storage") && mp != filepath.Join(e.runDir, "runsc", "null-netns") {
-				left = append(left, "mount "+mp)
-			}
-		}
-		mi.Close()
+	for _, mp := range e.sandboxMounts() {
+		left = append(left, "mount "+mp)
 	}
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, l := range loops {

@@ -67,9 +67,8 @@ func rawBundle(b *testing.B, sb *client.Sandbox, argv ...string) (bundle string,
 		b.Fatal(err)
 	}
 	lower := ""
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, l := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(l, filepath.Join("run", sb.ID, "rootfs")) {
+	for _, m := range mounts() {
+		if l := m.line; strings.Contains(l, filepath.Join("run", sb.ID, "rootfs")) {
 			if i := strings.Index(l, "lowerdir="); i >= 0 {
 				lower = strings.SplitN(l[i+len("lowerdir="):], ",", 2)[0]
 			}

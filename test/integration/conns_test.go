@@ -106,18 +106,7 @@ func TestConnectionBound(t *testing.T) {
 	e := need(t)
 	setupTarget(t)
 	const limit, n = 64, 300
-	e.stopServer()
-	e.extra = []string{"--dns-upstream", allowedIP + ":53", "--max-connections", strconv.Itoa(limit)}
-	if err := e.startServer(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		e.extra = nil
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--dns-upstream", allowedIP+":53", "--max-connections", strconv.Itoa(limit))
 	gw := netip.MustParsePrefix(e.subnet).Addr().Next()
 	target := netip.MustParseAddr(allowedIP)
 	for _, prov := range providers {

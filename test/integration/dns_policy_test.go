@@ -220,18 +220,7 @@ const (
 func TestDNSPolicyNoLeak(t *testing.T) {
 	e := need(t)
 	up := startFakeResolver(t)
-	e.stopServer()
-	e.extra = []string{"--dns-upstream", up.addr}
-	if err := e.startServer(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		e.extra = nil
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--dns-upstream", up.addr)
 	sb := create(t, client.CreateRequest{Image: python, Name: "dns-leak"})
 	other := create(t, client.CreateRequest{Image: python, Name: "dns-other"})
 	set := func(p client.Policy) {

@@ -54,7 +54,7 @@ func passOf(t *testing.T, id string) int {
 // fork): with the memory handed over (which the checkpoints must record),
 // then with the server restarted with --fork-memory pages.
 func TestForkMemoryConsistent(t *testing.T) {
-	e := need(t)
+	need(t)
 	src := create(t, client.CreateRequest{Image: python, Memory: jsonRaw("768MiB")})
 	execOK(t, src.ID, "sh", "-c", "cat > /tmp/w.py <<'EOF'\n"+writerScript+"\nEOF\npython3 /tmp/w.py >/tmp/w.log 2>&1 &")
 	deadline := time.Now().Add(2 * time.Minute)
@@ -66,16 +66,7 @@ func TestForkMemoryConsistent(t *testing.T) {
 	}
 	checkForksConsistent(t, src.ID, "handoff")
 
-	e.stopServer()
-	if err := e.startServer("--fork-memory", "pages"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--fork-memory", "pages")
 	checkForksConsistent(t, src.ID, "pages")
 }
 

@@ -365,16 +365,7 @@ func TestForkFreezeTimeout(t *testing.T) {
 	e := need(t)
 	src := create(t, client.CreateRequest{Image: busybox, Name: "freeze-src"})
 	execOK(t, src.ID, "sh", "-c", counterScript+" >/dev/null 2>&1 &")
-	e.stopServer()
-	if err := e.startServer("--fork-freeze-timeout", "5ms"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--fork-freeze-timeout", "5ms")
 	before := sandboxFiles(t)
 	_, err := e.c.Fork(ctxT(t), src.ID, client.ForkRequest{Name: "freeze-fork"})
 	ce, ok := err.(*client.Error)
@@ -407,16 +398,7 @@ func TestSandboxLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	limit := len(all) + 2
-	e.stopServer()
-	if err := e.startServer("--max-sandboxes", strconv.Itoa(limit)); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--max-sandboxes", strconv.Itoa(limit))
 	src := create(t, client.CreateRequest{Image: busybox, Name: "limit-src"})
 	if _, err := e.c.ForkMany(ctxT(t), src.ID, client.ForkRequest{Count: 2, Name: "limit-many"}); err == nil {
 		t.Fatalf("two forks with one slot left succeeded")

@@ -280,16 +280,14 @@ func (e *env) teardown() {
 			exec.Command(rt[0], "--root", rt[1], "delete", "--force", st.ID).Run()
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		var mounts []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], e.dir+"/") {
-				mounts = append(mounts, f[4])
-			}
+	var under []string
+	for _, m := range mounts() {
+		if strings.HasPrefix(m.point, e.dir+"/") {
+			under = append(under, m.point)
 		}
-		for i := len(mounts) - 1; i >= 0; i-- { // deepest first
-			exec.Command("umount", "-l", mounts[i]).Run()
-		}
+	}
+	for i := len(under) - 1; i >= 0; i-- { // deepest first
+		exec.Command("umount", "-l", under[i]).Run()
 	}
 	run(filepath.Join(e.root, "scripts", "registry.sh"), "stop", filepath.Join(e.dir, "registry"))
 	exec.Command("umount", filepath.Join(e.dataDir, "storage")).Run()
@@ -365,4 +363,59 @@ func execOK(t testing.TB, id string, argv ...string) string {
 
 func mustCreate(image, name string) client.CreateRequest {
 	return client.CreateRequest{Image: image, Name: name}
+}
+
+// restartWith restarts the shared server with extra flags (kept by any
+// restart the test makes, e.startServer's), and at the test's end with its
+// usual ones again.
+func restartWith(t testing.TB, extra ...string) {
+	t.Helper()
+	e := need(t)
+	e.stopServer()
+	e.extra = extra
+	if err := e.startServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.stopServer()
+		e.extra = nil
+		if err := e.startServer(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// mount is one line of /proc/self/mountinfo: where, with which options.
+type mount struct {
+	point string // the mount point (field 5)
+	opts  string // the per-mount options (field 6)
+	line  string // the whole line, for messages and super options
+}
+
+// mounts reads /proc/self/mountinfo.
+func mounts() []mount {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []mount
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 5 {
+			out = append(out, mount{point: f[4], opts: f[5], line: l})
+		}
+	}
+	return out
+}
+
+// sandboxMounts are the mounts under e's data and run directories that a
+// sandbox holds: all of them but the store itself and runsc's empty
+// network namespace for gofers (pinned once per root, no sandbox's).
+func (e *env) sandboxMounts() []string {
+	var out []string
+	for _, m := range mounts() {
+		if m.point == filepath.Join(e.dataDir, "storage") || m.point == filepath.Join(e.runDir, "runsc", "null-netns") {
+			continue
+		}
+		if strings.HasPrefix(m.point, e.dataDir+"/") || strings.HasPrefix(m.point, e.runDir+"/") {
+			out = append(out, m.point)
+		}
+	}
+	return out
 }

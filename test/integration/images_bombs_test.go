@@ -41,16 +41,7 @@ func TestImageBombs(t *testing.T) {
 	}
 	small := pushBomb(t, e, "small", tarBytes(t, "etc/small", []byte("small")))
 
-	e.stopServer()
-	if err := e.startServer("--max-image-size", "32MiB"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--max-image-size", "32MiB")
 	images := filepath.Join(e.dataDir, "images")
 	before := storeContent(t, images)
 

@@ -19,16 +19,7 @@ func TestLedgerFloor(t *testing.T) {
 	e := need(t)
 	sb := create(t, client.CreateRequest{Image: busybox, Name: "floor-sb"})
 	execOK(t, sb.ID, "true")
-	e.stopServer()
-	if err := e.startServer("--ledger-min-free", "1PiB"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--ledger-min-free", "1PiB")
 	ctx := ctxT(t)
 	events := func() int64 {
 		t.Helper()

@@ -93,24 +93,15 @@ func assertNoLeftovers(t *testing.T, id string) {
 			t.Errorf("leftover after remove: %s", p)
 		}
 	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), id) {
-		t.Errorf("leftover mount of %s:\n%s", id, grepLines(string(mounts), id))
+	for _, m := range mounts() {
+		if strings.Contains(m.line, id) {
+			t.Errorf("leftover mount of %s: %s", id, m.line)
+		}
 	}
 	links, _ := run("ip", "-o", "link")
 	if strings.Contains(links, "vs"+id) {
 		t.Errorf("leftover veth for %s", id)
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestStdinAndStreaming: the API's stdin field, and output that arrives in

@@ -161,18 +161,7 @@ func reach(t *testing.T, id, url string) bool {
 func TestPolicy(t *testing.T) {
 	e := need(t)
 	setupTarget(t)
-	e.stopServer()
-	e.extra = []string{"--dns-upstream", allowedIP + ":53"}
-	if err := e.startServer(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		e.extra = nil
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--dns-upstream", allowedIP+":53")
 	sb := create(t, client.CreateRequest{Image: python, Name: "policy-src"})
 	other := create(t, client.CreateRequest{Image: python, Name: "policy-other"})
 	allowedURL := "http://" + allowedIP + ":8000/"

@@ -95,16 +95,7 @@ func TestProjectsShareSandboxLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	limit := len(all) + 1 // pa's sandbox is one of them
-	e.stopServer()
-	if err := e.startServer("--max-sandboxes", strconv.Itoa(limit)); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		e.stopServer()
-		if err := e.startServer(); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	restartWith(t, "--max-sandboxes", strconv.Itoa(limit))
 	pb := projectClient(t, "red-limit")
 	for i := 0; i < 2; i++ {
 		b, err := pb.Create(ctx, client.CreateRequest{Image: busybox, Name: "red-limit" + strconv.Itoa(i)})

@@ -80,15 +80,13 @@ func TestSandboxTreesPrivate(t *testing.T) {
 			}
 			// The sandbox's own filesystem honours no setuid bit or device
 			// node on the host, whatever the directories above allow.
-			mi, _ := os.ReadFile("/proc/self/mountinfo")
 			mnt := filepath.Join(e.dataDir, "storage", "mnt", sb.ID)
 			found := false
-			for _, l := range strings.Split(string(mi), "\n") {
-				f := strings.Fields(l)
-				if len(f) > 5 && f[4] == mnt {
+			for _, m := range mounts() {
+				if m.point == mnt {
 					found = true
-					if !strings.Contains(f[5], "nosuid") || !strings.Contains(f[5], "nodev") {
-						t.Errorf("%s is mounted %s: want nosuid,nodev", mnt, f[5])
+					if !strings.Contains(m.opts, "nosuid") || !strings.Contains(m.opts, "nodev") {
+						t.Errorf("%s is mounted %s: want nosuid,nodev", mnt, m.opts)
 					}
 				}
 			}

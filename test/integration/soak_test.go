@@ -1705,20 +1705,8 @@ func soakProcesses(e *env, o *soakOwners) []soakArtifact {
 // soakMounts: mounts under the data and run directories, but the sandbox
 // store itself.
 func soakMounts(e *env) []soakArtifact {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
 	var out []soakArtifact
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 {
-			continue
-		}
-		mp := f[4]
-		// The sandbox store itself; and runsc's shared empty network
-		// namespace for gofers, pinned once per runsc root (runsc's own, no
-		// sandbox's).
-		if mp == filepath.Join(e.dataDir, "storage") || mp == filepath.Join(e.runDir, "runsc", "null-netns") {
-			continue
-		}
+	for _, mp := range e.sandboxMounts() {
 		for _, dir := range []string{e.dataDir, e.runDir} {
 			if strings.HasPrefix(mp, dir+"/") {
 				rel := strings.TrimPrefix(mp, dir+"/")
