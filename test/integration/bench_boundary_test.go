@@ -66,9 +66,7 @@ func startSingle(b *testing.B, bin string, idx int, extra ...string) *node {
 	}
 	n := &node{name: fmt.Sprintf("s%d", idx), dir: dir, socket: filepath.Join(dir, "shard.sock"), bridge: fmt.Sprintf("%.11ss%d", e.bridge, idx),
 		subnet: fmt.Sprintf("10.86.%d.0/24", idx), log: filepath.Join(dir, "serve.log"), bin: bin}
-	n.args = append([]string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-		"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "3GiB", "--default-disk", "256MiB",
-		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s"}, extra...)
+	n.args = append(e.serveArgs(n.socket, filepath.Join(dir, "data"), filepath.Join(dir, "run"), n.bridge, n.subnet, "3GiB", ""), extra...)
 	n.start(b)
 	b.Cleanup(func() { n.teardown(b) })
 	return n

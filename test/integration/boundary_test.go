@@ -224,12 +224,10 @@ func (w *boundaryWorld) node(t testing.TB, bin, name string, i int, listen, peer
 			cport = []string{"--advertise", "http://" + listen}
 		}
 	}
-	n.args = append(append([]string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-		"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "1GiB", "--storage-max", "4GiB", "--default-disk", "256MiB",
-		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
-		"--listen", listen, "--dns-upstream", lanService + ":53", "--cluster-prefix", w.prefix,
+	n.args = append(append(append(e.serveArgs(n.socket, filepath.Join(dir, "data"), filepath.Join(dir, "run"), n.bridge, n.subnet, "1GiB", "4GiB"),
+		"--listen", listen, "--dns-upstream", lanService+":53", "--cluster-prefix", w.prefix,
 		"--cluster-etcd", strings.Join(w.etcd.Endpoints(), ","), "--etcd-ca", w.files[0], "--etcd-cert", w.files[1], "--etcd-key", w.files[2],
-		"--node", name, "--cluster-key", w.keyFile, "--node-ttl", "3s", "--node-memory", "2GiB"}, cport...), extra...)
+		"--node", name, "--cluster-key", w.keyFile, "--node-ttl", "3s", "--node-memory", "2GiB"), cport...), extra...)
 	return n
 }
 

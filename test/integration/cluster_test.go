@@ -83,11 +83,9 @@ func startClusterOf(t testing.TB, bin string, idx int, memory ...string) *testCl
 		if plainPeers {
 			advertise = "http://" + n.tcp
 		}
-		n.args = []string{"serve", "--socket", n.socket, "--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"),
-			"--bridge", n.bridge, "--subnet", n.subnet, "--storage-size", "1GiB", "--storage-max", "4GiB", "--default-disk", "256MiB",
-			"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug",
+		n.args = append(e.serveArgs(n.socket, filepath.Join(dir, "data"), filepath.Join(dir, "run"), n.bridge, n.subnet, "1GiB", "4GiB"),
 			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", advertise,
-			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem}
+			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem)
 		tc.nodes = append(tc.nodes, n)
 		n.start(t)
 		t.Cleanup(func() { n.teardown(t) })
@@ -134,18 +132,9 @@ func (n *node) start(t testing.TB) {
 	if n.admin, err = client.New(client.Options{Socket: n.socket}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.admin.Capabilities(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitServing(n.admin, n.cmd, n.log); err != nil {
+		t.Fatalf("node %s: %v", n.name, err)
 	}
-	b, _ := os.ReadFile(n.log)
-	t.Fatalf("node %s did not come up:\n%s", n.name, b)
 }
 
 // stop ends the server as an administrator does (SIGTERM); its sandboxes

@@ -192,9 +192,8 @@ func (e *env) startServer(extra ...string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"serve", "--socket", e.socket, "--data-dir", e.dataDir, "--run-dir", e.runDir,
-		"--bridge", e.bridge, "--subnet", e.subnet, "--storage-size", envOr("SHARD_IT_STORAGE_SIZE", "1GiB"), "--storage-max", envOr("SHARD_IT_STORAGE_MAX", "8GiB"), "--default-disk", "256MiB",
-		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug", "--listen", e.tcp}
+	args := append(e.serveArgs(e.socket, e.dataDir, e.runDir, e.bridge, e.subnet, envOr("SHARD_IT_STORAGE_SIZE", "1GiB"), envOr("SHARD_IT_STORAGE_MAX", "8GiB")),
+		"--listen", e.tcp)
 	if e.metrics != "" {
 		args = append(args, "--metrics-listen", e.metrics)
 	}
@@ -211,21 +210,7 @@ func (e *env) startServer(extra ...string) error {
 		return err
 	}
 	e.c = c
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Capabilities(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(e.serveLog)
-	return fmt.Errorf("shard serve did not come up:\n%s", b)
+	return waitServing(c, cmd, e.serveLog)
 }
 
 // killServer kills the server with SIGKILL (kill -9): no clean-up at all.
@@ -418,4 +403,37 @@ func (e *env) sandboxMounts() []string {
 		}
 	}
 	return out
+}
+
+// serveArgs are the flags every test server starts with: directories of its
+// own under dir (the shared server's are e's), its own bridge and subnet,
+// the test registry as the mirror, a small store, small default disks.
+func (e *env) serveArgs(socket, dataDir, runDir, bridge, subnet, storeSize, storeMax string) []string {
+	args := []string{"serve", "--socket", socket, "--data-dir", dataDir, "--run-dir", runDir,
+		"--bridge", bridge, "--subnet", subnet, "--storage-size", storeSize, "--default-disk", "256MiB",
+		"--registry-mirror", "http://" + e.registry, "--insecure-registry", e.registry, "--stop-timeout", "3s", "--log-level", "debug"}
+	if storeMax != "" {
+		args = append(args, "--storage-max", storeMax)
+	}
+	return args
+}
+
+// waitServing waits up to a minute for a server started as cmd to answer
+// c, and says why not with its log.
+func waitServing(c *client.Client, cmd *exec.Cmd, log string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Capabilities(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(log)
+	return fmt.Errorf("shard serve did not come up:\n%s", b)
 }
