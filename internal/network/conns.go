@@ -149,7 +149,7 @@ const (
 )
 
 // saddr loads a packet's source address into register 1.
-func saddr() *expr.Payload { return ipAddr(1, 12) }
+func saddr() *expr.Payload { return ipSrc() }
 
 // ctNew matches the first packet of a flow.
 func ctNew() []expr.Any {
@@ -250,10 +250,10 @@ func addLimits(c *nftables.Conn, t *nftables.Table, lim ConnLimits, bridge strin
 	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: cat([]expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
-		ipAddr(1, 16),
+		ipDst(),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
 	}, l4proto(unix.IPPROTO_UDP), []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		dport(),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
 		&expr.Notrack{},
 	})})
@@ -262,7 +262,7 @@ func addLimits(c *nftables.Conn, t *nftables.Table, lim ConnLimits, bridge strin
 	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: cat([]expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
-		ipAddr(1, 12),
+		ipSrc(),
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
 	}, l4proto(unix.IPPROTO_UDP), []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},

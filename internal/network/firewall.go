@@ -105,13 +105,57 @@ func ctReply() []expr.Any {
 // rewritten.
 const ctStatusDstNAT = 1 << 5
 
-func ipAddr(reg uint32, offset uint32) *expr.Payload { // 12: saddr, 16: daddr
+// Header offsets the rules read.
+const (
+	ipSrcOffset     = 12 // IPv4 source address
+	ipDstOffset     = 16 // IPv4 destination address
+	dportOffset     = 2  // TCP or UDP destination port
+	etherTypeOffset = 12 // Ethernet type, in the link-layer header
+	arpSenderOffset = 14 // ARP sender protocol (IPv4) address
+)
+
+func ipAddr(reg uint32, offset uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}
+}
+
+func ipSrc() *expr.Payload { return ipAddr(1, ipSrcOffset) }
+func ipDst() *expr.Payload { return ipAddr(1, ipDstOffset) }
+
+// dport loads a TCP or UDP packet's destination port into register 1.
+func dport() *expr.Payload {
+	return &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: dportOffset, Len: 2}
 }
 
 func inSet(s *nftables.Set) *expr.Lookup {
 	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}
 }
+
+// tables builds the firewall's two tables in one netlink batch; each step
+// adds one chain (or the bridge table) and says why in its comment.
+type tables struct {
+	c   *nftables.Conn
+	fw  *firewall
+	t   *nftables.Table // ip
+	rej *nftables.Chain // reject: what a policy or the boundary refuses
+	lch *nftables.Chain // the connection bounds (conns.go)
+
+	inSubnet []expr.Any // from a sandbox address
+	iif      []expr.Any // in from the bridge
+}
+
+// oif matches the bridge as the output interface (op: equal or not).
+func (b *tables) oif(op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: ifname(b.fw.bridge)},
+	}
+}
+
+func (b *tables) rule(ch *nftables.Chain, exprs ...[]expr.Any) {
+	b.c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: cat(exprs...)})
+}
+
+var policyAccept = nftables.ChainPolicyAccept
 
 func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *boundary, lim ConnLimits, log *slog.Logger) (*firewall, error) {
 	fw := &firewall{bridge: bridge, subnet: subnet, gateway: gateway, log: log, lim: lim,
@@ -123,9 +167,8 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	if err != nil {
 		return nil, err
 	}
-	tableName := bridge
-	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
-	bt := &nftables.Table{Family: nftables.TableFamilyBridge, Name: tableName}
+	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: bridge}
+	bt := &nftables.Table{Family: nftables.TableFamilyBridge, Name: bridge}
 	// Start from clean tables: rules are ours alone, made anew each start.
 	// The old tables go and the new ones come in one transaction (one
 	// Flush, at the end): a restart never leaves a moment with no rules,
@@ -135,70 +178,81 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	c.DelTable(t)
 	c.AddTable(bt)
 	c.DelTable(bt)
-	t = c.AddTable(t)
-	fw.table = t
-
+	fw.table = c.AddTable(t)
 	netAddr := subnet.Addr().As4()
-	inSubnet := []expr.Any{
-		ipAddr(1, 12),
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: maskBytes(subnet.Bits()), Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netAddr[:]},
+	b := &tables{c: c, fw: fw, t: fw.table,
+		inSubnet: []expr.Any{
+			ipSrc(),
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: maskBytes(subnet.Bits()), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netAddr[:]},
+		},
+		iif: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+		},
 	}
-	iif := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+	b.nat()
+	b.reject()
+	// The connection bounds (conns.go), which every new flow of a
+	// sandbox passes.
+	if b.lch, fw.refused, err = addLimits(c, b.t, lim, bridge, gateway, b.rej.Name); err != nil {
+		return nil, err
 	}
-	oif := func(op expr.CmpOp) []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: op, Register: 1, Data: ifname(bridge)},
+	for _, step := range []func() error{func() error { return b.sets(bound) }, b.forward, b.input, b.output, func() error { return b.bridge(bt) }} {
+		if err := step(); err != nil {
+			return nil, err
 		}
 	}
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("write table %s: %w", bridge, err)
+	}
+	return fw, nil
+}
 
-	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+// nat masquerades the sandboxes' egress.
+func (b *tables) nat() {
+	post := b.c.AddChain(&nftables.Chain{Name: "postrouting", Table: b.t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: cat(inSubnet, oif(expr.CmpOpNeq), []expr.Any{&expr.Masq{}})})
+	b.rule(post, b.inSubnet, b.oif(expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
+}
 
-	// What a policy denies is rejected, not dropped: a program in the
-	// sandbox learns at once (connection refused, or administratively
-	// prohibited) instead of hanging in retries for minutes.
-	rej := c.AddChain(&nftables.Chain{Name: "reject", Table: t})
-	c.AddRule(&nftables.Rule{Table: t, Chain: rej, Exprs: []expr.Any{
+// reject is the chain of what a policy denies: rejected, not dropped, so
+// a program in the sandbox learns at once (connection refused, or
+// administratively prohibited) instead of hanging in retries for minutes.
+func (b *tables) reject() {
+	b.rej = b.c.AddChain(&nftables.Chain{Name: "reject", Table: b.t})
+	b.rule(b.rej, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
-	}})
-	c.AddRule(&nftables.Rule{Table: t, Chain: rej, Exprs: []expr.Any{
+	})
+	b.rule(b.rej, []expr.Any{
 		&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}, // admin-prohibited
-	}})
+	})
+}
 
-	// The connection bounds (conns.go), which every new flow of a
-	// sandbox passes.
-	lch, refused, err := addLimits(c, t, lim, bridge, gateway, rej.Name)
-	if err != nil {
-		return nil, err
+// sets makes the policies' map and the boundary's sets: what no sandbox
+// reaches (never), and the private ranges the administrator did not open
+// (closed).
+func (b *tables) sets(bound *boundary) error {
+	fw := b.fw
+	fw.egress = &nftables.Set{Table: b.t, Name: "egress", IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	if err := b.c.AddSet(fw.egress, nil); err != nil {
+		return err
 	}
-	fw.refused = refused
-
-	fw.egress = &nftables.Set{Table: t, Name: "egress", IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
-	if err := c.AddSet(fw.egress, nil); err != nil {
-		return nil, err
-	}
-
-	// The boundary, before any policy: what no sandbox reaches (never),
-	// and the private ranges the administrator did not open (closed).
 	nev, priv := bound.sets()
-	fw.never = &nftables.Set{Table: t, Name: "never", KeyType: nftables.TypeIPAddr, Interval: true}
-	fw.closed = &nftables.Set{Table: t, Name: "private", KeyType: nftables.TypeIPAddr, Interval: true}
-	if err := c.AddSet(fw.never, intervalElems(nev)); err != nil {
-		return nil, err
+	fw.never = &nftables.Set{Table: b.t, Name: "never", KeyType: nftables.TypeIPAddr, Interval: true}
+	fw.closed = &nftables.Set{Table: b.t, Name: "private", KeyType: nftables.TypeIPAddr, Interval: true}
+	if err := b.c.AddSet(fw.never, intervalElems(nev)); err != nil {
+		return err
 	}
-	if err := c.AddSet(fw.closed, intervalElems(priv)); err != nil {
-		return nil, err
-	}
+	return b.c.AddSet(fw.closed, intervalElems(priv))
+}
 
-	policyAccept := nftables.ChainPolicyAccept
-	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+// forward judges what crosses the host between a sandbox and the world.
+func (b *tables) forward() error {
+	fw, out := b.fw, b.oif(expr.CmpOpNeq)
+	fwd := b.c.AddChain(&nftables.Chain{Name: "forward", Table: b.t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
 	// Out of a sandbox into the boundary: refused, whatever its policy
 	// (the chain boundary). A connection the host rewrote (DNAT: a
@@ -208,128 +262,120 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, bound *
 	// destination would say so more narrowly, but nft 1.0.6 cannot list
 	// the rule this library writes for it, and `nft list ruleset` must
 	// keep working on a host running shard.)
-	bch := c.AddChain(&nftables.Chain{Name: "boundary", Table: t})
+	bch := b.c.AddChain(&nftables.Chain{Name: "boundary", Table: b.t})
 	for _, s := range []*nftables.Set{fw.never, fw.closed} {
-		c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
-			ipAddr(1, 16), inSet(s), &expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
-		}})
+		b.rule(bch, []expr.Any{ipDst(), inSet(s), &expr.Verdict{Kind: expr.VerdictGoto, Chain: b.rej.Name}})
 	}
-	c.AddRule(&nftables.Rule{Table: t, Chain: bch, Exprs: []expr.Any{
+	b.rule(bch, []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(ctStatusDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name},
-	}})
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
-		&expr.Verdict{Kind: expr.VerdictJump, Chain: bch.Name},
-	})})
+		&expr.Verdict{Kind: expr.VerdictGoto, Chain: b.rej.Name},
+	})
+	b.rule(fwd, b.iif, out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: bch.Name}})
 	// A new flow out of a sandbox, past the boundary: within the
 	// connection bounds, or refused.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), ctNew(), []expr.Any{
-		&expr.Verdict{Kind: expr.VerdictJump, Chain: lch.Name},
-	})})
+	b.rule(fwd, b.iif, out, ctNew(), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.lch.Name}})
 	// Out of a sandbox with a policy: through its chain (p-<addr>), which
 	// ends in a verdict. Sources not in the map go on to the next rule.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
-		ipAddr(1, 12),
+	b.rule(fwd, b.iif, out, []expr.Any{
+		ipSrc(),
 		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: fw.egress.Name, SetID: fw.egress.ID},
-	})})
+	})
 	// Until the server has installed every stored policy (Open), nothing
 	// leaves a sandbox: a restarted server's fresh table would otherwise
 	// let a --deny-all sandbox out until its policy came back.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, UserData: []byte(holdTag), Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{
-		&expr.Verdict{Kind: expr.VerdictJump, Chain: rej.Name},
+	b.c.AddRule(&nftables.Rule{Table: b.t, Chain: fwd, UserData: []byte(holdTag), Exprs: cat(b.iif, out, []expr.Any{
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: b.rej.Name},
 	})})
 	// Out of a sandbox without a policy to the world: allowed.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(iif, oif(expr.CmpOpNeq), []expr.Any{accept})})
+	b.rule(fwd, b.iif, out, []expr.Any{accept})
 	// Into a sandbox from elsewhere: only replies to what it opened.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), ctReply(), []expr.Any{accept})})
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(oif(expr.CmpOpEq), []expr.Any{drop})})
+	b.rule(fwd, b.oif(expr.CmpOpEq), ctReply(), []expr.Any{accept})
+	b.rule(fwd, b.oif(expr.CmpOpEq), []expr.Any{drop})
+	return nil
+}
 
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+// input judges what a sandbox sends the host itself: only replies to what
+// the host opened (conntrack's reply direction: a connection a sandbox
+// opened to the host is never let in, whatever its state), and DNS to the
+// proxy on the gateway.
+func (b *tables) input() error {
+	in := b.c.AddChain(&nftables.Chain{Name: "input", Table: b.t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	// From a sandbox to the host itself: only replies to what the host
-	// opened (conntrack's reply direction: a connection a sandbox opened
-	// to the host is never let in, whatever its state), and DNS to the
-	// proxy on the gateway.
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, ctReply(), []expr.Any{accept})})
-	gw := gateway.As4()
+	b.rule(in, b.iif, ctReply(), []expr.Any{accept})
+	gw := b.fw.gateway.As4()
+	toDNS := []expr.Any{ipDst(), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]}}
+	port53 := []expr.Any{dport(), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)}}
 	// A TCP connection to the proxy is a flow in the table like any other
 	// (UDP queries are not tracked: addLimits).
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{
-		ipAddr(1, 16),
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
-	}, l4proto(unix.IPPROTO_TCP), []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
-	}, ctNew(), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: lch.Name}})})
+	b.rule(in, b.iif, toDNS, l4proto(unix.IPPROTO_TCP), port53, ctNew(), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.lch.Name}})
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{
-			ipAddr(1, 16),
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw[:]},
+		b.rule(in, b.iif, toDNS, []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
-			accept,
-		})})
+		}, port53, []expr.Any{accept})
 	}
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(iif, []expr.Any{drop})})
+	b.rule(in, b.iif, []expr.Any{drop})
+	return nil
+}
 
-	// From the host into the sandboxes: only root's sockets (the server:
-	// its agent calls, port proxy and DNS answers). Another host user could
-	// otherwise reach every sandbox's services and agent directly, past the
-	// port proxy's scopes. Packets of no socket (the kernel's own replies)
-	// carry no uid, and the rule does not match them.
-	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+// output judges what the host sends into the sandboxes: only root's
+// sockets (the server: its agent calls, port proxy and DNS answers).
+// Another host user could otherwise reach every sandbox's services and
+// agent directly, past the port proxy's scopes. Packets of no socket (the
+// kernel's own replies) carry no uid, and the rule does not match them.
+func (b *tables) output() error {
+	out := b.c.AddChain(&nftables.Chain{Name: "output", Table: b.t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: cat(oif(expr.CmpOpEq), []expr.Any{
+	b.rule(out, b.oif(expr.CmpOpEq), []expr.Any{
 		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Verdict{Kind: expr.VerdictJump, Chain: rej.Name},
-	})})
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: b.rej.Name},
+	})
+	return nil
+}
 
-	// Anti-spoofing, at the bridge's door.
-	bt = c.AddTable(bt)
+// bridge is the anti-spoofing at the bridge's door: a sandbox port sends
+// IPv4 and ARP from its own address only.
+func (b *tables) bridge(bt *nftables.Table) error {
+	fw := b.fw
+	bt = b.c.AddTable(bt)
 	fw.btable = bt
 	fw.ports = &nftables.Set{Table: bt, Name: "ports", KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian}
 	fw.pairs = &nftables.Set{Table: bt, Name: "pairs", Concatenation: true,
 		KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)}
-	if err := c.AddSet(fw.ports, nil); err != nil {
-		return nil, err
+	if err := b.c.AddSet(fw.ports, nil); err != nil {
+		return err
 	}
-	if err := c.AddSet(fw.pairs, nil); err != nil {
-		return nil, err
+	if err := b.c.AddSet(fw.pairs, nil); err != nil {
+		return err
 	}
-	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: bt, Type: nftables.ChainTypeFilter,
+	pre := b.c.AddChain(&nftables.Chain{Name: "prerouting", Table: bt, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
 	// Not a registered sandbox port (another bridge's, or a sandbox made
 	// before ports were registered): not ours to judge.
-	c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{
+	b.rule(pre, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: fw.ports.Name, SetID: fw.ports.ID, Invert: true},
 		accept,
-	}})
+	})
 	for _, p := range []struct {
 		etherType uint16
 		offset    uint32
-	}{{unix.ETH_P_IP, 12}, {unix.ETH_P_ARP, 14}} { // ip saddr; arp sender ip
-		c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 12, Len: 2},
+	}{{unix.ETH_P_IP, ipSrcOffset}, {unix.ETH_P_ARP, arpSenderOffset}} {
+		b.rule(pre, []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: etherTypeOffset, Len: 2},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p.etherType)},
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: p.offset, Len: 4},
 			&expr.Lookup{SourceRegister: 1, SetName: fw.pairs.Name, SetID: fw.pairs.ID},
 			accept,
-		}})
+		})
 	}
-	c.AddRule(&nftables.Rule{Table: bt, Chain: pre, Exprs: []expr.Any{drop}})
-
-	if err := c.Flush(); err != nil {
-		return nil, fmt.Errorf("write table %s: %w", tableName, err)
-	}
-	return fw, nil
+	b.rule(pre, []expr.Any{drop})
+	return nil
 }
 
 // setBoundary replaces the contents of the boundary's sets, in one batch:
@@ -548,7 +594,7 @@ func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 	}
 	rej := &expr.Verdict{Kind: expr.VerdictGoto, Chain: "reject"}
 	daddrIn := func(s *nftables.Set, v *expr.Verdict) []expr.Any {
-		return []expr.Any{ipAddr(1, 16), inSet(s), v}
+		return []expr.Any{ipDst(), inSet(s), v}
 	}
 	rules := [][]expr.Any{
 		cat(ctEstablished(), []expr.Any{accept}),
