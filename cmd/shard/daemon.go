@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -329,22 +330,30 @@ func (d *daemon) listen(context.Context) error {
 		d.servers = append(d.servers, served{main, api.LimitListener(tl, cfg.maxClientConns, d.log, nil)})
 		d.log.Info("serving", "tcp", tl.Addr().String())
 	}
-	if cfg.metricsListen != "" {
-		ml, err := net.Listen("tcp", cfg.metricsListen)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", cfg.metricsListen, err)
-		}
-		loopback := false
-		if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil {
-			loopback = ap.Addr().IsLoopback()
-		}
-		if !loopback {
-			d.log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
-		}
-		msrv := &http.Server{Handler: metricsOnly(d.metrics, loopback), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: cfg.idleTimeout, ErrorLog: errLog}
-		d.servers = append(d.servers, served{msrv, ml})
-		d.log.Info("serving metrics", "tcp", ml.Addr().String())
+	return d.listenMetrics(errLog)
+}
+
+// listenMetrics takes --metrics-listen's port, if given: GET /metrics
+// without a key, for a scraper.
+func (d *daemon) listenMetrics(errLog *log.Logger) error {
+	cfg := d.cfg
+	if cfg.metricsListen == "" {
+		return nil
 	}
+	ml, err := net.Listen("tcp", cfg.metricsListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.metricsListen, err)
+	}
+	loopback := false
+	if ap, err := netip.ParseAddrPort(ml.Addr().String()); err == nil {
+		loopback = ap.Addr().IsLoopback()
+	}
+	if !loopback {
+		d.log.Warn("--metrics-listen is not a loopback address: anyone who reaches it reads the metrics without a key", "addr", ml.Addr().String())
+	}
+	msrv := &http.Server{Handler: metricsOnly(d.metrics, loopback), ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: cfg.idleTimeout, ErrorLog: errLog}
+	d.servers = append(d.servers, served{msrv, ml})
+	d.log.Info("serving metrics", "tcp", ml.Addr().String())
 	return nil
 }
 

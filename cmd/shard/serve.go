@@ -287,25 +287,8 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 	if c.storageSize, c.storageMax, c.reserve, err = storeFlags(o); err != nil {
 		return nil, err
 	}
-	switch {
-	case o.maxSandboxes < 0:
-		return nil, fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
-	case o.memoryOvercommit != 0 && !(o.memoryOvercommit >= 0.1 && o.memoryOvercommit <= 100):
-		return nil, fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
-	case o.stopTimeout < 0:
-		return nil, fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
-	case o.pullTimeout <= 0:
-		return nil, fmt.Errorf("--pull-timeout %s: it must be positive", o.pullTimeout)
-	case o.freezeTimeout <= 0:
-		return nil, fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
-	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
-		return nil, fmt.Errorf("--idle-timeout and --body-timeout must be positive")
-	case o.ledgerRetention < 0:
-		return nil, fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
-	case o.maxClientConns < 0:
-		return nil, fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
-	case o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages:
-		return nil, fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
+	if err := o.checkBounds(); err != nil {
+		return nil, err
 	}
 	if c.ledgerFloor, err = ledgerFloorFlag(o.ledgerMinFree); err != nil {
 		return nil, err
@@ -321,6 +304,32 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkBounds checks the flags that are numbers and durations with a
+// range of their own.
+func (o *serveOptions) checkBounds() error {
+	switch {
+	case o.maxSandboxes < 0:
+		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
+	case o.memoryOvercommit != 0 && !(o.memoryOvercommit >= 0.1 && o.memoryOvercommit <= 100):
+		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
+	case o.stopTimeout < 0:
+		return fmt.Errorf("--stop-timeout %s: it must not be negative", o.stopTimeout)
+	case o.pullTimeout <= 0:
+		return fmt.Errorf("--pull-timeout %s: it must be positive", o.pullTimeout)
+	case o.freezeTimeout <= 0:
+		return fmt.Errorf("--fork-freeze-timeout %s: it must be positive", o.freezeTimeout)
+	case o.idleTimeout <= 0 || o.bodyTimeout <= 0:
+		return fmt.Errorf("--idle-timeout and --body-timeout must be positive")
+	case o.ledgerRetention < 0:
+		return fmt.Errorf("--ledger-retention %s: give 0 (keep) or a positive duration", o.ledgerRetention)
+	case o.maxClientConns < 0:
+		return fmt.Errorf("--max-client-conns %d: give 0 (no limit) or more", o.maxClientConns)
+	case o.forkMemory != provider.MemoryHandoff && o.forkMemory != provider.MemoryPages:
+		return fmt.Errorf("--fork-memory %q: want handoff or pages", o.forkMemory)
+	}
+	return nil
 }
 
 // logger is the daemon's log, as --log-level and --log-format say.
