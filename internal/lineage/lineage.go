@@ -56,7 +56,9 @@ type key struct{ kind, id string }
 
 type builder struct {
 	nodes   map[key]*Node
-	session map[string]*Node // a session's sandbox
+	session map[string]*Node  // a session's sandbox
+	named   map[string]string // a fork's id → its name, from its source's forked event
+	created []created         // sandboxes whose origin is linked last
 }
 
 func (b *builder) node(kind, id string) *Node {
@@ -87,55 +89,91 @@ func (b *builder) link(child, parent *Node) {
 // Build makes the forest: every root (a node with no parent) with what
 // came from it. Removed nodes are in it; Prune leaves them out.
 func Build(in Input) []*Node {
-	b := &builder{nodes: map[key]*Node{}, session: map[string]*Node{}}
-	type pending struct {
-		n *Node
-		d ledger.CreatedData
-	}
-	var created []pending
-	named := map[string]string{} // a fork's id → its name
+	b := &builder{nodes: map[key]*Node{}, session: map[string]*Node{}, named: map[string]string{}}
 	for _, e := range in.Events {
-		switch e.Type {
-		case ledger.Created:
-			// A record whose data does not read still made a sandbox: its
-			// node stays, without the image and provider it could not say.
-			var d ledger.CreatedData
-			_ = ledger.Decode(e, &d)
-			n := b.node(KindSandbox, e.SandboxID)
-			if n.seq == 0 {
-				n.Name, n.At, n.Image, n.Provider, n.seq = e.Session, e.At, d.Image, d.Provider, e.Seq
-				b.session[e.Session] = n
-				created = append(created, pending{n, d})
-			}
-		case ledger.CheckpointCreated:
-			var d ledger.CheckpointData
-			if ledger.Decode(e, &d) != nil || d.Checkpoint == "" {
-				continue
-			}
-			c := b.node(KindCheckpoint, d.Checkpoint)
-			c.Name, c.At, c.Via, c.seq = d.Tag, e.At, d.Kind, e.Seq
-			b.link(c, b.node(KindSandbox, e.SandboxID))
-		case ledger.SnapshotCreated:
-			var d ledger.SnapshotCreatedData
-			if ledger.Decode(e, &d) != nil || d.Snapshot == "" {
-				continue
-			}
-			sn := b.node(KindSnapshot, d.Snapshot)
-			sn.Name, sn.At, sn.Via, sn.seq = d.Name, e.At, "snapshot", e.Seq
-			b.link(sn, b.node(KindSandbox, e.SandboxID))
-		case ledger.Forked:
-			// The source's record of a fork names it (its session may not).
-			var d ledger.ForkedData
-			if ledger.Decode(e, &d) == nil && d.Fork != "" && d.Name != "" {
-				named[d.Fork] = d.Name
-			}
-		case ledger.Removed:
-			n := b.node(KindSandbox, e.SandboxID)
-			n.Removed, n.State = true, "removed"
+		b.event(e)
+	}
+	b.environments(in.Environments)
+	for _, p := range b.created {
+		b.origin(p.n, p.d)
+	}
+	b.present(in)
+	for _, n := range b.nodes {
+		if n.Kind != KindSandbox {
+			continue
+		}
+		if nm := b.named[n.ID]; nm != "" && n.Removed {
+			n.Name = nm
+		}
+		if n.Name == "" {
+			n.Name = n.ID
 		}
 	}
-	// Environments hang from their checkpoint.
-	for _, env := range in.Environments {
+	var roots []*Node
+	for _, n := range b.nodes {
+		if n.parent == nil {
+			roots = append(roots, n)
+		}
+	}
+	sortNodes(roots)
+	for _, n := range b.nodes {
+		sortNodes(n.Children)
+	}
+	return roots
+}
+
+// created is a sandbox's node and its sandbox.created data, linked to its
+// origin once every node is known.
+type created struct {
+	n *Node
+	d ledger.CreatedData
+}
+
+// event adds what one ledger event says.
+func (b *builder) event(e store.Event) {
+	switch e.Type {
+	case ledger.Created:
+		// A record whose data does not read still made a sandbox: its
+		// node stays, without the image and provider it could not say.
+		var d ledger.CreatedData
+		_ = ledger.Decode(e, &d)
+		n := b.node(KindSandbox, e.SandboxID)
+		if n.seq == 0 {
+			n.Name, n.At, n.Image, n.Provider, n.seq = e.Session, e.At, d.Image, d.Provider, e.Seq
+			b.session[e.Session] = n
+			b.created = append(b.created, created{n, d})
+		}
+	case ledger.CheckpointCreated:
+		var d ledger.CheckpointData
+		if ledger.Decode(e, &d) != nil || d.Checkpoint == "" {
+			return
+		}
+		c := b.node(KindCheckpoint, d.Checkpoint)
+		c.Name, c.At, c.Via, c.seq = d.Tag, e.At, d.Kind, e.Seq
+		b.link(c, b.node(KindSandbox, e.SandboxID))
+	case ledger.SnapshotCreated:
+		var d ledger.SnapshotCreatedData
+		if ledger.Decode(e, &d) != nil || d.Snapshot == "" {
+			return
+		}
+		sn := b.node(KindSnapshot, d.Snapshot)
+		sn.Name, sn.At, sn.Via, sn.seq = d.Name, e.At, "snapshot", e.Seq
+		b.link(sn, b.node(KindSandbox, e.SandboxID))
+	case ledger.Forked:
+		// The source's record of a fork names it (its session may not).
+		var d ledger.ForkedData
+		if ledger.Decode(e, &d) == nil && d.Fork != "" && d.Name != "" {
+			b.named[d.Fork] = d.Name
+		}
+	case ledger.Removed:
+		n := b.node(KindSandbox, e.SandboxID)
+		n.Removed, n.State = true, "removed"
+	}
+}
+
+// environments hang from their checkpoint.
+func (b *builder) environments(envs []*store.Environment) {
+	for _, env := range envs {
 		n := b.node(KindEnvironment, env.Name)
 		n.Name, n.At, n.Image, n.Provider, n.Via = env.Name, env.CreatedAt, env.Image, env.Provider, "environment"
 		n.State, n.Removed = "kept", false
@@ -143,49 +181,52 @@ func Build(in Input) []*Node {
 			b.link(n, b.node(KindCheckpoint, env.Checkpoint))
 		}
 	}
-	// Then each sandbox hangs from what it started from.
-	for _, p := range created {
-		n, d := p.n, p.d
-		switch {
-		case d.Environment != "":
-			n.Via = "environment"
-			env := b.node(KindEnvironment, d.Environment)
-			if env.Name == "" {
-				env.Name = d.Environment
-			}
-			if env.Removed && d.Checkpoint != "" {
-				// A removed environment still shows where its sandboxes came from.
-				b.link(env, b.node(KindCheckpoint, d.Checkpoint))
-			}
-			b.link(n, env)
-		case d.ForkedFrom != "":
-			n.Via = "fork"
-			src := b.node(KindSandbox, d.ForkedFrom)
-			if d.Checkpoint == "" {
-				b.link(n, src)
-				break
-			}
-			ck := b.node(KindCheckpoint, d.Checkpoint)
-			// A checkpoint whose own event is gone (its session was
-			// swept) still came from the fork's source.
-			b.link(ck, src)
-			b.link(n, ck)
-		case d.ResumedFrom != "":
-			n.Via = "resume"
-			if d.Checkpoint != "" {
-				b.link(n, b.node(KindCheckpoint, d.Checkpoint))
-			} else if src := b.session[d.ResumedFrom]; src != nil {
-				b.link(n, src)
-			}
-		case d.RestoredFrom != "":
-			n.Via = "restore"
-			b.link(n, b.node(KindCheckpoint, d.RestoredFrom))
-		case d.FromSnapshot != "":
-			n.Via = "snapshot"
-			b.link(n, b.node(KindSnapshot, d.FromSnapshot))
+}
+
+// origin hangs sandbox n from what it started from.
+func (b *builder) origin(n *Node, d ledger.CreatedData) {
+	switch {
+	case d.Environment != "":
+		n.Via = "environment"
+		env := b.node(KindEnvironment, d.Environment)
+		if env.Name == "" {
+			env.Name = d.Environment
 		}
+		if env.Removed && d.Checkpoint != "" {
+			// A removed environment still shows where its sandboxes came from.
+			b.link(env, b.node(KindCheckpoint, d.Checkpoint))
+		}
+		b.link(n, env)
+	case d.ForkedFrom != "":
+		n.Via = "fork"
+		src := b.node(KindSandbox, d.ForkedFrom)
+		if d.Checkpoint == "" {
+			b.link(n, src)
+			return
+		}
+		ck := b.node(KindCheckpoint, d.Checkpoint)
+		// A checkpoint whose own event is gone (its session was swept)
+		// still came from the fork's source.
+		b.link(ck, src)
+		b.link(n, ck)
+	case d.ResumedFrom != "":
+		n.Via = "resume"
+		if d.Checkpoint != "" {
+			b.link(n, b.node(KindCheckpoint, d.Checkpoint))
+		} else if src := b.session[d.ResumedFrom]; src != nil {
+			b.link(n, src)
+		}
+	case d.RestoredFrom != "":
+		n.Via = "restore"
+		b.link(n, b.node(KindCheckpoint, d.RestoredFrom))
+	case d.FromSnapshot != "":
+		n.Via = "snapshot"
+		b.link(n, b.node(KindSnapshot, d.FromSnapshot))
 	}
-	// What exists now says its own name and state.
+}
+
+// present: what exists now says its own name and state.
+func (b *builder) present(in Input) {
 	for _, sb := range in.Sandboxes {
 		n := b.node(KindSandbox, sb.ID)
 		n.Name, n.State, n.Removed = sb.Name, sb.State, false
@@ -209,28 +250,6 @@ func Build(in Input) []*Node {
 			b.link(n, b.node(KindSandbox, sn.SandboxID))
 		}
 	}
-	for _, n := range b.nodes {
-		if n.Kind != KindSandbox {
-			continue
-		}
-		if nm := named[n.ID]; nm != "" && n.Removed {
-			n.Name = nm
-		}
-		if n.Name == "" {
-			n.Name = n.ID
-		}
-	}
-	var roots []*Node
-	for _, n := range b.nodes {
-		if n.parent == nil {
-			roots = append(roots, n)
-		}
-	}
-	sortNodes(roots)
-	for _, n := range b.nodes {
-		sortNodes(n.Children)
-	}
-	return roots
 }
 
 // sortNodes orders nodes by time, then kind and id (a stable answer).
