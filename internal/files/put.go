@@ -326,119 +326,153 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	if l := u.throughLink(name); l != "" {
 		return fail(CodeUnsafe, "entry %q is under %s, a symlink the archive made: refused", hdr.Name, path.Join(u.dest, l))
 	}
+	mode := u.mode(hdr)
+	made := false
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		made, err = u.dir(hdr, name)
+	case tar.TypeReg, tar.TypeGNUSparse, '\x00':
+		made, err = true, u.file(tr, hdr, name, mode)
+	case tar.TypeSymlink:
+		made, err = true, u.symlink(hdr, name)
+	case tar.TypeLink:
+		made, err = u.hardlink(hdr, name)
+	case tar.TypeChar, tar.TypeBlock:
+		u.note("%s: a device node, skipped (shard makes no device nodes)", hdr.Name)
+	case tar.TypeFifo:
+		u.note("%s: a FIFO, skipped", hdr.Name)
+	case tar.TypeXGlobalHeader:
+	default:
+		u.note("%s: entry type %q skipped", hdr.Name, hdr.Typeflag)
+	}
+	if err != nil {
+		return err
+	}
+	if made {
+		u.res.Files++
+	}
+	return nil
+}
+
+// mode is hdr's permission bits, without setuid and setgid on what is not
+// a directory (said in a note).
+func (u *unpacker) mode(hdr *tar.Header) uint32 {
 	mode := uint32(hdr.Mode) & 0o7777
 	if mode&0o6000 != 0 && hdr.Typeflag != tar.TypeDir {
 		u.note("%s: setuid/setgid bit removed", hdr.Name)
 		mode &^= 0o6000
 	}
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if name == "" {
-			// The destination itself ("./"): it keeps its own owner and
-			// mode (a copy into /tmp must not take /tmp's sticky bit).
-			return nil
-		}
-		if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
-			return u.entryErr(hdr, err)
-		}
-		if err := u.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return u.entryErr(hdr, err)
-		}
-		if fi, err := u.root.Lstat(name); err != nil || !fi.IsDir() {
-			return fail(CodeNotDir, "entry %q: %s is in the way and is not a directory", hdr.Name, path.Join(u.dest, name))
-		}
-		u.attrs(name, hdr, uint32(hdr.Mode)&0o3777) // setgid on a directory only passes its group on
-		u.dirs = append(u.dirs, dirTime{name, hdr.ModTime})
-	case tar.TypeReg, tar.TypeGNUSparse, '\x00':
-		if name == "" {
-			return fail(CodeUnsafe, "entry %q is a file in place of the destination directory", hdr.Name)
-		}
-		if err := u.clear(name, hdr); err != nil {
-			return err
-		}
-		f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return u.entryErr(hdr, err)
-		}
-		n, err := copyFull(f, tr, u.buf)
-		cerr := f.Close()
-		if err == nil {
-			err = cerr
-		}
-		if err != nil {
-			u.root.Remove(name)
-			var fe *Error
-			if errors.As(err, &fe) {
-				return err
-			}
-			if classify(err) == CodeDiskFull {
-				return fail(CodeDiskFull, "entry %q: the disk is full after %d bytes of it", hdr.Name, n)
-			}
-			if classify(err) == CodeIO && !isErrno(err) {
-				return fail(CodeBadArchive, "entry %q: the archive ends inside it: %v", hdr.Name, err)
-			}
-			return u.entryErr(hdr, err)
-		}
-		u.res.Bytes += n
-		u.attrs(name, hdr, mode)
-		if !hdr.ModTime.IsZero() {
-			u.root.Chtimes(name, time.Time{}, hdr.ModTime)
-		}
-	case tar.TypeSymlink:
-		if name == "" {
-			return fail(CodeUnsafe, "entry %q is a symlink in place of the destination directory", hdr.Name)
-		}
-		if err := u.clear(name, hdr); err != nil {
-			return err
-		}
-		// The target is the sandbox's business: the link is made as
-		// written, and nothing below is written through a link that leads
-		// out of the destination (os.Root refuses that).
-		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
-			return u.entryErr(hdr, err)
-		}
-		u.links[name] = true
-		if u.opts.KeepOwner && hdr.Uid >= 0 && hdr.Gid >= 0 {
-			u.root.Lchown(name, hdr.Uid, hdr.Gid)
-		}
-	case tar.TypeLink:
-		old, err := entryName(hdr.Linkname)
-		if err != nil || old == "" {
-			return fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
-		}
-		if u.opts.Rename != nil {
-			var keep bool
-			if old, keep = u.opts.Rename(old); !keep || old == "" {
-				u.note("%s: a hard link to %s, which is not copied: skipped", hdr.Name, hdr.Linkname)
-				return nil
-			}
-		}
-		if l := u.throughLink(old); l != "" || u.links[old] {
-			return fail(CodeUnsafe, "entry %q is a hard link through a symlink the archive made (%s): refused", hdr.Name, hdr.Linkname)
-		}
-		if err := u.clear(name, hdr); err != nil {
-			return err
-		}
-		if err := u.root.Link(old, name); err != nil {
-			if escapes(err) {
-				return fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
-			}
-			return u.entryErr(hdr, err)
-		}
-	case tar.TypeChar, tar.TypeBlock:
-		u.note("%s: a device node, skipped (shard makes no device nodes)", hdr.Name)
-		return nil
-	case tar.TypeFifo:
-		u.note("%s: a FIFO, skipped", hdr.Name)
-		return nil
-	case tar.TypeXGlobalHeader:
-		return nil
-	default:
-		u.note("%s: entry type %q skipped", hdr.Name, hdr.Typeflag)
-		return nil
+	return mode
+}
+
+// dir makes directory name; made is false for the destination itself.
+func (u *unpacker) dir(hdr *tar.Header, name string) (made bool, err error) {
+	if name == "" {
+		// The destination itself ("./"): it keeps its own owner and
+		// mode (a copy into /tmp must not take /tmp's sticky bit).
+		return false, nil
 	}
-	u.res.Files++
+	if err := u.root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return false, u.entryErr(hdr, err)
+	}
+	if err := u.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, u.entryErr(hdr, err)
+	}
+	if fi, err := u.root.Lstat(name); err != nil || !fi.IsDir() {
+		return false, fail(CodeNotDir, "entry %q: %s is in the way and is not a directory", hdr.Name, path.Join(u.dest, name))
+	}
+	u.attrs(name, hdr, uint32(hdr.Mode)&0o3777) // setgid on a directory only passes its group on
+	u.dirs = append(u.dirs, dirTime{name, hdr.ModTime})
+	return true, nil
+}
+
+// file writes regular file name from tr.
+func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint32) error {
+	if name == "" {
+		return fail(CodeUnsafe, "entry %q is a file in place of the destination directory", hdr.Name)
+	}
+	if err := u.clear(name, hdr); err != nil {
+		return err
+	}
+	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return u.entryErr(hdr, err)
+	}
+	n, err := copyFull(f, tr, u.buf)
+	cerr := f.Close()
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		u.root.Remove(name)
+		var fe *Error
+		if errors.As(err, &fe) {
+			return err
+		}
+		if classify(err) == CodeDiskFull {
+			return fail(CodeDiskFull, "entry %q: the disk is full after %d bytes of it", hdr.Name, n)
+		}
+		if classify(err) == CodeIO && !isErrno(err) {
+			return fail(CodeBadArchive, "entry %q: the archive ends inside it: %v", hdr.Name, err)
+		}
+		return u.entryErr(hdr, err)
+	}
+	u.res.Bytes += n
+	u.attrs(name, hdr, mode)
+	if !hdr.ModTime.IsZero() {
+		u.root.Chtimes(name, time.Time{}, hdr.ModTime)
+	}
 	return nil
+}
+
+// symlink makes symlink name as written.
+func (u *unpacker) symlink(hdr *tar.Header, name string) error {
+	if name == "" {
+		return fail(CodeUnsafe, "entry %q is a symlink in place of the destination directory", hdr.Name)
+	}
+	if err := u.clear(name, hdr); err != nil {
+		return err
+	}
+	// The target is the sandbox's business: the link is made as written,
+	// and nothing below is written through a link that leads out of the
+	// destination (os.Root refuses that).
+	if err := u.root.Symlink(hdr.Linkname, name); err != nil {
+		return u.entryErr(hdr, err)
+	}
+	u.links[name] = true
+	if u.opts.KeepOwner && hdr.Uid >= 0 && hdr.Gid >= 0 {
+		u.root.Lchown(name, hdr.Uid, hdr.Gid)
+	}
+	return nil
+}
+
+// hardlink links name to an entry made before; made is false for a link
+// to what a rename left out.
+func (u *unpacker) hardlink(hdr *tar.Header, name string) (made bool, err error) {
+	old, err := entryName(hdr.Linkname)
+	if err != nil || old == "" {
+		return false, fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
+	}
+	if u.opts.Rename != nil {
+		var keep bool
+		if old, keep = u.opts.Rename(old); !keep || old == "" {
+			u.note("%s: a hard link to %s, which is not copied: skipped", hdr.Name, hdr.Linkname)
+			return false, nil
+		}
+	}
+	if l := u.throughLink(old); l != "" || u.links[old] {
+		return false, fail(CodeUnsafe, "entry %q is a hard link through a symlink the archive made (%s): refused", hdr.Name, hdr.Linkname)
+	}
+	if err := u.clear(name, hdr); err != nil {
+		return false, err
+	}
+	if err := u.root.Link(old, name); err != nil {
+		if escapes(err) {
+			return false, fail(CodeUnsafe, "entry %q is a hard link to %q, outside the archive's directory: refused", hdr.Name, hdr.Linkname)
+		}
+		return false, u.entryErr(hdr, err)
+	}
+	return true, nil
 }
 
 // throughLink is the symlink this archive made that name is under, if any.
