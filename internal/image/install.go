@@ -44,22 +44,9 @@ type installed struct {
 // install unpacks the layers an image lacks and stores its blobs. On
 // success the caller must commit and then unpin in.pins.
 func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*installed, error) {
-	if len(src.config) > maxConfigSize {
-		return nil, &errdefs.Error{Kind: errdefs.KindTooLarge, Code: codeImageTooLarge,
-			Msg: fmt.Sprintf("image %q is too large: its config is larger than %s, the most this server reads", src.what, units.FormatSize(maxConfigSize))}
-	}
-	cfg, err := v1.ParseConfigFile(bytes.NewReader(src.config))
+	cfg, err := s.readConfig(src)
 	if err != nil {
-		return nil, invalidImage(err, "image %q has an unreadable config: %v", src.what, err)
-	}
-	if cfg.OS != "" && cfg.OS != "linux" {
-		return nil, errdefs.Unsupported("image %q is a %s image; only linux images can run here", src.what, cfg.OS)
-	}
-	if cfg.Architecture != "" && cfg.Architecture != runtime.GOARCH {
-		s.log.Warn("image is built for another architecture", "image", src.what, "arch", cfg.Architecture, "host", runtime.GOARCH)
-	}
-	if len(cfg.RootFS.DiffIDs) != len(src.layers) {
-		return nil, invalidImage(nil, "image %q is malformed: %d layers but %d diffIDs in its config", src.what, len(src.layers), len(cfg.RootFS.DiffIDs))
+		return nil, err
 	}
 	in := &installed{digest: src.digest, rec: &imageRecord{Config: digestOf(src.config), Spec: configOf(cfg)}}
 	unique := map[string]layerSource{}
@@ -123,10 +110,42 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	if err := s.writeBlobs(src, in); err != nil {
+		return nil, err
+	}
+	ok = true
+	return in, nil
+}
 
+// readConfig reads and checks src's config: bounded, a Linux image, one
+// diffID per layer.
+func (s *Store) readConfig(src *source) (*v1.ConfigFile, error) {
+	if len(src.config) > maxConfigSize {
+		return nil, &errdefs.Error{Kind: errdefs.KindTooLarge, Code: codeImageTooLarge,
+			Msg: fmt.Sprintf("image %q is too large: its config is larger than %s, the most this server reads", src.what, units.FormatSize(maxConfigSize))}
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(src.config))
+	if err != nil {
+		return nil, invalidImage(err, "image %q has an unreadable config: %v", src.what, err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" {
+		return nil, errdefs.Unsupported("image %q is a %s image; only linux images can run here", src.what, cfg.OS)
+	}
+	if cfg.Architecture != "" && cfg.Architecture != runtime.GOARCH {
+		s.log.Warn("image is built for another architecture", "image", src.what, "arch", cfg.Architecture, "host", runtime.GOARCH)
+	}
+	if len(cfg.RootFS.DiffIDs) != len(src.layers) {
+		return nil, invalidImage(nil, "image %q is malformed: %d layers but %d diffIDs in its config", src.what, len(src.layers), len(cfg.RootFS.DiffIDs))
+	}
+	return cfg, nil
+}
+
+// writeBlobs stores the image's index, manifest (made for an image that
+// came without one) and config, once its layers are in.
+func (s *Store) writeBlobs(src *source, in *installed) (err error) {
 	if src.manifest == nil {
 		if src.manifest, err = s.synthManifest(src.config, in.rec.Layers); err != nil {
-			return nil, err
+			return err
 		}
 		in.manifest = digestOf(src.manifest)
 		s.mu.Lock()
@@ -139,17 +158,13 @@ func (s *Store) install(ctx context.Context, src *source, rep *reporter) (*insta
 	}
 	if src.index != nil {
 		if err := s.writeBlob(in.digest, src.index); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := s.writeBlob(in.manifest, src.manifest); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.writeBlob(in.rec.Config, src.config); err != nil {
-		return nil, err
-	}
-	ok = true
-	return in, nil
+	return s.writeBlob(in.rec.Config, src.config)
 }
 
 // dropUnused removes what a failed install left that nothing uses: the
