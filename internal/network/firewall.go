@@ -544,27 +544,56 @@ func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 	if err != nil {
 		return err
 	}
-	a4 := ip.As4()
 	if p.Empty() {
 		if !installed {
 			return nil
 		}
-		if err := c.SetDeleteElements(f.egress, []nftables.SetElement{{Key: a4[:]}}); err != nil {
+		return f.removePolicy(c, ip, o)
+	}
+	cp := compilePolicy(p)
+	if err := f.policySets(c, ip, o, cp, installed); err != nil {
+		return err
+	}
+	for _, r := range policyRules(o, cp) {
+		c.AddRule(&nftables.Rule{Table: f.table, Chain: o.chain, Exprs: r})
+	}
+	if !installed {
+		a4 := ip.As4()
+		if err := c.SetAddElements(f.egress, []nftables.SetElement{{Key: a4[:],
+			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}}}); err != nil {
 			return err
 		}
-		c.FlushChain(o.chain)
-		c.DelChain(o.chain)
-		for _, s := range []*nftables.Set{o.deny, o.allow, o.denied, o.resolved} {
-			c.DelSet(s)
-		}
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("remove the policy of %s: %w", ip, err)
-		}
-		delete(f.policies, ip)
-		return nil
 	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install the policy of %s: %w", ip, err)
+	}
+	f.policies[ip] = cp
+	return nil
+}
 
-	cp := compilePolicy(p)
+// removePolicy removes ip's chain and sets and its entry in the egress
+// map, in c's batch. Caller holds mu.
+func (f *firewall) removePolicy(c *nftables.Conn, ip netip.Addr, o policyObjs) error {
+	a4 := ip.As4()
+	if err := c.SetDeleteElements(f.egress, []nftables.SetElement{{Key: a4[:]}}); err != nil {
+		return err
+	}
+	c.FlushChain(o.chain)
+	c.DelChain(o.chain)
+	for _, s := range []*nftables.Set{o.deny, o.allow, o.denied, o.resolved} {
+		c.DelSet(s)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("remove the policy of %s: %w", ip, err)
+	}
+	delete(f.policies, ip)
+	return nil
+}
+
+// policySets makes (or empties and refills) ip's chain and its four sets,
+// in c's batch: the policy's addresses, and what its names resolved to.
+// Caller holds mu.
+func (f *firewall) policySets(c *nftables.Conn, ip netip.Addr, o policyObjs, cp *compiled, installed bool) error {
 	now := time.Now()
 	denied, resolved := f.learnedElems(ip, cp, now)
 	fill := map[*nftables.Set][]nftables.SetElement{
@@ -584,14 +613,21 @@ func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 				}
 			}
 		}
-	} else {
-		c.AddChain(o.chain)
-		for _, s := range order {
-			if err := c.AddSet(s, fill[s]); err != nil {
-				return err
-			}
+		return nil
+	}
+	c.AddChain(o.chain)
+	for _, s := range order {
+		if err := c.AddSet(s, fill[s]); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// policyRules are the rules of a policy's chain: established flows go on,
+// then the denied addresses and names are rejected, the allowed accepted,
+// and the rest meets the policy's default.
+func policyRules(o policyObjs, cp *compiled) [][]expr.Any {
 	rej := &expr.Verdict{Kind: expr.VerdictGoto, Chain: "reject"}
 	daddrIn := func(s *nftables.Set, v *expr.Verdict) []expr.Any {
 		return []expr.Any{ipDst(), inSet(s), v}
@@ -604,24 +640,9 @@ func (f *firewall) setPolicy(ip netip.Addr, p *Policy) error {
 		daddrIn(o.resolved, accept),
 	}
 	if cp.defaultDeny {
-		rules = append(rules, []expr.Any{rej})
-	} else {
-		rules = append(rules, []expr.Any{accept})
+		return append(rules, []expr.Any{rej})
 	}
-	for _, r := range rules {
-		c.AddRule(&nftables.Rule{Table: f.table, Chain: o.chain, Exprs: r})
-	}
-	if !installed {
-		if err := c.SetAddElements(f.egress, []nftables.SetElement{{Key: a4[:],
-			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}}}); err != nil {
-			return err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("install the policy of %s: %w", ip, err)
-	}
-	f.policies[ip] = cp
-	return nil
+	return append(rules, []expr.Any{accept})
 }
 
 // intervalElems turns prefixes into the elements of an interval set: the

@@ -284,43 +284,16 @@ func (m *Manager) Create(ctx context.Context, name string, ip netip.Addr) (strin
 	return path, nil
 }
 
+// plumb links the namespace at path to the bridge: the host's end of the
+// veth (hostPort), the sandbox's (sandboxPort) and what ties them.
 func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
-	br, err := netlink.LinkByName(m.cfg.Bridge)
+	host, err := m.hostPort(name, ns, ip)
 	if err != nil {
-		return err
-	}
-	la := netlink.NewLinkAttrs()
-	la.Name = hostVeth(name)
-	la.MasterIndex = br.Attrs().Index
-	la.MTU = m.cfg.MTU // both ends
-	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
-	if err := netlink.LinkAdd(veth); err != nil {
-		return fmt.Errorf("veth %s: %w", la.Name, err)
-	}
-	host, err := netlink.LinkByName(la.Name)
-	if err != nil {
-		return err
-	}
-	// Sandboxes must not reach each other on the bridge: isolated ports
-	// only talk to the bridge itself (the host), never to each other.
-	if err := netlink.LinkSetIsolated(host, true); err != nil {
-		return fmt.Errorf("isolate %s: %w", la.Name, err)
-	}
-	// Policies key on the source address: the port may send from its own
-	// address only. The alias keeps the address with the link, for New to
-	// find after a restart of the server.
-	if err := netlink.LinkSetAlias(host, ip.String()); err != nil {
-		return fmt.Errorf("alias %s: %w", la.Name, err)
-	}
-	if err := m.fw.addPort(la.Name, ip); err != nil {
-		return err
-	}
-	if err := netlink.LinkSetUp(host); err != nil {
 		return err
 	}
 	h, err := netlink.NewHandleAt(ns)
@@ -328,6 +301,49 @@ func (m *Manager) plumb(name, path string, ip netip.Addr) error {
 		return err
 	}
 	defer h.Close()
+	return m.sandboxPort(h, host, ip)
+}
+
+// hostPort makes the veth into namespace ns (its end there is eth0) and
+// sets up the host's end as a port of the bridge that sends from ip only.
+func (m *Manager) hostPort(name string, ns netns.NsHandle, ip netip.Addr) (netlink.Link, error) {
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return nil, err
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = hostVeth(name)
+	la.MasterIndex = br.Attrs().Index
+	la.MTU = m.cfg.MTU // both ends
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("veth %s: %w", la.Name, err)
+	}
+	host, err := netlink.LinkByName(la.Name)
+	if err != nil {
+		return nil, err
+	}
+	// Sandboxes must not reach each other on the bridge: isolated ports
+	// only talk to the bridge itself (the host), never to each other.
+	if err := netlink.LinkSetIsolated(host, true); err != nil {
+		return nil, fmt.Errorf("isolate %s: %w", la.Name, err)
+	}
+	// Policies key on the source address: the port may send from its own
+	// address only. The alias keeps the address with the link, for New to
+	// find after a restart of the server.
+	if err := netlink.LinkSetAlias(host, ip.String()); err != nil {
+		return nil, fmt.Errorf("alias %s: %w", la.Name, err)
+	}
+	if err := m.fw.addPort(la.Name, ip); err != nil {
+		return nil, err
+	}
+	return host, netlink.LinkSetUp(host)
+}
+
+// sandboxPort sets up the sandbox's end (eth0, through h): the bridge
+// knows its one MAC, and it gets ip and a default route to the gateway.
+func (m *Manager) sandboxPort(h *netlink.Handle, host netlink.Link, ip netip.Addr) error {
+	la := host.Attrs()
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return err
