@@ -767,39 +767,75 @@ func parseAnswer(resp []byte) (map[netip.Addr][]string, map[netip.Addr]time.Dura
 	if err != nil || len(qs) == 0 {
 		return nil, nil
 	}
-	type aRec struct {
-		owner string
-		ip    netip.Addr
-		ttl   time.Duration
-	}
-	var as []aRec
-	cnames := map[string][]string{}
-	for {
-		rh, err := p.AnswerHeader()
-		if err != nil {
-			break // ErrSectionDone, or a broken message: use what was read
-		}
-		owner := normaliseName(rh.Name.String())
-		inet := rh.Class == dnsmessage.ClassINET
-		if rh.Type == dnsmessage.TypeA && inet {
-			r, err := p.AResource()
-			if err != nil {
-				break
-			}
-			as = append(as, aRec{owner, netip.AddrFrom4(r.A), time.Duration(rh.TTL) * time.Second})
-		} else if rh.Type == dnsmessage.TypeCNAME && inet {
-			r, err := p.CNAMEResource()
-			if err != nil {
-				break
-			}
-			cnames[owner] = append(cnames[owner], normaliseName(r.CNAME.String()))
-		} else if err := p.SkipAnswer(); err != nil {
-			break
-		}
-	}
+	as, cnames := readAnswers(&p)
 	if len(as) == 0 {
 		return nil, nil
 	}
+	chain := cnameChain(qs, cnames)
+	names := make([]string, 0, len(chain))
+	for n := range chain {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	addrs := map[netip.Addr][]string{}
+	ttls := map[netip.Addr]time.Duration{}
+	for _, a := range as {
+		if !chain[a.owner] {
+			continue
+		}
+		addrs[a.ip] = names
+		if a.ttl > ttls[a.ip] {
+			ttls[a.ip] = a.ttl
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, nil
+	}
+	return addrs, ttls
+}
+
+// aRecord is an A record of an answer, by its owner's normalised name.
+type aRecord struct {
+	owner string
+	ip    netip.Addr
+	ttl   time.Duration
+}
+
+// readAnswers reads the answer section's A and CNAME records of class IN
+// (by owner); a broken message gives what was read before the break.
+func readAnswers(p *dnsmessage.Parser) (as []aRecord, cnames map[string][]string) {
+	cnames = map[string][]string{}
+	for {
+		rh, err := p.AnswerHeader()
+		if err != nil {
+			return as, cnames // ErrSectionDone, or a broken message
+		}
+		owner := normaliseName(rh.Name.String())
+		inet := rh.Class == dnsmessage.ClassINET
+		switch {
+		case rh.Type == dnsmessage.TypeA && inet:
+			r, err := p.AResource()
+			if err != nil {
+				return as, cnames
+			}
+			as = append(as, aRecord{owner, netip.AddrFrom4(r.A), time.Duration(rh.TTL) * time.Second})
+		case rh.Type == dnsmessage.TypeCNAME && inet:
+			r, err := p.CNAMEResource()
+			if err != nil {
+				return as, cnames
+			}
+			cnames[owner] = append(cnames[owner], normaliseName(r.CNAME.String()))
+		default:
+			if err := p.SkipAnswer(); err != nil {
+				return as, cnames
+			}
+		}
+	}
+}
+
+// cnameChain is the questions' names (class IN) and every name the CNAME
+// records lead to from them.
+func cnameChain(qs []dnsmessage.Question, cnames map[string][]string) map[string]bool {
 	chain := map[string]bool{}
 	var todo []string
 	for _, q := range qs {
@@ -821,24 +857,5 @@ func parseAnswer(resp []byte) (map[netip.Addr][]string, map[netip.Addr]time.Dura
 			}
 		}
 	}
-	names := make([]string, 0, len(chain))
-	for n := range chain {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	addrs := map[netip.Addr][]string{}
-	ttls := map[netip.Addr]time.Duration{}
-	for _, a := range as {
-		if !chain[a.owner] {
-			continue
-		}
-		addrs[a.ip] = names
-		if a.ttl > ttls[a.ip] {
-			ttls[a.ip] = a.ttl
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, nil
-	}
-	return addrs, ttls
+	return chain
 }
