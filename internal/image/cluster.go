@@ -172,41 +172,52 @@ func (s *Store) Export(ctx context.Context, ref string, w io.Writer) error {
 	if err := project.Require(ctx); err != nil {
 		return err
 	}
+	rr, canon, blobs, err := s.exportable(ctx, ref)
+	if err != nil {
+		return err
+	}
+	defer s.unpin(blobs...)
+	return s.writeLayout(ctx, w, rr, canon, blobs)
+}
+
+// exportable finds import ref's blobs and pins them (the caller unpins),
+// or says why it cannot be exported.
+func (s *Store) exportable(ctx context.Context, ref string) (rr *refRecord, canon string, blobs []string, err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	keys, err := s.resolveLocked(ctx, ref)
 	if err != nil {
-		s.mu.Unlock()
-		return err
+		return nil, "", nil, err
 	}
 	key := keys[0]
 	proj, canon := splitKey(key)
-	rr := s.idx.Refs[key]
+	rr = s.idx.Refs[key]
 	im := s.idx.Images[rr.Manifest]
 	switch {
 	case proj == "":
-		s.mu.Unlock()
-		return errdefs.Invalid("image %s was pulled from a registry: every node pulls it there, and only an import is sent between nodes", familiarOf(key))
+		return nil, "", nil, errdefs.Invalid("image %s was pulled from a registry: every node pulls it there, and only an import is sent between nodes", familiarOf(key))
 	case im == nil:
-		s.mu.Unlock()
-		return errdefs.NotFound(client.CodeImageNotFound, "image %q is incomplete locally", familiarOf(key))
+		return nil, "", nil, errdefs.NotFound(client.CodeImageNotFound, "image %q is incomplete locally", familiarOf(key))
 	case len(im.Layers) > 0 && len(im.Blobs) == 0:
-		s.mu.Unlock()
 		what := "was imported while this server kept no layers of its imports (outside a cluster, or by an older version)"
 		if rr.Origin != "" {
 			what = "is a copy of node " + rr.Origin + "'s"
 		}
-		return errdefs.Conflict(client.CodeImageNotExportable, "image %s %s: import it again to use it on the cluster's other nodes", familiarOf(key), what)
+		return nil, "", nil, errdefs.Conflict(client.CodeImageNotExportable, "image %s %s: import it again to use it on the cluster's other nodes", familiarOf(key), what)
 	}
-	blobs := []string{rr.Digest}
+	blobs = []string{rr.Digest}
 	for _, b := range append([]string{rr.Manifest, im.Config}, im.Blobs...) {
 		if !contains(blobs, b) {
 			blobs = append(blobs, b)
 		}
 	}
 	s.pinLocked(blobs...) // GC keeps them while they are read
-	s.mu.Unlock()
-	defer s.unpin(blobs...)
+	return rr, canon, blobs, nil
+}
 
+// writeLayout writes the OCI layout of an import: its blobs, and an index
+// naming rr's digest as canon.
+func (s *Store) writeLayout(ctx context.Context, w io.Writer, rr *refRecord, canon string, blobs []string) error {
 	top, err := os.ReadFile(s.blobPath(rr.Digest))
 	if err != nil {
 		return s.storeErr("read an image's manifest", err)
