@@ -162,33 +162,9 @@ func Open(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	g := s.guard
-	for _, h := range opts.Insecure {
-		if h = normalizeHost(h); h != "" {
-			s.insecure[h] = true
-			g.insecure[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
-		}
+	if err := s.registries(opts); err != nil {
+		return nil, err
 	}
-	for _, h := range opts.Allowed {
-		if h = normalizeHost(h); h != "" {
-			g.allowed[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
-			g.only = true
-		}
-	}
-	for _, raw := range opts.Mirrors {
-		m, err := parseMirror(raw, s.insecure)
-		if err != nil {
-			return nil, err
-		}
-		s.mirrors = append(s.mirrors, m)
-		h := strings.ToLower(m.reg.RegistryStr())
-		g.listed[h] = true
-		if m.reg.Scheme() == "http" {
-			g.insecure[h] = true
-		}
-	}
-	g.blocked = opts.Blocked
-	g.hubViaMirror = len(s.mirrors) > 0
 	for _, d := range []string{dir, s.path("l"), s.path("blobs"), s.path("blobs", "sha256"), s.path("tmp")} {
 		if err := hostdir.Private(d); err != nil {
 			return nil, err
@@ -215,6 +191,39 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// registries reads the options that say which registries pulls reach and
+// how: insecure, allowed, mirrors, and the addresses blocked.
+func (s *Store) registries(opts Options) error {
+	g := s.guard
+	for _, h := range opts.Insecure {
+		if h = normalizeHost(h); h != "" {
+			s.insecure[h] = true
+			g.insecure[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+		}
+	}
+	for _, h := range opts.Allowed {
+		if h = normalizeHost(h); h != "" {
+			g.allowed[strings.ToLower(h)], g.listed[strings.ToLower(h)] = true, true
+			g.only = true
+		}
+	}
+	for _, raw := range opts.Mirrors {
+		m, err := parseMirror(raw, s.insecure)
+		if err != nil {
+			return err
+		}
+		s.mirrors = append(s.mirrors, m)
+		h := strings.ToLower(m.reg.RegistryStr())
+		g.listed[h] = true
+		if m.reg.Scheme() == "http" {
+			g.insecure[h] = true
+		}
+	}
+	g.blocked = opts.Blocked
+	g.hubViaMirror = len(s.mirrors) > 0
+	return nil
 }
 
 // upgradeLayersLocked converts layer dirs unpacked by an older version:
