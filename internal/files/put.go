@@ -86,44 +86,13 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 	if err != nil {
 		return Failed(err)
 	}
-	mode := fs.FileMode(0o644)
-	uid, gid := -1, -1
-	if fi, err := os.Stat(target); err == nil {
-		if fi.IsDir() {
-			return Failed(fail(CodeIsDir, "%s is a directory: copy a file into it by its name (%s/NAME), or send a tar", p, p))
-		}
-		if !fi.Mode().IsRegular() {
-			return Failed(fail(CodeNotRegular, "%s is not a regular file (%s): remove it first", p, infoOf(target, fi).Type))
-		}
-		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			uid, gid = int(st.Uid), int(st.Gid)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return Failed(pathErr(p, err))
-	}
-	if o.Mode >= 0 {
-		mode = goMode(uint32(o.Mode))
-	}
-	if o.UID >= 0 {
-		uid = o.UID
-	}
-	if o.GID >= 0 {
-		gid = o.GID
+	mode, uid, gid, err := putAttrs(p, target, o)
+	if err != nil {
+		return Failed(err)
 	}
 	dir := path.Dir(target)
-	if o.Parents {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return Failed(pathErr(dir, err))
-		}
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Failed(fail(CodeNotFound, "directory %s does not exist (make it first, or ask to make parents)", dir))
-		}
-		return Failed(pathErr(dir, err))
-	} else if !fi.IsDir() {
-		return Failed(fail(CodeNotDir, "%s is not a directory", dir))
+	if err := putDir(dir, o.Parents); err != nil {
+		return Failed(err)
 	}
 	tmp, err := os.CreateTemp(dir, ".shard-write-*")
 	if err != nil {
@@ -165,6 +134,55 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 	}
 	done = true
 	return Result{OK: true, Bytes: n, Files: 1}
+}
+
+// putAttrs is the mode and owner the file at target gets: those of the
+// file it replaces (a new one: 0644, the writer's), then o's.
+func putAttrs(p, target string, o PutOptions) (mode fs.FileMode, uid, gid int, err error) {
+	mode, uid, gid = 0o644, -1, -1
+	if fi, err := os.Stat(target); err == nil {
+		if fi.IsDir() {
+			return 0, 0, 0, fail(CodeIsDir, "%s is a directory: copy a file into it by its name (%s/NAME), or send a tar", p, p)
+		}
+		if !fi.Mode().IsRegular() {
+			return 0, 0, 0, fail(CodeNotRegular, "%s is not a regular file (%s): remove it first", p, infoOf(target, fi).Type)
+		}
+		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, 0, pathErr(p, err)
+	}
+	if o.Mode >= 0 {
+		mode = goMode(uint32(o.Mode))
+	}
+	if o.UID >= 0 {
+		uid = o.UID
+	}
+	if o.GID >= 0 {
+		gid = o.GID
+	}
+	return mode, uid, gid, nil
+}
+
+// putDir checks that dir is a directory, made first (with its parents)
+// when asked.
+func putDir(dir string, parents bool) error {
+	if parents {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return pathErr(dir, err)
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fail(CodeNotFound, "directory %s does not exist (make it first, or ask to make parents)", dir)
+		}
+		return pathErr(dir, err)
+	} else if !fi.IsDir() {
+		return fail(CodeNotDir, "%s is not a directory", dir)
+	}
+	return nil
 }
 
 // writeErr says why writing p failed after n bytes.
