@@ -84,7 +84,7 @@ func (s *Server) listProjects(r *http.Request) (any, int, error) {
 // named when name is set), with their quotas and use. A project with a
 // quota is listed though it holds nothing.
 func (s *Server) projects(ctx context.Context, name string) ([]Project, error) {
-	all, err := s.Sandboxes.Store().Projects(ctx)
+	all, err := s.Ledger.Projects(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (s *Server) projects(ctx context.Context, name string) ([]Project, error) {
 				Snapshots: p.Snapshots, Environments: p.Environments, Secrets: p.Secrets, Tokens: p.Tokens}
 		}
 	}
-	quotas, err := s.Sandboxes.Store().ProjectQuotas(ctx)
+	quotas, err := s.Ledger.ProjectQuotas(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
+	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/ui"
 )
 
@@ -42,12 +43,16 @@ const MaxBody = 1 << 20
 // Server holds the handlers' dependencies.
 type Server struct {
 	Sandboxes *sandbox.Service
-	Images    *image.Store
-	Tokens    *auth.Tokens
-	Secrets   *secrets.Service
-	Log       *slog.Logger
-	Version   string
-	Stopping  <-chan struct{} // closed when the server shuts down: long streams end
+	// Ledger reads the ledger's sessions and events, and the projects'
+	// counts and quotas (store.Store): the handlers that only read them
+	// need no more of the store.
+	Ledger   LedgerReader
+	Images   *image.Store
+	Tokens   *auth.Tokens
+	Secrets  *secrets.Service
+	Log      *slog.Logger
+	Version  string
+	Stopping <-chan struct{} // closed when the server shuts down: long streams end
 	// BodyTimeout cuts a request body that stalls this long (0: never;
 	// see bodyDeadline).
 	BodyTimeout time.Duration
@@ -65,6 +70,17 @@ type Server struct {
 	authFails *authLimiter // failed API keys per client; set by authOnce
 
 	streams streamSet // hijacked streams, waited for by WaitStreams
+}
+
+// LedgerReader is what the ledger's and the projects' handlers read.
+type LedgerReader interface {
+	Sessions(ctx context.Context) ([]*store.Session, error)
+	GetSession(ctx context.Context, name string) (*store.Session, error)
+	Events(ctx context.Context, session string, after int64, limit int) ([]store.Event, error)
+	// Changed is closed at the next event appended to any session.
+	Changed() <-chan struct{}
+	Projects(ctx context.Context) ([]*store.ProjectCounts, error)
+	ProjectQuotas(ctx context.Context) (map[string]store.Quota, error)
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and

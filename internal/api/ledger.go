@@ -50,7 +50,7 @@ func (s *Server) sandboxNames(r *http.Request) (map[string]string, error) {
 }
 
 func (s *Server) listSessions(r *http.Request) (any, int, error) {
-	sessions, err := s.Sandboxes.Store().Sessions(r.Context())
+	sessions, err := s.Ledger.Sessions(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -66,7 +66,7 @@ func (s *Server) listSessions(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) getSession(r *http.Request) (any, int, error) {
-	ss, err := s.Sandboxes.Store().GetSession(r.Context(), r.PathValue("name"))
+	ss, err := s.Ledger.GetSession(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -111,7 +111,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	st := s.Sandboxes.Store()
+	st := s.Ledger
 	if _, err := st.GetSession(r.Context(), name); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -121,9 +121,6 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Store is the metadata store (the API reads the ledger from it).
-func (s *Service) Store() *store.Store { return s.cfg.Store }
-
 // Capabilities lists every provider, available here or not.
 func (s *Service) Capabilities() []provider.Capabilities {
 	out := make([]provider.Capabilities, 0, len(s.order))
