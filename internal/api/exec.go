@@ -12,17 +12,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
+
 	"github.com/coder/websocket"
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/sandbox"
 )
 
 // agentRequest checks an exec request (both forms) and makes the agent's.
-func agentRequest(req *ExecRequest) (agent.Request, error) {
-	ar := agent.Request{Argv: req.Argv, Dir: req.Workdir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+func agentRequest(req *ExecRequest) (proto.Request, error) {
+	ar := proto.Request{Argv: req.Argv, Dir: req.Workdir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
 	if err := checkArgv("command", req.Argv); err != nil {
 		return ar, err
 	}
@@ -55,7 +57,7 @@ const maxWSMessage = 1 << 20
 
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	framed := mediaType(r.Header.Get("Content-Type")) == StreamMediaType
-	var ar agent.Request
+	var ar proto.Request
 	var stdin []byte
 	var err error
 	if framed {
@@ -97,7 +99,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		}()
 	case ar.Stdin:
 		go func() {
-			// Only as fast as the command reads it (see agent.Session.Stdin).
+			// Only as fast as the command reads it (see host.Session.Stdin).
 			if sess.Stdin(stdin) == nil {
 				sess.CloseStdin()
 			}
@@ -145,12 +147,12 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		switch typ {
-		case agent.FrameStdout, agent.FrameStderr:
+		case proto.FrameStdout, proto.FrameStderr:
 			if out.output(typ, p) != nil {
 				return // the client is gone or stalled
 			}
-		case agent.FrameExit:
-			var ex agent.Exit
+		case proto.FrameExit:
+			var ex proto.Exit
 			json.Unmarshal(p, &ex)
 			out.exit(ex)
 			return
@@ -169,23 +171,23 @@ const maxClientFrame = 1 << 20
 // parseFramedExec reads a framed body's first frame, the request, and
 // checks it as a JSON body is checked. The rest of the body (stdin,
 // signals, resizes) is left to pumpFramedBody.
-func parseFramedExec(r *http.Request) (agent.Request, error) {
-	typ, p, err := agent.ReadFrameMax(r.Body, MaxBody)
-	var big *agent.ErrFrameTooBig
+func parseFramedExec(r *http.Request) (proto.Request, error) {
+	typ, p, err := framing.ReadMax(r.Body, MaxBody)
+	var big *framing.ErrTooBig
 	switch {
 	case errors.As(err, &big):
-		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
+		return proto.Request{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
 	case err != nil:
-		return agent.Request{}, errdefs.Invalid("read the request frame: %v", err)
+		return proto.Request{}, errdefs.Invalid("read the request frame: %v", err)
 	case typ != client.FrameRequest:
-		return agent.Request{}, errdefs.Invalid("a framed exec body starts with a %q frame holding the request, not %q", client.FrameRequest, typ)
+		return proto.Request{}, errdefs.Invalid("a framed exec body starts with a %q frame holding the request, not %q", client.FrameRequest, typ)
 	}
 	var req ExecRequest
 	if err := decodeJSON(p, &req); err != nil {
-		return agent.Request{}, err
+		return proto.Request{}, err
 	}
 	if req.Stdin != nil {
-		return agent.Request{}, errdefs.Invalid("a framed exec body sends stdin in %q frames, not in the request's \"stdin\"", client.FrameStdin)
+		return proto.Request{}, errdefs.Invalid("a framed exec body sends stdin in %q frames, not in the request's \"stdin\"", client.FrameStdin)
 	}
 	ar, err := agentRequest(&req)
 	if err != nil {
@@ -203,8 +205,8 @@ func parseFramedExec(r *http.Request) (agent.Request, error) {
 // framedBody is a framed exec body's stdin, signals and resizes on their
 // way to the command.
 type framedBody struct {
-	done chan struct{}                        // closed when pump returned
-	bad  atomic.Pointer[agent.ErrFrameTooBig] // the client broke the framing: the stream ends saying so
+	done chan struct{}                     // closed when pump returned
+	bad  atomic.Pointer[framing.ErrTooBig] // the client broke the framing: the stream ends saying so
 }
 
 // pump hands the body's frames to the command one at a time: the next frame
@@ -215,12 +217,12 @@ func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
 	defer sess.CloseStdin()
 	var buf []byte // each frame is sent on before the next is read
 	for {
-		typ, p, err := agent.ReadFrameInto(r.Body, maxClientFrame, buf)
+		typ, p, err := framing.ReadInto(r.Body, maxClientFrame, buf)
 		if cap(p) > cap(buf) {
 			buf = p[:0]
 		}
 		if err != nil {
-			var big *agent.ErrFrameTooBig
+			var big *framing.ErrTooBig
 			if errors.As(err, &big) {
 				// The client's stdin is not what it meant: the command
 				// is let go (it runs on, its end in the ledger).
@@ -239,12 +241,12 @@ func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
 				return
 			}
 		case client.FrameSignal:
-			var sg agent.Signal
+			var sg proto.Signal
 			if json.Unmarshal(p, &sg) == nil {
 				sess.Signal(sg.Signal)
 			}
 		case client.FrameResize:
-			var rz agent.Resize
+			var rz proto.Resize
 			if json.Unmarshal(p, &rz) == nil {
 				sess.Resize(rz.Rows, rz.Cols)
 			}
@@ -275,7 +277,7 @@ func mediaType(v string) string {
 type execWriter interface {
 	started(pid int) error
 	output(typ byte, p []byte) error
-	exit(ex agent.Exit) error
+	exit(ex proto.Exit) error
 	failed(e Error) error // the stream's end without the command's: its last event
 }
 
@@ -301,13 +303,13 @@ func (n *ndjsonWriter) started(pid int) error { return n.send(ExecEvent{Type: "s
 
 func (n *ndjsonWriter) output(typ byte, p []byte) error {
 	t := "stdout"
-	if typ == agent.FrameStderr {
+	if typ == proto.FrameStderr {
 		t = "stderr"
 	}
 	return n.send(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)})
 }
 
-func (n *ndjsonWriter) exit(ex agent.Exit) error {
+func (n *ndjsonWriter) exit(ex proto.Exit) error {
 	code := ex.Code
 	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
 }
@@ -327,7 +329,7 @@ type frameWriter struct {
 
 func (f *frameWriter) send(typ byte, p []byte) error {
 	f.rc.SetWriteDeadline(time.Now().Add(streamStall))
-	if err := agent.WriteFrame(f.w, typ, p); err != nil {
+	if err := framing.Write(f.w, typ, p); err != nil {
 		return err
 	}
 	return f.rc.Flush()
@@ -339,18 +341,18 @@ func (f *frameWriter) sendJSON(typ byte, v any) error {
 }
 
 func (f *frameWriter) started(pid int) error {
-	return f.sendJSON(client.FrameStarted, agent.Started{PID: pid})
+	return f.sendJSON(client.FrameStarted, proto.Started{PID: pid})
 }
 
 func (f *frameWriter) output(typ byte, p []byte) error {
 	t := client.FrameStdout
-	if typ == agent.FrameStderr {
+	if typ == proto.FrameStderr {
 		t = client.FrameStderr
 	}
 	return f.send(t, p)
 }
 
-func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
+func (f *frameWriter) exit(ex proto.Exit) error { return f.sendJSON(client.FrameExit, ex) }
 
 func (f *frameWriter) failed(e Error) error { return f.sendJSON(client.FrameError, e) }
 
@@ -419,8 +421,8 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		return c.Write(wctx, websocket.MessageBinary, append([]byte{typ}, p...))
 	}
-	started, _ := json.Marshal(agent.Started{PID: sess.PID})
-	if err := write(agent.FrameStarted, started); err != nil {
+	started, _ := json.Marshal(proto.Started{PID: sess.PID})
+	if err := write(proto.FrameStarted, started); err != nil {
 		return
 	}
 	go func() {
@@ -447,7 +449,7 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			switch msg[0] {
-			case agent.FrameStdin:
+			case proto.FrameStdin:
 				if len(msg) > 1 {
 					if sess.Stdin(msg[1:]) != nil {
 						return
@@ -455,13 +457,13 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 				} else {
 					sess.CloseStdin()
 				}
-			case agent.FrameResize:
-				var rz agent.Resize
+			case proto.FrameResize:
+				var rz proto.Resize
 				if json.Unmarshal(msg[1:], &rz) == nil {
 					sess.Resize(rz.Rows, rz.Cols)
 				}
-			case agent.FrameSignal:
-				var sg agent.Signal
+			case proto.FrameSignal:
+				var sg proto.Signal
 				if json.Unmarshal(msg[1:], &sg) == nil {
 					sess.Signal(sg.Signal)
 				}
@@ -482,7 +484,7 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		if err := write(typ, p); err != nil {
 			return // the client is gone or stalled: the deferred Close lets go of the exec
 		}
-		if typ == agent.FrameExit {
+		if typ == proto.FrameExit {
 			c.Close(websocket.StatusNormalClosure, "")
 			return
 		}

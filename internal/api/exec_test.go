@@ -8,8 +8,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/useshards/shard/internal/framing"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 )
 
 // TestExecStreamFailed: an exec stream that ends without the command's exit
@@ -25,7 +26,7 @@ func TestExecStreamFailed(t *testing.T) {
 		{"frames", func(w *httptest.ResponseRecorder) execWriter {
 			return &frameWriter{w: w, rc: http.NewResponseController(w)}
 		}, func(t *testing.T, body []byte) {
-			typ, p, err := agent.ReadFrame(bytes.NewReader(body))
+			typ, p, err := framing.Read(bytes.NewReader(body))
 			var got Error
 			if err != nil || typ != client.FrameError || json.Unmarshal(p, &got) != nil || got != e {
 				t.Errorf("frame %q %s (%v), want %q %+v", typ, p, err, client.FrameError, e)

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/provider"
 )
@@ -372,7 +373,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
 		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
-		"ExecExit":     agent.Exit{}, "ExecResize": agent.Resize{}, "ExecSignal": agent.Signal{},
+		"ExecExit":     proto.Exit{}, "ExecResize": proto.Resize{}, "ExecSignal": proto.Signal{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {

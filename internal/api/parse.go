@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
@@ -195,10 +196,10 @@ func checkArgv(what string, argv []string) error { return sandbox.CheckArgv(what
 
 // parseExec reads POST /v0/sandboxes/{id}/exec: the agent's request and
 // all of stdin (nil: no stdin).
-func parseExec(r *http.Request) (agent.Request, []byte, error) {
+func parseExec(r *http.Request) (proto.Request, []byte, error) {
 	var req ExecRequest
 	if err := decode(r, &req); err != nil {
-		return agent.Request{}, nil, err
+		return proto.Request{}, nil, err
 	}
 	ar, err := agentRequest(&req)
 	if err != nil {

@@ -10,8 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/metrics"
@@ -21,10 +23,10 @@ import (
 // ExecSession is a running exec whose start and end are in the sandbox's
 // ledger. One goroutine (pump) reads the agent's frames, records the end
 // when it comes, and hands the frames to Recv. Close lets go of the command
-// at once: the agent then drops its output (see agent.FrameDetach), and the
+// at once: the agent then drops its output (see proto.FrameDetach), and the
 // pump still records its end.
 type ExecSession struct {
-	*agent.Session
+	*host.Session
 
 	s          *Service
 	sb         *store.Sandbox
@@ -37,11 +39,11 @@ type ExecSession struct {
 	done       chan struct{} // closed once the end is recorded
 
 	abortOnce sync.Once
-	abortEx   *agent.Exit        // set (before aborted closes) by abort
+	abortEx   *proto.Exit        // set (before aborted closes) by abort
 	aborted   chan struct{}      // closed by abort
 	cancel    context.CancelFunc // ends the dial to the agent
 	connMu    sync.Mutex         // orders abort's close with the session's start
-	conn      *agent.Session     // the agent's session once it started; guarded by connMu
+	conn      *host.Session      // the agent's session once it started; guarded by connMu
 }
 
 // lostGrace is how long a broken connection to the agent waits for the
@@ -65,7 +67,7 @@ type frame struct {
 
 // Exec starts a command in a running sandbox. Its exec_started event is on
 // disk before the command starts; exec_finished follows when it ends.
-func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) (*ExecSession, *store.Sandbox, error) {
+func (s *Service) Exec(ctx context.Context, idOrName string, req proto.Request) (*ExecSession, *store.Sandbox, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, nil, err
@@ -102,7 +104,7 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: envNames, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
 }
 
-func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
+func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req proto.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
 	if err := s.ledgerRoom(ctx, sb.Project, "run a command in sandbox "+sb.Name); err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +126,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	// one that began before this was known is seen in the record.
 	s.execs.add(sb.ID, e)
 	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || leaving(cur.State) {
-		e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+		e.abort(proto.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 	}
 	sess, err := s.agentFor(sb).Exec(dctx, req)
 	cancel()
@@ -144,7 +146,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 			select {
 			case <-e.aborted:
 			case <-time.After(lostGrace):
-				e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+				e.abort(proto.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 			}
 		}
 	}
@@ -158,7 +160,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		// The agent ends a command at its timeout; a sandbox that cannot
 		// (paused, wedged, gone) must not hold the stream for ever.
 		t := time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond+execGrace, func() {
-			e.abort(agent.Exit{Code: 137, Signal: 9, TimedOut: true,
+			e.abort(proto.Exit{Code: 137, Signal: 9, TimedOut: true,
 				Error: "the command ran past its timeout and sandbox " + sb.Name + " did not end it"})
 		})
 		go func() {
@@ -179,13 +181,13 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 // startFailed records, and turns into the caller's error, why a command
 // could not start: the host ended it (a stop or removal), the agent refused
 // it, the caller left (ctx), or the sandbox did not answer (within dctx).
-func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agent.Request) error {
+func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req proto.Request) error {
 	sb := e.sb
 	if e.isAborted() {
 		e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
 		return errdefs.Conflict(client.CodeSandboxNotRunning, "%s", e.abortEx.Error)
 	}
-	var es *agent.ErrStart
+	var es *host.ErrStart
 	if errors.As(err, &es) {
 		e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
 		return startError(es.Info)
@@ -206,7 +208,7 @@ func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agen
 // startError is the API error of the agent's refusal to start a command.
 // The agent runs in the sandbox: its code is passed on only when it is one
 // an agent sends, so a sandbox cannot make up codes.
-func startError(info agent.ErrorInfo) error {
+func startError(info proto.ErrorInfo) error {
 	switch code := info.Code; code {
 	case client.CodeInternal:
 		return errdefs.New(errdefs.KindInternal, code, "%s", info.Message)
@@ -218,7 +220,7 @@ func startError(info agent.ErrorInfo) error {
 
 // abort ends the session from the host, whatever the agent does: its
 // stream ends with ex (which says why) and the ledger records it.
-func (e *ExecSession) abort(ex agent.Exit) {
+func (e *ExecSession) abort(ex proto.Exit) {
 	e.abortOnce.Do(func() {
 		e.abortEx = &ex
 		close(e.aborted)
@@ -255,7 +257,7 @@ func (e *ExecSession) pump() {
 	var bufs [2][]byte
 	for i := 0; ; i ^= 1 {
 		typ, p, err := e.Session.RecvInto(bufs[i])
-		if cap(p) > cap(bufs[i]) && (typ == agent.FrameStdout || typ == agent.FrameStderr) {
+		if cap(p) > cap(bufs[i]) && (typ == proto.FrameStdout || typ == proto.FrameStderr) {
 			bufs[i] = p[:0]
 		}
 		if err != nil && e.s.stopping() && !e.isAborted() {
@@ -276,7 +278,7 @@ func (e *ExecSession) pump() {
 			// Ended by the host: an exit that says why, not a lost stream.
 			ex := *e.abortEx
 			p, _ = json.Marshal(ex)
-			typ, err = agent.FrameExit, nil
+			typ, err = proto.FrameExit, nil
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, Error: ex.Error})
 			select {
@@ -288,27 +290,27 @@ func (e *ExecSession) pump() {
 		switch {
 		case err != nil:
 			e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
-		case typ == agent.FrameExit:
-			var ex agent.Exit
+		case typ == proto.FrameExit:
+			var ex proto.Exit
 			json.Unmarshal(p, &ex)
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM,
 				StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes, OutputCut: ex.OutputCut})
 			// Close first, before the frame is handed on: the agent
-			// waits for this (see agent.awaitClose).
+			// waits for this (see guest.awaitClose).
 			e.Session.Close()
 		}
 		select {
 		case e.frames <- frame{typ, p, err}:
 		case <-e.detached: // nobody reads any more: drop it
 		}
-		if err != nil || typ == agent.FrameExit {
+		if err != nil || typ == proto.FrameExit {
 			return
 		}
 	}
 }
 
-// Recv returns the next frame, as agent.Session's does (its end already
+// Recv returns the next frame, as host.Session's does (its end already
 // recorded when it is the exit frame). The payload is the caller's until it
 // calls Recv again: it is written over after that.
 func (e *ExecSession) Recv() (byte, []byte, error) {
@@ -429,17 +431,17 @@ func (s *Service) endExecs(id, why string) {
 	}
 	s.execs.mu.Unlock()
 	for _, e := range all {
-		e.abort(agent.Exit{Code: 137, Signal: 9, Error: why})
+		e.abort(proto.Exit{Code: 137, Signal: 9, Error: why})
 	}
 }
 
 // run runs argv in sb as an exec of its own (in the ledger like any), writes
 // its output (stdout and stderr together) to out, and returns its exit code.
 func (s *Service) run(ctx context.Context, sb *store.Sandbox, argv []string, out io.Writer) (int, error) {
-	return s.runReq(ctx, sb, agent.Request{Argv: argv}, ledger.ExecStartedData{Argv: argv}, out)
+	return s.runReq(ctx, sb, proto.Request{Argv: argv}, ledger.ExecStartedData{Argv: argv}, out)
 }
 
-func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData, out io.Writer) (int, error) {
+func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req proto.Request, started ledger.ExecStartedData, out io.Writer) (int, error) {
 	sess, _, err := s.exec(ctx, sb, req, started)
 	if err != nil {
 		return 0, err
@@ -451,10 +453,10 @@ func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Reque
 			return 0, err
 		}
 		switch typ {
-		case agent.FrameStdout, agent.FrameStderr:
+		case proto.FrameStdout, proto.FrameStderr:
 			out.Write(p)
-		case agent.FrameExit:
-			var ex agent.Exit
+		case proto.FrameExit:
+			var ex proto.Exit
 			json.Unmarshal(p, &ex)
 			return ex.Code, nil
 		}

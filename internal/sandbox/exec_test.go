@@ -4,7 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/store"
 )
@@ -30,15 +31,15 @@ func TestExecRefusedBeforeLedger(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		req  agent.Request
+		req  proto.Request
 		want string
 	}{
-		{"1MiB argument", agent.Request{Argv: []string{"echo", strings.Repeat("a", 1<<20)}}, "at most 131072"},
-		{"arguments summing past the bound", agent.Request{Argv: many(MaxArgs, strings.Repeat("a", 64))}, "at most 131072"},
-		{"too many arguments", agent.Request{Argv: many(MaxArgs+1, "a")}, "at most 4096"},
-		{"too many variables", agent.Request{Argv: []string{"true"}, Env: many(MaxEnvVars+1, "A=1")}, "at most 1024"},
-		{"variables too large", agent.Request{Argv: []string{"true"}, Env: []string{"A=" + strings.Repeat("v", MaxEnvBytes)}}, "at most 131072"},
-		{"no command", agent.Request{}, "no command"},
+		{"1MiB argument", proto.Request{Argv: []string{"echo", strings.Repeat("a", 1<<20)}}, "at most 131072"},
+		{"arguments summing past the bound", proto.Request{Argv: many(MaxArgs, strings.Repeat("a", 64))}, "at most 131072"},
+		{"too many arguments", proto.Request{Argv: many(MaxArgs+1, "a")}, "at most 4096"},
+		{"too many variables", proto.Request{Argv: []string{"true"}, Env: many(MaxEnvVars+1, "A=1")}, "at most 1024"},
+		{"variables too large", proto.Request{Argv: []string{"true"}, Env: []string{"A=" + strings.Repeat("v", MaxEnvBytes)}}, "at most 131072"},
+		{"no command", proto.Request{}, "no command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
@@ -90,7 +91,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
+		r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
 		cancel()
 		if err != nil {
 			return nil, fileOpError(sb, "write", req.File, r, err)
@@ -150,7 +151,7 @@ const grantFileMode = 0o400
 func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Grant) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
+	r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
 	if err != nil {
 		return fileOpError(sb, "remove", g.File, r, err)
 	}
@@ -162,12 +163,12 @@ func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Gr
 
 // fileOpError maps a failed grant file op (r: the agent's reply, if it
 // answered) to an API error.
-func fileOpError(sb *store.Sandbox, verb, path string, r *agent.Reply, err error) error {
+func fileOpError(sb *store.Sandbox, verb, path string, r *proto.Reply, err error) error {
 	if r != nil {
 		switch r.Code {
-		case agent.CodePathExists:
+		case proto.CodePathExists:
 			return errdefs.Conflict(client.CodePathExists, "%s in sandbox %s: a file grant does not replace what it did not write: grant to another path, or remove it in the sandbox first", r.Error, sb.Name)
-		case agent.CodePathUnsafe:
+		case proto.CodePathUnsafe:
 			return errdefs.Conflict(client.CodePathUnsafe, "%s in sandbox %s", r.Error, sb.Name)
 		}
 		if strings.HasPrefix(r.Error, "unknown op ") {

@@ -1,4 +1,10 @@
-package agent
+// Package guest is the agent: the small process shard runs as PID 1 inside
+// every sandbox (`shard agent`, the same binary mounted at /.shard). It
+// serves the protocol of internal/agent/proto on the sandbox's own network
+// stack: it runs commands (exec), reports memory and OOM kills, writes and
+// removes granted files, carries out the fork contract, and sets up the
+// bounds of a gVisor sandbox at boot.
+package guest
 
 import (
 	"bufio"
@@ -7,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -20,16 +25,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
+	"golang.org/x/sys/unix"
+
 	"github.com/creack/pty"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/envlist"
-)
-
-// Environment variables the host sets on the agent process. They are removed
-// from the environment commands inherit.
-const (
-	EnvToken       = "SHARD_AGENT_TOKEN"
-	EnvMemoryLimit = "SHARD_AGENT_MEMORY_LIMIT" // bytes; enables the in-sandbox OOM guard (gVisor)
 )
 
 // Server is the in-sandbox agent.
@@ -40,10 +42,10 @@ type Server struct {
 	reaper  *reaper
 	guard   *oomGuard // nil when no memory limit is enforced inside
 
-	pids      int64     // EnvPids: the process bound to enforce inside (0: none)
-	pidsTasks string    // EnvPidsTasks
-	tmpOnDisk bool      // EnvTmpOnDisk
-	identity  *Identity // EnvIdentity: written to ForkFile at boot
+	pids      int64           // EnvPids: the process bound to enforce inside (0: none)
+	pidsTasks string          // EnvPidsTasks
+	tmpOnDisk bool            // EnvTmpOnDisk
+	identity  *proto.Identity // EnvIdentity: written to ForkFile at boot
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -52,28 +54,28 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case EnvToken:
+		case proto.EnvToken:
 			s.token = v
-		case EnvMemoryLimit:
+		case proto.EnvMemoryLimit:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("agent: bad %s %q", EnvMemoryLimit, v)
+				return nil, fmt.Errorf("agent: bad %s %q", proto.EnvMemoryLimit, v)
 			}
 			s.guard = newOOMGuard(n, log)
-		case EnvPids:
+		case proto.EnvPids:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("agent: bad %s %q", EnvPids, v)
+				return nil, fmt.Errorf("agent: bad %s %q", proto.EnvPids, v)
 			}
 			s.pids = n
-		case EnvTmpOnDisk:
+		case proto.EnvTmpOnDisk:
 			s.tmpOnDisk = v == "1"
-		case EnvPidsTasks:
+		case proto.EnvPidsTasks:
 			s.pidsTasks = v
-		case EnvIdentity:
-			var id Identity
+		case proto.EnvIdentity:
+			var id proto.Identity
 			if err := json.Unmarshal([]byte(v), &id); err != nil {
-				return nil, fmt.Errorf("agent: bad %s: %w", EnvIdentity, err)
+				return nil, fmt.Errorf("agent: bad %s: %w", proto.EnvIdentity, err)
 			}
 			s.identity = &id
 		default:
@@ -83,7 +85,7 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 	if s.token == "" {
 		return nil, errors.New("agent: no token in the environment")
 	}
-	os.Unsetenv(EnvToken)
+	os.Unsetenv(proto.EnvToken)
 	return s, nil
 }
 
@@ -108,7 +110,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	if s.identity != nil && os.Getpid() == 1 {
 		// A program that watches for forks finds the file from the start.
 		if err := writeIdentity(*s.identity); err != nil {
-			s.log.Warn("write "+ForkFile, "err", err)
+			s.log.Warn("write "+proto.ForkFile, "err", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -217,71 +219,71 @@ func (s *Server) handle(c net.Conn) {
 		tc.SetNoDelay(true)
 	}
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	typ, p, err := ReadFrame(c)
-	if err != nil || typ != FrameRequest {
+	typ, p, err := framing.Read(c)
+	if err != nil || typ != proto.FrameRequest {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	var req Request
+	var req proto.Request
 	if err := json.Unmarshal(p, &req); err != nil {
 		return
 	}
-	if req.Op != OpExec {
+	if req.Op != proto.OpExec {
 		// exec waits for the client itself: its reader owns the connection.
 		defer awaitClose(c)
 	}
 	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(s.token)) != 1 {
-		s.reply(c, Reply{Error: "bad token"})
+		s.reply(c, proto.Reply{Error: "bad token"})
 		return
 	}
 	switch req.Op {
-	case OpPing:
-		s.reply(c, Reply{OK: true})
-	case OpSync:
+	case proto.OpPing:
+		s.reply(c, proto.Reply{OK: true})
+	case proto.OpSync:
 		syscall.Sync()
-		s.reply(c, Reply{OK: true})
-	case OpStats:
-		r := Reply{OK: true}
+		s.reply(c, proto.Reply{OK: true})
+	case proto.OpStats:
+		r := proto.Reply{OK: true}
 		if s.guard != nil {
 			r.MemoryUsed, r.MemoryLimit, r.OOMKills = s.guard.stats()
 		}
 		s.reply(c, r)
-	case OpMemCheck:
-		r := Reply{OK: true}
+	case proto.OpMemCheck:
+		r := proto.Reply{OK: true}
 		if s.guard != nil {
 			r.WatchMS = s.guard.poke().Milliseconds()
 		}
 		s.reply(c, r)
-	case OpExec:
+	case proto.OpExec:
 		s.exec(c, &req)
-	case OpGrantFile:
+	case proto.OpGrantFile:
 		made, err := putGrantFile(req.Path, req.Data, os.FileMode(req.Mode), req.Replace)
 		if err != nil {
 			s.reply(c, errReply(err))
 			return
 		}
-		s.reply(c, Reply{OK: true, Made: made})
-	case OpForked:
+		s.reply(c, proto.Reply{OK: true, Made: made})
+	case proto.OpForked:
 		if req.Forked == nil {
-			s.reply(c, Reply{Error: "forked: no fork given"})
+			s.reply(c, proto.Reply{Error: "forked: no fork given"})
 			return
 		}
 		s.reply(c, s.forked(req.Forked))
-	case OpUngrantFile:
+	case proto.OpUngrantFile:
 		left, err := removeGrantFile(req.Path, os.FileMode(req.Mode), req.Dirs)
 		if err != nil {
 			s.reply(c, errReply(err))
 			return
 		}
-		s.reply(c, Reply{OK: true, Left: left})
+		s.reply(c, proto.Reply{OK: true, Left: left})
 	default:
-		s.reply(c, Reply{Error: "unknown op " + req.Op})
+		s.reply(c, proto.Reply{Error: "unknown op " + req.Op})
 	}
 }
 
-func (s *Server) reply(c net.Conn, r Reply) {
+func (s *Server) reply(c net.Conn, r proto.Reply) {
 	b, _ := json.Marshal(r)
-	WriteFrame(c, FrameReply, b)
+	framing.Write(c, proto.FrameReply, b)
 }
 
 // conn serialises frame writes from the output goroutines.
@@ -296,7 +298,7 @@ type conn struct {
 }
 
 func (w *conn) send(typ byte, p []byte) {
-	output := typ == FrameStdout || typ == FrameStderr
+	output := typ == proto.FrameStdout || typ == proto.FrameStderr
 	if output && w.detached.Load() {
 		return
 	}
@@ -306,7 +308,7 @@ func (w *conn) send(typ byte, p []byte) {
 		return
 	}
 	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if err := WriteFrame(w.c, typ, p); err != nil {
+	if err := framing.Write(w.c, typ, p); err != nil {
 		w.dead = true
 	}
 }
@@ -316,16 +318,16 @@ func (w *conn) sendJSON(typ byte, v any) {
 	w.send(typ, b)
 }
 
-func (s *Server) exec(c net.Conn, req *Request) {
+func (s *Server) exec(c net.Conn, req *proto.Request) {
 	out := &conn{c: c}
 	p, err := s.start(req)
 	if err != nil {
-		out.sendJSON(FrameError, err)
+		out.sendJSON(proto.FrameError, err)
 		awaitClose(c)
 		return
 	}
-	p.credit = func(n int) { out.sendJSON(FrameCredit, Credit{Bytes: n}) }
-	out.sendJSON(FrameStarted, Started{PID: p.pid, Caps: []string{CapDetach, CapStdinCredit}, StdinWindow: stdinWindow})
+	p.credit = func(n int) { out.sendJSON(proto.FrameCredit, proto.Credit{Bytes: n}) }
+	out.sendJSON(proto.FrameStarted, proto.Started{PID: p.pid, Caps: []string{proto.CapDetach, proto.CapStdinCredit}, StdinWindow: stdinWindow})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).
@@ -340,7 +342,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 			case buf = <-p.spare:
 			default:
 			}
-			typ, b, err := ReadFrameInto(in, MaxFrame, buf)
+			typ, b, err := framing.ReadInto(in, proto.MaxFrame, buf)
 			if err != nil {
 				p.queueStdin(nil)
 				out.mu.Lock()
@@ -349,21 +351,21 @@ func (s *Server) exec(c net.Conn, req *Request) {
 				return
 			}
 			switch typ {
-			case FrameStdin:
+			case proto.FrameStdin:
 				// Queued, never written here: a command that does not read
 				// its stdin must not hold up signals and resizes behind it.
 				p.queueStdin(b)
-			case FrameResize:
-				var r Resize
+			case proto.FrameResize:
+				var r proto.Resize
 				if json.Unmarshal(b, &r) == nil {
 					p.resize(r)
 				}
-			case FrameSignal:
-				var sg Signal
+			case proto.FrameSignal:
+				var sg proto.Signal
 				if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
 					_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
 				}
-			case FrameDetach:
+			case proto.FrameDetach:
 				// The pumps keep reading (a command never blocks on a
 				// full pipe nobody reads) and drop it: the host does no
 				// work for output nobody wants.
@@ -403,9 +405,9 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	}
 	wg.Add(len(p.outputs))
 	for i, r := range p.outputs {
-		typ := FrameStdout
+		typ := proto.FrameStdout
 		if i == 1 {
-			typ = FrameStderr
+			typ = proto.FrameStderr
 		}
 		go pump(r, typ, &moved[i])
 	}
@@ -434,7 +436,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	go func() { wg.Wait(); close(drained) }()
 	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending, p.outputHup)
 	p.closeTTY(drained)
-	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
+	ex := proto.Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
 		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
@@ -447,7 +449,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	dead := out.dead
 	out.mu.Unlock()
 	if !dead {
-		out.sendJSON(FrameExit, ex)
+		out.sendJSON(proto.FrameExit, ex)
 	}
 	out.mu.Lock()
 	out.dead = true // the exit is the last frame: no credit after it
@@ -699,7 +701,7 @@ func (p *proc) stdinWriter() {
 	}
 }
 
-func (p *proc) resize(r Resize) {
+func (p *proc) resize(r proto.Resize) {
 	if p.tty != nil && r.Rows > 0 && r.Cols > 0 {
 		pty.Setsize(p.tty, &pty.Winsize{Rows: r.Rows, Cols: r.Cols})
 	}
@@ -752,13 +754,11 @@ func (p *proc) closeTTY(drained <-chan struct{}) {
 	}()
 }
 
-func startErr(code, format string, args ...any) *ErrorInfo {
-	return &ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
+func startErr(code, format string, args ...any) *proto.ErrorInfo {
+	return &proto.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *ErrorInfo) Error() string { return e.Message }
-
-func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
+func (s *Server) start(req *proto.Request) (*proc, *proto.ErrorInfo) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, startErr(client.CodeInvalidArgument, "no command given")
 	}
