@@ -32,6 +32,7 @@ import (
 	"github.com/creack/pty"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/envlist"
+	"github.com/useshards/shard/internal/revert"
 )
 
 // Server is the in-sandbox agent.
@@ -790,58 +791,14 @@ func (s *Server) start(req *proto.Request) (*proc, *proto.ErrorInfo) {
 	p := &proc{done: make(chan syscall.WaitStatus, 1), spare: make(chan []byte, 4)}
 	attr := &os.ProcAttr{Dir: dir, Env: env, Sys: &syscall.SysProcAttr{Credential: cred}}
 	var closeAfter []*os.File
+	var serr *proto.ErrorInfo
 	if req.TTY {
-		master, slave, err := pty.Open()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "open a tty: %v", err)
-		}
-		rows, cols := req.Rows, req.Cols
-		if rows == 0 || cols == 0 {
-			rows, cols = 24, 80 // a terminal of no size breaks programs that ask
-		}
-		pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
-		attr.Files = []*os.File{slave, slave, slave}
-		attr.Sys.Setsid = true
-		attr.Sys.Setctty = true
-		attr.Sys.Ctty = 0
-		if !envlist.Has(env, "TERM") {
-			attr.Env = append(attr.Env, "TERM=xterm")
-		}
-		closeAfter = append(closeAfter, slave)
-		p.tty = master
-		p.stdin = master
-		p.outputs = []io.Reader{master}
+		closeAfter, serr = p.openTTY(req, attr)
 	} else {
-		var stdinR *os.File
-		if req.Stdin {
-			r, w, err := bigPipe()
-			if err != nil {
-				return nil, startErr(client.CodeInternal, "pipe: %v", err)
-			}
-			stdinR, p.stdin = r, w
-			p.stdinFD = int(w.Fd())
-			if n := pipeSizeOf(r); n > 0 && unix.SetNonblock(p.stdinFD, true) == nil {
-				p.stdinSize = n
-			}
-		} else {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				return nil, startErr(client.CodeInternal, "open %s: %v", os.DevNull, err)
-			}
-			stdinR = f
-		}
-		outR, outW, err := bigPipe()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "pipe: %v", err)
-		}
-		errR, errW, err := bigPipe()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "pipe: %v", err)
-		}
-		attr.Files = []*os.File{stdinR, outW, errW}
-		attr.Sys.Setpgid = true
-		closeAfter = append(closeAfter, stdinR, outW, errW)
-		p.outputs = []io.Reader{outR, errR}
+		closeAfter, serr = p.openPipes(req, attr)
+	}
+	if serr != nil {
+		return nil, serr
 	}
 	pid, err := s.reaper.start(path, req.Argv, attr, p.done)
 	for _, f := range closeAfter {
@@ -858,4 +815,77 @@ func (s *Server) start(req *proto.Request) (*proc, *proto.ErrorInfo) {
 	}
 	p.pid = pid
 	return p, nil
+}
+
+// openTTY gives the command a terminal for its stdio: it returns the slave
+// end, for the caller to close once the command has it.
+func (p *proc) openTTY(req *proto.Request, attr *os.ProcAttr) ([]*os.File, *proto.ErrorInfo) {
+	master, slave, err := pty.Open()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "open a tty: %v", err)
+	}
+	rows, cols := req.Rows, req.Cols
+	if rows == 0 || cols == 0 {
+		rows, cols = 24, 80 // a terminal of no size breaks programs that ask
+	}
+	pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
+	attr.Files = []*os.File{slave, slave, slave}
+	attr.Sys.Setsid = true
+	attr.Sys.Setctty = true
+	attr.Sys.Ctty = 0
+	if !envlist.Has(attr.Env, "TERM") {
+		attr.Env = append(attr.Env, "TERM=xterm")
+	}
+	p.tty = master
+	p.stdin = master
+	p.outputs = []io.Reader{master}
+	return []*os.File{slave}, nil
+}
+
+// newPipe makes the pipes of a command's stdio; a test makes it fail.
+var newPipe = bigPipe
+
+// openPipes gives the command pipes for its stdio (its stdin /dev/null
+// unless req.Stdin): it returns the command's ends, for the caller to close
+// once the command has them. When one fails, those already made are closed.
+func (p *proc) openPipes(req *proto.Request, attr *os.ProcAttr) ([]*os.File, *proto.ErrorInfo) {
+	r := revert.New()
+	defer r.Fail()
+	var stdinR, stdinW *os.File
+	if req.Stdin {
+		rd, w, err := newPipe()
+		if err != nil {
+			return nil, startErr(client.CodeInternal, "pipe: %v", err)
+		}
+		r.Add(func() { rd.Close(); w.Close() })
+		stdinR, stdinW = rd, w
+	} else {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, startErr(client.CodeInternal, "open %s: %v", os.DevNull, err)
+		}
+		r.Add(func() { f.Close() })
+		stdinR = f
+	}
+	outR, outW, err := newPipe()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "pipe: %v", err)
+	}
+	r.Add(func() { outR.Close(); outW.Close() })
+	errR, errW, err := newPipe()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "pipe: %v", err)
+	}
+	r.Success()
+	if stdinW != nil {
+		p.stdin = stdinW
+		p.stdinFD = int(stdinW.Fd())
+		if n := pipeSizeOf(stdinR); n > 0 && unix.SetNonblock(p.stdinFD, true) == nil {
+			p.stdinSize = n
+		}
+	}
+	attr.Files = []*os.File{stdinR, outW, errW}
+	attr.Sys.Setpgid = true
+	p.outputs = []io.Reader{outR, errR}
+	return []*os.File{stdinR, outW, errW}, nil
 }
