@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/host"
 
 	"github.com/useshards/shard/internal/agent/proto"
 
@@ -64,7 +67,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 	defer cancel()
 	r, err := s.agentFor(sb).Do(cctx, req)
 	if err != nil {
-		if r != nil && strings.HasPrefix(r.Error, "unknown op") {
+		if errors.Is(err, host.ErrUnsupported) {
 			// An agent from before the contract (a sandbox started by an
 			// older shard, and its forks): it keeps its source's identity.
 			s.cfg.Log.Warn("fork contract: the sandbox's agent is older and cannot take it", "sandbox", sb.ID)

@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/host"
 
 	"github.com/useshards/shard/internal/agent/proto"
 
@@ -85,6 +87,9 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		owns := old != nil && old.File == req.File
 		if owns {
 			g.Dirs = old.Dirs
+		}
+		if err := s.canGrantFiles(ctx, sb); err != nil {
+			return nil, err
 		}
 		value, err := s.cfg.Secrets.Value(ctx, req.Secret)
 		if err != nil {
@@ -171,12 +176,33 @@ func fileOpError(sb *store.Sandbox, verb, path string, r *proto.Reply, err error
 		case proto.CodePathUnsafe:
 			return errdefs.Conflict(client.CodePathUnsafe, "%s in sandbox %s", r.Error, sb.Name)
 		}
-		if strings.HasPrefix(r.Error, "unknown op ") {
-			return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
+		if errors.Is(err, host.ErrUnsupported) {
+			return noFileGrants(sb)
 		}
 		return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
 	}
 	return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
+}
+
+// canGrantFiles checks that sb's agent has the grant file ops before a
+// secret is sent to it. An agent from before caps is taken to (see
+// proto.LegacyCaps); if it is older still, its refusal says so.
+func (s *Service) canGrantFiles(ctx context.Context, sb *store.Sandbox) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	caps, err := s.agentFor(sb).Caps(cctx)
+	if err != nil {
+		return errdefs.Upstream(client.CodeGrantFailed, "sandbox %s does not answer: %v", sb.Name, err)
+	}
+	if !caps.Has(proto.CapGrantFile) {
+		return noFileGrants(sb)
+	}
+	return nil
+}
+
+// noFileGrants is the refusal of a file grant by an agent without the ops.
+func noFileGrants(sb *store.Sandbox) error {
+	return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
 }
 
 func grantOf(sb *store.Sandbox, secret string) *store.Grant {

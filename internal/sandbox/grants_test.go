@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+
 	"github.com/useshards/shard/internal/agent/proto"
 	"github.com/useshards/shard/internal/framing"
 
@@ -33,7 +35,8 @@ type fakeSandboxFS struct {
 	dirs        map[string]bool
 	reqs        []proto.Request
 	failUngrant bool
-	oldAgent    bool // knows no grant_file: an agent older than it
+	oldAgent    bool       // knows no grant_file: an agent older than it
+	caps        proto.Caps // what its ping lists (none: an agent from before caps)
 }
 
 type fakeFile struct {
@@ -44,6 +47,9 @@ type fakeFile struct {
 func (f *fakeSandboxFS) do(req proto.Request) proto.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if req.Op == proto.OpPing {
+		return proto.Reply{OK: true, Caps: f.caps}
+	}
 	f.reqs = append(f.reqs, proto.Request{Op: req.Op, Path: req.Path, Replace: req.Replace, Dirs: req.Dirs, Mode: req.Mode})
 	if f.oldAgent && (req.Op == proto.OpGrantFile || req.Op == proto.OpUngrantFile) {
 		return proto.Reply{Error: "unknown op " + req.Op}
@@ -87,7 +93,7 @@ func (f *fakeSandboxFS) do(req proto.Request) proto.Reply {
 		}
 		return r
 	}
-	return proto.Reply{Error: "unknown op " + req.Op}
+	return proto.Reply{Error: "unknown op " + req.Op, UnknownOp: true}
 }
 
 // serve answers agent connections on ln with fs.
@@ -168,7 +174,8 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 		}
 		t.Skip("no loopback address with the agent's port free")
 	}
-	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true}}
+	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true},
+		caps: proto.Caps{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked}}
 	go fs.serve(ln)
 	t.Cleanup(func() { ln.Close() })
 	for _, n := range []string{"src", "fork"} {
@@ -299,8 +306,18 @@ func TestGrantFileOwnership(t *testing.T) {
 	}
 	fs.with(func() { fs.failUngrant = false })
 
-	// An agent that knows only the old ops refuses: it would replace.
-	fs.with(func() { fs.oldAgent = true })
+	// An agent that does not list grant_file is not sent the secret.
+	fs.takeReqs()
+	fs.with(func() { fs.caps = proto.Caps{proto.CapDetach} })
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
+	wantAPICode(t, "an agent without grant_file", err, errdefs.KindUnsupported, "unsupported")
+	if r := fs.takeReqs(); len(r) != 0 {
+		t.Fatalf("an agent without grant_file was asked %+v", r)
+	}
+
+	// An agent from before caps that knows only the old ops refuses in
+	// words: it would replace.
+	fs.with(func() { fs.caps, fs.oldAgent = nil, true })
 	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
 	wantAPICode(t, "an old agent", err, errdefs.KindUnsupported, "unsupported")
 }
@@ -316,18 +333,20 @@ func mustGet(t *testing.T, s *Service, name string) *store.Sandbox {
 
 func TestFileOpError(t *testing.T) {
 	sb := &store.Sandbox{Name: "py"}
+	failed := fmt.Errorf("agent: x")
 	for _, tc := range []struct {
 		r    *proto.Reply
+		err  error
 		kind errdefs.Kind
 		code string
 	}{
-		{&proto.Reply{Error: "/etc/passwd exists", Code: proto.CodePathExists}, errdefs.KindConflict, "path_exists"},
-		{&proto.Reply{Error: "/etc/app is a symlink", Code: proto.CodePathUnsafe}, errdefs.KindConflict, "path_unsafe"},
-		{&proto.Reply{Error: "unknown op grant_file"}, errdefs.KindUnsupported, "unsupported"},
-		{&proto.Reply{Error: "read-only file system"}, errdefs.KindUpstream, "grant_failed"},
-		{nil, errdefs.KindUpstream, "grant_failed"},
+		{&proto.Reply{Error: "/etc/passwd exists", Code: proto.CodePathExists}, failed, errdefs.KindConflict, "path_exists"},
+		{&proto.Reply{Error: "/etc/app is a symlink", Code: proto.CodePathUnsafe}, failed, errdefs.KindConflict, "path_unsafe"},
+		{&proto.Reply{Error: "unknown op grant_file", UnknownOp: true}, fmt.Errorf("agent: unknown op grant_file: %w", host.ErrUnsupported), errdefs.KindUnsupported, "unsupported"},
+		{&proto.Reply{Error: "read-only file system"}, failed, errdefs.KindUpstream, "grant_failed"},
+		{nil, failed, errdefs.KindUpstream, "grant_failed"},
 	} {
-		err := fileOpError(sb, "write", "/etc/passwd", tc.r, fmt.Errorf("agent: x"))
+		err := fileOpError(sb, "write", "/etc/passwd", tc.r, tc.err)
 		if errdefs.KindOf(err) != tc.kind || errdefs.CodeOf(err) != tc.code || !strings.Contains(err.Error(), "py") {
 			t.Errorf("%+v: %v (%s %s), want %s %s", tc.r, err, errdefs.KindOf(err), errdefs.CodeOf(err), tc.kind, tc.code)
 		}

@@ -235,7 +235,7 @@ func (mw *memWatch) handle() bool {
 		// if the guard has stopped watching.
 		mw.quietUntil = time.Now().Add(time.Duration(r.WatchMS) * time.Millisecond * 9 / 10)
 		return true
-	case err == nil, r != nil && strings.Contains(r.Error, "unknown op"):
+	case err == nil, errors.Is(err, host.ErrUnsupported):
 		// No guard, or an agent from before mem_check (a sandbox restored
 		// from an old checkpoint): it polls on its own.
 		mw.log.Debug("memory watch ends: the agent does not take mem_check", "err", err)

@@ -135,13 +135,18 @@ func TestMemWatchPokes(t *testing.T) {
 // An agent from before mem_check (restored from an old checkpoint) polls on
 // its own: the watch ends. So does it when the cgroup is gone.
 func TestMemWatchEnds(t *testing.T) {
-	old := newFakeAgent(t, proto.Reply{Error: "unknown op " + proto.OpMemCheck})
-	mw, _ := testMemWatch(t, old, 150)
-	if mw.handle() {
-		t.Errorf("handle() with an agent that does not know mem_check = true, want false (the watch ends)")
+	for _, reply := range []proto.Reply{
+		{Error: "unknown op " + proto.OpMemCheck, UnknownOp: true},
+		{Error: "unknown op " + proto.OpMemCheck}, // an agent from before UnknownOp
+	} {
+		old := newFakeAgent(t, reply)
+		mw, _ := testMemWatch(t, old, 150)
+		if mw.handle() {
+			t.Errorf("handle() with an agent that does not know mem_check (%+v) = true, want false (the watch ends)", reply)
+		}
 	}
 	f := newFakeAgent(t, proto.Reply{OK: true, WatchMS: 1000})
-	mw, _ = testMemWatch(t, f, 150)
+	mw, _ := testMemWatch(t, f, 150)
 	os.Remove(filepath.Join(mw.dir, "memory.usage_in_bytes"))
 	if mw.handle() {
 		t.Errorf("handle() with the cgroup gone = true, want false")

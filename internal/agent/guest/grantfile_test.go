@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
 	"github.com/useshards/shard/internal/agent/proto"
 )
 
@@ -288,7 +289,7 @@ func TestGrantFileOps(t *testing.T) {
 	if readFile(t, existing) != "root" {
 		t.Fatal("the symlink's target changed")
 	}
-	if r, err := c.Do(ctx, proto.Request{Op: "put_file", Path: key}); err == nil || !strings.Contains(r.Error, "unknown op") {
+	if r, err := c.Do(ctx, proto.Request{Op: "put_file", Path: key}); !errors.Is(err, host.ErrUnsupported) || !r.UnknownOp {
 		t.Fatalf("the old op: %+v %v", r, err)
 	}
 }

@@ -239,7 +239,7 @@ func (s *Server) handle(c net.Conn) {
 	}
 	switch req.Op {
 	case proto.OpPing:
-		s.reply(c, proto.Reply{OK: true})
+		s.reply(c, proto.Reply{OK: true, Caps: caps})
 	case proto.OpSync:
 		syscall.Sync()
 		s.reply(c, proto.Reply{OK: true})
@@ -278,9 +278,15 @@ func (s *Server) handle(c net.Conn) {
 		}
 		s.reply(c, proto.Reply{OK: true, Left: left})
 	default:
-		s.reply(c, proto.Reply{Error: "unknown op " + req.Op})
+		// The words are for hosts from before UnknownOp; a host
+		// decides by the field (or, first, by caps).
+		s.reply(c, proto.Reply{Error: "unknown op " + req.Op, UnknownOp: true})
 	}
 }
+
+// caps is what this agent can do beyond the first protocol: every op and
+// exec frame it has that an older agent may lack.
+var caps = proto.Caps{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked}
 
 func (s *Server) reply(c net.Conn, r proto.Reply) {
 	b, _ := json.Marshal(r)
@@ -328,7 +334,7 @@ func (s *Server) exec(c net.Conn, req *proto.Request) {
 		return
 	}
 	p.credit = func(n int) { out.sendJSON(proto.FrameCredit, proto.Credit{Bytes: n}) }
-	out.sendJSON(proto.FrameStarted, proto.Started{PID: p.pid, Caps: []string{proto.CapDetach, proto.CapStdinCredit}, StdinWindow: stdinWindow})
+	out.sendJSON(proto.FrameStarted, proto.Started{PID: p.pid, Caps: caps, StdinWindow: stdinWindow})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).

@@ -536,6 +536,20 @@ func TestCallOps(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("Call(%q) error = %v, want it to mention %q", tt.op, err, tt.wantErr)
 		}
+		// An op it does not have is marked so, for the host to decide by.
+		if r == nil || !r.UnknownOp || !errors.Is(err, host.ErrUnsupported) {
+			t.Errorf("Call(%q) = %+v, %v; want the refusal marked unknown_op (host.ErrUnsupported)", tt.op, r, err)
+		}
+	}
+	// Ping lists what it can do, as an exec's start does.
+	got, err := c.Caps(ctx)
+	if err != nil || !slices.Equal(got, caps) {
+		t.Errorf("Caps() = %q, %v; want %q", got, err, caps)
+	}
+	for _, cp := range []string{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked} {
+		if !got.Has(cp) {
+			t.Errorf("the agent does not list %q", cp)
+		}
 	}
 	// No OOM guard in this agent: stats are all zero.
 	r, err := c.Call(ctx, proto.OpStats)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,9 +81,37 @@ func (c *Client) Do(ctx context.Context, req proto.Request) (*proto.Reply, error
 		return nil, err
 	}
 	if !r.OK {
+		if unknownOp(req.Op, &r) {
+			return &r, fmt.Errorf("agent: %s: %w", r.Error, ErrUnsupported)
+		}
 		return &r, errors.New("agent: " + r.Error)
 	}
 	return &r, nil
+}
+
+// ErrUnsupported is what Do returns (wrapped) when the agent refused the op
+// as one it does not have: it is older than the op.
+var ErrUnsupported = errors.New("the agent is older than this op")
+
+// unknownOp reports whether r refuses op as one the agent does not have.
+// An agent says so in UnknownOp; one from before UnknownOp (and caps) said
+// so only in these words, which are read for it alone: a newer agent always
+// sets the field.
+func unknownOp(op string, r *proto.Reply) bool {
+	return r.UnknownOp || r.Error == "unknown op "+op
+}
+
+// Caps asks the agent what it can do (a ping). An agent from before caps
+// lists none: it is taken to have proto.LegacyCaps.
+func (c *Client) Caps(ctx context.Context) (proto.Caps, error) {
+	r, err := c.Call(ctx, proto.OpPing)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Caps) == 0 {
+		return proto.LegacyCaps, nil
+	}
+	return r.Caps, nil
 }
 
 // WaitReady pings the agent until it answers or ctx ends. It polls every
@@ -113,7 +140,7 @@ type Session struct {
 	conn net.Conn
 	rd   io.Reader // conn, waking once per frame (see lowatReader)
 	PID  int
-	Caps []string // what the agent can do beyond the first protocol (Started.Caps)
+	Caps proto.Caps // what the agent can do beyond the first protocol (Started.Caps)
 	wmu  sync.Mutex
 
 	smu     sync.Mutex
@@ -186,7 +213,7 @@ func (c *Client) Exec(ctx context.Context, req proto.Request) (*Session, error) 
 }
 
 // Has reports whether the agent said it can do capability c.
-func (s *Session) Has(c string) bool { return slices.Contains(s.Caps, c) }
+func (s *Session) Has(c string) bool { return s.Caps.Has(c) }
 
 // Recv returns the next frame: FrameStdout, FrameStderr or FrameExit.
 // Stdin credit is taken here, never returned: a session's stdin moves only

@@ -16,6 +16,8 @@
 package proto
 
 import (
+	"slices"
+
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/framing"
 )
@@ -54,11 +56,35 @@ const (
 	FrameCredit byte = 'C'
 )
 
-// Capabilities an agent lists in Started.Caps.
+// Capabilities: what an agent can do beyond the first version of the
+// protocol. An agent lists all of its own in ping's Reply.Caps and in an
+// exec's Started.Caps; a host decides what to send by them, never by the
+// words of a refusal.
+//
+// Version skew: a sandbox keeps the agent it started with (a checkpoint
+// and every fork of it too), so a host talks to agents older than itself.
+// An agent from before ping listed caps answers with none: a host takes it
+// to have LegacyCaps. An agent older still may lack one of those ops; it
+// refuses it in words only ("unknown op <op>"), which host.Client.Do reads
+// for such an agent alone (a newer one sets Reply.UnknownOp).
 const (
 	CapDetach      = "detach"       // understands FrameDetach
 	CapStdinCredit = "stdin_credit" // sends FrameCredit; honour Started.StdinWindow
+	CapMemCheck    = OpMemCheck     // answers mem_check
+	CapGrantFile   = OpGrantFile    // answers grant_file and ungrant_file
+	CapForked      = OpForked       // answers forked (the fork contract)
 )
+
+// LegacyCaps are the ops of the last agent that listed no caps in its ping
+// reply. (Its exec's Started.Caps listed detach and stdin_credit: a session
+// learns those from its own Started, from agents of either kind.)
+var LegacyCaps = Caps{CapMemCheck, CapGrantFile, CapForked}
+
+// Caps is an agent's list of capabilities.
+type Caps []string
+
+// Has reports whether the list holds capability c.
+func (cs Caps) Has(c string) bool { return slices.Contains(cs, c) }
 
 // MaxFrame bounds a frame's payload so a broken peer cannot make us allocate
 // without limit.
@@ -83,7 +109,7 @@ const (
 	// made and listed in Reply.Made. Refusals carry Reply.Code
 	// (CodePathExists, CodePathUnsafe). (It replaces put_file, which
 	// replaced whatever was at the path: an agent that only knows that op
-	// answers "unknown op".)
+	// refuses it as unknown.)
 	OpGrantFile = "grant_file"
 	// OpUngrantFile removes Path if it is still what the grant wrote (a
 	// regular file of mode Mode, reached by no symlink), then the
@@ -136,9 +162,9 @@ type Signal struct {
 // the agent can do beyond the first version of the protocol (an older agent
 // sends no Caps).
 type Started struct {
-	PID         int      `json:"pid"`
-	Caps        []string `json:"caps,omitempty"`
-	StdinWindow int      `json:"stdin_window,omitempty"` // with CapStdinCredit: bytes of stdin the client may send before its first credit
+	PID         int  `json:"pid"`
+	Caps        Caps `json:"caps,omitempty"`
+	StdinWindow int  `json:"stdin_window,omitempty"` // with CapStdinCredit: bytes of stdin the client may send before its first credit
 }
 
 // Credit gives the client back stdin window: Bytes more may be sent.
@@ -195,6 +221,13 @@ type Reply struct {
 	// WatchMS answers mem_check: the guard keeps watching at least this
 	// long from now, so the host need not ask again before then.
 	WatchMS int64 `json:"watch_ms,omitempty"`
+
+	// Caps answers ping: what the agent can do (Cap*). An agent from
+	// before caps lists none (see LegacyCaps).
+	Caps Caps `json:"caps,omitempty"`
+	// UnknownOp marks the refusal of an op the agent does not have: it is
+	// older than the op.
+	UnknownOp bool `json:"unknown_op,omitempty"`
 
 	Code string   `json:"code,omitempty"` // a refusal's code (CodePathExists, ...)
 	Made []string `json:"made,omitempty"` // grant_file: directories made, outermost first
