@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/useshards/shard/internal/agent/proto"
-
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -147,7 +145,7 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"exec", func() error { _, _, err := s.Exec(ctx, "fl", proto.Request{Argv: []string{"true"}}); return err }},
+		{"exec", func() error { _, _, err := s.Exec(ctx, "fl", ExecRequest{Argv: []string{"true"}}); return err }},
 		{"grant", func() error { _, err := s.Grant(ctx, "fl", GrantRequest{Secret: "two"}); return err }},
 		{"policy", func() error {
 			_, err := s.SetPolicy(ctx, "fl", &store.Policy{DenyAll: true})

@@ -2,7 +2,9 @@
 // PID 1 inside every sandbox (internal/agent/guest) and its host-side client
 // (internal/agent/host): the requests and replies, the frame types of an
 // exec, the ops and capabilities, and what the host passes the agent at
-// boot.
+// boot. It is shard's own, not the API's: the API's exec is the sandbox
+// service's (sandbox.ExecRequest, ExecFrame), translated to and from this
+// at the sandbox's boundary (internal/sandbox/execreq.go).
 //
 // Why an agent: `runsc exec` costs ~27 ms a call on this kind of host, while a
 // process already inside the sandbox answers in well under a millisecond and
