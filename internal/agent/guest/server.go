@@ -343,108 +343,22 @@ func (s *Server) exec(c net.Conn, req *proto.Request) {
 	in := bufio.NewReaderSize(c, 256<<10) // a frame and its header in one read
 	go func() {
 		defer close(clientGone)
-		for {
-			var buf []byte
-			select {
-			case buf = <-p.spare:
-			default:
-			}
-			typ, b, err := framing.ReadInto(in, proto.MaxFrame, buf)
-			if err != nil {
-				p.queueStdin(nil)
-				out.mu.Lock()
-				out.dead = true
-				out.mu.Unlock()
-				return
-			}
-			switch typ {
-			case proto.FrameStdin:
-				// Queued, never written here: a command that does not read
-				// its stdin must not hold up signals and resizes behind it.
-				p.queueStdin(b)
-			case proto.FrameResize:
-				var r proto.Resize
-				if json.Unmarshal(b, &r) == nil {
-					p.resize(r)
-				}
-			case proto.FrameSignal:
-				var sg proto.Signal
-				if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
-					_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
-				}
-			case proto.FrameDetach:
-				// The pumps keep reading (a command never blocks on a
-				// full pipe nobody reads) and drop it: the host does no
-				// work for output nobody wants.
-				out.detached.Store(true)
-			}
-		}
+		p.readClient(in, out)
 	}()
 
-	var wg sync.WaitGroup
-	var sending atomic.Int32  // pumps handing output on (held up by a slow client)
-	var moved [2]atomic.Int64 // bytes read from stdout, stderr
-	pump := func(r io.Reader, typ byte, moved *atomic.Int64) {
-		defer wg.Done()
-		buf := make([]byte, outputChunk)
-		size := pipeSizeOf(r)
-		var pc pace
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				moved.Add(int64(n))
-				sending.Add(1)
-				out.send(typ, buf[:n])
-				sending.Add(-1)
-			}
-			if err != nil {
-				return
-			}
-			if p.tty == nil && size > 0 {
-				// Output is flowing: let it gather in the pipe before
-				// the next read (see pace). Output after a quiet spell
-				// is read at once: this read was waiting for it.
-				if d := pc.afterRead(n, size); d > 0 {
-					time.Sleep(d)
-				}
-			}
-		}
-	}
-	wg.Add(len(p.outputs))
-	for i, r := range p.outputs {
-		typ := proto.FrameStdout
-		if i == 1 {
-			typ = proto.FrameStderr
-		}
-		go pump(r, typ, &moved[i])
-	}
-
-	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var ws syscall.WaitStatus
-	timedOut := false
-	select {
-	case ws = <-p.done:
-	case <-timeout:
-		timedOut = true
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		ws = <-p.done
-	}
+	var ps pumps
+	ps.start(p, out)
+	ws, timedOut := p.wait(req.TimeoutMS)
 	// Output written just before exit is still in the pipes: read it. A
 	// background child may hold the pipes open for ever, so wait only a
 	// little; the pumps keep draining (and dropping) after we answer, so
 	// such a child never blocks or gets SIGPIPE.
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending, p.outputHup)
+	go func() { ps.wg.Wait(); close(drained) }()
+	cut := waitTail(drained, func() bool { return ps.sending.Load() > 0 }, p.outputPending, p.outputHup)
 	p.closeTTY(drained)
 	ex := proto.Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
-		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
+		StdinBytes: p.stdinBytes.Load(), StdoutBytes: ps.moved[0].Load(), StderrBytes: ps.moved[1].Load()}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
 		ex.Code = 128 + ex.Signal
@@ -466,6 +380,114 @@ func (s *Server) exec(c net.Conn, req *proto.Request) {
 	// closed by then is cut off by the deadline.
 	c.SetReadDeadline(time.Now().Add(closeWait))
 	<-clientGone
+}
+
+// readClient hands the client's frames to the command until the client
+// closes its end (or breaks the framing): then stdin closes and nothing
+// more is sent.
+func (p *proc) readClient(in io.Reader, out *conn) {
+	for {
+		var buf []byte
+		select {
+		case buf = <-p.spare:
+		default:
+		}
+		typ, b, err := framing.ReadInto(in, proto.MaxFrame, buf)
+		if err != nil {
+			p.queueStdin(nil)
+			out.mu.Lock()
+			out.dead = true
+			out.mu.Unlock()
+			return
+		}
+		switch typ {
+		case proto.FrameStdin:
+			// Queued, never written here: a command that does not read
+			// its stdin must not hold up signals and resizes behind it.
+			p.queueStdin(b)
+		case proto.FrameResize:
+			var r proto.Resize
+			if json.Unmarshal(b, &r) == nil {
+				p.resize(r)
+			}
+		case proto.FrameSignal:
+			var sg proto.Signal
+			if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
+				_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
+			}
+		case proto.FrameDetach:
+			// The pumps keep reading (a command never blocks on a
+			// full pipe nobody reads) and drop it: the host does no
+			// work for output nobody wants.
+			out.detached.Store(true)
+		}
+	}
+}
+
+// pumps move a command's output to the client, a goroutine per output.
+type pumps struct {
+	wg      sync.WaitGroup
+	sending atomic.Int32    // pumps handing output on (held up by a slow client)
+	moved   [2]atomic.Int64 // bytes read from stdout, stderr
+}
+
+// start starts a pump for each of p's outputs.
+func (ps *pumps) start(p *proc, out *conn) {
+	ps.wg.Add(len(p.outputs))
+	for i, r := range p.outputs {
+		typ := proto.FrameStdout
+		if i == 1 {
+			typ = proto.FrameStderr
+		}
+		go ps.pump(p, out, r, typ, &ps.moved[i])
+	}
+}
+
+func (ps *pumps) pump(p *proc, out *conn, r io.Reader, typ byte, moved *atomic.Int64) {
+	defer ps.wg.Done()
+	buf := make([]byte, outputChunk)
+	size := pipeSizeOf(r)
+	var pc pace
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			moved.Add(int64(n))
+			ps.sending.Add(1)
+			out.send(typ, buf[:n])
+			ps.sending.Add(-1)
+		}
+		if err != nil {
+			return
+		}
+		if p.tty == nil && size > 0 {
+			// Output is flowing: let it gather in the pipe before
+			// the next read (see pace). Output after a quiet spell
+			// is read at once: this read was waiting for it.
+			if d := pc.afterRead(n, size); d > 0 {
+				time.Sleep(d)
+			}
+		}
+	}
+}
+
+// wait waits for the command's end, killing its process group (and it) at
+// its timeout (0: none).
+func (p *proc) wait(timeoutMS int64) (ws syscall.WaitStatus, timedOut bool) {
+	var timeout <-chan time.Time
+	if timeoutMS > 0 {
+		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case ws = <-p.done:
+	case <-timeout:
+		timedOut = true
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		ws = <-p.done
+	}
+	return ws, timedOut
 }
 
 // A command's output and stdin pass through plain pipes of 1 MiB (gVisor's
