@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,7 +110,7 @@ func (c *Client) Caps(ctx context.Context) (proto.Caps, error) {
 		return nil, err
 	}
 	if len(r.Caps) == 0 {
-		return proto.LegacyCaps, nil
+		return slices.Clone(proto.LegacyCaps), nil
 	}
 	return r.Caps, nil
 }
