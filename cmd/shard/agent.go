@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/useshards/shard/internal/agent/guest"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/spf13/cobra"
-	"github.com/useshards/shard/internal/agent"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -18,13 +20,13 @@ func newAgentCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
-			srv, err := agent.NewServerFromEnv(log)
+			srv, err := guest.NewServerFromEnv(log)
 			if err != nil {
 				return err
 			}
 			return srv.Serve(cmd.Context(), listen)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", agent.Port), "address to listen on")
+	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", proto.Port), "address to listen on")
 	return cmd
 }

@@ -12,35 +12,118 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/useshards/shard/internal/framing"
+
 	"github.com/coder/websocket"
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
 	"github.com/useshards/shard/internal/sandbox"
 )
 
-// agentRequest checks an exec request (both forms) and makes the agent's.
-func agentRequest(req *ExecRequest) (agent.Request, error) {
-	ar := agent.Request{Argv: req.Argv, Dir: req.Workdir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+// execRequest checks an exec request (both forms) and makes the sandbox
+// service's of it.
+func execRequest(req *ExecRequest) (sandbox.ExecRequest, error) {
+	er := sandbox.ExecRequest{Argv: req.Argv, Workdir: req.Workdir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
 	if err := checkArgv("command", req.Argv); err != nil {
-		return ar, err
+		return er, err
 	}
 	env, err := envField(req.Env)
 	if err != nil {
-		return ar, err
+		return er, err
 	}
-	ar.Env = env
-	if ar.TimeoutMS, err = execTimeout(req.Timeout); err != nil {
-		return ar, err
+	er.Env = env
+	ms, err := execTimeout(req.Timeout)
+	if err != nil {
+		return er, err
 	}
+	er.Timeout = time.Duration(ms) * time.Millisecond
 	if req.Workdir != "" && !strings.HasPrefix(req.Workdir, "/") {
-		return ar, errdefs.Invalid("workdir %q must be an absolute path", req.Workdir)
+		return er, errdefs.Invalid("workdir %q must be an absolute path", req.Workdir)
 	}
 	if err := names.NoNUL("workdir", req.Workdir); err != nil {
-		return ar, err
+		return er, err
 	}
-	return ar, names.NoNUL("user", req.User)
+	return er, names.NoNUL("user", req.User)
+}
+
+// The JSON payloads of the exec stream's frames: openapi.json's
+// ExecStarted, ExecExit, ExecResize and ExecSignal. execExit's fields are in
+// the order of the agent's exit, which the WebSocket once passed on as it
+// came, so its bytes are as they were.
+type (
+	execStarted struct {
+		PID int `json:"pid"`
+	}
+	execExit struct {
+		Code        int    `json:"exit_code"`
+		Signal      int    `json:"signal,omitempty"`
+		TimedOut    bool   `json:"timed_out,omitempty"`
+		OOM         bool   `json:"oom_killed,omitempty"`
+		Error       string `json:"error,omitempty"`
+		StdinBytes  int64  `json:"stdin_bytes,omitempty"`
+		StdoutBytes int64  `json:"stdout_bytes,omitempty"`
+		StderrBytes int64  `json:"stderr_bytes,omitempty"`
+		OutputCut   bool   `json:"output_cut,omitempty"`
+	}
+	execResize struct {
+		Rows uint16 `json:"rows"`
+		Cols uint16 `json:"cols"`
+	}
+	execSignal struct {
+		Signal int `json:"signal"`
+	}
+)
+
+// startedFrame is the exec stream's first frame, the same in the framed
+// answer and on the WebSocket.
+func startedFrame(pid int) (typ byte, p []byte) {
+	p, _ = json.Marshal(execStarted{PID: pid})
+	return client.FrameStarted, p
+}
+
+// streamFrame is f on the exec stream: its type (client.Frame*) and
+// payload, the same in the framed answer and on the WebSocket. ok is false
+// for a frame the stream does not carry.
+func streamFrame(f sandbox.ExecFrame) (typ byte, p []byte, ok bool) {
+	switch f.Kind {
+	case sandbox.ExecStdout:
+		return client.FrameStdout, f.Data, true
+	case sandbox.ExecStderr:
+		return client.FrameStderr, f.Data, true
+	case sandbox.ExecExited:
+		ex := f.Exit
+		p, _ = json.Marshal(execExit{Code: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error,
+			StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes, OutputCut: ex.OutputCut})
+		return client.FrameExit, p, true
+	}
+	return 0, nil, false
+}
+
+// clientFrame hands one frame from the client (a framed body's, or a
+// WebSocket message) to the command: client.FrameStdin (empty: close
+// stdin), FrameSignal or FrameResize; other types are ignored. An error is
+// stdin's: the command takes no more of it.
+func clientFrame(sess *sandbox.ExecSession, typ byte, p []byte) error {
+	switch typ {
+	case client.FrameStdin:
+		if len(p) == 0 {
+			sess.CloseStdin()
+			return nil
+		}
+		return sess.Stdin(p)
+	case client.FrameSignal:
+		var sg execSignal
+		if json.Unmarshal(p, &sg) == nil {
+			sess.Signal(sg.Signal)
+		}
+	case client.FrameResize:
+		var rz execResize
+		if json.Unmarshal(p, &rz) == nil {
+			sess.Resize(rz.Rows, rz.Cols)
+		}
+	}
+	return nil
 }
 
 // streamStall is how long an exec stream waits for a client that takes
@@ -55,19 +138,19 @@ const maxWSMessage = 1 << 20
 
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	framed := mediaType(r.Header.Get("Content-Type")) == StreamMediaType
-	var ar agent.Request
+	var er sandbox.ExecRequest
 	var stdin []byte
 	var err error
 	if framed {
-		ar, err = parseFramedExec(r)
+		er, err = parseFramedExec(r)
 	} else {
-		ar, stdin, err = parseExec(r)
+		er, stdin, err = parseExec(r)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), ar)
+	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), er)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -95,9 +178,9 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 				<-body.done
 			}
 		}()
-	case ar.Stdin:
+	case er.Stdin:
 		go func() {
-			// Only as fast as the command reads it (see agent.Session.Stdin).
+			// Only as fast as the command reads it (see ExecSession.Stdin).
 			if sess.Stdin(stdin) == nil {
 				sess.CloseStdin()
 			}
@@ -128,7 +211,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for {
-		typ, p, err := sess.Recv()
+		f, err := sess.Recv()
 		if err != nil {
 			switch {
 			case s.isStopping():
@@ -144,16 +227,8 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		switch typ {
-		case agent.FrameStdout, agent.FrameStderr:
-			if out.output(typ, p) != nil {
-				return // the client is gone or stalled
-			}
-		case agent.FrameExit:
-			var ex agent.Exit
-			json.Unmarshal(p, &ex)
-			out.exit(ex)
-			return
+		if out.frame(f) != nil || f.Kind == sandbox.ExecExited {
+			return // the exit was the last, or the client is gone or stalled
 		}
 	}
 }
@@ -169,42 +244,42 @@ const maxClientFrame = 1 << 20
 // parseFramedExec reads a framed body's first frame, the request, and
 // checks it as a JSON body is checked. The rest of the body (stdin,
 // signals, resizes) is left to pumpFramedBody.
-func parseFramedExec(r *http.Request) (agent.Request, error) {
-	typ, p, err := agent.ReadFrameMax(r.Body, MaxBody)
-	var big *agent.ErrFrameTooBig
+func parseFramedExec(r *http.Request) (sandbox.ExecRequest, error) {
+	typ, p, err := framing.ReadMax(r.Body, MaxBody)
+	var big *framing.ErrTooBig
 	switch {
 	case errors.As(err, &big):
-		return agent.Request{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
+		return sandbox.ExecRequest{}, errdefs.New(errdefs.KindTooLarge, client.CodeBodyTooLarge, "the request frame is larger than %d bytes", MaxBody)
 	case err != nil:
-		return agent.Request{}, errdefs.Invalid("read the request frame: %v", err)
+		return sandbox.ExecRequest{}, errdefs.Invalid("read the request frame: %v", err)
 	case typ != client.FrameRequest:
-		return agent.Request{}, errdefs.Invalid("a framed exec body starts with a %q frame holding the request, not %q", client.FrameRequest, typ)
+		return sandbox.ExecRequest{}, errdefs.Invalid("a framed exec body starts with a %q frame holding the request, not %q", client.FrameRequest, typ)
 	}
 	var req ExecRequest
 	if err := decodeJSON(p, &req); err != nil {
-		return agent.Request{}, err
+		return sandbox.ExecRequest{}, err
 	}
 	if req.Stdin != nil {
-		return agent.Request{}, errdefs.Invalid("a framed exec body sends stdin in %q frames, not in the request's \"stdin\"", client.FrameStdin)
+		return sandbox.ExecRequest{}, errdefs.Invalid("a framed exec body sends stdin in %q frames, not in the request's \"stdin\"", client.FrameStdin)
 	}
-	ar, err := agentRequest(&req)
+	er, err := execRequest(&req)
 	if err != nil {
-		return ar, err
+		return er, err
 	}
 	// The request came: what follows is stdin, which may rightly be
 	// quiet for as long as the command runs.
 	if b, ok := r.Body.(interface{ lift() }); ok {
 		b.lift()
 	}
-	ar.Stdin = true
-	return ar, nil
+	er.Stdin = true
+	return er, nil
 }
 
 // framedBody is a framed exec body's stdin, signals and resizes on their
 // way to the command.
 type framedBody struct {
-	done chan struct{}                        // closed when pump returned
-	bad  atomic.Pointer[agent.ErrFrameTooBig] // the client broke the framing: the stream ends saying so
+	done chan struct{}                     // closed when pump returned
+	bad  atomic.Pointer[framing.ErrTooBig] // the client broke the framing: the stream ends saying so
 }
 
 // pump hands the body's frames to the command one at a time: the next frame
@@ -215,12 +290,12 @@ func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
 	defer sess.CloseStdin()
 	var buf []byte // each frame is sent on before the next is read
 	for {
-		typ, p, err := agent.ReadFrameInto(r.Body, maxClientFrame, buf)
+		typ, p, err := framing.ReadInto(r.Body, maxClientFrame, buf)
 		if cap(p) > cap(buf) {
 			buf = p[:0]
 		}
 		if err != nil {
-			var big *agent.ErrFrameTooBig
+			var big *framing.ErrTooBig
 			if errors.As(err, &big) {
 				// The client's stdin is not what it meant: the command
 				// is let go (it runs on, its end in the ledger).
@@ -229,25 +304,8 @@ func (b *framedBody) pump(r *http.Request, sess *sandbox.ExecSession) {
 			}
 			return // io.EOF: the body's end closes stdin
 		}
-		switch typ {
-		case client.FrameStdin:
-			if len(p) == 0 {
-				sess.CloseStdin()
-				continue
-			}
-			if sess.Stdin(p) != nil {
-				return
-			}
-		case client.FrameSignal:
-			var sg agent.Signal
-			if json.Unmarshal(p, &sg) == nil {
-				sess.Signal(sg.Signal)
-			}
-		case client.FrameResize:
-			var rz agent.Resize
-			if json.Unmarshal(p, &rz) == nil {
-				sess.Resize(rz.Rows, rz.Cols)
-			}
+		if clientFrame(sess, typ, p) != nil {
+			return
 		}
 	}
 }
@@ -274,9 +332,8 @@ func mediaType(v string) string {
 // execWriter writes one exec's stream in the form the client asked for.
 type execWriter interface {
 	started(pid int) error
-	output(typ byte, p []byte) error
-	exit(ex agent.Exit) error
-	failed(e Error) error // the stream's end without the command's: its last event
+	frame(f sandbox.ExecFrame) error // output, or the exit
+	failed(e Error) error            // the stream's end without the command's: its last event
 }
 
 // stoppingMessage ends an exec's stream cut by a shutdown: the agent keeps
@@ -299,17 +356,18 @@ func (n *ndjsonWriter) send(ev ExecEvent) error {
 
 func (n *ndjsonWriter) started(pid int) error { return n.send(ExecEvent{Type: "started", PID: pid}) }
 
-func (n *ndjsonWriter) output(typ byte, p []byte) error {
-	t := "stdout"
-	if typ == agent.FrameStderr {
-		t = "stderr"
+func (n *ndjsonWriter) frame(f sandbox.ExecFrame) error {
+	switch f.Kind {
+	case sandbox.ExecStdout:
+		return n.send(ExecEvent{Type: "stdout", Data: base64.StdEncoding.EncodeToString(f.Data)})
+	case sandbox.ExecStderr:
+		return n.send(ExecEvent{Type: "stderr", Data: base64.StdEncoding.EncodeToString(f.Data)})
+	case sandbox.ExecExited:
+		ex := f.Exit
+		code := ex.Code
+		return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
 	}
-	return n.send(ExecEvent{Type: t, Data: base64.StdEncoding.EncodeToString(p)})
-}
-
-func (n *ndjsonWriter) exit(ex agent.Exit) error {
-	code := ex.Code
-	return n.send(ExecEvent{Type: "exit", ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error, OutputCut: ex.OutputCut})
+	return nil
 }
 
 // failed sends the message only: the NDJSON form's error event has no code
@@ -327,7 +385,7 @@ type frameWriter struct {
 
 func (f *frameWriter) send(typ byte, p []byte) error {
 	f.rc.SetWriteDeadline(time.Now().Add(streamStall))
-	if err := agent.WriteFrame(f.w, typ, p); err != nil {
+	if err := framing.Write(f.w, typ, p); err != nil {
 		return err
 	}
 	return f.rc.Flush()
@@ -338,27 +396,23 @@ func (f *frameWriter) sendJSON(typ byte, v any) error {
 	return f.send(typ, b)
 }
 
-func (f *frameWriter) started(pid int) error {
-	return f.sendJSON(client.FrameStarted, agent.Started{PID: pid})
-}
+func (f *frameWriter) started(pid int) error { return f.send(startedFrame(pid)) }
 
-func (f *frameWriter) output(typ byte, p []byte) error {
-	t := client.FrameStdout
-	if typ == agent.FrameStderr {
-		t = client.FrameStderr
+func (f *frameWriter) frame(fr sandbox.ExecFrame) error {
+	typ, p, ok := streamFrame(fr)
+	if !ok {
+		return nil
 	}
-	return f.send(t, p)
+	return f.send(typ, p)
 }
-
-func (f *frameWriter) exit(ex agent.Exit) error { return f.sendJSON(client.FrameExit, ex) }
 
 func (f *frameWriter) failed(e Error) error { return f.sendJSON(client.FrameError, e) }
 
 // execWebSocket is the interactive form: GET with ?request=<ExecRequest JSON>
 // and a WebSocket upgrade. Every message is binary: one frame-type byte
-// (the agent's: 'I' stdin, 'R' resize, 'K' signal from the client; 'S'
-// started, 'O' stdout, 'E' stderr, 'X' exit from the server) then the
-// payload. An empty 'I' closes stdin.
+// (client.Frame*, as in the framed form: 'I' stdin, 'R' resize, 'K' signal
+// from the client; 'S' started, 'O' stdout, 'E' stderr, 'X' exit from the
+// server) then the payload. An empty 'I' closes stdin.
 func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	// A hijacked connection is not waited for by http.Server.Shutdown:
 	// the daemon waits for it (WaitStreams).
@@ -388,13 +442,13 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("request has more than one JSON value"))
 		return
 	}
-	ar, err := agentRequest(&req)
+	er, err := execRequest(&req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	ar.Stdin = req.Interactive || req.TTY
-	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), ar)
+	er.Stdin = req.Interactive || req.TTY
+	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), er)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -419,8 +473,7 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		return c.Write(wctx, websocket.MessageBinary, append([]byte{typ}, p...))
 	}
-	started, _ := json.Marshal(agent.Started{PID: sess.PID})
-	if err := write(agent.FrameStarted, started); err != nil {
+	if err := write(startedFrame(sess.PID)); err != nil {
 		return
 	}
 	go func() {
@@ -446,31 +499,14 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 			if len(msg) == 0 {
 				continue
 			}
-			switch msg[0] {
-			case agent.FrameStdin:
-				if len(msg) > 1 {
-					if sess.Stdin(msg[1:]) != nil {
-						return
-					}
-				} else {
-					sess.CloseStdin()
-				}
-			case agent.FrameResize:
-				var rz agent.Resize
-				if json.Unmarshal(msg[1:], &rz) == nil {
-					sess.Resize(rz.Rows, rz.Cols)
-				}
-			case agent.FrameSignal:
-				var sg agent.Signal
-				if json.Unmarshal(msg[1:], &sg) == nil {
-					sess.Signal(sg.Signal)
-				}
+			if clientFrame(sess, msg[0], msg[1:]) != nil {
+				return
 			}
 		}
 	}()
 	defer s.onStopping(func() { sess.Close() })()
 	for {
-		typ, p, err := sess.Recv()
+		f, err := sess.Recv()
 		if err != nil && s.isStopping() {
 			c.Close(websocket.StatusGoingAway, stoppingMessage)
 			return
@@ -479,10 +515,12 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 			c.Close(websocket.StatusInternalError, "lost the connection to the sandbox")
 			return
 		}
-		if err := write(typ, p); err != nil {
-			return // the client is gone or stalled: the deferred Close lets go of the exec
+		if typ, p, ok := streamFrame(f); ok {
+			if err := write(typ, p); err != nil {
+				return // the client is gone or stalled: the deferred Close lets go of the exec
+			}
 		}
-		if typ == agent.FrameExit {
+		if f.Kind == sandbox.ExecExited {
 			c.Close(websocket.StatusNormalClosure, "")
 			return
 		}

@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/useshards/shard/internal/framing"
+	"github.com/useshards/shard/internal/sandbox"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 )
 
 // TestExecStreamFailed: an exec stream that ends without the command's exit
@@ -25,7 +27,7 @@ func TestExecStreamFailed(t *testing.T) {
 		{"frames", func(w *httptest.ResponseRecorder) execWriter {
 			return &frameWriter{w: w, rc: http.NewResponseController(w)}
 		}, func(t *testing.T, body []byte) {
-			typ, p, err := agent.ReadFrame(bytes.NewReader(body))
+			typ, p, err := framing.Read(bytes.NewReader(body))
 			var got Error
 			if err != nil || typ != client.FrameError || json.Unmarshal(p, &got) != nil || got != e {
 				t.Errorf("frame %q %s (%v), want %q %+v", typ, p, err, client.FrameError, e)
@@ -51,6 +53,67 @@ func TestExecStreamFailed(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.check(t, w.Body.Bytes())
+		})
+	}
+}
+
+// The exec stream's frames are client's frame types with the payloads
+// openapi.json gives, the same in the framed answer and on the WebSocket;
+// the exit's JSON is byte for byte what the agent's was when the WebSocket
+// passed it on as it came.
+func TestStreamFrame(t *testing.T) {
+	tests := []struct {
+		name    string
+		f       sandbox.ExecFrame
+		wantTyp byte
+		want    string
+		wantOK  bool
+	}{
+		{"stdout", sandbox.ExecFrame{Kind: sandbox.ExecStdout, Data: []byte("out\x00")}, client.FrameStdout, "out\x00", true},
+		{"stderr", sandbox.ExecFrame{Kind: sandbox.ExecStderr, Data: []byte("err")}, client.FrameStderr, "err", true},
+		{"exit 0", sandbox.ExecFrame{Kind: sandbox.ExecExited}, client.FrameExit, `{"exit_code":0}`, true},
+		{"an exit with every field", sandbox.ExecFrame{Kind: sandbox.ExecExited, Exit: sandbox.ExecExit{Code: 137, Signal: 9,
+			TimedOut: true, OOM: true, Error: "why", StdinBytes: 1, StdoutBytes: 2, StderrBytes: 3, OutputCut: true}}, client.FrameExit,
+			`{"exit_code":137,"signal":9,"timed_out":true,"oom_killed":true,"error":"why","stdin_bytes":1,"stdout_bytes":2,"stderr_bytes":3,"output_cut":true}`, true},
+		{"no kind", sandbox.ExecFrame{Data: []byte("x")}, 0, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			typ, p, ok := streamFrame(tt.f)
+			if typ != tt.wantTyp || string(p) != tt.want || ok != tt.wantOK {
+				t.Errorf("streamFrame(%+v) = %q %q %v, want %q %q %v", tt.f, typ, p, ok, tt.wantTyp, tt.want, tt.wantOK)
+			}
+		})
+	}
+	if typ, p := startedFrame(42); typ != client.FrameStarted || string(p) != `{"pid":42}` {
+		t.Errorf("startedFrame(42) = %q %q, want %q {\"pid\":42}", typ, p, client.FrameStarted)
+	}
+}
+
+// The NDJSON form says the same as the frames, in events.
+func TestNDJSONFrame(t *testing.T) {
+	code := 3
+	tests := []struct {
+		name string
+		f    sandbox.ExecFrame
+		want ExecEvent
+	}{
+		{"stdout", sandbox.ExecFrame{Kind: sandbox.ExecStdout, Data: []byte("out")}, ExecEvent{Type: "stdout", Data: "b3V0"}},
+		{"stderr", sandbox.ExecFrame{Kind: sandbox.ExecStderr, Data: []byte("err")}, ExecEvent{Type: "stderr", Data: "ZXJy"}},
+		{"exit", sandbox.ExecFrame{Kind: sandbox.ExecExited, Exit: sandbox.ExecExit{Code: 3, Signal: 1, TimedOut: true, OOM: true,
+			Error: "why", StdoutBytes: 9, OutputCut: true}},
+			ExecEvent{Type: "exit", ExitCode: &code, Signal: 1, TimedOut: true, OOM: true, Error: "why", OutputCut: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			if err := (&ndjsonWriter{enc: json.NewEncoder(w), rc: http.NewResponseController(w)}).frame(tt.f); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := json.Marshal(tt.want)
+			if got := bytes.TrimSpace(w.Body.Bytes()); !bytes.Equal(got, want) {
+				t.Errorf("frame(%+v) wrote %s, want %s", tt.f, got, want)
+			}
 		})
 	}
 }

@@ -106,10 +106,10 @@ func FuzzExecRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(ar.Argv) == 0 || ar.TimeoutMS < 0 || ar.TimeoutMS > MaxExecTimeout.Milliseconds() || (stdin != nil) != ar.Stdin {
+		if len(ar.Argv) == 0 || ar.Timeout < 0 || ar.Timeout > MaxExecTimeout || (stdin != nil) != ar.Stdin {
 			t.Fatalf("parseExec(%q) passed %+v", body, ar)
 		}
-		for _, s := range append(append(ar.Argv, ar.Env...), ar.Dir, ar.User) {
+		for _, s := range append(append(ar.Argv, ar.Env...), ar.Workdir, ar.User) {
 			if strings.Contains(s, "\x00") {
 				t.Fatalf("parseExec(%q) passed a NUL", body)
 			}

@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/provider"
 )
@@ -362,8 +361,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 // name exactly their JSON fields: some of the client package's (its own
 // test, client/openapi_test.go, checks them all, with their JSON types),
 // and the server's own types that the client does not share: the
-// providers' capabilities and the exec stream's frames, as the agent's
-// types that the server passes on.
+// providers' capabilities and the payloads of the exec stream's frames.
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for name, v := range map[string]any{
@@ -372,7 +370,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
 		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
-		"ExecExit":     agent.Exit{}, "ExecResize": agent.Resize{}, "ExecSignal": agent.Signal{},
+		"ExecStarted":  execStarted{}, "ExecExit": execExit{}, "ExecResize": execResize{}, "ExecSignal": execSignal{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/names"
@@ -193,26 +192,26 @@ func parseEnvironment(r *http.Request, lim sandbox.Limits) (sandbox.EnvironmentR
 // more of them than sandbox.CheckArgv takes.
 func checkArgv(what string, argv []string) error { return sandbox.CheckArgv(what, argv) }
 
-// parseExec reads POST /v0/sandboxes/{id}/exec: the agent's request and
-// all of stdin (nil: no stdin).
-func parseExec(r *http.Request) (agent.Request, []byte, error) {
+// parseExec reads POST /v0/sandboxes/{id}/exec: the sandbox service's
+// request and all of stdin (nil: no stdin).
+func parseExec(r *http.Request) (sandbox.ExecRequest, []byte, error) {
 	var req ExecRequest
 	if err := decode(r, &req); err != nil {
-		return agent.Request{}, nil, err
+		return sandbox.ExecRequest{}, nil, err
 	}
-	ar, err := agentRequest(&req)
+	er, err := execRequest(&req)
 	if err != nil {
-		return ar, nil, err
+		return er, nil, err
 	}
 	if req.Stdin == nil {
-		return ar, nil, nil
+		return er, nil, nil
 	}
 	stdin, err := base64.StdEncoding.DecodeString(*req.Stdin)
 	if err != nil {
-		return ar, nil, errdefs.Invalid("stdin must be base64: %v", err)
+		return er, nil, errdefs.Invalid("stdin must be base64: %v", err)
 	}
-	ar.Stdin = true
-	return ar, stdin, nil
+	er.Stdin = true
+	return er, stdin, nil
 }
 
 // execTimeout reads an exec's timeout: seconds (a number) or a duration

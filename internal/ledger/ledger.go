@@ -103,12 +103,12 @@ type ExecFinishedData struct {
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
 	// Bytes the command read from its stdin and wrote to its stdout and
-	// stderr, as the sandbox counted them (see agent.Exit).
+	// stderr, as the sandbox counted them (see proto.Exit).
 	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 	// OutputCut: a process the command left behind held its output open
-	// at its exit; what it wrote later was not sent (see agent.Exit).
+	// at its exit; what it wrote later was not sent (see proto.Exit).
 	OutputCut bool `json:"output_cut,omitempty"`
 }
 

@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/hostdir"
 	"github.com/useshards/shard/internal/ledger"
@@ -158,11 +160,11 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (s *Service) agentFor(sb *store.Sandbox) *agent.Client {
+func (s *Service) agentFor(sb *store.Sandbox) *host.Client {
 	if s.cfg.AgentAddr != nil {
-		return &agent.Client{Addr: s.cfg.AgentAddr(sb), Token: sb.Token}
+		return &host.Client{Addr: s.cfg.AgentAddr(sb), Token: sb.Token}
 	}
-	return &agent.Client{Addr: netip.AddrPortFrom(netip.MustParseAddr(sb.IP), agent.Port).String(), Token: sb.Token}
+	return &host.Client{Addr: netip.AddrPortFrom(netip.MustParseAddr(sb.IP), proto.Port).String(), Token: sb.Token}
 }
 
 // halt stops the runtime and takes down mounts and network; files stay. It
@@ -184,7 +186,7 @@ func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) in
 			// to its address only times out.
 			ooms += s.agentOOMKills(ctx, sb)
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			s.agentFor(sb).Call(sctx, agent.OpSync)
+			s.agentFor(sb).Call(sctx, proto.OpSync)
 			cancel()
 			pid := 0
 			if pider, ok := p.(provider.PIDer); ok {

@@ -3,7 +3,8 @@ package sandbox
 import (
 	"testing"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/files"
 	"github.com/useshards/shard/internal/store"
@@ -26,7 +27,7 @@ func TestStartError(t *testing.T) {
 		{"", errdefs.KindInvalid, "exec_failed"},
 	}
 	for _, tt := range tests {
-		err := startError(agent.ErrorInfo{Code: tt.code, Message: "no"})
+		err := startError(proto.ErrorInfo{Code: tt.code, Message: "no"})
 		wantAPICode(t, "agent code "+tt.code, err, tt.wantKind, tt.wantCode)
 	}
 }

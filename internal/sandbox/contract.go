@@ -2,12 +2,16 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -42,28 +46,28 @@ var restoreHooks = HookOptions{Ignore: true}
 
 // bootIdentity is what a sandbox's agent writes to /run/shard/fork when it
 // boots.
-func bootIdentity(sb *store.Sandbox) agent.Identity {
-	return agent.Identity{ID: sb.ID, Name: sb.Name, ParentID: sb.ParentID, ParentName: sb.ParentName, Generation: sb.Generation}
+func bootIdentity(sb *store.Sandbox) proto.Identity {
+	return proto.Identity{ID: sb.ID, Name: sb.Name, ParentID: sb.ParentID, ParentName: sb.ParentName, Generation: sb.Generation}
 }
 
 // announce tells sb, just made from checkpoint ckID, that it is a fork
 // (role fork), or tells the source of forks (role source, sb the source,
 // id the first fork's identity) to run its hooks. Each hook's run goes to
 // sb's ledger; a failed one is a fork_hook_failed error unless o.Ignore.
-func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, id agent.Identity, o HookOptions) error {
+func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, id proto.Identity, o HookOptions) error {
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = DefaultHookTimeout
 	}
-	req := agent.Request{Op: agent.OpForked, Forked: &agent.Forked{
+	req := proto.Request{Op: proto.OpForked, Forked: &proto.Forked{
 		Role: role, Identity: id, Hooks: true, HookTimeoutMS: timeout.Milliseconds(), KeepGoing: o.Ignore}}
 	// Each hook may take its whole timeout; past that the sandbox is not
 	// answering.
-	cctx, cancel := context.WithTimeout(ctx, agent.MaxHooks*timeout+30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, proto.MaxHooks*timeout+30*time.Second)
 	defer cancel()
 	r, err := s.agentFor(sb).Do(cctx, req)
 	if err != nil {
-		if r != nil && strings.HasPrefix(r.Error, "unknown op") {
+		if errors.Is(err, host.ErrUnsupported) {
 			// An agent from before the contract (a sandbox started by an
 			// older shard, and its forks): it keeps its source's identity.
 			s.cfg.Log.Warn("fork contract: the sandbox's agent is older and cannot take it", "sandbox", sb.ID)
@@ -74,7 +78,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 	if r.Error != "" {
 		s.cfg.Log.Warn("fork contract: the sandbox's identity files", "sandbox", sb.ID, "err", r.Error)
 	}
-	var failed *agent.HookResult
+	var failed *proto.HookResult
 	for i, h := range r.Hooks {
 		s.fileHookEvent(ctx, sb, role, h)
 		if h.Failed() && failed == nil {
@@ -98,7 +102,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 		out = ": " + tail(out, 300)
 	}
 	where := "fork " + sb.Name
-	if role == agent.RoleSource {
+	if role == proto.RoleSource {
 		where = "the source " + sb.Name
 	}
 	return errdefs.New(errdefs.KindFailed, client.CodeForkHookFailed,
@@ -107,7 +111,7 @@ func (s *Service) announce(ctx context.Context, sb *store.Sandbox, role string, 
 }
 
 // fileHookEvent puts a hook's run in sb's ledger.
-func (s *Service) fileHookEvent(ctx context.Context, sb *store.Sandbox, role string, h agent.HookResult) {
+func (s *Service) fileHookEvent(ctx context.Context, sb *store.Sandbox, role string, h proto.HookResult) {
 	d := ledger.ForkHookData{Hook: h.Hook, Role: role, ExitCode: h.ExitCode, Signal: h.Signal, TimedOut: h.TimedOut,
 		Error: h.Error, DurationMS: h.DurationMS, Output: h.Output}
 	if err := s.cfg.Store.AddEvent(context.WithoutCancel(ctx), sb, &store.EventSpec{Type: ledger.ForkHook, Data: d}); err != nil {
@@ -116,7 +120,7 @@ func (s *Service) fileHookEvent(ctx context.Context, sb *store.Sandbox, role str
 }
 
 // forkIdentity is the identity of fk, made from checkpoint ckID.
-func forkIdentity(fk *store.Sandbox, ckID string) agent.Identity {
+func forkIdentity(fk *store.Sandbox, ckID string) proto.Identity {
 	id := bootIdentity(fk)
 	id.Checkpoint, id.ForkedAt = ckID, time.Now().UTC()
 	return id

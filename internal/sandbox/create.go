@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/useshards/shard/internal/project"
 	"strings"
 	"time"
+
+	"github.com/useshards/shard/internal/project"
 
 	"github.com/useshards/shard/internal/envlist"
 	"github.com/useshards/shard/internal/errdefs"

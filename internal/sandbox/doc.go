@@ -21,7 +21,10 @@
 //     checkpoint, staged then restored. checkpoint.go: checkpoints kept,
 //     listed and dropped.
 //   - spare.go: environments' warm spares; environment.go: environments.
-//   - resume.go, reconcile.go, exec.go, grants.go, policy.go, snapshot.go,
+//   - exec.go: Exec and its session; execreq.go: the exec's request, frames
+//     and exit in the service's terms, and their translation to and from
+//     the agent's (internal/agent/proto).
+//   - resume.go, reconcile.go, grants.go, policy.go, snapshot.go,
 //     memwatch.go (the gVisor agent's OOM guard, from host memory events),
 //     watch.go (sandboxes that end on their own), usage.go, space.go.
 //

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/metrics"
@@ -20,12 +21,13 @@ import (
 
 // ExecSession is a running exec whose start and end are in the sandbox's
 // ledger. One goroutine (pump) reads the agent's frames, records the end
-// when it comes, and hands the frames to Recv. Close lets go of the command
-// at once: the agent then drops its output (see agent.FrameDetach), and the
-// pump still records its end.
+// when it comes, and hands them on, in the service's terms, to Recv. Close
+// lets go of the command at once: the agent then drops its output (see
+// proto.FrameDetach), and the pump still records its end.
 type ExecSession struct {
-	*agent.Session
+	PID int // the command's, as seen inside the sandbox
 
+	agent      *host.Session // set before Exec returns
 	s          *Service
 	sb         *store.Sandbox
 	id         string
@@ -37,11 +39,11 @@ type ExecSession struct {
 	done       chan struct{} // closed once the end is recorded
 
 	abortOnce sync.Once
-	abortEx   *agent.Exit        // set (before aborted closes) by abort
+	abortEx   *ExecExit          // set (before aborted closes) by abort
 	aborted   chan struct{}      // closed by abort
 	cancel    context.CancelFunc // ends the dial to the agent
 	connMu    sync.Mutex         // orders abort's close with the session's start
-	conn      *agent.Session     // the agent's session once it started; guarded by connMu
+	conn      *host.Session      // the agent's session once it started; guarded by connMu
 }
 
 // lostGrace is how long a broken connection to the agent waits for the
@@ -58,14 +60,13 @@ const execGrace = 5 * time.Second
 const execDialTimeout = 60 * time.Second
 
 type frame struct {
-	typ byte
-	p   []byte
+	f   ExecFrame
 	err error
 }
 
 // Exec starts a command in a running sandbox. Its exec_started event is on
 // disk before the command starts; exec_finished follows when it ends.
-func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) (*ExecSession, *store.Sandbox, error) {
+func (s *Service) Exec(ctx context.Context, idOrName string, req ExecRequest) (*ExecSession, *store.Sandbox, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, nil, err
@@ -99,10 +100,10 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req agent.Request) 
 		req.Env = append(genv, req.Env...)
 	}
 	return s.exec(ctx, sb, req, ledger.ExecStartedData{
-		Argv: req.Argv, Cwd: req.Dir, User: req.User, EnvNames: envNames, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS})
+		Argv: req.Argv, Cwd: req.Workdir, User: req.User, EnvNames: envNames, TTY: req.TTY, Stdin: req.Stdin, TimeoutMS: timeoutMS(req.Timeout)})
 }
 
-func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
+func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req ExecRequest, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
 	if err := s.ledgerRoom(ctx, sb.Project, "run a command in sandbox "+sb.Name); err != nil {
 		return nil, nil, err
 	}
@@ -113,10 +114,10 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	e := &ExecSession{s: s, sb: sb, id: started.Exec, start: time.Now(), done: make(chan struct{}),
 		frames: make(chan frame), detached: make(chan struct{}), aborted: make(chan struct{})}
 	dial := execDialTimeout
-	if req.TimeoutMS > 0 {
+	if req.Timeout > 0 {
 		// The command's timeout holds from the request on, also while the
 		// sandbox does not answer at all.
-		dial = min(dial, time.Duration(req.TimeoutMS)*time.Millisecond+execGrace)
+		dial = min(dial, req.Timeout+execGrace)
 	}
 	dctx, cancel := context.WithTimeout(ctx, dial)
 	e.cancel = cancel
@@ -124,9 +125,9 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 	// one that began before this was known is seen in the record.
 	s.execs.add(sb.ID, e)
 	if cur, err := s.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || leaving(cur.State) {
-		e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+		e.abort(ExecExit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 	}
-	sess, err := s.agentFor(sb).Exec(dctx, req)
+	sess, err := s.agentFor(sb).Exec(dctx, agentRequest(req))
 	cancel()
 	if err == nil {
 		e.connMu.Lock()
@@ -144,7 +145,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 			select {
 			case <-e.aborted:
 			case <-time.After(lostGrace):
-				e.abort(agent.Exit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
+				e.abort(ExecExit{Code: 137, Signal: 9, Error: "sandbox " + sb.Name + " stopped before the command could start"})
 			}
 		}
 	}
@@ -152,13 +153,13 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 		s.execs.remove(sb.ID, e)
 		return nil, nil, e.startFailed(ctx, dctx, err, req)
 	}
-	e.Session = sess
+	e.agent, e.PID = sess, sess.PID
 	s.cfg.Metrics.ExecStarted(sb.Provider, time.Since(e.start))
-	if req.TimeoutMS > 0 {
+	if req.Timeout > 0 {
 		// The agent ends a command at its timeout; a sandbox that cannot
 		// (paused, wedged, gone) must not hold the stream for ever.
-		t := time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond+execGrace, func() {
-			e.abort(agent.Exit{Code: 137, Signal: 9, TimedOut: true,
+		t := time.AfterFunc(req.Timeout+execGrace, func() {
+			e.abort(ExecExit{Code: 137, Signal: 9, TimedOut: true,
 				Error: "the command ran past its timeout and sandbox " + sb.Name + " did not end it"})
 		})
 		go func() {
@@ -179,13 +180,13 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req agent.Request
 // startFailed records, and turns into the caller's error, why a command
 // could not start: the host ended it (a stop or removal), the agent refused
 // it, the caller left (ctx), or the sandbox did not answer (within dctx).
-func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agent.Request) error {
+func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req ExecRequest) error {
 	sb := e.sb
 	if e.isAborted() {
 		e.finish(ledger.ExecFinishedData{Error: e.abortEx.Error})
 		return errdefs.Conflict(client.CodeSandboxNotRunning, "%s", e.abortEx.Error)
 	}
-	var es *agent.ErrStart
+	var es *host.ErrStart
 	if errors.As(err, &es) {
 		e.finish(ledger.ExecFinishedData{Error: es.Info.Message})
 		return startError(es.Info)
@@ -197,8 +198,8 @@ func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agen
 		return fmt.Errorf("exec in sandbox %s: %w", sb.Name, cerr)
 	}
 	e.finish(ledger.ExecFinishedData{Error: "the sandbox did not answer: " + err.Error()})
-	if req.TimeoutMS > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
-		return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
+	if req.Timeout > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+		return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s did not answer within the command's timeout (%s): nothing was run", sb.Name, req.Timeout)
 	}
 	return errdefs.Upstream(client.CodeSandboxUnreachable, "sandbox %s does not answer: %v", sb.Name, err)
 }
@@ -206,7 +207,7 @@ func (e *ExecSession) startFailed(ctx, dctx context.Context, err error, req agen
 // startError is the API error of the agent's refusal to start a command.
 // The agent runs in the sandbox: its code is passed on only when it is one
 // an agent sends, so a sandbox cannot make up codes.
-func startError(info agent.ErrorInfo) error {
+func startError(info proto.ErrorInfo) error {
 	switch code := info.Code; code {
 	case client.CodeInternal:
 		return errdefs.New(errdefs.KindInternal, code, "%s", info.Message)
@@ -218,7 +219,7 @@ func startError(info agent.ErrorInfo) error {
 
 // abort ends the session from the host, whatever the agent does: its
 // stream ends with ex (which says why) and the ledger records it.
-func (e *ExecSession) abort(ex agent.Exit) {
+func (e *ExecSession) abort(ex ExecExit) {
 	e.abortOnce.Do(func() {
 		e.abortEx = &ex
 		close(e.aborted)
@@ -247,15 +248,15 @@ func (e *ExecSession) isAborted() bool {
 // connection.
 func (e *ExecSession) pump() {
 	defer close(e.frames)
-	defer e.Session.Close()
+	defer e.agent.Close()
 	defer e.s.execs.remove(e.sb.ID, e)
 	// Output is read into two buffers in turn: a frame handed on is
 	// written by the reader before it asks for the next (see Recv), and
 	// that next one was read into the other buffer.
 	var bufs [2][]byte
 	for i := 0; ; i ^= 1 {
-		typ, p, err := e.Session.RecvInto(bufs[i])
-		if cap(p) > cap(bufs[i]) && (typ == agent.FrameStdout || typ == agent.FrameStderr) {
+		typ, p, err := e.agent.RecvInto(bufs[i])
+		if cap(p) > cap(bufs[i]) && (typ == proto.FrameStdout || typ == proto.FrameStderr) {
 			bufs[i] = p[:0]
 		}
 		if err != nil && e.s.stopping() && !e.isAborted() {
@@ -275,53 +276,73 @@ func (e *ExecSession) pump() {
 		if err != nil && e.isAborted() {
 			// Ended by the host: an exit that says why, not a lost stream.
 			ex := *e.abortEx
-			p, _ = json.Marshal(ex)
-			typ, err = agent.FrameExit, nil
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, Error: ex.Error})
 			select {
-			case e.frames <- frame{typ, p, nil}:
+			case e.frames <- frame{ExecFrame{Kind: ExecExited, Exit: ex}, nil}:
 			case <-e.detached:
 			}
 			return
 		}
+		var f ExecFrame
+		if err == nil {
+			var ok bool
+			if f, ok = execFrame(typ, p); !ok {
+				// Not one of an exec's: nothing to pass on, and its
+				// buffer is read into again (the other may be in use).
+				i ^= 1
+				continue
+			}
+		}
 		switch {
 		case err != nil:
 			e.finish(ledger.ExecFinishedData{Error: ledger.LostError})
-		case typ == agent.FrameExit:
-			var ex agent.Exit
-			json.Unmarshal(p, &ex)
+		case f.Kind == ExecExited:
+			ex := f.Exit
 			code := ex.Code
 			e.finish(ledger.ExecFinishedData{ExitCode: &code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM,
 				StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes, OutputCut: ex.OutputCut})
 			// Close first, before the frame is handed on: the agent
-			// waits for this (see agent.awaitClose).
-			e.Session.Close()
+			// waits for this (see guest.awaitClose).
+			e.agent.Close()
 		}
 		select {
-		case e.frames <- frame{typ, p, err}:
+		case e.frames <- frame{f, err}:
 		case <-e.detached: // nobody reads any more: drop it
 		}
-		if err != nil || typ == agent.FrameExit {
+		if err != nil || f.Kind == ExecExited {
 			return
 		}
 	}
 }
 
-// Recv returns the next frame, as agent.Session's does (its end already
-// recorded when it is the exit frame). The payload is the caller's until it
-// calls Recv again: it is written over after that.
-func (e *ExecSession) Recv() (byte, []byte, error) {
+// Recv returns the next frame: output, and last the exit (its end already
+// recorded). Output's Data is the caller's until it calls Recv again: it is
+// written over after that.
+func (e *ExecSession) Recv() (ExecFrame, error) {
 	select {
 	case f, ok := <-e.frames:
 		if !ok {
-			return 0, nil, io.EOF
+			return ExecFrame{}, io.EOF
 		}
-		return f.typ, f.p, f.err
+		return f.f, f.err
 	case <-e.detached:
-		return 0, nil, errors.New("the exec was let go")
+		return ExecFrame{}, errors.New("the exec was let go")
 	}
 }
+
+// Stdin sends input to the command, only as fast as the sandbox takes it
+// (see host.Session.Stdin); an empty p closes its stdin.
+func (e *ExecSession) Stdin(p []byte) error { return e.agent.Stdin(p) }
+
+// CloseStdin closes the command's stdin.
+func (e *ExecSession) CloseStdin() error { return e.agent.CloseStdin() }
+
+// Resize changes the size of the command's terminal.
+func (e *ExecSession) Resize(rows, cols uint16) error { return e.agent.Resize(rows, cols) }
+
+// Signal sends a signal to the command's process group.
+func (e *ExecSession) Signal(sig int) error { return e.agent.Signal(sig) }
 
 // Close lets go of the command: it keeps running, and its end is still
 // recorded when it comes. The agent is told nobody reads the output, so it
@@ -330,7 +351,7 @@ func (e *ExecSession) Recv() (byte, []byte, error) {
 func (e *ExecSession) Close() error {
 	e.detachOnce.Do(func() {
 		close(e.detached)
-		e.Session.Detach()
+		e.agent.Detach()
 	})
 	return nil
 }
@@ -429,34 +450,32 @@ func (s *Service) endExecs(id, why string) {
 	}
 	s.execs.mu.Unlock()
 	for _, e := range all {
-		e.abort(agent.Exit{Code: 137, Signal: 9, Error: why})
+		e.abort(ExecExit{Code: 137, Signal: 9, Error: why})
 	}
 }
 
 // run runs argv in sb as an exec of its own (in the ledger like any), writes
 // its output (stdout and stderr together) to out, and returns its exit code.
 func (s *Service) run(ctx context.Context, sb *store.Sandbox, argv []string, out io.Writer) (int, error) {
-	return s.runReq(ctx, sb, agent.Request{Argv: argv}, ledger.ExecStartedData{Argv: argv}, out)
+	return s.runReq(ctx, sb, ExecRequest{Argv: argv}, ledger.ExecStartedData{Argv: argv}, out)
 }
 
-func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req agent.Request, started ledger.ExecStartedData, out io.Writer) (int, error) {
+func (s *Service) runReq(ctx context.Context, sb *store.Sandbox, req ExecRequest, started ledger.ExecStartedData, out io.Writer) (int, error) {
 	sess, _, err := s.exec(ctx, sb, req, started)
 	if err != nil {
 		return 0, err
 	}
 	defer sess.Close()
 	for {
-		typ, p, err := sess.Recv()
+		f, err := sess.Recv()
 		if err != nil {
 			return 0, err
 		}
-		switch typ {
-		case agent.FrameStdout, agent.FrameStderr:
-			out.Write(p)
-		case agent.FrameExit:
-			var ex agent.Exit
-			json.Unmarshal(p, &ex)
-			return ex.Code, nil
+		switch f.Kind {
+		case ExecStdout, ExecStderr:
+			out.Write(f.Data)
+		case ExecExited:
+			return f.Exit.Code, nil
 		}
 	}
 }

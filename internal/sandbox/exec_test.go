@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/store"
 )
@@ -30,15 +29,15 @@ func TestExecRefusedBeforeLedger(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		req  agent.Request
+		req  ExecRequest
 		want string
 	}{
-		{"1MiB argument", agent.Request{Argv: []string{"echo", strings.Repeat("a", 1<<20)}}, "at most 131072"},
-		{"arguments summing past the bound", agent.Request{Argv: many(MaxArgs, strings.Repeat("a", 64))}, "at most 131072"},
-		{"too many arguments", agent.Request{Argv: many(MaxArgs+1, "a")}, "at most 4096"},
-		{"too many variables", agent.Request{Argv: []string{"true"}, Env: many(MaxEnvVars+1, "A=1")}, "at most 1024"},
-		{"variables too large", agent.Request{Argv: []string{"true"}, Env: []string{"A=" + strings.Repeat("v", MaxEnvBytes)}}, "at most 131072"},
-		{"no command", agent.Request{}, "no command"},
+		{"1MiB argument", ExecRequest{Argv: []string{"echo", strings.Repeat("a", 1<<20)}}, "at most 131072"},
+		{"arguments summing past the bound", ExecRequest{Argv: many(MaxArgs, strings.Repeat("a", 64))}, "at most 131072"},
+		{"too many arguments", ExecRequest{Argv: many(MaxArgs+1, "a")}, "at most 4096"},
+		{"too many variables", ExecRequest{Argv: []string{"true"}, Env: many(MaxEnvVars+1, "A=1")}, "at most 1024"},
+		{"variables too large", ExecRequest{Argv: []string{"true"}, Env: []string{"A=" + strings.Repeat("v", MaxEnvBytes)}}, "at most 131072"},
+		{"no command", ExecRequest{}, "no command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

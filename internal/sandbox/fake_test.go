@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
@@ -51,7 +52,7 @@ func newFakeService(t *testing.T) *fakes {
 	}
 	t.Cleanup(func() { st.Close() })
 	f := &fakes{t: t, p: newFakeProvider(), fs: newFakeStorage(), net: newFakeNet(), st: st}
-	addr := newFakeAgent(t, agent.Reply{OK: true}).ln.Addr().String()
+	addr := newFakeAgent(t, proto.Reply{OK: true}).ln.Addr().String()
 	svc, err := New(own(), Config{
 		DataDir: dir, DefaultProvider: "fake", Providers: []provider.Provider{f.p},
 		Images: fakeImages{}, Storage: f.fs, Net: f.net, Store: st,

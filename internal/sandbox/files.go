@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/useshards/shard/internal/project"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/useshards/shard/internal/project"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"

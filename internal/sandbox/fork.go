@@ -8,7 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/ledger"
@@ -335,7 +336,7 @@ func (f *forkOp) announce(o HookOptions) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = f.s.announce(f.ctx, fk, agent.RoleFork, forkIdentity(fk, f.ckID), o)
+			errs[i] = f.s.announce(f.ctx, fk, proto.RoleFork, forkIdentity(fk, f.ckID), o)
 		}()
 	}
 	wg.Wait()
@@ -343,7 +344,7 @@ func (f *forkOp) announce(o HookOptions) error {
 		return err
 	}
 	if o.InSource {
-		return f.s.announce(f.ctx, f.src, agent.RoleSource, forkIdentity(f.forks[0], f.ckID), o)
+		return f.s.announce(f.ctx, f.src, proto.RoleSource, forkIdentity(f.forks[0], f.ckID), o)
 	}
 	return nil
 }

@@ -2,13 +2,16 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/names"
@@ -85,12 +88,15 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		if owns {
 			g.Dirs = old.Dirs
 		}
+		if err := s.canGrantFiles(ctx, sb); err != nil {
+			return nil, err
+		}
 		value, err := s.cfg.Secrets.Value(ctx, req.Secret)
 		if err != nil {
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
+		r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
 		cancel()
 		if err != nil {
 			return nil, fileOpError(sb, "write", req.File, r, err)
@@ -150,7 +156,7 @@ const grantFileMode = 0o400
 func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Grant) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := s.agentFor(sb).Do(cctx, agent.Request{Op: agent.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
+	r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
 	if err != nil {
 		return fileOpError(sb, "remove", g.File, r, err)
 	}
@@ -162,20 +168,41 @@ func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Gr
 
 // fileOpError maps a failed grant file op (r: the agent's reply, if it
 // answered) to an API error.
-func fileOpError(sb *store.Sandbox, verb, path string, r *agent.Reply, err error) error {
+func fileOpError(sb *store.Sandbox, verb, path string, r *proto.Reply, err error) error {
 	if r != nil {
 		switch r.Code {
-		case agent.CodePathExists:
+		case proto.CodePathExists:
 			return errdefs.Conflict(client.CodePathExists, "%s in sandbox %s: a file grant does not replace what it did not write: grant to another path, or remove it in the sandbox first", r.Error, sb.Name)
-		case agent.CodePathUnsafe:
+		case proto.CodePathUnsafe:
 			return errdefs.Conflict(client.CodePathUnsafe, "%s in sandbox %s", r.Error, sb.Name)
 		}
-		if strings.HasPrefix(r.Error, "unknown op ") {
-			return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
+		if errors.Is(err, host.ErrUnsupported) {
+			return noFileGrants(sb)
 		}
 		return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %s", verb, path, sb.Name, r.Error)
 	}
 	return errdefs.Upstream(client.CodeGrantFailed, "%s %s in sandbox %s: %v", verb, path, sb.Name, err)
+}
+
+// canGrantFiles checks that sb's agent has the grant file ops before a
+// secret is sent to it. An agent from before caps is taken to (see
+// proto.LegacyCaps); if it is older still, its refusal says so.
+func (s *Service) canGrantFiles(ctx context.Context, sb *store.Sandbox) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	caps, err := s.agentFor(sb).Caps(cctx)
+	if err != nil {
+		return errdefs.Upstream(client.CodeGrantFailed, "sandbox %s does not answer: %v", sb.Name, err)
+	}
+	if !caps.Has(proto.CapGrantFile) {
+		return noFileGrants(sb)
+	}
+	return nil
+}
+
+// noFileGrants is the refusal of a file grant by an agent without the ops.
+func noFileGrants(sb *store.Sandbox) error {
+	return errdefs.Unsupported("the agent of sandbox %s predates safe file grants: stop and start the sandbox to update it", sb.Name)
 }
 
 func grantOf(sb *store.Sandbox, secret string) *store.Grant {

@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/host"
+
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/secrets"
 	"github.com/useshards/shard/internal/store"
@@ -23,15 +27,16 @@ import (
 )
 
 // fakeSandboxFS stands for a sandbox's files behind an agent: it answers the
-// grant file ops as the real agent does (see internal/agent's tests for
+// grant file ops as the real agent does (see internal/agent/guest's tests for
 // the real thing on real files) and records what it was asked.
 type fakeSandboxFS struct {
 	mu          sync.Mutex
 	files       map[string]fakeFile
 	dirs        map[string]bool
-	reqs        []agent.Request
+	reqs        []proto.Request
 	failUngrant bool
-	oldAgent    bool // knows no grant_file: an agent older than it
+	oldAgent    bool       // knows no grant_file: an agent older than it
+	caps        proto.Caps // what its ping lists (none: an agent from before caps)
 }
 
 type fakeFile struct {
@@ -39,17 +44,20 @@ type fakeFile struct {
 	granted bool // looks like a grant's file: regular, root's, 0400
 }
 
-func (f *fakeSandboxFS) do(req agent.Request) agent.Reply {
+func (f *fakeSandboxFS) do(req proto.Request) proto.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, agent.Request{Op: req.Op, Path: req.Path, Replace: req.Replace, Dirs: req.Dirs, Mode: req.Mode})
-	if f.oldAgent && (req.Op == agent.OpGrantFile || req.Op == agent.OpUngrantFile) {
-		return agent.Reply{Error: "unknown op " + req.Op}
+	if req.Op == proto.OpPing {
+		return proto.Reply{OK: true, Caps: f.caps}
+	}
+	f.reqs = append(f.reqs, proto.Request{Op: req.Op, Path: req.Path, Replace: req.Replace, Dirs: req.Dirs, Mode: req.Mode})
+	if f.oldAgent && (req.Op == proto.OpGrantFile || req.Op == proto.OpUngrantFile) {
+		return proto.Reply{Error: "unknown op " + req.Op}
 	}
 	switch req.Op {
-	case agent.OpGrantFile:
+	case proto.OpGrantFile:
 		if e, ok := f.files[req.Path]; ok && (!req.Replace || !e.granted) {
-			return agent.Reply{Error: req.Path + " exists", Code: agent.CodePathExists}
+			return proto.Reply{Error: req.Path + " exists", Code: proto.CodePathExists}
 		}
 		var made []string
 		for d := filepath.Dir(req.Path); !f.dirs[d]; d = filepath.Dir(d) {
@@ -59,12 +67,12 @@ func (f *fakeSandboxFS) do(req agent.Request) agent.Reply {
 			f.dirs[d] = true
 		}
 		f.files[req.Path] = fakeFile{data: string(req.Data), granted: true}
-		return agent.Reply{OK: true, Made: made}
-	case agent.OpUngrantFile:
+		return proto.Reply{OK: true, Made: made}
+	case proto.OpUngrantFile:
 		if f.failUngrant {
-			return agent.Reply{Error: "input/output error"}
+			return proto.Reply{Error: "input/output error"}
 		}
-		r := agent.Reply{OK: true}
+		r := proto.Reply{OK: true}
 		if e, ok := f.files[req.Path]; ok {
 			if e.granted {
 				delete(f.files, req.Path)
@@ -85,7 +93,7 @@ func (f *fakeSandboxFS) do(req agent.Request) agent.Reply {
 		}
 		return r
 	}
-	return agent.Reply{Error: "unknown op " + req.Op}
+	return proto.Reply{Error: "unknown op " + req.Op, UnknownOp: true}
 }
 
 // serve answers agent connections on ln with fs.
@@ -97,16 +105,16 @@ func (f *fakeSandboxFS) serve(ln net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			_, p, err := agent.ReadFrame(c)
+			_, p, err := framing.Read(c)
 			if err != nil {
 				return
 			}
-			var req agent.Request
+			var req proto.Request
 			if json.Unmarshal(p, &req) != nil {
 				return
 			}
 			b, _ := json.Marshal(f.do(req))
-			agent.WriteFrame(c, agent.FrameReply, b)
+			framing.Write(c, proto.FrameReply, b)
 			io.Copy(io.Discard, c)
 		}()
 	}
@@ -124,7 +132,7 @@ func (f *fakeSandboxFS) file(path string) (e fakeFile, ok bool) {
 	return
 }
 
-func (f *fakeSandboxFS) takeReqs() []agent.Request {
+func (f *fakeSandboxFS) takeReqs() []proto.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.reqs
@@ -158,7 +166,7 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 	var ip netip.Addr
 	for i := 2; i < 250 && ln == nil; i++ {
 		ip = netip.AddrFrom4([4]byte{127, 93, byte(time.Now().UnixNano() % 200), byte(i)})
-		ln, _ = net.Listen("tcp", netip.AddrPortFrom(ip, agent.Port).String())
+		ln, _ = net.Listen("tcp", netip.AddrPortFrom(ip, proto.Port).String())
 	}
 	if ln == nil {
 		if testenv.Strict() {
@@ -166,7 +174,8 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 		}
 		t.Skip("no loopback address with the agent's port free")
 	}
-	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true}}
+	fs := &fakeSandboxFS{files: map[string]fakeFile{"/etc/passwd": {data: "root:x:0:0"}}, dirs: map[string]bool{"/": true, "/etc": true},
+		caps: proto.Caps{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked}}
 	go fs.serve(ln)
 	t.Cleanup(func() { ln.Close() })
 	for _, n := range []string{"src", "fork"} {
@@ -213,7 +222,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	if want := []string{"/run", "/run/app"}; len(sb.Grants) != 1 || !reflect.DeepEqual(sb.Grants[0].Dirs, want) {
 		t.Fatalf("grants %+v, want the directories it made: %q", sb.Grants, want)
 	}
-	if r := fs.takeReqs(); len(r) != 2 || r[1].Op != agent.OpGrantFile || r[1].Replace || r[1].Mode != 0o400 {
+	if r := fs.takeReqs(); len(r) != 2 || r[1].Op != proto.OpGrantFile || r[1].Replace || r[1].Mode != 0o400 {
 		t.Fatalf("agent asked %+v", r)
 	}
 
@@ -250,7 +259,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	if _, err := s.Ungrant(ctx, "fork", "one"); err != nil {
 		t.Fatal(err)
 	}
-	if r := fs.takeReqs(); len(r) != 1 || r[0].Op != agent.OpUngrantFile || r[0].Path != "/run/app/key" || !reflect.DeepEqual(r[0].Dirs, []string{"/run", "/run/app"}) {
+	if r := fs.takeReqs(); len(r) != 1 || r[0].Op != proto.OpUngrantFile || r[0].Path != "/run/app/key" || !reflect.DeepEqual(r[0].Dirs, []string{"/run", "/run/app"}) {
 		t.Fatalf("ungrant on the fork: agent asked %+v", r)
 	}
 	fs.with(func() {
@@ -286,7 +295,7 @@ func TestGrantFileOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := fs.takeReqs()
-	if len(r) != 3 || r[1].Op != agent.OpGrantFile || r[1].Path != "/a/two" || r[2].Op != agent.OpUngrantFile || r[2].Path != "/a/one" {
+	if len(r) != 3 || r[1].Op != proto.OpGrantFile || r[1].Path != "/a/two" || r[2].Op != proto.OpUngrantFile || r[2].Path != "/a/one" {
 		t.Fatalf("a moved grant: agent asked %+v", r)
 	}
 	fs.with(func() { fs.failUngrant = true })
@@ -297,8 +306,18 @@ func TestGrantFileOwnership(t *testing.T) {
 	}
 	fs.with(func() { fs.failUngrant = false })
 
-	// An agent that knows only the old ops refuses: it would replace.
-	fs.with(func() { fs.oldAgent = true })
+	// An agent that does not list grant_file is not sent the secret.
+	fs.takeReqs()
+	fs.with(func() { fs.caps = proto.Caps{proto.CapDetach} })
+	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
+	wantAPICode(t, "an agent without grant_file", err, errdefs.KindUnsupported, "unsupported")
+	if r := fs.takeReqs(); len(r) != 0 {
+		t.Fatalf("an agent without grant_file was asked %+v", r)
+	}
+
+	// An agent from before caps that knows only the old ops refuses in
+	// words: it would replace.
+	fs.with(func() { fs.caps, fs.oldAgent = nil, true })
 	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
 	wantAPICode(t, "an old agent", err, errdefs.KindUnsupported, "unsupported")
 }
@@ -314,18 +333,20 @@ func mustGet(t *testing.T, s *Service, name string) *store.Sandbox {
 
 func TestFileOpError(t *testing.T) {
 	sb := &store.Sandbox{Name: "py"}
+	failed := fmt.Errorf("agent: x")
 	for _, tc := range []struct {
-		r    *agent.Reply
+		r    *proto.Reply
+		err  error
 		kind errdefs.Kind
 		code string
 	}{
-		{&agent.Reply{Error: "/etc/passwd exists", Code: agent.CodePathExists}, errdefs.KindConflict, "path_exists"},
-		{&agent.Reply{Error: "/etc/app is a symlink", Code: agent.CodePathUnsafe}, errdefs.KindConflict, "path_unsafe"},
-		{&agent.Reply{Error: "unknown op grant_file"}, errdefs.KindUnsupported, "unsupported"},
-		{&agent.Reply{Error: "read-only file system"}, errdefs.KindUpstream, "grant_failed"},
-		{nil, errdefs.KindUpstream, "grant_failed"},
+		{&proto.Reply{Error: "/etc/passwd exists", Code: proto.CodePathExists}, failed, errdefs.KindConflict, "path_exists"},
+		{&proto.Reply{Error: "/etc/app is a symlink", Code: proto.CodePathUnsafe}, failed, errdefs.KindConflict, "path_unsafe"},
+		{&proto.Reply{Error: "unknown op grant_file", UnknownOp: true}, fmt.Errorf("agent: unknown op grant_file: %w", host.ErrUnsupported), errdefs.KindUnsupported, "unsupported"},
+		{&proto.Reply{Error: "read-only file system"}, failed, errdefs.KindUpstream, "grant_failed"},
+		{nil, failed, errdefs.KindUpstream, "grant_failed"},
 	} {
-		err := fileOpError(sb, "write", "/etc/passwd", tc.r, fmt.Errorf("agent: x"))
+		err := fileOpError(sb, "write", "/etc/passwd", tc.r, tc.err)
 		if errdefs.KindOf(err) != tc.kind || errdefs.CodeOf(err) != tc.code || !strings.Contains(err.Error(), "py") {
 			t.Errorf("%+v: %v (%s %s), want %s %s", tc.r, err, errdefs.KindOf(err), errdefs.CodeOf(err), tc.kind, tc.code)
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -146,7 +145,7 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"exec", func() error { _, _, err := s.Exec(ctx, "fl", agent.Request{Argv: []string{"true"}}); return err }},
+		{"exec", func() error { _, _, err := s.Exec(ctx, "fl", ExecRequest{Argv: []string{"true"}}); return err }},
 		{"grant", func() error { _, err := s.Grant(ctx, "fl", GrantRequest{Secret: "two"}); return err }},
 		{"policy", func() error {
 			_, err := s.SetPolicy(ctx, "fl", &store.Policy{DenyAll: true})

@@ -12,7 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/store"
 	"golang.org/x/sys/unix"
@@ -20,7 +22,7 @@ import (
 
 // The host side of gVisor's OOM guard.
 //
-// The guard in the agent (internal/agent/oom.go) only looks at memory while
+// The guard in the agent (internal/agent/guest/oom.go) only looks at memory while
 // it moves: every look costs the sandbox syscalls through the Sentry, and a
 // guard that polled all the time cost an idle sandbox 6-9% of a core (17-33%
 // holding 150 MiB). It watches from boot until memory holds still, then
@@ -46,7 +48,7 @@ type memWatch struct {
 	dir    string // the sandbox's memory cgroup
 	wakeAt int64  // pokes only while the cgroup holds at least this
 	efd    *os.File
-	agent  *agent.Client
+	agent  *host.Client
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,7 +132,7 @@ func (s *Service) unwatchMemory(id string) {
 }
 
 // hostMem is the host cgroup's memory bound (provider.Guest.HostBounds).
-func newMemWatch(sb *store.Sandbox, hostMem int64, ag *agent.Client, log *slog.Logger) (*memWatch, error) {
+func newMemWatch(sb *store.Sandbox, hostMem int64, ag *host.Client, log *slog.Logger) (*memWatch, error) {
 	dir := "/sys/fs/cgroup/memory" + oci.CgroupsPath(sb.ID)
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -224,7 +226,7 @@ func (mw *memWatch) handle() bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(mw.ctx, 2*time.Second)
-	r, err := mw.agent.Call(ctx, agent.OpMemCheck)
+	r, err := mw.agent.Call(ctx, proto.OpMemCheck)
 	cancel()
 	switch {
 	case err == nil && r.WatchMS > 0:
@@ -233,7 +235,7 @@ func (mw *memWatch) handle() bool {
 		// if the guard has stopped watching.
 		mw.quietUntil = time.Now().Add(time.Duration(r.WatchMS) * time.Millisecond * 9 / 10)
 		return true
-	case err == nil, r != nil && strings.Contains(r.Error, "unknown op"):
+	case err == nil, errors.Is(err, host.ErrUnsupported):
 		// No guard, or an agent from before mem_check (a sandbox restored
 		// from an old checkpoint): it polls on its own.
 		mw.log.Debug("memory watch ends: the agent does not take mem_check", "err", err)

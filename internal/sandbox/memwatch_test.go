@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
+
 	"github.com/useshards/shard/internal/provider/gvisor"
 )
 
@@ -43,12 +46,12 @@ func TestMemThresholds(t *testing.T) {
 // counts the ops.
 type fakeAgent struct {
 	ln    net.Listener
-	reply agent.Reply
+	reply proto.Reply
 	mu    sync.Mutex
 	ops   []string
 }
 
-func newFakeAgent(t *testing.T, reply agent.Reply) *fakeAgent {
+func newFakeAgent(t *testing.T, reply proto.Reply) *fakeAgent {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,15 +64,15 @@ func newFakeAgent(t *testing.T, reply agent.Reply) *fakeAgent {
 				return
 			}
 			c.SetDeadline(time.Now().Add(10 * time.Second)) // a caller that sends nothing holds no one up for long
-			_, p, err := agent.ReadFrame(c)
+			_, p, err := framing.Read(c)
 			if err == nil {
-				var req agent.Request
+				var req proto.Request
 				json.Unmarshal(p, &req)
 				f.mu.Lock()
 				f.ops = append(f.ops, req.Op)
 				f.mu.Unlock()
 				b, _ := json.Marshal(f.reply)
-				agent.WriteFrame(c, agent.FrameReply, b)
+				framing.Write(c, proto.FrameReply, b)
 			}
 			c.Close()
 		}
@@ -100,7 +103,7 @@ func testMemWatch(t *testing.T, f *fakeAgent, usage int64) (*memWatch, func(int6
 	t.Cleanup(func() { r.Close() })
 	ctx, cancel := context.WithCancel(own())
 	mw := &memWatch{id: "x", dir: dir, wakeAt: 100, efd: w, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		agent: &agent.Client{Addr: f.ln.Addr().String(), Token: "t"}, ctx: ctx, cancel: cancel}
+		agent: &host.Client{Addr: f.ln.Addr().String(), Token: "t"}, ctx: ctx, cancel: cancel}
 	t.Cleanup(mw.close)
 	return mw, set
 }
@@ -108,7 +111,7 @@ func testMemWatch(t *testing.T, f *fakeAgent, usage int64) (*memWatch, func(int6
 // The host pokes the guard only when the cgroup holds at least half the
 // bound, then leaves it alone while it says it watches.
 func TestMemWatchPokes(t *testing.T) {
-	f := newFakeAgent(t, agent.Reply{OK: true, WatchMS: 60_000})
+	f := newFakeAgent(t, proto.Reply{OK: true, WatchMS: 60_000})
 	mw, set := testMemWatch(t, f, 50)
 	if !mw.handle() || f.calls() != 0 {
 		t.Fatalf("usage under half the bound: handle() poked %d times, want 0", f.calls())
@@ -132,13 +135,18 @@ func TestMemWatchPokes(t *testing.T) {
 // An agent from before mem_check (restored from an old checkpoint) polls on
 // its own: the watch ends. So does it when the cgroup is gone.
 func TestMemWatchEnds(t *testing.T) {
-	old := newFakeAgent(t, agent.Reply{Error: "unknown op " + agent.OpMemCheck})
-	mw, _ := testMemWatch(t, old, 150)
-	if mw.handle() {
-		t.Errorf("handle() with an agent that does not know mem_check = true, want false (the watch ends)")
+	for _, reply := range []proto.Reply{
+		{Error: "unknown op " + proto.OpMemCheck, UnknownOp: true},
+		{Error: "unknown op " + proto.OpMemCheck}, // an agent from before UnknownOp
+	} {
+		old := newFakeAgent(t, reply)
+		mw, _ := testMemWatch(t, old, 150)
+		if mw.handle() {
+			t.Errorf("handle() with an agent that does not know mem_check (%+v) = true, want false (the watch ends)", reply)
+		}
 	}
-	f := newFakeAgent(t, agent.Reply{OK: true, WatchMS: 1000})
-	mw, _ = testMemWatch(t, f, 150)
+	f := newFakeAgent(t, proto.Reply{OK: true, WatchMS: 1000})
+	mw, _ := testMemWatch(t, f, 150)
 	os.Remove(filepath.Join(mw.dir, "memory.usage_in_bytes"))
 	if mw.handle() {
 		t.Errorf("handle() with the cgroup gone = true, want false")

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/provider"
@@ -130,7 +131,7 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if o.Hooks != nil {
 		hooks = *o.Hooks
 	}
-	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), hooks); err != nil {
+	if err := s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), hooks); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })

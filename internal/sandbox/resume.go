@@ -3,12 +3,13 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"github.com/useshards/shard/internal/project"
 	"io"
 	"math"
+	"time"
+
+	"github.com/useshards/shard/internal/project"
 
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
@@ -169,13 +170,13 @@ func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.P
 	if pe.Ended() && pe.Finished.ExitCode != nil {
 		r.RecordedExit = pe.Finished.ExitCode
 	}
-	req := agent.Request{Argv: pe.Started.Argv, Dir: pe.Started.Cwd, User: pe.Started.User, TimeoutMS: pe.Started.TimeoutMS}
+	req := ExecRequest{Argv: pe.Started.Argv, Workdir: pe.Started.Cwd, User: pe.Started.User, Timeout: time.Duration(pe.Started.TimeoutMS) * time.Millisecond}
 	// Granted secrets, as any exec gets them (values are never in the
 	// ledger, names are not recorded in the exec either).
 	if genv, err := s.grantEnv(ctx, sb); err == nil {
 		req.Env = genv
 	}
-	started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Dir, User: req.User, TimeoutMS: req.TimeoutMS, Replay: true}
+	started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Workdir, User: req.User, TimeoutMS: pe.Started.TimeoutMS, Replay: true}
 	if !pe.Ended() {
 		sess, _, err := s.exec(ctx, sb, req, started)
 		if err != nil {

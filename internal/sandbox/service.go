@@ -43,7 +43,7 @@ type Config struct {
 	Limits           Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 	Metrics          *metrics.Metrics // nil: nothing counted
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
-	// agent.Port); a unit test points it at an agent of its own.
+	// proto.Port); a unit test points it at an agent of its own.
 	AgentAddr func(sb *store.Sandbox) string
 }
 

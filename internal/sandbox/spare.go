@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/project"
@@ -261,7 +262,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 		return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
 	}
 	sp.st.phase(s, "resumed")
-	if err := s.announce(bg, rec, agent.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
+	if err := s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
 		return nil, fmt.Errorf("sandbox from environment %s: %w", env, err)
 	}
 	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })

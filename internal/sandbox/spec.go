@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
@@ -61,7 +62,7 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env,
-		AgentEnv: []string{agent.EnvToken + "=" + sb.Token, agent.EnvIdentity + "=" + string(idJSON)},
+		AgentEnv: []string{proto.EnvToken + "=" + sb.Token, proto.EnvIdentity + "=" + string(idJSON)},
 		AgentDir: agentDir, Netns: nsPath, CgroupsPath: oci.CgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),
@@ -103,7 +104,7 @@ func (s *Service) agentOOMKills(ctx context.Context, sb *store.Sandbox) int64 {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	if r, err := s.agentFor(sb).Call(cctx, agent.OpStats); err == nil {
+	if r, err := s.agentFor(sb).Call(cctx, proto.OpStats); err == nil {
 		return r.OOMKills
 	}
 	return 0

@@ -83,7 +83,7 @@ type Sandbox struct {
 	ParentID string `json:"parent_id,omitempty"`
 	// ParentName is the parent's name when this one was made; Generation
 	// counts the forks (and restores) between it and its lineage's first
-	// sandbox. Both are in its /run/shard/fork (agent.Identity).
+	// sandbox. Both are in its /run/shard/fork (proto.Identity).
 	ParentName string            `json:"parent_name,omitempty"`
 	Generation int               `json:"generation,omitempty"`
 	Session    string            `json:"session"` // ledger session name

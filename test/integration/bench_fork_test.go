@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 )
 
 // holderScript keeps N MiB resident (random, so no page is zero) and keeps
@@ -208,15 +210,15 @@ func benchFork(b *testing.B, mib, count int) {
 			out, _ := os.ReadFile(filepath.Join(e.dir, "rawrestore.log"))
 			b.Fatalf("raw restore: %v %s", err, out)
 		}
-		ac := &agent.Client{Addr: "10.99.0.2:4951", Token: token}
+		ac := &host.Client{Addr: "10.99.0.2:4951", Token: token}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		sess, err := ac.Exec(rctx, agent.Request{Argv: []string{"true"}})
+		sess, err := ac.Exec(rctx, proto.Request{Argv: []string{"true"}})
 		if err != nil {
 			b.Fatalf("exec in the raw restore: %v", err)
 		}
 		for {
 			typ, _, err := sess.Recv()
-			if err != nil || typ == agent.FrameExit {
+			if err != nil || typ == proto.FrameExit {
 				break
 			}
 		}

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 )
 
 // BenchmarkEnvCreateFirstExec: from `create --env-from` to the first exec's
@@ -106,17 +108,17 @@ func BenchmarkEnvCreateFirstExec(b *testing.B) {
 // agentExec runs `true` through a sandbox's agent directly, as the server
 // would, without the server.
 func agentExec(b *testing.B, token, addr string) {
-	ac := &agent.Client{Addr: addr, Token: token}
+	ac := &host.Client{Addr: addr, Token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sess, err := ac.Exec(ctx, agent.Request{Argv: []string{"true"}})
+	sess, err := ac.Exec(ctx, proto.Request{Argv: []string{"true"}})
 	if err != nil {
 		b.Fatalf("exec through the agent at %s: %v", addr, err)
 	}
 	defer sess.Close()
 	for {
 		typ, _, err := sess.Recv()
-		if err != nil || typ == agent.FrameExit {
+		if err != nil || typ == proto.FrameExit {
 			return
 		}
 	}

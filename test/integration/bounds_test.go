@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/provider/gvisor"
 )
 
@@ -58,7 +59,7 @@ func TestCPUPidsBounds(t *testing.T) {
 			// runc: commands run in a child cgroup bound to 64; the
 			// container's own, where the agent is, has room for it and a
 			// reserve past that (internal/provider/runc).
-			wantPids := fmt.Sprint(64 + agent.PidsReserve + agent.AgentPids)
+			wantPids := fmt.Sprint(64 + proto.PidsReserve + proto.AgentPids)
 			if prov == "gvisor" {
 				wantPids = fmt.Sprint(gvisor.PidsBackstop(64))
 			} else if got := readTrim(t, "/sys/fs/cgroup/pids/shard/"+sb.ID+"/sandbox/pids.max"); got != "64" {

@@ -4,9 +4,10 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/provider"
 )
 
@@ -41,7 +42,7 @@ func CgroupLimit(mem int64) int64 { return mem + max(64<<20, mem/4) }
 func PidsBackstop(n int64) int64 { return 2*n + 512 }
 
 // GuestSpec has the agent of a gVisor sandbox enforce, inside, what the
-// runtime does not (see internal/agent/bounds.go): the memory bound (it is
+// runtime does not (see internal/agent/guest/bounds.go): the memory bound (it is
 // the sandbox's OOM killer), --pids, with gVisor's own pids cgroup (the
 // host pids cgroup stays as a backstop), and /tmp on the rootfs's disk
 // instead of the tmpfs runsc mounts there, which holds its files in the
@@ -53,11 +54,11 @@ func PidsBackstop(n int64) int64 { return 2*n + 512 }
 // RLIMIT_NPROC its commands get.
 func (p *Provider) GuestSpec(spec *specs.Spec, memory, pids int64) {
 	if memory > 0 {
-		spec.Process.Env = append(spec.Process.Env, agent.EnvMemoryLimit+"="+strconv.FormatInt(memory, 10))
+		spec.Process.Env = append(spec.Process.Env, proto.EnvMemoryLimit+"="+strconv.FormatInt(memory, 10))
 	}
-	spec.Process.Env = append(spec.Process.Env, agent.EnvTmpOnDisk+"=1")
+	spec.Process.Env = append(spec.Process.Env, proto.EnvTmpOnDisk+"=1")
 	if n := PidsInside(pids, memory); n > 0 {
-		spec.Process.Env = append(spec.Process.Env, agent.EnvPids+"="+strconv.FormatInt(n, 10))
+		spec.Process.Env = append(spec.Process.Env, proto.EnvPids+"="+strconv.FormatInt(n, 10))
 	}
 	setup := []string{"CAP_SYS_ADMIN", "CAP_SYS_RESOURCE"}
 	c := spec.Process.Capabilities

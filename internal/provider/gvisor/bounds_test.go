@@ -5,7 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/useshards/shard/internal/agent"
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/oci"
 )
 
@@ -24,7 +25,7 @@ func TestGuestSpec(t *testing.T) {
 			t.Errorf("a spec built after a gVisor one has the setup capabilities: %v (shared default slice)", set)
 		}
 	}
-	for _, kv := range []string{agent.EnvPids + "=321", agent.EnvTmpOnDisk + "=1", agent.EnvMemoryLimit + "=" + strconv.Itoa(1<<30)} {
+	for _, kv := range []string{proto.EnvPids + "=321", proto.EnvTmpOnDisk + "=1", proto.EnvMemoryLimit + "=" + strconv.Itoa(1<<30)} {
 		if !slices.Contains(a.Process.Env, kv) {
 			t.Errorf("agent env %v lacks %s", a.Process.Env, kv)
 		}

@@ -13,8 +13,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/useshards/shard/internal/agent"
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/provider/ocicli"
@@ -118,10 +119,10 @@ func (p *Provider) OOMKills(id string) int64 { return ocicli.OOMKills(id, "sandb
 // cgroups are hierarchical):
 //
 //   - pids: commands start in "sandbox", bound to the sandbox's --pids, or
-//     in "reserve" (agent.PidsReserve) when that is full, so a command can
+//     in "reserve" (proto.PidsReserve) when that is full, so a command can
 //     still start to end a fork bomb; the container's own cgroup, where
 //     the agent stays, gets the bound plus the reserve plus
-//     agent.AgentPids for the agent's threads. Before, a fork bomb left the
+//     proto.AgentPids for the agent's threads. Before, a fork bomb left the
 //     agent no pid to start a command, nor to make a thread.
 //   - memory: "sandbox" has the sandbox's --memory; the container's cgroup
 //     has agentMemory more, the agent's. Before, the agent faulted and
@@ -131,7 +132,7 @@ func (p *Provider) OOMKills(id string) int64 { return ocicli.OOMKills(id, "sandb
 //     it), not with each of a bomb's hundreds of processes.
 //
 // The agent gets the tasks files as descriptors from 3 on
-// (agent.EnvPidsTasks says which belong to which of its spawner threads)
+// (proto.EnvPidsTasks says which belong to which of its spawner threads)
 // and moves a thread into each set, from which it starts commands. (It
 // also starts them with oom_score_adj 1000, so the OOM killer never takes
 // the agent while there is a command to take.)
@@ -170,12 +171,12 @@ func commandCgroups(spec *specs.Spec) ([]*os.File, error) {
 		return nil
 	}
 	n := *r.Pids.Limit
-	total := n + agent.PidsReserve + agent.AgentPids
+	total := n + proto.PidsReserve + proto.AgentPids
 	r.Pids.Limit = &total
 	if err := sub("pids", "sandbox", map[string]int64{"pids.max": n}); err != nil { // fd 3
 		return fail(err)
 	}
-	if err := sub("pids", "reserve", map[string]int64{"pids.max": agent.PidsReserve}); err != nil { // fd 4
+	if err := sub("pids", "reserve", map[string]int64{"pids.max": proto.PidsReserve}); err != nil { // fd 4
 		return fail(err)
 	}
 	bounded, reserve := "3", "4"
@@ -194,7 +195,7 @@ func commandCgroups(spec *specs.Spec) ([]*os.File, error) {
 	}
 	fd := strconv.Itoa(2 + len(files))
 	bounded, reserve = bounded+"+"+fd, reserve+"+"+fd
-	spec.Process.Env = append(spec.Process.Env, agent.EnvPidsTasks+"="+bounded+","+reserve)
+	spec.Process.Env = append(spec.Process.Env, proto.EnvPidsTasks+"="+bounded+","+reserve)
 	return files, nil
 }
 

@@ -1,5 +1,10 @@
-// Package agent is the small process that runs as PID 1 inside every sandbox
-// and the host-side client that talks to it.
+// Package proto is the protocol between shard and the agent that runs as
+// PID 1 inside every sandbox (internal/agent/guest) and its host-side client
+// (internal/agent/host): the requests and replies, the frame types of an
+// exec, the ops and capabilities, and what the host passes the agent at
+// boot. It is shard's own, not the API's: the API's exec is the sandbox
+// service's (sandbox.ExecRequest, ExecFrame), translated to and from this
+// at the sandbox's boundary (internal/sandbox/execreq.go).
 //
 // Why an agent: `runsc exec` costs ~27 ms a call on this kind of host, while a
 // process already inside the sandbox answers in well under a millisecond and
@@ -8,16 +13,15 @@
 // bound host socket), so it survives checkpoint/restore and a fork answers at
 // its new address.
 //
-// The wire format is a stream of frames: one type byte, a 4-byte big-endian
-// payload length, the payload. The first frame from the client is a Request
-// (JSON). The same frame types are used on the API's WebSocket exec stream.
-package agent
+// The wire format is a stream of frames (internal/framing). The first frame
+// from the client is a Request (JSON).
+package proto
 
 import (
-	"encoding/binary"
-	"fmt"
-	"io"
-	"net"
+	"slices"
+
+	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/framing"
 )
 
 // Frame types. Client to agent: FrameRequest, FrameStdin, FrameResize,
@@ -54,15 +58,39 @@ const (
 	FrameCredit byte = 'C'
 )
 
-// Capabilities an agent lists in Started.Caps.
+// Capabilities: what an agent can do beyond the first version of the
+// protocol. An agent lists all of its own in ping's Reply.Caps and in an
+// exec's Started.Caps; a host decides what to send by them, never by the
+// words of a refusal.
+//
+// Version skew: a sandbox keeps the agent it started with (a checkpoint
+// and every fork of it too), so a host talks to agents older than itself.
+// An agent from before ping listed caps answers with none: a host takes it
+// to have LegacyCaps. An agent older still may lack one of those ops; it
+// refuses it in words only ("unknown op <op>"), which host.Client.Do reads
+// for such an agent alone (a newer one sets Reply.UnknownOp).
 const (
 	CapDetach      = "detach"       // understands FrameDetach
 	CapStdinCredit = "stdin_credit" // sends FrameCredit; honour Started.StdinWindow
+	CapMemCheck    = OpMemCheck     // answers mem_check
+	CapGrantFile   = OpGrantFile    // answers grant_file and ungrant_file
+	CapForked      = OpForked       // answers forked (the fork contract)
 )
+
+// LegacyCaps are the ops of the last agent that listed no caps in its ping
+// reply. (Its exec's Started.Caps listed detach and stdin_credit: a session
+// learns those from its own Started, from agents of either kind.)
+var LegacyCaps = Caps{CapMemCheck, CapGrantFile, CapForked}
+
+// Caps is an agent's list of capabilities.
+type Caps []string
+
+// Has reports whether the list holds capability c.
+func (cs Caps) Has(c string) bool { return slices.Contains(cs, c) }
 
 // MaxFrame bounds a frame's payload so a broken peer cannot make us allocate
 // without limit.
-const MaxFrame = 4 << 20
+const MaxFrame = framing.Max
 
 // Port is the TCP port the agent listens on inside every sandbox.
 const Port = 4951
@@ -83,7 +111,7 @@ const (
 	// made and listed in Reply.Made. Refusals carry Reply.Code
 	// (CodePathExists, CodePathUnsafe). (It replaces put_file, which
 	// replaced whatever was at the path: an agent that only knows that op
-	// answers "unknown op".)
+	// refuses it as unknown.)
 	OpGrantFile = "grant_file"
 	// OpUngrantFile removes Path if it is still what the grant wrote (a
 	// regular file of mode Mode, reached by no symlink), then the
@@ -136,9 +164,9 @@ type Signal struct {
 // the agent can do beyond the first version of the protocol (an older agent
 // sends no Caps).
 type Started struct {
-	PID         int      `json:"pid"`
-	Caps        []string `json:"caps,omitempty"`
-	StdinWindow int      `json:"stdin_window,omitempty"` // with CapStdinCredit: bytes of stdin the client may send before its first credit
+	PID         int  `json:"pid"`
+	Caps        Caps `json:"caps,omitempty"`
+	StdinWindow int  `json:"stdin_window,omitempty"` // with CapStdinCredit: bytes of stdin the client may send before its first credit
 }
 
 // Credit gives the client back stdin window: Bytes more may be sent.
@@ -172,6 +200,19 @@ type ErrorInfo struct {
 	Message string `json:"message"`
 }
 
+func (e *ErrorInfo) Error() string { return e.Message }
+
+// Codes a grant file op answers with in Reply.Code; the host maps them to
+// its API codes.
+const (
+	// CodePathExists: something is at the path already that this grant
+	// did not write (or no longer looks like what it wrote).
+	CodePathExists = client.CodePathExists
+	// CodePathUnsafe: a directory on the path is a symlink or not a
+	// directory at all.
+	CodePathUnsafe = client.CodePathUnsafe
+)
+
 // Reply answers the non-exec ops.
 type Reply struct {
 	OK          bool   `json:"ok"`
@@ -183,75 +224,16 @@ type Reply struct {
 	// long from now, so the host need not ask again before then.
 	WatchMS int64 `json:"watch_ms,omitempty"`
 
+	// Caps answers ping: what the agent can do (Cap*). An agent from
+	// before caps lists none (see LegacyCaps).
+	Caps Caps `json:"caps,omitempty"`
+	// UnknownOp marks the refusal of an op the agent does not have: it is
+	// older than the op.
+	UnknownOp bool `json:"unknown_op,omitempty"`
+
 	Code string   `json:"code,omitempty"` // a refusal's code (CodePathExists, ...)
 	Made []string `json:"made,omitempty"` // grant_file: directories made, outermost first
 	Left string   `json:"left,omitempty"` // ungrant_file: what was not removed, and why
 
 	Hooks []HookResult `json:"hooks,omitempty"` // forked: the hooks that ran, in order
-}
-
-// WriteFrame writes one frame. It is not safe for concurrent use: callers
-// serialise writes to one connection.
-func WriteFrame(w io.Writer, typ byte, payload []byte) error {
-	// A small payload goes in the header's buffer, in one write.
-	hdr := make([]byte, 5, 5+min(len(payload), smallFrame))
-	hdr[0] = typ
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
-	if len(payload) <= smallFrame {
-		_, err := w.Write(append(hdr, payload...))
-		return err
-	}
-	// A big payload is not copied: one writev on a connection (atomic
-	// with respect to its other writers), two writes elsewhere. Copying
-	// megabyte frames into fresh buffers cost more in page faults than
-	// anything else on the output path.
-	bufs := net.Buffers{hdr, payload}
-	_, err := bufs.WriteTo(w)
-	return err
-}
-
-// smallFrame is the largest payload WriteFrame copies to send in one write.
-const smallFrame = 4 << 10
-
-// ReadFrame reads one frame.
-func ReadFrame(r io.Reader) (byte, []byte, error) { return ReadFrameMax(r, MaxFrame) }
-
-// ErrFrameTooBig is what ReadFrameMax returns for a frame past its bound.
-type ErrFrameTooBig struct{ Size, Max uint32 }
-
-func (e *ErrFrameTooBig) Error() string {
-	return fmt.Sprintf("a frame of %d bytes exceeds the limit of %d", e.Size, e.Max)
-}
-
-// ReadFrameMax reads one frame whose payload is at most max bytes.
-func ReadFrameMax(r io.Reader, max uint32) (byte, []byte, error) {
-	return ReadFrameInto(r, max, nil)
-}
-
-// ReadFrameInto is ReadFrameMax reading the payload into buf when it fits
-// (a larger one gets a buffer of its own).
-func ReadFrameInto(r io.Reader, max uint32, buf []byte) (byte, []byte, error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > max {
-		return 0, nil, &ErrFrameTooBig{n, max}
-	}
-	if n == 0 {
-		return hdr[0], nil, nil
-	}
-	p := buf[:0]
-	if uint32(cap(buf)) < n {
-		p = make([]byte, n)
-	}
-	p = p[:n]
-	if _, err := io.ReadFull(r, p); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF // the header promised a payload
-		}
-		return 0, nil, err
-	}
-	return hdr[0], p, nil
 }

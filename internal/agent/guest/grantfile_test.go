@@ -1,4 +1,4 @@
-package agent
+package guest
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/host"
+	"github.com/useshards/shard/internal/agent/proto"
 )
 
 func readFile(t *testing.T, path string) string {
@@ -118,8 +121,8 @@ func TestPutGrantFileRefusesExisting(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := putGrantFile(tc.path, []byte("SECRET"), 0o400, tc.replace)
-			if codeOf(err) != CodePathExists {
-				t.Fatalf("err %v, want %s", err, CodePathExists)
+			if codeOf(err) != proto.CodePathExists {
+				t.Fatalf("err %v, want %s", err, proto.CodePathExists)
 			}
 			noTemp(t, dir)
 		})
@@ -156,8 +159,8 @@ func TestGrantFileFollowsNoSymlink(t *testing.T) {
 		filepath.Join(dir, "plain", "key"),
 	} {
 		_, err := putGrantFile(p, []byte("SECRET"), 0o400, false)
-		if codeOf(err) != CodePathUnsafe {
-			t.Fatalf("%s: err %v, want %s", p, err, CodePathUnsafe)
+		if codeOf(err) != proto.CodePathUnsafe {
+			t.Fatalf("%s: err %v, want %s", p, err, proto.CodePathUnsafe)
 		}
 	}
 	if ents, _ := os.ReadDir(real); len(ents) != 0 {
@@ -268,25 +271,25 @@ func TestGrantFileOps(t *testing.T) {
 	must(t, os.WriteFile(existing, []byte("root"), 0o644))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := c.Do(ctx, Request{Op: OpGrantFile, Path: existing, Data: []byte("SECRET"), Mode: 0o400})
-	if err == nil || r == nil || r.Code != CodePathExists || !strings.Contains(r.Error, existing) {
+	r, err := c.Do(ctx, proto.Request{Op: proto.OpGrantFile, Path: existing, Data: []byte("SECRET"), Mode: 0o400})
+	if err == nil || r == nil || r.Code != proto.CodePathExists || !strings.Contains(r.Error, existing) {
 		t.Fatalf("grant over an existing file: %+v %v", r, err)
 	}
 	key := filepath.Join(dir, "d", "key")
-	r, err = c.Do(ctx, Request{Op: OpGrantFile, Path: key, Data: []byte("SECRET"), Mode: 0o400})
+	r, err = c.Do(ctx, proto.Request{Op: proto.OpGrantFile, Path: key, Data: []byte("SECRET"), Mode: 0o400})
 	if err != nil || !reflect.DeepEqual(r.Made, []string{filepath.Join(dir, "d")}) {
 		t.Fatalf("grant: %+v %v", r, err)
 	}
 	os.Remove(key)
 	must(t, os.Symlink(existing, key))
-	r, err = c.Do(ctx, Request{Op: OpUngrantFile, Path: key, Mode: 0o400, Dirs: r.Made})
+	r, err = c.Do(ctx, proto.Request{Op: proto.OpUngrantFile, Path: key, Mode: 0o400, Dirs: r.Made})
 	if err != nil || !strings.Contains(r.Left, "symlink") {
 		t.Fatalf("ungrant of a swapped file: %+v %v", r, err)
 	}
 	if readFile(t, existing) != "root" {
 		t.Fatal("the symlink's target changed")
 	}
-	if r, err := c.Do(ctx, Request{Op: "put_file", Path: key}); err == nil || !strings.Contains(r.Error, "unknown op") {
+	if r, err := c.Do(ctx, proto.Request{Op: "put_file", Path: key}); !errors.Is(err, host.ErrUnsupported) || !r.UnknownOp {
 		t.Fatalf("the old op: %+v %v", r, err)
 	}
 }

@@ -1,7 +1,6 @@
-package agent
+package guest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -10,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
 )
 
 // After FrameDetach the agent drops the output inside: the client receives
@@ -17,9 +19,9 @@ import (
 func TestExecDetachDropsOutputInside(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: []string{"yes"}, TimeoutMS: 1500})
-	if !s.Has(CapDetach) || !s.Has(CapStdinCredit) {
-		t.Fatalf("Started caps = %q, want %q and %q", s.Caps, CapDetach, CapStdinCredit)
+	s := startExec(t, c, proto.Request{Argv: []string{"yes"}, TimeoutMS: 1500})
+	if !s.Has(proto.CapDetach) || !s.Has(proto.CapStdinCredit) {
+		t.Fatalf("Started caps = %q, want %q and %q", s.Caps, proto.CapDetach, proto.CapStdinCredit)
 	}
 	for s.Received() < 1<<20 {
 		if _, _, err := s.Recv(); err != nil {
@@ -39,7 +41,7 @@ func TestExecDetachDropsOutputInside(t *testing.T) {
 		t.Errorf("after Detach() the agent still sent %d bytes of output, want at most %d (in flight)", after, inFlight)
 	}
 	// Output dropped inside is still counted: it is what the command wrote.
-	if want := (Exit{Code: 137, Signal: 9, TimedOut: true, StdoutBytes: r.exit.StdoutBytes}); r.exit != want || r.exit.StdoutBytes <= s.Received() {
+	if want := (proto.Exit{Code: 137, Signal: 9, TimedOut: true, StdoutBytes: r.exit.StdoutBytes}); r.exit != want || r.exit.StdoutBytes <= s.Received() {
 		t.Errorf("detached `yes` with a 1.5s timeout: exit = %+v, want %+v with stdout_bytes above the %d received (the exit still comes)", r.exit, want, s.Received())
 	}
 }
@@ -50,12 +52,12 @@ func TestExecDetachedCommandFinishes(t *testing.T) {
 	start := time.Now()
 	// 64 MiB: far more than every buffer between it and the client.
 	const n = 64 << 20
-	s := startExec(t, c, Request{Argv: []string{"head", "-c", fmt.Sprint(n), "/dev/zero"}})
+	s := startExec(t, c, proto.Request{Argv: []string{"head", "-c", fmt.Sprint(n), "/dev/zero"}})
 	if !s.Detach() {
 		t.Fatal("Detach() = false")
 	}
 	r := collect(t, s, start)
-	if r.exit != (Exit{StdoutBytes: n}) {
+	if r.exit != (proto.Exit{StdoutBytes: n}) {
 		t.Errorf("detached command exit = %+v, want 0 with stdout_bytes %d (all it wrote, dropped or not)", r.exit, n)
 	}
 	if len(r.stdout) >= n {
@@ -68,19 +70,16 @@ func TestExecDetachedCommandFinishes(t *testing.T) {
 func TestExecStdinWindow(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: []string{"sleep", "30"}, Stdin: true})
-	if !s.credit || s.window != stdinWindow {
-		t.Fatalf("Started: stdin credit %v, window %d; want true, %d", s.credit, s.window, stdinWindow)
+	s := startExec(t, c, proto.Request{Argv: []string{"sleep", "30"}, Stdin: true})
+	if w, credit := s.Window(); !credit || w != stdinWindow {
+		t.Fatalf("Started: stdin credit %v, window %d; want true, %d", credit, w, stdinWindow)
 	}
 	sent := make(chan error, 1)
 	go func() { sent <- s.Stdin(make([]byte, 4<<20)) }()
 	// Wait until Stdin sent its whole first window. Credit comes only
 	// through Recv, which nobody calls yet: Stdin cannot finish.
 	for {
-		s.smu.Lock()
-		w := s.window
-		s.smu.Unlock()
-		if w == 0 {
+		if w, _ := s.Window(); w == 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -108,7 +107,7 @@ func TestExecStdinWindow(t *testing.T) {
 func TestExecStdinThroughWindow(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: sh("wc -c; cksum"), Stdin: true})
+	s := startExec(t, c, proto.Request{Argv: sh("wc -c; cksum"), Stdin: true})
 	const n = 5<<20 + 123
 	in := make([]byte, n)
 	for i := range in {
@@ -125,92 +124,6 @@ func TestExecStdinThroughWindow(t *testing.T) {
 	}
 }
 
-// oldAgent speaks the first protocol: a Started without caps, and it
-// ignores frame types it does not know.
-func oldAgent(t *testing.T) (*Client, <-chan []frameSeen) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	seen := make(chan []frameSeen, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		if _, _, err := ReadFrame(c); err != nil {
-			return
-		}
-		b, _ := json.Marshal(map[string]int{"pid": 42})
-		WriteFrame(c, FrameStarted, b)
-		var got []frameSeen
-		for {
-			typ, p, err := ReadFrame(c)
-			if err != nil {
-				seen <- got
-				return
-			}
-			got = append(got, frameSeen{typ, len(p)})
-			if typ == FrameStdin && len(p) == 0 {
-				b, _ := json.Marshal(Exit{})
-				WriteFrame(c, FrameExit, b)
-			}
-		}
-	}()
-	return &Client{Addr: ln.Addr().String(), Token: testToken}, seen
-}
-
-type frameSeen struct {
-	typ byte
-	n   int
-}
-
-// With an agent from before caps: no detach (the caller drops output
-// itself), stdin is not held for credit that never comes, and it goes in
-// small frames (an old agent queues frames, not bytes).
-func TestSessionWithOldAgent(t *testing.T) {
-	c, seen := oldAgent(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := c.Exec(ctx, Request{Argv: []string{"cat"}, Stdin: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if s.Detach() {
-		t.Error("Detach() = true with an agent that lists no caps, want false")
-	}
-	const n = 1 << 20
-	if err := s.Stdin(make([]byte, n)); err != nil {
-		t.Fatalf("Stdin(1 MiB) to an old agent = %v, want nil (no credit to wait for)", err)
-	}
-	if err := s.CloseStdin(); err != nil {
-		t.Fatal(err)
-	}
-	if typ, _, err := s.Recv(); err != nil || typ != FrameExit {
-		t.Fatalf("Recv() = %q, %v; want the exit", typ, err)
-	}
-	s.Close()
-	total := 0
-	for _, f := range <-seen {
-		if f.typ == FrameDetach {
-			t.Errorf("sent FrameDetach to an agent without %q", CapDetach)
-		}
-		if f.typ == FrameStdin {
-			total += f.n
-			if f.n > stdinChunk {
-				t.Errorf("a stdin frame of %d bytes, want at most %d", f.n, stdinChunk)
-			}
-		}
-	}
-	if total != n {
-		t.Errorf("the old agent got %d bytes of stdin, want %d", total, n)
-	}
-}
-
 // A client that ignores the window still cannot queue more than
 // stdinHardCap in the agent: past it the agent stops reading and TCP holds
 // the client up. The exit still comes when the command ends.
@@ -221,11 +134,11 @@ func TestExecStdinHardCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	b, _ := json.Marshal(Request{Token: testToken, Op: OpExec, Argv: []string{"sleep", "3"}, Stdin: true})
-	if err := WriteFrame(conn, FrameRequest, b); err != nil {
+	b, _ := json.Marshal(proto.Request{Token: testToken, Op: proto.OpExec, Argv: []string{"sleep", "3"}, Stdin: true})
+	if err := framing.Write(conn, proto.FrameRequest, b); err != nil {
 		t.Fatal(err)
 	}
-	if typ, p, err := ReadFrame(conn); err != nil || typ != FrameStarted {
+	if typ, p, err := framing.Read(conn); err != nil || typ != proto.FrameStarted {
 		t.Fatalf("first frame %q %q, %v; want started", typ, p, err)
 	}
 	const total = 256 << 20
@@ -234,7 +147,7 @@ func TestExecStdinHardCap(t *testing.T) {
 	go func() {
 		frame := make([]byte, 1<<20)
 		for sent.Load() < total {
-			if err := WriteFrame(conn, FrameStdin, frame); err != nil {
+			if err := framing.Write(conn, proto.FrameStdin, frame); err != nil {
 				done <- err
 				return
 			}
@@ -263,12 +176,12 @@ func TestExecStdinHardCap(t *testing.T) {
 	// The command ends; the exit comes all the same.
 	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	for {
-		typ, p, err := ReadFrame(conn)
+		typ, p, err := framing.Read(conn)
 		if err != nil {
 			t.Fatalf("no exit frame after the command ended: %v", err)
 		}
-		if typ == FrameExit {
-			var ex Exit
+		if typ == proto.FrameExit {
+			var ex proto.Exit
 			json.Unmarshal(p, &ex)
 			if ex.Code != 0 || ex.Signal != 0 || ex.Error != "" {
 				t.Errorf("exit = %+v, want 0", ex)

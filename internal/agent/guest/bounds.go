@@ -1,4 +1,4 @@
-package agent
+package guest
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"github.com/useshards/shard/internal/agent/proto"
 
 	"golang.org/x/sys/unix"
 	"kernel.org/pub/linux/libs/security/libcap/psx"
@@ -24,30 +26,8 @@ import (
 // For these the agent starts with CAP_SYS_ADMIN and CAP_SYS_RESOURCE (the
 // host adds them to the spec for gVisor only) and, before it serves
 // anything, drops both from its bounding set (no command it runs can have
-// either) and CAP_SYS_ADMIN altogether (see dropSetupCaps).
-const (
-	// EnvPids is the sandbox's process bound, enforced inside with
-	// gVisor's own pids cgroup (gVisor only).
-	EnvPids = "SHARD_AGENT_PIDS"
-	// EnvTmpOnDisk, "1": /tmp is the rootfs's directory, on disk, as under
-	// runc, instead of the tmpfs gVisor mounts there (gVisor only).
-	EnvTmpOnDisk = "SHARD_AGENT_TMP_ON_DISK"
-	// EnvPidsTasks, "3+5+6,4+5+6": open descriptors of the tasks files of
-	// the host cgroups its commands start in, the bounded set and the
-	// reserve's (runc: there the host's cgroups are the bounds, and the
-	// agent must not share them with its commands: see the runc provider).
-	EnvPidsTasks = "SHARD_AGENT_PIDS_TASKS"
-)
-
-// PidsReserve is how many processes commands may start past the bound when
-// it is full, so `pkill` can still run to end a fork bomb. Each exec's
-// first try is in the bounded cgroup; only when that fork fails with EAGAIN
-// is it made again in the reserve (a cgroup of its own, bound to this).
-const PidsReserve = 32
-
-// AgentPids is the room for the agent's own threads beside the bound and
-// the reserve, where the host's pids cgroup holds all three (runc).
-const AgentPids = 64
+// either) and CAP_SYS_ADMIN altogether (see dropSetupCaps). What the host
+// asks for comes in the agent's environment (proto.EnvPids, ...).
 
 // nprocSlack is what RLIMIT_NPROC allows past the bound and the reserve:
 // room for the agent's own threads (they count for uid 0 too) and for
@@ -158,7 +138,7 @@ func setupPids(n int64) (*spawner, error) {
 	// one (hard: they cannot raise it), so the bomb waits for the agent.
 	// The agent itself is exempt (CAP_SYS_RESOURCE), and its own threads
 	// (uid 0's too) are what nprocSlack leaves room for.
-	lim := uint64(n + PidsReserve + nprocSlack)
+	lim := uint64(n + proto.PidsReserve + nprocSlack)
 	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: lim, Max: lim}); err != nil {
 		return nil, fmt.Errorf("RLIMIT_NPROC: %w", err)
 	}
@@ -171,7 +151,7 @@ func setupPids(n int64) (*spawner, error) {
 		name string
 		max  int64
 		q    chan spawnReq
-	}{{"sandbox", n, s.bounded}, {"reserve", PidsReserve, s.reserve}} {
+	}{{"sandbox", n, s.bounded}, {"reserve", proto.PidsReserve, s.reserve}} {
 		dir := cgroupMount + "/" + cg.name
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("pids cgroup: %w", err)
@@ -202,7 +182,7 @@ func setupPids(n int64) (*spawner, error) {
 func spawnerFromTasks(spec string) (*spawner, error) {
 	b, r, ok := strings.Cut(spec, ",")
 	if !ok {
-		return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, spec)
+		return nil, fmt.Errorf("bad %s %q", proto.EnvPidsTasks, spec)
 	}
 	files := map[string]*os.File{}
 	defer func() {
@@ -219,7 +199,7 @@ func spawnerFromTasks(spec string) (*spawner, error) {
 		for _, n := range strings.Split(x.fds, "+") {
 			fd, err := strconv.Atoi(n)
 			if err != nil || fd < 3 {
-				return nil, fmt.Errorf("bad %s %q", EnvPidsTasks, spec)
+				return nil, fmt.Errorf("bad %s %q", proto.EnvPidsTasks, spec)
 			}
 			if files[n] == nil {
 				files[n] = os.NewFile(uintptr(fd), "tasks-"+n)

@@ -1,4 +1,4 @@
-package agent
+package guest
 
 import (
 	"crypto/rand"
@@ -16,82 +16,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+
 	"github.com/useshards/shard/internal/envlist"
 )
 
-// The fork contract: what a sandbox learns of its own identity, and what
-// changes when it is forked (or restored: a restore is a fork of the
-// checkpoint's instant). See the README's "Forks that know they were
-// forked".
-
-// Identity is who a sandbox is, as /run/shard/fork says it.
-type Identity struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	ParentID   string    `json:"parent_id,omitempty"`
-	ParentName string    `json:"parent_name,omitempty"`
-	Checkpoint string    `json:"checkpoint,omitempty"` // the checkpoint it started from
-	Generation int       `json:"generation"`           // forks between it and the sandbox its lineage began with
-	ForkedAt   time.Time `json:"forked_at,omitzero"`   // when it was made from its parent
-}
-
-// EnvIdentity carries the sandbox's Identity (JSON) to the agent at boot.
-const EnvIdentity = "SHARD_AGENT_IDENTITY"
-
-// ForkFile is where a sandbox reads its Identity; the agent replaces it
-// (a rename into /run/shard, which inotify sees) when the sandbox is forked.
-const ForkFile = "/run/shard/fork"
-
-// HooksDir holds the executables a fork runs right after it resumes.
-const HooksDir = "/etc/shard/on-fork.d"
-
-// Roles of a hook run (Forked.Role).
-const (
-	RoleFork   = "fork"
-	RoleSource = "source"
-)
-
-// Forked is OpForked's request: the new identity of a fork (Role fork),
-// or, for the source of a fork (Role source), the fork's, and whether and
-// how to run the hooks.
-type Forked struct {
-	Role          string   `json:"role"`
-	Identity      Identity `json:"identity"`
-	Hooks         bool     `json:"hooks"`
-	HookTimeoutMS int64    `json:"hook_timeout_ms"`
-	// KeepGoing runs every hook even after one failed (errors ignored).
-	KeepGoing bool `json:"keep_going,omitempty"`
-}
-
-// HookResult is one hook's run.
-type HookResult struct {
-	Hook       string `json:"hook"`
-	ExitCode   int    `json:"exit_code"`
-	Signal     int    `json:"signal,omitempty"`
-	TimedOut   bool   `json:"timed_out,omitempty"`
-	Error      string `json:"error,omitempty"` // it could not start
-	DurationMS int64  `json:"duration_ms"`
-	Output     string `json:"output,omitempty"` // stdout and stderr, at most MaxHookOutput bytes (its end)
-}
-
-// Failed reports a hook that did not exit 0.
-func (h HookResult) Failed() bool {
-	return h.ExitCode != 0 || h.Signal != 0 || h.TimedOut || h.Error != ""
-}
-
-// MaxHookOutput bounds the output of a hook that is kept.
-const MaxHookOutput = 16 << 10
-
-// MaxHooks bounds how many hooks run.
-const MaxHooks = 64
-
 // writeIdentity writes id to ForkFile, atomically.
-func writeIdentity(id Identity) error {
+func writeIdentity(id proto.Identity) error {
 	b, err := json.Marshal(id)
 	if err != nil {
 		return err
 	}
-	return replaceFile(ForkFile, append(b, '\n'), 0o644, true)
+	return replaceFile(proto.ForkFile, append(b, '\n'), 0o644, true)
 }
 
 // replaceFile writes data to path by a rename of a file written beside it,
@@ -144,9 +80,9 @@ func newMachineID() error {
 }
 
 // forked carries out OpForked.
-func (s *Server) forked(f *Forked) Reply {
-	r := Reply{OK: true}
-	if f.Role == RoleFork {
+func (s *Server) forked(f *proto.Forked) proto.Reply {
+	r := proto.Reply{OK: true}
+	if f.Role == proto.RoleFork {
 		// What the sandbox did to these files is its own business: a
 		// machine-id or fork file it made unwritable (a directory in its
 		// place) is said in the answer, and the hooks run all the same.
@@ -154,7 +90,7 @@ func (s *Server) forked(f *Forked) Reply {
 			r.Error = "a new machine-id: " + err.Error()
 		}
 		if err := writeIdentity(f.Identity); err != nil {
-			r.Error = "write " + ForkFile + ": " + err.Error()
+			r.Error = "write " + proto.ForkFile + ": " + err.Error()
 		}
 	}
 	if f.Hooks {
@@ -167,7 +103,7 @@ func (s *Server) forked(f *Forked) Reply {
 // files with an execute bit, by name, as run-parts takes them (names of
 // letters, digits, _ and -; others, such as editor backups, are skipped).
 func hookNames() ([]string, error) {
-	ents, err := os.ReadDir(HooksDir)
+	ents, err := os.ReadDir(proto.HooksDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -179,7 +115,7 @@ func hookNames() ([]string, error) {
 		if !runPartsName(e.Name()) {
 			continue
 		}
-		fi, err := os.Stat(filepath.Join(HooksDir, e.Name()))
+		fi, err := os.Stat(filepath.Join(proto.HooksDir, e.Name()))
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 			continue
 		}
@@ -200,13 +136,13 @@ func runPartsName(n string) bool {
 
 // runHooks runs the hooks one after another, each within the timeout, and
 // stops at the first that fails unless told to keep going.
-func (s *Server) runHooks(f *Forked) []HookResult {
+func (s *Server) runHooks(f *proto.Forked) []proto.HookResult {
 	names, err := hookNames()
 	if err != nil {
-		return []HookResult{{Hook: HooksDir, Error: err.Error(), ExitCode: -1}}
+		return []proto.HookResult{{Hook: proto.HooksDir, Error: err.Error(), ExitCode: -1}}
 	}
-	if len(names) > MaxHooks {
-		return []HookResult{{Hook: HooksDir, Error: fmt.Sprintf("%d hooks: at most %d run", len(names), MaxHooks), ExitCode: -1}}
+	if len(names) > proto.MaxHooks {
+		return []proto.HookResult{{Hook: proto.HooksDir, Error: fmt.Sprintf("%d hooks: at most %d run", len(names), proto.MaxHooks), ExitCode: -1}}
 	}
 	timeout := time.Duration(f.HookTimeoutMS) * time.Millisecond
 	if timeout <= 0 {
@@ -222,9 +158,9 @@ func (s *Server) runHooks(f *Forked) []HookResult {
 		"SHARD_FORK_CHECKPOINT=" + id.Checkpoint,
 		"SHARD_FORK_GENERATION=" + strconv.Itoa(id.Generation),
 	})
-	var out []HookResult
+	var out []proto.HookResult
 	for _, n := range names {
-		r := s.runHook(filepath.Join(HooksDir, n), env, timeout)
+		r := s.runHook(filepath.Join(proto.HooksDir, n), env, timeout)
 		r.Hook = n
 		out = append(out, r)
 		if r.Failed() && !f.KeepGoing {
@@ -236,16 +172,16 @@ func (s *Server) runHooks(f *Forked) []HookResult {
 
 // runHook runs one hook as root in /, stdin empty, stdout and stderr into
 // one pipe, in a process group of its own that a timeout kills whole.
-func (s *Server) runHook(path string, env []string, timeout time.Duration) HookResult {
+func (s *Server) runHook(path string, env []string, timeout time.Duration) proto.HookResult {
 	start := time.Now()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return HookResult{ExitCode: -1, Error: err.Error()}
+		return proto.HookResult{ExitCode: -1, Error: err.Error()}
 	}
 	defer devnull.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return HookResult{ExitCode: -1, Error: err.Error()}
+		return proto.HookResult{ExitCode: -1, Error: err.Error()}
 	}
 	done := make(chan syscall.WaitStatus, 1)
 	attr := &os.ProcAttr{Dir: "/", Env: env, Files: []*os.File{devnull, pw, pw}, Sys: &syscall.SysProcAttr{Setpgid: true}}
@@ -253,14 +189,14 @@ func (s *Server) runHook(path string, env []string, timeout time.Duration) HookR
 	pw.Close()
 	if err != nil {
 		pr.Close()
-		return HookResult{ExitCode: -1, Error: fmt.Sprintf("start %s: %v", path, errors.Unwrap(err)), DurationMS: time.Since(start).Milliseconds()}
+		return proto.HookResult{ExitCode: -1, Error: fmt.Sprintf("start %s: %v", path, errors.Unwrap(err)), DurationMS: time.Since(start).Milliseconds()}
 	}
 	output := make(chan string, 1)
 	go func() {
-		output <- keepTail(pr, MaxHookOutput)
+		output <- keepTail(pr, proto.MaxHookOutput)
 		pr.Close()
 	}()
-	var r HookResult
+	var r proto.HookResult
 	var ws syscall.WaitStatus
 	select {
 	case ws = <-done:

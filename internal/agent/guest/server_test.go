@@ -1,12 +1,10 @@
-package agent
+package guest
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/useshards/shard/internal/envlist"
-	"github.com/useshards/shard/internal/testenv"
 	"io"
 	"log/slog"
 	"net"
@@ -15,9 +13,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/host"
+
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/envlist"
+	"github.com/useshards/shard/internal/framing"
+	"github.com/useshards/shard/internal/testenv"
 )
 
 const testToken = "t"
@@ -34,7 +40,7 @@ var (
 
 // testAgent returns a client of the shared in-process agent, starting it on
 // first use.
-func testAgent(t *testing.T) *Client {
+func testAgent(t *testing.T) *host.Client {
 	t.Helper()
 	agentOnce.Do(func() {
 		// Serve listens itself: find a free port, then let it take it.
@@ -61,7 +67,7 @@ func testAgent(t *testing.T) *Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ready := make(chan error, 1)
-		go func() { ready <- (&Client{Addr: addr, Token: testToken}).WaitReady(ctx) }()
+		go func() { ready <- (&host.Client{Addr: addr, Token: testToken}).WaitReady(ctx) }()
 		select {
 		case err := <-served:
 			agentErr = fmt.Errorf("Serve(%s) returned early: %v", addr, err)
@@ -73,7 +79,7 @@ func testAgent(t *testing.T) *Client {
 	if agentErr != nil {
 		t.Fatalf("start the test agent: %v", agentErr)
 	}
-	return &Client{Addr: agentAddr, Token: testToken}
+	return &host.Client{Addr: agentAddr, Token: testToken}
 }
 
 // result is everything an exec sent back.
@@ -83,13 +89,13 @@ type result struct {
 	stderr   string
 	frames   []byte // frame types before the exit, in order
 	maxFrame int    // largest output frame
-	exit     Exit
+	exit     proto.Exit
 	elapsed  time.Duration // from Exec to the exit frame
 	afterErr error         // what Recv returned after the exit frame
 }
 
 // startExec starts req and closes the session when the test ends.
-func startExec(t *testing.T, c *Client, req Request) *Session {
+func startExec(t *testing.T, c *host.Client, req proto.Request) *host.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -102,12 +108,12 @@ func startExec(t *testing.T, c *Client, req Request) *Session {
 		t.Fatalf("Exec(%q) pid = %d, want > 1", req.Argv, s.PID)
 	}
 	// Never hang the test binary on a broken agent.
-	s.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	s.SetDeadline(time.Now().Add(30 * time.Second))
 	return s
 }
 
 // collect reads frames until the exit frame.
-func collect(t *testing.T, s *Session, start time.Time) result {
+func collect(t *testing.T, s *host.Session, start time.Time) result {
 	t.Helper()
 	r := result{pid: s.PID}
 	var out, errb strings.Builder
@@ -117,11 +123,11 @@ func collect(t *testing.T, s *Session, start time.Time) result {
 			t.Fatalf("Recv() error = %v before the exit frame (stdout so far %q, stderr %q)", err, out.String(), errb.String())
 		}
 		switch typ {
-		case FrameStdout:
+		case proto.FrameStdout:
 			out.Write(p)
-		case FrameStderr:
+		case proto.FrameStderr:
 			errb.Write(p)
-		case FrameExit:
+		case proto.FrameExit:
 			r.elapsed = time.Since(start)
 			if err := json.Unmarshal(p, &r.exit); err != nil {
 				t.Fatalf("exit frame %q: %v", p, err)
@@ -129,7 +135,7 @@ func collect(t *testing.T, s *Session, start time.Time) result {
 			r.stdout, r.stderr = out.String(), errb.String()
 			// The exit frame is the last: once the client closes its
 			// side (it closes first, see awaitClose), the agent closes.
-			s.conn.(*net.TCPConn).CloseWrite()
+			s.CloseWrite()
 			_, _, r.afterErr = s.Recv()
 			return r
 		default:
@@ -141,7 +147,7 @@ func collect(t *testing.T, s *Session, start time.Time) result {
 }
 
 // run starts req, sends stdin (then closes it if req.Stdin) and collects.
-func run(t *testing.T, c *Client, req Request, stdin ...string) result {
+func run(t *testing.T, c *host.Client, req proto.Request, stdin ...string) result {
 	t.Helper()
 	start := time.Now()
 	s := startExec(t, c, req)
@@ -168,7 +174,7 @@ func TestExec(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
-		req        Request
+		req        proto.Request
 		stdin      []string
 		wantOut    string
 		wantErr    string
@@ -176,50 +182,50 @@ func TestExec(t *testing.T) {
 		wantSignal int
 	}{
 		{name: "separate streams and exit code",
-			req:     Request{Argv: sh("echo out; echo err >&2; exit 3")},
+			req:     proto.Request{Argv: sh("echo out; echo err >&2; exit 3")},
 			wantOut: "out\n", wantErr: "err\n", wantCode: 3},
-		{name: "exit 0", req: Request{Argv: []string{"true"}}},
-		{name: "exit 255", req: Request{Argv: sh("exit 255")}, wantCode: 255},
+		{name: "exit 0", req: proto.Request{Argv: []string{"true"}}},
+		{name: "exit 255", req: proto.Request{Argv: sh("exit 255")}, wantCode: 255},
 		{name: "killed by SIGKILL",
-			req:      Request{Argv: sh("kill -9 $$")},
+			req:      proto.Request{Argv: sh("kill -9 $$")},
 			wantCode: 137, wantSignal: 9},
 		{name: "killed by SIGTERM",
-			req:      Request{Argv: sh("kill -TERM $$")},
+			req:      proto.Request{Argv: sh("kill -TERM $$")},
 			wantCode: 143, wantSignal: 15},
 		{name: "stdin piped to cat",
-			req:     Request{Argv: []string{"cat"}, Stdin: true},
+			req:     proto.Request{Argv: []string{"cat"}, Stdin: true},
 			stdin:   []string{"hello ", "world\n", "again"},
 			wantOut: "hello world\nagain"},
 		{name: "stdin closed at once",
-			req: Request{Argv: []string{"cat"}, Stdin: true}},
+			req: proto.Request{Argv: []string{"cat"}, Stdin: true}},
 		{name: "no stdin reads /dev/null",
-			req: Request{Argv: []string{"cat"}}},
+			req: proto.Request{Argv: []string{"cat"}}},
 		{name: "env merge: request overrides, base kept",
-			req: Request{Argv: sh(`echo "$SHARD_TEST_BASE $SHARD_TEST_KEEP $SHARD_TEST_NEW"`),
+			req: proto.Request{Argv: sh(`echo "$SHARD_TEST_BASE $SHARD_TEST_KEEP $SHARD_TEST_NEW"`),
 				Env: []string{"SHARD_TEST_BASE=over", "SHARD_TEST_NEW=new"}},
 			wantOut: "over keep new\n"},
 		{name: "agent token not inherited",
-			req:     Request{Argv: sh(`echo "[$SHARD_AGENT_TOKEN]"`)},
+			req:     proto.Request{Argv: sh(`echo "[$SHARD_AGENT_TOKEN]"`)},
 			wantOut: "[]\n"},
 		{name: "HOME defaults to root's",
-			req:     Request{Argv: sh(`echo "$HOME"`)},
+			req:     proto.Request{Argv: sh(`echo "$HOME"`)},
 			wantOut: "/root\n"},
 		{name: "HOME from the request",
-			req:     Request{Argv: sh(`echo "$HOME"`), Env: []string{"HOME=/tmp"}},
+			req:     proto.Request{Argv: sh(`echo "$HOME"`), Env: []string{"HOME=/tmp"}},
 			wantOut: "/tmp\n"},
 		{name: "default working directory",
-			req:     Request{Argv: []string{"pwd"}},
+			req:     proto.Request{Argv: []string{"pwd"}},
 			wantOut: "/\n"},
 		{name: "working directory",
-			req:     Request{Argv: []string{"pwd"}, Dir: pathDir},
+			req:     proto.Request{Argv: []string{"pwd"}, Dir: pathDir},
 			wantOut: pathDir + "\n"},
 		{name: "command looked up in the request's PATH",
-			req:     Request{Argv: []string{"hello-shard"}, Env: []string{"PATH=" + pathDir + ":/usr/bin:/bin"}},
+			req:     proto.Request{Argv: []string{"hello-shard"}, Env: []string{"PATH=" + pathDir + ":/usr/bin:/bin"}},
 			wantOut: "hello from PATH\n"},
 		{name: "argv passed as is",
-			req:     Request{Argv: []string{"sh", "-c", `printf '%s|' "$0" "$@"`, "zero", "a b", "", "*"}},
+			req:     proto.Request{Argv: []string{"sh", "-c", `printf '%s|' "$0" "$@"`, "zero", "a b", "", "*"}},
 			wantOut: "zero|a b||*|"},
-		{name: "no TTY", req: Request{Argv: sh("test -t 0 || test -t 1")}, wantCode: 1},
+		{name: "no TTY", req: proto.Request{Argv: sh("test -t 0 || test -t 1")}, wantCode: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,7 +237,7 @@ func TestExec(t *testing.T) {
 				t.Errorf("Exec(%q) stderr = %q, want %q", tt.req.Argv, r.stderr, tt.wantErr)
 			}
 			// The counts: what the command took and wrote, as the agent saw it.
-			want := Exit{Code: tt.wantCode, Signal: tt.wantSignal, StdinBytes: int64(len(strings.Join(tt.stdin, ""))),
+			want := proto.Exit{Code: tt.wantCode, Signal: tt.wantSignal, StdinBytes: int64(len(strings.Join(tt.stdin, ""))),
 				StdoutBytes: int64(len(tt.wantOut)), StderrBytes: int64(len(tt.wantErr))}
 			if r.exit != want {
 				t.Errorf("Exec(%q) exit = %+v, want %+v", tt.req.Argv, r.exit, want)
@@ -255,7 +261,7 @@ func TestExecAsUser(t *testing.T) {
 		{"0:4343", "0 4343\n"},
 	}
 	for _, tt := range tests {
-		r := run(t, c, Request{Argv: sh("echo $(id -u) $(id -g)"), User: tt.user})
+		r := run(t, c, proto.Request{Argv: sh("echo $(id -u) $(id -g)"), User: tt.user})
 		if r.stdout != tt.want || r.exit.Code != 0 {
 			t.Errorf("Exec(id, User %q) = %q, exit %+v; want %q, exit 0 (stderr %q)", tt.user, r.stdout, r.exit, tt.want, r.stderr)
 		}
@@ -265,12 +271,12 @@ func TestExecAsUser(t *testing.T) {
 func TestExecLargeOutput(t *testing.T) {
 	c := testAgent(t)
 	const n = 3 << 20
-	r := run(t, c, Request{Argv: []string{"head", "-c", fmt.Sprint(n), "/dev/zero"}})
+	r := run(t, c, proto.Request{Argv: []string{"head", "-c", fmt.Sprint(n), "/dev/zero"}})
 	if len(r.stdout) != n || r.exit.Code != 0 {
 		t.Errorf("Exec(head -c %d) = %d bytes, exit %+v; want %d bytes, exit 0", n, len(r.stdout), r.exit, n)
 	}
-	if r.maxFrame > MaxFrame {
-		t.Errorf("largest output frame = %d bytes, want <= MaxFrame (%d)", r.maxFrame, MaxFrame)
+	if r.maxFrame > proto.MaxFrame {
+		t.Errorf("largest output frame = %d bytes, want <= MaxFrame (%d)", r.maxFrame, proto.MaxFrame)
 	}
 	if len(r.frames) < 2 {
 		t.Errorf("%d bytes of output came in %d frames, want them streamed in several", n, len(r.frames))
@@ -279,8 +285,8 @@ func TestExecLargeOutput(t *testing.T) {
 
 func TestExecTimeout(t *testing.T) {
 	c := testAgent(t)
-	r := run(t, c, Request{Argv: []string{"sleep", "10"}, TimeoutMS: 300})
-	want := Exit{Code: 137, Signal: 9, TimedOut: true}
+	r := run(t, c, proto.Request{Argv: []string{"sleep", "10"}, TimeoutMS: 300})
+	want := proto.Exit{Code: 137, Signal: 9, TimedOut: true}
 	if r.exit != want {
 		t.Errorf("Exec(sleep 10, timeout 300ms) exit = %+v, want %+v", r.exit, want)
 	}
@@ -292,7 +298,7 @@ func TestExecTimeout(t *testing.T) {
 // The timeout kills the whole process group, not only the leader.
 func TestExecTimeoutKillsGroup(t *testing.T) {
 	c := testAgent(t)
-	r := run(t, c, Request{Argv: sh("sleep 10; echo survived"), TimeoutMS: 200})
+	r := run(t, c, proto.Request{Argv: sh("sleep 10; echo survived"), TimeoutMS: 200})
 	if !r.exit.TimedOut || strings.Contains(r.stdout, "survived") {
 		t.Errorf("Exec(sh -c 'sleep 10; echo survived', timeout) = %q, exit %+v; want timed out and no output", r.stdout, r.exit)
 	}
@@ -303,8 +309,8 @@ func TestExecTimeoutKillsGroup(t *testing.T) {
 
 func TestExecNoTimeoutWhenFast(t *testing.T) {
 	c := testAgent(t)
-	r := run(t, c, Request{Argv: sh("echo ok"), TimeoutMS: 5000})
-	if want := (Exit{StdoutBytes: 3}); r.exit != want || r.stdout != "ok\n" {
+	r := run(t, c, proto.Request{Argv: sh("echo ok"), TimeoutMS: 5000})
+	if want := (proto.Exit{StdoutBytes: 3}); r.exit != want || r.stdout != "ok\n" {
 		t.Errorf("Exec(echo ok, timeout 5s) = %q, %+v; want %q, %+v", r.stdout, r.exit, "ok\n", want)
 	}
 }
@@ -312,12 +318,12 @@ func TestExecNoTimeoutWhenFast(t *testing.T) {
 func TestExecSignal(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: []string{"sleep", "10"}})
+	s := startExec(t, c, proto.Request{Argv: []string{"sleep", "10"}})
 	if err := s.Signal(int(syscall.SIGTERM)); err != nil {
 		t.Fatalf("Signal(SIGTERM) = %v", err)
 	}
 	r := collect(t, s, start)
-	if want := (Exit{Code: 143, Signal: 15}); r.exit != want {
+	if want := (proto.Exit{Code: 143, Signal: 15}); r.exit != want {
 		t.Errorf("Exec(sleep 10) + Signal(SIGTERM): exit = %+v, want %+v", r.exit, want)
 	}
 	if r.elapsed > 3*time.Second {
@@ -330,7 +336,7 @@ func TestExecSignal(t *testing.T) {
 func TestExecBackgroundChildDoesNotDelayExit(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: sh("sleep 5 & echo hi")})
+	s := startExec(t, c, proto.Request{Argv: sh("sleep 5 & echo hi")})
 	pgid := s.PID
 	t.Cleanup(func() {
 		// The sleep is still in the command's process group (pgid = the
@@ -340,7 +346,7 @@ func TestExecBackgroundChildDoesNotDelayExit(t *testing.T) {
 		}
 	})
 	r := collect(t, s, start)
-	if r.stdout != "hi\n" || r.exit != (Exit{StdoutBytes: 3, OutputCut: true}) {
+	if r.stdout != "hi\n" || r.exit != (proto.Exit{StdoutBytes: 3, OutputCut: true}) {
 		t.Errorf("Exec(sleep 5 & echo hi) = %q, %+v; want %q, exit 0", r.stdout, r.exit, "hi\n")
 	}
 	if r.elapsed > time.Second {
@@ -356,7 +362,7 @@ func TestExecSurvivesDisconnect(t *testing.T) {
 	// The output (about 20 KB) is written after the client left: with the
 	// pipe closed the shell would die of SIGPIPE before writing the mark.
 	script := `sleep 0.3; i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo ok > "$1"`
-	s := startExec(t, c, Request{Argv: []string{"sh", "-c", script, "sh", mark}})
+	s := startExec(t, c, proto.Request{Argv: []string{"sh", "-c", script, "sh", mark}})
 	s.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -375,35 +381,35 @@ func TestExecTTY(t *testing.T) {
 	c := testAgent(t)
 	tests := []struct {
 		name     string
-		req      Request
+		req      proto.Request
 		stdin    []string
-		resize   *Resize // sent before stdin
+		resize   *proto.Resize // sent before stdin
 		want     []string
 		wantCode int
 	}{
 		{name: "stty size",
-			req:  Request{TTY: true, Rows: 24, Cols: 80, Stdin: true, Argv: sh("stty size")},
+			req:  proto.Request{TTY: true, Rows: 24, Cols: 80, Stdin: true, Argv: sh("stty size")},
 			want: []string{"24 80"}},
 		{name: "resize",
-			req:    Request{TTY: true, Rows: 24, Cols: 80, Stdin: true, Argv: sh("read x; stty size")},
-			resize: &Resize{Rows: 30, Cols: 100}, stdin: []string{"\n"},
+			req:    proto.Request{TTY: true, Rows: 24, Cols: 80, Stdin: true, Argv: sh("read x; stty size")},
+			resize: &proto.Resize{Rows: 30, Cols: 100}, stdin: []string{"\n"},
 			want: []string{"30 100"}},
 		{name: "stderr goes to the terminal",
-			req:  Request{TTY: true, Argv: sh("echo to-stderr >&2")},
+			req:  proto.Request{TTY: true, Argv: sh("echo to-stderr >&2")},
 			want: []string{"to-stderr"}},
 		{name: "is a terminal",
-			req: Request{TTY: true, Argv: sh("test -t 0 && test -t 1 && test -t 2 && echo tty")}, want: []string{"tty"}},
+			req: proto.Request{TTY: true, Argv: sh("test -t 0 && test -t 1 && test -t 2 && echo tty")}, want: []string{"tty"}},
 		{name: "TERM defaults to xterm",
-			req:  Request{TTY: true, Argv: sh(`echo "term=$TERM"`)},
+			req:  proto.Request{TTY: true, Argv: sh(`echo "term=$TERM"`)},
 			want: []string{"term=xterm"}},
 		{name: "TERM from the request",
-			req:  Request{TTY: true, Argv: sh(`echo "term=$TERM"`), Env: []string{"TERM=dumb"}},
+			req:  proto.Request{TTY: true, Argv: sh(`echo "term=$TERM"`), Env: []string{"TERM=dumb"}},
 			want: []string{"term=dumb"}},
 		{name: "close stdin sends EOF",
-			req:   Request{TTY: true, Stdin: true, Argv: []string{"cat"}},
+			req:   proto.Request{TTY: true, Stdin: true, Argv: []string{"cat"}},
 			stdin: []string{"abc\n"}, want: []string{"abc"}},
 		{name: "exit code",
-			req:      Request{TTY: true, Argv: sh("exit 7")},
+			req:      proto.Request{TTY: true, Argv: sh("exit 7")},
 			wantCode: 7},
 	}
 	for _, tt := range tests {
@@ -431,7 +437,7 @@ func TestExecTTY(t *testing.T) {
 					t.Errorf("Exec(TTY, %q) output = %q, want it to contain %q", tt.req.Argv, r.stdout, w)
 				}
 			}
-			if r.stderr != "" || slices.Contains(r.frames, FrameStderr) {
+			if r.stderr != "" || slices.Contains(r.frames, proto.FrameStderr) {
 				t.Errorf("Exec(TTY, %q) sent stderr frames (%q), want everything on stdout", tt.req.Argv, r.stderr)
 			}
 			if r.exit.Code != tt.wantCode {
@@ -445,21 +451,21 @@ func TestExecStartErrors(t *testing.T) {
 	c := testAgent(t)
 	tests := []struct {
 		name     string
-		req      Request
+		req      proto.Request
 		wantCode string
 		wantMsg  string
 	}{
-		{"unknown command", Request{Argv: []string{"no-such-command-shard-test"}}, "command_not_found", "no-such-command-shard-test"},
-		{"unknown absolute path", Request{Argv: []string{"/no/such/program"}}, "command_not_found", "/no/such/program"},
-		{"not executable", Request{Argv: []string{"/etc/passwd"}}, "command_not_found", "permission denied"},
-		{"a directory", Request{Argv: []string{"/tmp"}}, "command_not_found", "is a directory"},
-		{"empty PATH in the request", Request{Argv: []string{"sh"}, Env: []string{"PATH=/nonexistent-shard-test"}}, "command_not_found", "sh"},
-		{"no argv", Request{}, "invalid_argument", "no command"},
-		{"empty argv[0]", Request{Argv: []string{""}}, "invalid_argument", "no command"},
-		{"missing working directory", Request{Argv: []string{"true"}, Dir: "/nonexistent-shard-test"}, "invalid_argument", "/nonexistent-shard-test"},
-		{"working directory is a file", Request{Argv: []string{"true"}, Dir: "/etc/passwd"}, "invalid_argument", "/etc/passwd"},
-		{"unknown user", Request{Argv: []string{"true"}, User: "nosuchuser"}, "invalid_argument", "nosuchuser"},
-		{"unknown group", Request{Argv: []string{"true"}, User: "root:nosuchgroup"}, "invalid_argument", "nosuchgroup"},
+		{"unknown command", proto.Request{Argv: []string{"no-such-command-shard-test"}}, "command_not_found", "no-such-command-shard-test"},
+		{"unknown absolute path", proto.Request{Argv: []string{"/no/such/program"}}, "command_not_found", "/no/such/program"},
+		{"not executable", proto.Request{Argv: []string{"/etc/passwd"}}, "command_not_found", "permission denied"},
+		{"a directory", proto.Request{Argv: []string{"/tmp"}}, "command_not_found", "is a directory"},
+		{"empty PATH in the request", proto.Request{Argv: []string{"sh"}, Env: []string{"PATH=/nonexistent-shard-test"}}, "command_not_found", "sh"},
+		{"no argv", proto.Request{}, "invalid_argument", "no command"},
+		{"empty argv[0]", proto.Request{Argv: []string{""}}, "invalid_argument", "no command"},
+		{"missing working directory", proto.Request{Argv: []string{"true"}, Dir: "/nonexistent-shard-test"}, "invalid_argument", "/nonexistent-shard-test"},
+		{"working directory is a file", proto.Request{Argv: []string{"true"}, Dir: "/etc/passwd"}, "invalid_argument", "/etc/passwd"},
+		{"unknown user", proto.Request{Argv: []string{"true"}, User: "nosuchuser"}, "invalid_argument", "nosuchuser"},
+		{"unknown group", proto.Request{Argv: []string{"true"}, User: "root:nosuchgroup"}, "invalid_argument", "nosuchgroup"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -468,11 +474,11 @@ func TestExecStartErrors(t *testing.T) {
 			s, err := c.Exec(ctx, tt.req)
 			if err == nil {
 				s.Close()
-				t.Fatalf("Exec(%+v) = started pid %d, want an *ErrStart", tt.req, s.PID)
+				t.Fatalf("Exec(%+v) = started pid %d, want an *host.ErrStart", tt.req, s.PID)
 			}
-			var es *ErrStart
+			var es *host.ErrStart
 			if !errors.As(err, &es) {
-				t.Fatalf("Exec(%+v) error = %T %v, want an *ErrStart", tt.req, err, err)
+				t.Fatalf("Exec(%+v) error = %T %v, want an *host.ErrStart", tt.req, err, err)
 			}
 			if es.Info.Code != tt.wantCode {
 				t.Errorf("Exec(%+v) error code = %q, want %q (message %q)", tt.req, es.Info.Code, tt.wantCode, es.Info.Message)
@@ -487,19 +493,19 @@ func TestExecStartErrors(t *testing.T) {
 func TestBadToken(t *testing.T) {
 	good := testAgent(t)
 	for _, tok := range []string{"", "wrong", testToken + testToken, testToken + " "} {
-		c := &Client{Addr: good.Addr, Token: tok}
+		c := &host.Client{Addr: good.Addr, Token: tok}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		s, err := c.Exec(ctx, Request{Argv: []string{"true"}})
+		s, err := c.Exec(ctx, proto.Request{Argv: []string{"true"}})
 		if err == nil {
 			s.Close()
 			t.Errorf("Exec with token %q = started, want an error", tok)
 		} else {
-			var es *ErrStart
+			var es *host.ErrStart
 			if errors.As(err, &es) || !strings.Contains(err.Error(), "bad token") {
 				t.Errorf("Exec with token %q error = %T %q, want a refusal mentioning %q", tok, err, err, "bad token")
 			}
 		}
-		if _, err := c.Call(ctx, OpPing); err == nil || !strings.Contains(err.Error(), "bad token") {
+		if _, err := c.Call(ctx, proto.OpPing); err == nil || !strings.Contains(err.Error(), "bad token") {
 			t.Errorf("Call(ping) with token %q = %v, want an error mentioning %q", tok, err, "bad token")
 		}
 		cancel()
@@ -514,8 +520,8 @@ func TestCallOps(t *testing.T) {
 		op      string
 		wantErr string // "" for success
 	}{
-		{OpPing, ""},
-		{OpStats, ""},
+		{proto.OpPing, ""},
+		{proto.OpStats, ""},
 		{"bogus", "unknown op bogus"},
 		{"", "unknown op"},
 	}
@@ -530,9 +536,23 @@ func TestCallOps(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("Call(%q) error = %v, want it to mention %q", tt.op, err, tt.wantErr)
 		}
+		// An op it does not have is marked so, for the host to decide by.
+		if r == nil || !r.UnknownOp || !errors.Is(err, host.ErrUnsupported) {
+			t.Errorf("Call(%q) = %+v, %v; want the refusal marked unknown_op (host.ErrUnsupported)", tt.op, r, err)
+		}
+	}
+	// Ping lists what it can do, as an exec's start does.
+	got, err := c.Caps(ctx)
+	if err != nil || !slices.Equal(got, caps) {
+		t.Errorf("Caps() = %q, %v; want %q", got, err, caps)
+	}
+	for _, cp := range []string{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked} {
+		if !got.Has(cp) {
+			t.Errorf("the agent does not list %q", cp)
+		}
 	}
 	// No OOM guard in this agent: stats are all zero.
-	r, err := c.Call(ctx, OpStats)
+	r, err := c.Call(ctx, proto.OpStats)
 	if err != nil || r.MemoryUsed != 0 || r.MemoryLimit != 0 || r.OOMKills != 0 {
 		t.Errorf("Call(stats) without a guard = %+v, %v; want zeros", r, err)
 	}
@@ -546,9 +566,9 @@ func TestBadFirstFrame(t *testing.T) {
 		typ     byte
 		payload string
 	}{
-		{"stdin first", FrameStdin, "hello"},
-		{"request not JSON", FrameRequest, "{not json"},
-		{"request wrong JSON type", FrameRequest, `{"token": 5}`},
+		{"stdin first", proto.FrameStdin, "hello"},
+		{"request not JSON", proto.FrameRequest, "{not json"},
+		{"request wrong JSON type", proto.FrameRequest, `{"token": 5}`},
 	}
 	for _, tt := range tests {
 		conn, err := net.DialTimeout("tcp", c.Addr, 5*time.Second)
@@ -556,10 +576,10 @@ func TestBadFirstFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := WriteFrame(conn, tt.typ, []byte(tt.payload)); err != nil {
-			t.Fatalf("%s: WriteFrame = %v", tt.name, err)
+		if err := framing.Write(conn, tt.typ, []byte(tt.payload)); err != nil {
+			t.Fatalf("%s: framing.Write = %v", tt.name, err)
 		}
-		typ, p, err := ReadFrame(conn)
+		typ, p, err := framing.Read(conn)
 		if err != io.EOF {
 			t.Errorf("%s: the agent answered %q %q, %v; want the connection closed (io.EOF)", tt.name, typ, p, err)
 		}
@@ -581,15 +601,15 @@ func TestExecConcurrent(t *testing.T) {
 			for i := range each {
 				code := (w*each + i) % 100
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				s, err := c.Exec(ctx, Request{Argv: sh(fmt.Sprintf("echo %d; exit %d", code, code))})
+				s, err := c.Exec(ctx, proto.Request{Argv: sh(fmt.Sprintf("echo %d; exit %d", code, code))})
 				cancel()
 				if err != nil {
 					errs <- fmt.Sprintf("Exec(exit %d) = %v", code, err)
 					continue
 				}
-				s.conn.SetDeadline(time.Now().Add(30 * time.Second))
+				s.SetDeadline(time.Now().Add(30 * time.Second))
 				var out string
-				var ex *Exit
+				var ex *proto.Exit
 				for ex == nil {
 					typ, p, err := s.Recv()
 					if err != nil {
@@ -597,10 +617,10 @@ func TestExecConcurrent(t *testing.T) {
 						break
 					}
 					switch typ {
-					case FrameStdout:
+					case proto.FrameStdout:
 						out += string(p)
-					case FrameExit:
-						ex = new(Exit)
+					case proto.FrameExit:
+						ex = new(proto.Exit)
 						json.Unmarshal(p, ex)
 					}
 				}
@@ -629,21 +649,21 @@ func TestNewServerFromEnv(t *testing.T) {
 		{name: "no token", wantErr: "no token"},
 		{name: "token", token: "secret"},
 		{name: "token and memory limit", token: "secret", memLimit: "1048576", wantGuard: 1 << 20},
-		{name: "bad memory limit", token: "secret", memLimit: "lots", wantErr: EnvMemoryLimit},
-		{name: "zero memory limit", token: "secret", memLimit: "0", wantErr: EnvMemoryLimit},
-		{name: "negative memory limit", token: "secret", memLimit: "-5", wantErr: EnvMemoryLimit},
+		{name: "bad memory limit", token: "secret", memLimit: "lots", wantErr: proto.EnvMemoryLimit},
+		{name: "zero memory limit", token: "secret", memLimit: "0", wantErr: proto.EnvMemoryLimit},
+		{name: "negative memory limit", token: "secret", memLimit: "-5", wantErr: proto.EnvMemoryLimit},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// t.Setenv restores (or unsets) the variables when the test ends.
-			t.Setenv(EnvToken, tt.token)
-			t.Setenv(EnvMemoryLimit, tt.memLimit)
+			t.Setenv(proto.EnvToken, tt.token)
+			t.Setenv(proto.EnvMemoryLimit, tt.memLimit)
 			if tt.token == "" {
-				os.Unsetenv(EnvToken)
+				os.Unsetenv(proto.EnvToken)
 			}
 			if tt.memLimit == "" {
-				os.Unsetenv(EnvMemoryLimit)
+				os.Unsetenv(proto.EnvMemoryLimit)
 			}
 			t.Setenv("SHARD_TEST_PLAIN", "plain")
 			s, err := NewServerFromEnv(log)
@@ -659,10 +679,10 @@ func TestNewServerFromEnv(t *testing.T) {
 			if s.token != tt.token {
 				t.Errorf("NewServerFromEnv() token = %q, want %q", s.token, tt.token)
 			}
-			if _, ok := os.LookupEnv(EnvToken); ok {
-				t.Errorf("NewServerFromEnv() left %s in the process environment", EnvToken)
+			if _, ok := os.LookupEnv(proto.EnvToken); ok {
+				t.Errorf("NewServerFromEnv() left %s in the process environment", proto.EnvToken)
 			}
-			if envlist.Has(s.baseEnv, EnvToken) || envlist.Has(s.baseEnv, EnvMemoryLimit) {
+			if envlist.Has(s.baseEnv, proto.EnvToken) || envlist.Has(s.baseEnv, proto.EnvMemoryLimit) {
 				t.Errorf("NewServerFromEnv() baseEnv keeps the agent's own variables: %q", s.baseEnv)
 			}
 			if got := envlist.Value(s.baseEnv, "SHARD_TEST_PLAIN"); got != "plain" {
@@ -686,7 +706,7 @@ func TestNewServerFromEnv(t *testing.T) {
 func TestExecSignalBehindUnreadStdin(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: []string{"sleep", "2"}, Stdin: true})
+	s := startExec(t, c, proto.Request{Argv: []string{"sleep", "2"}, Stdin: true})
 	// More than a pipe holds; sleep never reads it.
 	if err := s.Stdin(make([]byte, 256<<10)); err != nil {
 		t.Fatalf("Stdin() = %v", err)
@@ -707,7 +727,7 @@ func TestExecSignalBehindUnreadStdin(t *testing.T) {
 func TestExecTTYCloseStdinAfterPartialLine(t *testing.T) {
 	c := testAgent(t)
 	start := time.Now()
-	s := startExec(t, c, Request{Argv: []string{"cat"}, TTY: true, Stdin: true, TimeoutMS: 1000})
+	s := startExec(t, c, proto.Request{Argv: []string{"cat"}, TTY: true, Stdin: true, TimeoutMS: 1000})
 	if err := s.Stdin([]byte("abc")); err != nil { // no newline
 		t.Fatalf("Stdin() = %v", err)
 	}
@@ -728,34 +748,89 @@ func TestExecTTYCloseStdinAfterPartialLine(t *testing.T) {
 // closes at once.
 func TestAgentLetsClientCloseFirst(t *testing.T) {
 	c := testAgent(t)
-	for _, req := range []Request{{Op: OpPing}, {Op: OpExec, Argv: []string{"true"}}} {
+	for _, req := range []proto.Request{{Op: proto.OpPing}, {Op: proto.OpExec, Argv: []string{"true"}}} {
 		conn, err := net.DialTimeout("tcp", c.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.send(conn, req); err != nil {
+		req.Token = testToken
+		b, _ := json.Marshal(req)
+		if err := framing.Write(conn, proto.FrameRequest, b); err != nil {
 			t.Fatal(err)
 		}
 		// Read to the last frame: the reply, or the exit frame of an exec.
 		for {
 			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			typ, _, err := ReadFrame(conn)
+			typ, _, err := framing.Read(conn)
 			if err != nil {
-				t.Fatalf("%s: ReadFrame = %v before the last frame", req.Op, err)
+				t.Fatalf("%s: framing.Read = %v before the last frame", req.Op, err)
 			}
-			if typ == FrameReply || typ == FrameExit {
+			if typ == proto.FrameReply || typ == proto.FrameExit {
 				break
 			}
 		}
 		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		if typ, p, err := ReadFrame(conn); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("%s: after the last frame ReadFrame = %q %q %v; want the agent to wait for our close (deadline exceeded)", req.Op, typ, p, err)
+		if typ, p, err := framing.Read(conn); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: after the last frame framing.Read = %q %q %v; want the agent to wait for our close (deadline exceeded)", req.Op, typ, p, err)
 		}
 		conn.(*net.TCPConn).CloseWrite()
 		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, _, err := ReadFrame(conn); err != io.EOF {
-			t.Errorf("%s: after our close ReadFrame = %v, want io.EOF at once", req.Op, err)
+		if _, _, err := framing.Read(conn); err != io.EOF {
+			t.Errorf("%s: after our close framing.Read = %v, want io.EOF at once", req.Op, err)
 		}
 		conn.Close()
+	}
+}
+
+// waitTail ends when the output is drained, and otherwise only after the
+// pumps spent tailQuiet not held up by the client nor leaving output in the
+// pipes (that up to tailPending): a slow client holds it (so nothing
+// written before the exit is cut), a quiet background child does not. Once
+// every writer is gone (hup) it waits for drained, however long that takes.
+// Counted in looks at the pumps, not in wall time.
+func TestWaitTail(t *testing.T) {
+	drained := make(chan struct{})
+	close(drained)
+	var looks atomic.Int32
+	yes := func() bool { return true }
+	no := func() bool { return false }
+	if cut := waitTail(drained, func() bool { looks.Add(1); return true }, yes, no); cut || looks.Load() > 1 {
+		t.Errorf("drained: looked at the pumps %d times (cut %v), want it to end at once, not cut", looks.Load(), cut)
+	}
+
+	quietLooks := int32(tailQuiet / tailTick)
+	pendingLooks := int32(tailPending / tailTick)
+	for _, tt := range []struct {
+		name       string
+		sendingFor int32 // looks
+		pendingFor int32 // looks
+		want       int32
+	}{
+		{"quiet at once", 0, 0, quietLooks},
+		{"sending 1", 1, 0, 1 + quietLooks},
+		{"sending 30", 30, 0, 30 + quietLooks},
+		{"output left in a pipe for 20 looks", 0, 20, 20 + quietLooks},
+		// A pipe never empty (a background writer): waited for up to
+		// tailPending, then the quiet rule alone.
+		{"output left for ever", 0, 1 << 30, pendingLooks - 1 + quietLooks},
+	} {
+		looks.Store(0)
+		var pl atomic.Int32
+		pending := func() bool { return pl.Add(1) <= tt.pendingFor }
+		if tt.pendingFor == 0 {
+			pending = no
+		}
+		cut := waitTail(make(chan struct{}), func() bool { return looks.Add(1) <= tt.sendingFor }, pending, no)
+		if got := looks.Load(); got != tt.want || !cut {
+			t.Errorf("%s: waited %d looks (cut %v), want %d, cut", tt.name, got, cut, tt.want)
+		}
+	}
+
+	// Every writer gone: it waits for drained past the quiet bound.
+	late := make(chan struct{})
+	go func() { time.Sleep(tailQuiet * 3); close(late) }()
+	start := time.Now()
+	if cut := waitTail(late, no, no, yes); cut || time.Since(start) < tailQuiet*3 {
+		t.Errorf("hup: returned after %v (cut %v), want it to wait for drained (%v), not cut", time.Since(start), cut, tailQuiet*3)
 	}
 }

@@ -1,4 +1,7 @@
-package agent
+// Package host is the server's client of a sandbox's agent
+// (internal/agent/guest): one connection per op or per exec, in the
+// protocol of internal/agent/proto.
+package host
 
 import (
 	"context"
@@ -11,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
 )
 
 // Client talks to one sandbox's agent from the host.
@@ -21,7 +27,7 @@ type Client struct {
 
 // ErrStart is returned by Exec when the command could not start; it carries
 // the agent's code (command_not_found, invalid_argument, ...).
-type ErrStart struct{ Info ErrorInfo }
+type ErrStart struct{ Info proto.ErrorInfo }
 
 func (e *ErrStart) Error() string { return e.Info.Message }
 
@@ -35,22 +41,22 @@ func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	return conn, nil
 }
 
-func (c *Client) send(conn net.Conn, req Request) error {
+func (c *Client) send(conn net.Conn, req proto.Request) error {
 	req.Token = c.Token
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	return WriteFrame(conn, FrameRequest, b)
+	return framing.Write(conn, proto.FrameRequest, b)
 }
 
 // Call runs a non-exec op (ping, sync, stats).
-func (c *Client) Call(ctx context.Context, op string) (*Reply, error) {
-	return c.Do(ctx, Request{Op: op})
+func (c *Client) Call(ctx context.Context, op string) (*proto.Reply, error) {
+	return c.Do(ctx, proto.Request{Op: op})
 }
 
 // Do runs a non-exec op with its request fields (grant_file, ungrant_file).
-func (c *Client) Do(ctx context.Context, req Request) (*Reply, error) {
+func (c *Client) Do(ctx context.Context, req proto.Request) (*proto.Reply, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -64,21 +70,49 @@ func (c *Client) Do(ctx context.Context, req Request) (*Reply, error) {
 	if err := c.send(conn, req); err != nil {
 		return nil, err
 	}
-	typ, p, err := ReadFrame(conn)
+	typ, p, err := framing.Read(conn)
 	if err != nil {
 		return nil, err
 	}
-	if typ != FrameReply {
+	if typ != proto.FrameReply {
 		return nil, fmt.Errorf("agent: unexpected frame %q", typ)
 	}
-	var r Reply
+	var r proto.Reply
 	if err := json.Unmarshal(p, &r); err != nil {
 		return nil, err
 	}
 	if !r.OK {
+		if unknownOp(req.Op, &r) {
+			return &r, fmt.Errorf("agent: %s: %w", r.Error, ErrUnsupported)
+		}
 		return &r, errors.New("agent: " + r.Error)
 	}
 	return &r, nil
+}
+
+// ErrUnsupported is what Do returns (wrapped) when the agent refused the op
+// as one it does not have: it is older than the op.
+var ErrUnsupported = errors.New("the agent is older than this op")
+
+// unknownOp reports whether r refuses op as one the agent does not have.
+// An agent says so in UnknownOp; one from before UnknownOp (and caps) said
+// so only in these words, which are read for it alone: a newer agent always
+// sets the field.
+func unknownOp(op string, r *proto.Reply) bool {
+	return r.UnknownOp || r.Error == "unknown op "+op
+}
+
+// Caps asks the agent what it can do (a ping). An agent from before caps
+// lists none: it is taken to have proto.LegacyCaps.
+func (c *Client) Caps(ctx context.Context) (proto.Caps, error) {
+	r, err := c.Call(ctx, proto.OpPing)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Caps) == 0 {
+		return slices.Clone(proto.LegacyCaps), nil
+	}
+	return r.Caps, nil
 }
 
 // WaitReady pings the agent until it answers or ctx ends. It polls every
@@ -88,7 +122,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	const delay = 2 * time.Millisecond
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := c.Call(pctx, OpPing)
+		_, err := c.Call(pctx, proto.OpPing)
 		cancel()
 		if err == nil {
 			return nil
@@ -107,7 +141,7 @@ type Session struct {
 	conn net.Conn
 	rd   io.Reader // conn, waking once per frame (see lowatReader)
 	PID  int
-	Caps []string // what the agent can do beyond the first protocol (Started.Caps)
+	Caps proto.Caps // what the agent can do beyond the first protocol (Started.Caps)
 	wmu  sync.Mutex
 
 	smu     sync.Mutex
@@ -135,18 +169,18 @@ var ErrSessionClosed = errors.New("agent: the exec session is closed")
 
 // Exec starts a command. It returns once the command started, or an
 // *ErrStart if it could not.
-func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
+func (c *Client) Exec(ctx context.Context, req proto.Request) (*Session, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	req.Op = OpExec
+	req.Op = proto.OpExec
 	if err := c.send(conn, req); err != nil {
 		conn.Close()
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
-	typ, p, err := ReadFrame(conn)
+	typ, p, err := framing.Read(conn)
 	stop()
 	conn.SetReadDeadline(time.Time{})
 	if err != nil {
@@ -154,23 +188,23 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	switch typ {
-	case FrameReply:
+	case proto.FrameReply:
 		conn.Close()
-		var r Reply
+		var r proto.Reply
 		json.Unmarshal(p, &r)
 		return nil, fmt.Errorf("agent refused: %s", r.Error)
-	case FrameStarted:
-		var st Started
+	case proto.FrameStarted:
+		var st proto.Started
 		json.Unmarshal(p, &st)
 		s := &Session{conn: conn, rd: newLowatReader(conn), PID: st.PID, Caps: st.Caps}
 		s.scond = sync.NewCond(&s.smu)
-		if s.Has(CapStdinCredit) && st.StdinWindow > 0 {
+		if s.Has(proto.CapStdinCredit) && st.StdinWindow > 0 {
 			s.credit, s.window = true, st.StdinWindow
 		}
 		return s, nil
-	case FrameError:
+	case proto.FrameError:
 		conn.Close()
-		var ei ErrorInfo
+		var ei proto.ErrorInfo
 		json.Unmarshal(p, &ei)
 		return nil, &ErrStart{Info: ei}
 	default:
@@ -180,7 +214,7 @@ func (c *Client) Exec(ctx context.Context, req Request) (*Session, error) {
 }
 
 // Has reports whether the agent said it can do capability c.
-func (s *Session) Has(c string) bool { return slices.Contains(s.Caps, c) }
+func (s *Session) Has(c string) bool { return s.Caps.Has(c) }
 
 // Recv returns the next frame: FrameStdout, FrameStderr or FrameExit.
 // Stdin credit is taken here, never returned: a session's stdin moves only
@@ -190,13 +224,13 @@ func (s *Session) Recv() (byte, []byte, error) { return s.RecvInto(nil) }
 // RecvInto is Recv reading a frame's payload into buf when it fits.
 func (s *Session) RecvInto(buf []byte) (byte, []byte, error) {
 	for {
-		typ, p, err := ReadFrameInto(s.rd, MaxFrame, buf)
+		typ, p, err := framing.ReadInto(s.rd, proto.MaxFrame, buf)
 		if err != nil {
 			return typ, p, err
 		}
 		switch typ {
-		case FrameCredit:
-			var c Credit
+		case proto.FrameCredit:
+			var c proto.Credit
 			if json.Unmarshal(p, &c) == nil && c.Bytes > 0 {
 				s.smu.Lock()
 				s.window += c.Bytes
@@ -204,11 +238,19 @@ func (s *Session) RecvInto(buf []byte) (byte, []byte, error) {
 				s.smu.Unlock()
 			}
 			continue
-		case FrameStdout, FrameStderr:
+		case proto.FrameStdout, proto.FrameStderr:
 			s.received.Add(int64(len(p)))
 		}
 		return typ, p, nil
 	}
+}
+
+// Window is how much stdin may be sent now without waiting for credit, and
+// whether the agent grants a window at all (CapStdinCredit).
+func (s *Session) Window() (n int, credit bool) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	return s.window, s.credit
 }
 
 // Received is how many output bytes (stdout and stderr) came from the
@@ -218,7 +260,7 @@ func (s *Session) Received() int64 { return s.received.Load() }
 func (s *Session) write(typ byte, p []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return WriteFrame(s.conn, typ, p)
+	return framing.Write(s.conn, typ, p)
 }
 
 // Stdin sends input; an empty p closes the command's stdin. It sends frames
@@ -247,7 +289,7 @@ func (s *Session) Stdin(p []byte) error {
 			s.window -= n
 		}
 		s.smu.Unlock()
-		if err := s.write(FrameStdin, p[:n]); err != nil {
+		if err := s.write(proto.FrameStdin, p[:n]); err != nil {
 			return err
 		}
 		p = p[n:]
@@ -256,18 +298,18 @@ func (s *Session) Stdin(p []byte) error {
 }
 
 // CloseStdin closes the command's stdin.
-func (s *Session) CloseStdin() error { return s.write(FrameStdin, nil) }
+func (s *Session) CloseStdin() error { return s.write(proto.FrameStdin, nil) }
 
 // Resize changes the TTY size.
 func (s *Session) Resize(rows, cols uint16) error {
-	b, _ := json.Marshal(Resize{Rows: rows, Cols: cols})
-	return s.write(FrameResize, b)
+	b, _ := json.Marshal(proto.Resize{Rows: rows, Cols: cols})
+	return s.write(proto.FrameResize, b)
 }
 
 // Signal sends a signal to the command's process group.
 func (s *Session) Signal(sig int) error {
-	b, _ := json.Marshal(Signal{Signal: sig})
-	return s.write(FrameSignal, b)
+	b, _ := json.Marshal(proto.Signal{Signal: sig})
+	return s.write(proto.FrameSignal, b)
 }
 
 // Detach tells the agent nobody reads this exec's output any more: it
@@ -275,14 +317,29 @@ func (s *Session) Signal(sig int) error {
 // It reports false when the agent cannot (an older one): its output keeps
 // coming, for the caller to drop. Stdin, signals and the exit are as before.
 func (s *Session) Detach() bool {
-	if !s.Has(CapDetach) {
+	if !s.Has(proto.CapDetach) {
 		return false
 	}
 	// With stdin window nothing holds the agent's direction up for long;
 	// an older agent's may be held by stdin it does not read, so never
 	// make the caller wait for it.
-	go s.write(FrameDetach, nil)
+	go s.write(proto.FrameDetach, nil)
 	return true
+}
+
+// SetDeadline bounds the session's reads and writes (zero: no bound), so a
+// caller is never held for ever by an agent that stopped answering.
+func (s *Session) SetDeadline(t time.Time) error { return s.conn.SetDeadline(t) }
+
+// CloseWrite half-closes the connection after the exit frame: the agent
+// waits for the client to close first (see guest's awaitClose), then
+// closes, and Recv returns io.EOF. Before the exit it would tell the agent
+// the client is gone.
+func (s *Session) CloseWrite() error {
+	if tc, ok := s.conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return s.conn.Close()
 }
 
 // Close drops the connection. The command keeps running.

@@ -1,4 +1,10 @@
-package agent
+// Package guest is the agent: the small process shard runs as PID 1 inside
+// every sandbox (`shard agent`, the same binary mounted at /.shard). It
+// serves the protocol of internal/agent/proto on the sandbox's own network
+// stack: it runs commands (exec), reports memory and OOM kills, writes and
+// removes granted files, carries out the fork contract, and sets up the
+// bounds of a gVisor sandbox at boot.
+package guest
 
 import (
 	"bufio"
@@ -7,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -20,16 +25,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
+	"golang.org/x/sys/unix"
+
 	"github.com/creack/pty"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/envlist"
-)
-
-// Environment variables the host sets on the agent process. They are removed
-// from the environment commands inherit.
-const (
-	EnvToken       = "SHARD_AGENT_TOKEN"
-	EnvMemoryLimit = "SHARD_AGENT_MEMORY_LIMIT" // bytes; enables the in-sandbox OOM guard (gVisor)
+	"github.com/useshards/shard/internal/revert"
 )
 
 // Server is the in-sandbox agent.
@@ -40,10 +43,10 @@ type Server struct {
 	reaper  *reaper
 	guard   *oomGuard // nil when no memory limit is enforced inside
 
-	pids      int64     // EnvPids: the process bound to enforce inside (0: none)
-	pidsTasks string    // EnvPidsTasks
-	tmpOnDisk bool      // EnvTmpOnDisk
-	identity  *Identity // EnvIdentity: written to ForkFile at boot
+	pids      int64           // EnvPids: the process bound to enforce inside (0: none)
+	pidsTasks string          // EnvPidsTasks
+	tmpOnDisk bool            // EnvTmpOnDisk
+	identity  *proto.Identity // EnvIdentity: written to ForkFile at boot
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -52,28 +55,28 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case EnvToken:
+		case proto.EnvToken:
 			s.token = v
-		case EnvMemoryLimit:
+		case proto.EnvMemoryLimit:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("agent: bad %s %q", EnvMemoryLimit, v)
+				return nil, fmt.Errorf("agent: bad %s %q", proto.EnvMemoryLimit, v)
 			}
 			s.guard = newOOMGuard(n, log)
-		case EnvPids:
+		case proto.EnvPids:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("agent: bad %s %q", EnvPids, v)
+				return nil, fmt.Errorf("agent: bad %s %q", proto.EnvPids, v)
 			}
 			s.pids = n
-		case EnvTmpOnDisk:
+		case proto.EnvTmpOnDisk:
 			s.tmpOnDisk = v == "1"
-		case EnvPidsTasks:
+		case proto.EnvPidsTasks:
 			s.pidsTasks = v
-		case EnvIdentity:
-			var id Identity
+		case proto.EnvIdentity:
+			var id proto.Identity
 			if err := json.Unmarshal([]byte(v), &id); err != nil {
-				return nil, fmt.Errorf("agent: bad %s: %w", EnvIdentity, err)
+				return nil, fmt.Errorf("agent: bad %s: %w", proto.EnvIdentity, err)
 			}
 			s.identity = &id
 		default:
@@ -83,7 +86,7 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 	if s.token == "" {
 		return nil, errors.New("agent: no token in the environment")
 	}
-	os.Unsetenv(EnvToken)
+	os.Unsetenv(proto.EnvToken)
 	return s, nil
 }
 
@@ -108,7 +111,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	if s.identity != nil && os.Getpid() == 1 {
 		// A program that watches for forks finds the file from the start.
 		if err := writeIdentity(*s.identity); err != nil {
-			s.log.Warn("write "+ForkFile, "err", err)
+			s.log.Warn("write "+proto.ForkFile, "err", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -217,71 +220,77 @@ func (s *Server) handle(c net.Conn) {
 		tc.SetNoDelay(true)
 	}
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	typ, p, err := ReadFrame(c)
-	if err != nil || typ != FrameRequest {
+	typ, p, err := framing.Read(c)
+	if err != nil || typ != proto.FrameRequest {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	var req Request
+	var req proto.Request
 	if err := json.Unmarshal(p, &req); err != nil {
 		return
 	}
-	if req.Op != OpExec {
+	if req.Op != proto.OpExec {
 		// exec waits for the client itself: its reader owns the connection.
 		defer awaitClose(c)
 	}
 	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(s.token)) != 1 {
-		s.reply(c, Reply{Error: "bad token"})
+		s.reply(c, proto.Reply{Error: "bad token"})
 		return
 	}
 	switch req.Op {
-	case OpPing:
-		s.reply(c, Reply{OK: true})
-	case OpSync:
+	case proto.OpPing:
+		s.reply(c, proto.Reply{OK: true, Caps: caps})
+	case proto.OpSync:
 		syscall.Sync()
-		s.reply(c, Reply{OK: true})
-	case OpStats:
-		r := Reply{OK: true}
+		s.reply(c, proto.Reply{OK: true})
+	case proto.OpStats:
+		r := proto.Reply{OK: true}
 		if s.guard != nil {
 			r.MemoryUsed, r.MemoryLimit, r.OOMKills = s.guard.stats()
 		}
 		s.reply(c, r)
-	case OpMemCheck:
-		r := Reply{OK: true}
+	case proto.OpMemCheck:
+		r := proto.Reply{OK: true}
 		if s.guard != nil {
 			r.WatchMS = s.guard.poke().Milliseconds()
 		}
 		s.reply(c, r)
-	case OpExec:
+	case proto.OpExec:
 		s.exec(c, &req)
-	case OpGrantFile:
+	case proto.OpGrantFile:
 		made, err := putGrantFile(req.Path, req.Data, os.FileMode(req.Mode), req.Replace)
 		if err != nil {
 			s.reply(c, errReply(err))
 			return
 		}
-		s.reply(c, Reply{OK: true, Made: made})
-	case OpForked:
+		s.reply(c, proto.Reply{OK: true, Made: made})
+	case proto.OpForked:
 		if req.Forked == nil {
-			s.reply(c, Reply{Error: "forked: no fork given"})
+			s.reply(c, proto.Reply{Error: "forked: no fork given"})
 			return
 		}
 		s.reply(c, s.forked(req.Forked))
-	case OpUngrantFile:
+	case proto.OpUngrantFile:
 		left, err := removeGrantFile(req.Path, os.FileMode(req.Mode), req.Dirs)
 		if err != nil {
 			s.reply(c, errReply(err))
 			return
 		}
-		s.reply(c, Reply{OK: true, Left: left})
+		s.reply(c, proto.Reply{OK: true, Left: left})
 	default:
-		s.reply(c, Reply{Error: "unknown op " + req.Op})
+		// The words are for hosts from before UnknownOp; a host
+		// decides by the field (or, first, by caps).
+		s.reply(c, proto.Reply{Error: "unknown op " + req.Op, UnknownOp: true})
 	}
 }
 
-func (s *Server) reply(c net.Conn, r Reply) {
+// caps is what this agent can do beyond the first protocol: every op and
+// exec frame it has that an older agent may lack.
+var caps = proto.Caps{proto.CapDetach, proto.CapStdinCredit, proto.CapMemCheck, proto.CapGrantFile, proto.CapForked}
+
+func (s *Server) reply(c net.Conn, r proto.Reply) {
 	b, _ := json.Marshal(r)
-	WriteFrame(c, FrameReply, b)
+	framing.Write(c, proto.FrameReply, b)
 }
 
 // conn serialises frame writes from the output goroutines.
@@ -296,7 +305,7 @@ type conn struct {
 }
 
 func (w *conn) send(typ byte, p []byte) {
-	output := typ == FrameStdout || typ == FrameStderr
+	output := typ == proto.FrameStdout || typ == proto.FrameStderr
 	if output && w.detached.Load() {
 		return
 	}
@@ -306,7 +315,7 @@ func (w *conn) send(typ byte, p []byte) {
 		return
 	}
 	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if err := WriteFrame(w.c, typ, p); err != nil {
+	if err := framing.Write(w.c, typ, p); err != nil {
 		w.dead = true
 	}
 }
@@ -316,16 +325,16 @@ func (w *conn) sendJSON(typ byte, v any) {
 	w.send(typ, b)
 }
 
-func (s *Server) exec(c net.Conn, req *Request) {
+func (s *Server) exec(c net.Conn, req *proto.Request) {
 	out := &conn{c: c}
 	p, err := s.start(req)
 	if err != nil {
-		out.sendJSON(FrameError, err)
+		out.sendJSON(proto.FrameError, err)
 		awaitClose(c)
 		return
 	}
-	p.credit = func(n int) { out.sendJSON(FrameCredit, Credit{Bytes: n}) }
-	out.sendJSON(FrameStarted, Started{PID: p.pid, Caps: []string{CapDetach, CapStdinCredit}, StdinWindow: stdinWindow})
+	p.credit = func(n int) { out.sendJSON(proto.FrameCredit, proto.Credit{Bytes: n}) }
+	out.sendJSON(proto.FrameStarted, proto.Started{PID: p.pid, Caps: caps, StdinWindow: stdinWindow})
 
 	// Client to agent: stdin, resize, signals. When the client goes away the
 	// command keeps running (background work must survive a disconnect).
@@ -334,108 +343,22 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	in := bufio.NewReaderSize(c, 256<<10) // a frame and its header in one read
 	go func() {
 		defer close(clientGone)
-		for {
-			var buf []byte
-			select {
-			case buf = <-p.spare:
-			default:
-			}
-			typ, b, err := ReadFrameInto(in, MaxFrame, buf)
-			if err != nil {
-				p.queueStdin(nil)
-				out.mu.Lock()
-				out.dead = true
-				out.mu.Unlock()
-				return
-			}
-			switch typ {
-			case FrameStdin:
-				// Queued, never written here: a command that does not read
-				// its stdin must not hold up signals and resizes behind it.
-				p.queueStdin(b)
-			case FrameResize:
-				var r Resize
-				if json.Unmarshal(b, &r) == nil {
-					p.resize(r)
-				}
-			case FrameSignal:
-				var sg Signal
-				if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
-					_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
-				}
-			case FrameDetach:
-				// The pumps keep reading (a command never blocks on a
-				// full pipe nobody reads) and drop it: the host does no
-				// work for output nobody wants.
-				out.detached.Store(true)
-			}
-		}
+		p.readClient(in, out)
 	}()
 
-	var wg sync.WaitGroup
-	var sending atomic.Int32  // pumps handing output on (held up by a slow client)
-	var moved [2]atomic.Int64 // bytes read from stdout, stderr
-	pump := func(r io.Reader, typ byte, moved *atomic.Int64) {
-		defer wg.Done()
-		buf := make([]byte, outputChunk)
-		size := pipeSizeOf(r)
-		var pc pace
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				moved.Add(int64(n))
-				sending.Add(1)
-				out.send(typ, buf[:n])
-				sending.Add(-1)
-			}
-			if err != nil {
-				return
-			}
-			if p.tty == nil && size > 0 {
-				// Output is flowing: let it gather in the pipe before
-				// the next read (see pace). Output after a quiet spell
-				// is read at once: this read was waiting for it.
-				if d := pc.afterRead(n, size); d > 0 {
-					time.Sleep(d)
-				}
-			}
-		}
-	}
-	wg.Add(len(p.outputs))
-	for i, r := range p.outputs {
-		typ := FrameStdout
-		if i == 1 {
-			typ = FrameStderr
-		}
-		go pump(r, typ, &moved[i])
-	}
-
-	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var ws syscall.WaitStatus
-	timedOut := false
-	select {
-	case ws = <-p.done:
-	case <-timeout:
-		timedOut = true
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		ws = <-p.done
-	}
+	var ps pumps
+	ps.start(p, out)
+	ws, timedOut := p.wait(req.TimeoutMS)
 	// Output written just before exit is still in the pipes: read it. A
 	// background child may hold the pipes open for ever, so wait only a
 	// little; the pumps keep draining (and dropping) after we answer, so
 	// such a child never blocks or gets SIGPIPE.
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	cut := waitTail(drained, func() bool { return sending.Load() > 0 }, p.outputPending, p.outputHup)
+	go func() { ps.wg.Wait(); close(drained) }()
+	cut := waitTail(drained, func() bool { return ps.sending.Load() > 0 }, p.outputPending, p.outputHup)
 	p.closeTTY(drained)
-	ex := Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
-		StdinBytes: p.stdinBytes.Load(), StdoutBytes: moved[0].Load(), StderrBytes: moved[1].Load()}
+	ex := proto.Exit{Code: ws.ExitStatus(), TimedOut: timedOut, OutputCut: cut,
+		StdinBytes: p.stdinBytes.Load(), StdoutBytes: ps.moved[0].Load(), StderrBytes: ps.moved[1].Load()}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
 		ex.Code = 128 + ex.Signal
@@ -447,7 +370,7 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	dead := out.dead
 	out.mu.Unlock()
 	if !dead {
-		out.sendJSON(FrameExit, ex)
+		out.sendJSON(proto.FrameExit, ex)
 	}
 	out.mu.Lock()
 	out.dead = true // the exit is the last frame: no credit after it
@@ -457,6 +380,114 @@ func (s *Server) exec(c net.Conn, req *Request) {
 	// closed by then is cut off by the deadline.
 	c.SetReadDeadline(time.Now().Add(closeWait))
 	<-clientGone
+}
+
+// readClient hands the client's frames to the command until the client
+// closes its end (or breaks the framing): then stdin closes and nothing
+// more is sent.
+func (p *proc) readClient(in io.Reader, out *conn) {
+	for {
+		var buf []byte
+		select {
+		case buf = <-p.spare:
+		default:
+		}
+		typ, b, err := framing.ReadInto(in, proto.MaxFrame, buf)
+		if err != nil {
+			p.queueStdin(nil)
+			out.mu.Lock()
+			out.dead = true
+			out.mu.Unlock()
+			return
+		}
+		switch typ {
+		case proto.FrameStdin:
+			// Queued, never written here: a command that does not read
+			// its stdin must not hold up signals and resizes behind it.
+			p.queueStdin(b)
+		case proto.FrameResize:
+			var r proto.Resize
+			if json.Unmarshal(b, &r) == nil {
+				p.resize(r)
+			}
+		case proto.FrameSignal:
+			var sg proto.Signal
+			if json.Unmarshal(b, &sg) == nil && sg.Signal > 0 {
+				_ = syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
+			}
+		case proto.FrameDetach:
+			// The pumps keep reading (a command never blocks on a
+			// full pipe nobody reads) and drop it: the host does no
+			// work for output nobody wants.
+			out.detached.Store(true)
+		}
+	}
+}
+
+// pumps move a command's output to the client, a goroutine per output.
+type pumps struct {
+	wg      sync.WaitGroup
+	sending atomic.Int32    // pumps handing output on (held up by a slow client)
+	moved   [2]atomic.Int64 // bytes read from stdout, stderr
+}
+
+// start starts a pump for each of p's outputs.
+func (ps *pumps) start(p *proc, out *conn) {
+	ps.wg.Add(len(p.outputs))
+	for i, r := range p.outputs {
+		typ := proto.FrameStdout
+		if i == 1 {
+			typ = proto.FrameStderr
+		}
+		go ps.pump(p, out, r, typ, &ps.moved[i])
+	}
+}
+
+func (ps *pumps) pump(p *proc, out *conn, r io.Reader, typ byte, moved *atomic.Int64) {
+	defer ps.wg.Done()
+	buf := make([]byte, outputChunk)
+	size := pipeSizeOf(r)
+	var pc pace
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			moved.Add(int64(n))
+			ps.sending.Add(1)
+			out.send(typ, buf[:n])
+			ps.sending.Add(-1)
+		}
+		if err != nil {
+			return
+		}
+		if p.tty == nil && size > 0 {
+			// Output is flowing: let it gather in the pipe before
+			// the next read (see pace). Output after a quiet spell
+			// is read at once: this read was waiting for it.
+			if d := pc.afterRead(n, size); d > 0 {
+				time.Sleep(d)
+			}
+		}
+	}
+}
+
+// wait waits for the command's end, killing its process group (and it) at
+// its timeout (0: none).
+func (p *proc) wait(timeoutMS int64) (ws syscall.WaitStatus, timedOut bool) {
+	var timeout <-chan time.Time
+	if timeoutMS > 0 {
+		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case ws = <-p.done:
+	case <-timeout:
+		timedOut = true
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		ws = <-p.done
+	}
+	return ws, timedOut
 }
 
 // A command's output and stdin pass through plain pipes of 1 MiB (gVisor's
@@ -699,7 +730,7 @@ func (p *proc) stdinWriter() {
 	}
 }
 
-func (p *proc) resize(r Resize) {
+func (p *proc) resize(r proto.Resize) {
 	if p.tty != nil && r.Rows > 0 && r.Cols > 0 {
 		pty.Setsize(p.tty, &pty.Winsize{Rows: r.Rows, Cols: r.Cols})
 	}
@@ -752,13 +783,11 @@ func (p *proc) closeTTY(drained <-chan struct{}) {
 	}()
 }
 
-func startErr(code, format string, args ...any) *ErrorInfo {
-	return &ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
+func startErr(code, format string, args ...any) *proto.ErrorInfo {
+	return &proto.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *ErrorInfo) Error() string { return e.Message }
-
-func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
+func (s *Server) start(req *proto.Request) (*proc, *proto.ErrorInfo) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, startErr(client.CodeInvalidArgument, "no command given")
 	}
@@ -790,58 +819,14 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	p := &proc{done: make(chan syscall.WaitStatus, 1), spare: make(chan []byte, 4)}
 	attr := &os.ProcAttr{Dir: dir, Env: env, Sys: &syscall.SysProcAttr{Credential: cred}}
 	var closeAfter []*os.File
+	var serr *proto.ErrorInfo
 	if req.TTY {
-		master, slave, err := pty.Open()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "open a tty: %v", err)
-		}
-		rows, cols := req.Rows, req.Cols
-		if rows == 0 || cols == 0 {
-			rows, cols = 24, 80 // a terminal of no size breaks programs that ask
-		}
-		pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
-		attr.Files = []*os.File{slave, slave, slave}
-		attr.Sys.Setsid = true
-		attr.Sys.Setctty = true
-		attr.Sys.Ctty = 0
-		if !envlist.Has(env, "TERM") {
-			attr.Env = append(attr.Env, "TERM=xterm")
-		}
-		closeAfter = append(closeAfter, slave)
-		p.tty = master
-		p.stdin = master
-		p.outputs = []io.Reader{master}
+		closeAfter, serr = p.openTTY(req, attr)
 	} else {
-		var stdinR *os.File
-		if req.Stdin {
-			r, w, err := bigPipe()
-			if err != nil {
-				return nil, startErr(client.CodeInternal, "pipe: %v", err)
-			}
-			stdinR, p.stdin = r, w
-			p.stdinFD = int(w.Fd())
-			if n := pipeSizeOf(r); n > 0 && unix.SetNonblock(p.stdinFD, true) == nil {
-				p.stdinSize = n
-			}
-		} else {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				return nil, startErr(client.CodeInternal, "open %s: %v", os.DevNull, err)
-			}
-			stdinR = f
-		}
-		outR, outW, err := bigPipe()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "pipe: %v", err)
-		}
-		errR, errW, err := bigPipe()
-		if err != nil {
-			return nil, startErr(client.CodeInternal, "pipe: %v", err)
-		}
-		attr.Files = []*os.File{stdinR, outW, errW}
-		attr.Sys.Setpgid = true
-		closeAfter = append(closeAfter, stdinR, outW, errW)
-		p.outputs = []io.Reader{outR, errR}
+		closeAfter, serr = p.openPipes(req, attr)
+	}
+	if serr != nil {
+		return nil, serr
 	}
 	pid, err := s.reaper.start(path, req.Argv, attr, p.done)
 	for _, f := range closeAfter {
@@ -858,4 +843,77 @@ func (s *Server) start(req *Request) (*proc, *ErrorInfo) {
 	}
 	p.pid = pid
 	return p, nil
+}
+
+// openTTY gives the command a terminal for its stdio: it returns the slave
+// end, for the caller to close once the command has it.
+func (p *proc) openTTY(req *proto.Request, attr *os.ProcAttr) ([]*os.File, *proto.ErrorInfo) {
+	master, slave, err := pty.Open()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "open a tty: %v", err)
+	}
+	rows, cols := req.Rows, req.Cols
+	if rows == 0 || cols == 0 {
+		rows, cols = 24, 80 // a terminal of no size breaks programs that ask
+	}
+	pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
+	attr.Files = []*os.File{slave, slave, slave}
+	attr.Sys.Setsid = true
+	attr.Sys.Setctty = true
+	attr.Sys.Ctty = 0
+	if !envlist.Has(attr.Env, "TERM") {
+		attr.Env = append(attr.Env, "TERM=xterm")
+	}
+	p.tty = master
+	p.stdin = master
+	p.outputs = []io.Reader{master}
+	return []*os.File{slave}, nil
+}
+
+// newPipe makes the pipes of a command's stdio; a test makes it fail.
+var newPipe = bigPipe
+
+// openPipes gives the command pipes for its stdio (its stdin /dev/null
+// unless req.Stdin): it returns the command's ends, for the caller to close
+// once the command has them. When one fails, those already made are closed.
+func (p *proc) openPipes(req *proto.Request, attr *os.ProcAttr) ([]*os.File, *proto.ErrorInfo) {
+	r := revert.New()
+	defer r.Fail()
+	var stdinR, stdinW *os.File
+	if req.Stdin {
+		rd, w, err := newPipe()
+		if err != nil {
+			return nil, startErr(client.CodeInternal, "pipe: %v", err)
+		}
+		r.Add(func() { rd.Close(); w.Close() })
+		stdinR, stdinW = rd, w
+	} else {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, startErr(client.CodeInternal, "open %s: %v", os.DevNull, err)
+		}
+		r.Add(func() { f.Close() })
+		stdinR = f
+	}
+	outR, outW, err := newPipe()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "pipe: %v", err)
+	}
+	r.Add(func() { outR.Close(); outW.Close() })
+	errR, errW, err := newPipe()
+	if err != nil {
+		return nil, startErr(client.CodeInternal, "pipe: %v", err)
+	}
+	r.Success()
+	if stdinW != nil {
+		p.stdin = stdinW
+		p.stdinFD = int(stdinW.Fd())
+		if n := pipeSizeOf(stdinR); n > 0 && unix.SetNonblock(p.stdinFD, true) == nil {
+			p.stdinSize = n
+		}
+	}
+	attr.Files = []*os.File{stdinR, outW, errW}
+	attr.Sys.Setpgid = true
+	p.outputs = []io.Reader{outR, errR}
+	return []*os.File{stdinR, outW, errW}, nil
 }

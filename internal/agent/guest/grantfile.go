@@ -1,4 +1,4 @@
-package agent
+package guest
 
 import (
 	"crypto/rand"
@@ -10,19 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/useshards/shard/client"
-	"golang.org/x/sys/unix"
-)
+	"github.com/useshards/shard/internal/agent/proto"
 
-// Codes a grant file op answers with in Reply.Code; the host maps them to
-// its API codes.
-const (
-	// CodePathExists: something is at the path already that this grant
-	// did not write (or no longer looks like what it wrote).
-	CodePathExists = client.CodePathExists
-	// CodePathUnsafe: a directory on the path is a symlink or not a
-	// directory at all.
-	CodePathUnsafe = client.CodePathUnsafe
+	"golang.org/x/sys/unix"
 )
 
 // grantError is a refusal with a code.
@@ -32,8 +22,8 @@ func (e *grantError) Error() string { return e.msg }
 
 // errReply is the reply to a failed op: its message, and its code when it
 // has one.
-func errReply(err error) Reply {
-	r := Reply{Error: err.Error()}
+func errReply(err error) proto.Reply {
+	r := proto.Reply{Error: err.Error()}
 	var ge *grantError
 	if errors.As(err, &ge) {
 		r.Code = ge.code
@@ -84,7 +74,7 @@ func openParent(path string, create bool) (dirfd int, base string, made []string
 		if err != nil {
 			removeDirs(made)
 			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				return -1, "", nil, &grantError{CodePathUnsafe, fmt.Sprintf("%s is a symlink or not a directory: a granted file's path follows no symlink (give the real path)", cur)}
+				return -1, "", nil, &grantError{proto.CodePathUnsafe, fmt.Sprintf("%s is a symlink or not a directory: a granted file's path follows no symlink (give the real path)", cur)}
 			}
 			return -1, "", nil, &os.PathError{Op: "open", Path: cur, Err: err}
 		}
@@ -176,10 +166,10 @@ func putGrantFile(path string, data []byte, mode os.FileMode, replace bool) (mad
 	switch err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil:
 		if !replace {
-			return fail(&grantError{CodePathExists, fmt.Sprintf("%s exists (%s)", path, describe(&st))})
+			return fail(&grantError{proto.CodePathExists, fmt.Sprintf("%s exists (%s)", path, describe(&st))})
 		}
 		if !grantLike(&st, mode) {
-			return fail(&grantError{CodePathExists, fmt.Sprintf("%s is no longer the file the grant wrote: it is %s", path, describe(&st))})
+			return fail(&grantError{proto.CodePathExists, fmt.Sprintf("%s is no longer the file the grant wrote: it is %s", path, describe(&st))})
 		}
 	case errors.Is(err, unix.ENOENT):
 		replace = false // nothing to replace
@@ -214,7 +204,7 @@ func putGrantFile(path string, data []byte, mode os.FileMode, replace bool) (mad
 	if err != nil {
 		unix.Unlinkat(dirfd, tmp, 0)
 		if errors.Is(err, unix.EEXIST) {
-			return fail(&grantError{CodePathExists, fmt.Sprintf("%s exists", path)})
+			return fail(&grantError{proto.CodePathExists, fmt.Sprintf("%s exists", path)})
 		}
 		return fail(&os.PathError{Op: "write", Path: path, Err: err})
 	}

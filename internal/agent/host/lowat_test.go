@@ -1,9 +1,12 @@
-package agent
+package host
 
 import (
 	"bytes"
 	"net"
 	"testing"
+
+	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/framing"
 )
 
 // TestLowatReader: frames of every size class (empty, small ones that
@@ -30,7 +33,7 @@ func TestLowatReader(t *testing.T) {
 		}
 		defer c.Close()
 		for i := range sizes {
-			if WriteFrame(c, FrameStdout, frame(i)) != nil {
+			if framing.Write(c, proto.FrameStdout, frame(i)) != nil {
 				return
 			}
 		}
@@ -46,18 +49,18 @@ func TestLowatReader(t *testing.T) {
 	}
 	var buf []byte
 	for i := range sizes {
-		typ, p, err := ReadFrameInto(r, MaxFrame, buf)
+		typ, p, err := framing.ReadInto(r, proto.MaxFrame, buf)
 		if err != nil {
 			t.Fatalf("frame %d (%d bytes): %v", i, sizes[i], err)
 		}
-		if typ != FrameStdout || !bytes.Equal(p, frame(i)) {
+		if typ != proto.FrameStdout || !bytes.Equal(p, frame(i)) {
 			t.Fatalf("frame %d: type %q, %d bytes, want %d bytes as sent", i, typ, len(p), sizes[i])
 		}
 		if cap(p) > cap(buf) {
 			buf = p[:0]
 		}
 	}
-	if _, _, err := ReadFrameInto(r, MaxFrame, buf); err == nil {
+	if _, _, err := framing.ReadInto(r, proto.MaxFrame, buf); err == nil {
 		t.Error("a frame after the last one")
 	}
 }
