@@ -115,7 +115,7 @@ type ExecFinishedData struct {
 // CheckpointData is what sandbox.checkpoint_created records.
 type CheckpointData struct {
 	Checkpoint string `json:"checkpoint"`
-	Tag        string `json:"tag"`
+	Tag        string `json:"tag,omitempty"`
 	Kind       string `json:"kind"`
 	FreezeMS   int64  `json:"freeze_ms"`
 	Memory     string `json:"memory,omitempty"` // how its memory reaches a restore: handoff or pages
