@@ -24,6 +24,7 @@ import (
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/metrics"
+	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
@@ -56,8 +57,8 @@ type Server struct {
 	// Cluster is the cluster this node belongs to (nil: a single host).
 	Cluster Cluster
 
-	peerMu  sync.Mutex
-	peerRTs map[string]*http.Transport // to each other node, over mutual TLS; guarded by peerMu
+	peerOnce sync.Once
+	peerc    *peer.Client // the other nodes' client (Cluster's); set by peerOnce, nil on a single host
 
 	importLocks kmutex.Keyed // one copy of an import at a time, by project and name
 

@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
-	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/peer"
 )
 
 // fakeCluster accepts the proof "good" only, as node a's (signatures
@@ -82,9 +80,9 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 		seen, who, from = nil, nil, ""
 		r, _ := http.NewRequest("GET", tc.url+"/v0/sandboxes/x/ports/80/", nil)
 		if tc.proof != "" {
-			r.Header.Set(nodeSignatureHeader, tc.proof)
+			r.Header.Set(peer.SignatureHeader, tc.proof)
 		}
-		r.Header.Set(nodePrincipalHeader, principal)
+		r.Header.Set(peer.PrincipalHeader, principal)
 		resp, err := tc.c.Do(r)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -99,7 +97,7 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 			}
 			continue
 		}
-		if seen.Get(nodeSignatureHeader) != "" || seen.Get(nodePrincipalHeader) != "" {
+		if seen.Get(peer.SignatureHeader) != "" || seen.Get(peer.PrincipalHeader) != "" {
 			t.Fatalf("the node headers went on: %v", seen)
 		}
 		if who == nil || who.Name != "ci" || who.Project != "p1" || who.Admin || from != "a" || seen.Get(ProjectHeader) != "p1" {
@@ -119,8 +117,8 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 	} {
 		who = nil
 		r, _ := http.NewRequest("GET", port.URL+"/v0/version", nil)
-		r.Header.Set(nodeSignatureHeader, "good")
-		r.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString([]byte(tc.vouched)))
+		r.Header.Set(peer.SignatureHeader, "good")
+		r.Header.Set(peer.PrincipalHeader, base64.RawURLEncoding.EncodeToString([]byte(tc.vouched)))
 		resp, err := viaTLS("a").Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -133,45 +131,5 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 	// A client certificate of another cluster key gets no handshake.
 	if _, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: nodeTLS([]byte(strings.Repeat("x", 32)), "a").Client("b")}}).Get(port.URL + "/v0/version"); err == nil {
 		t.Fatal("a certificate of another key was taken")
-	}
-}
-
-// TestNodeUnreachable: a call to another node that got no answer is the
-// node's failure (503 node_unreachable), unless the caller left (499).
-func TestNodeUnreachable(t *testing.T) {
-	node := cluster.Node{Name: "b", Address: "https://10.0.0.2:7443"}
-	left, cancel := context.WithCancel(context.Background())
-	cancel()
-	late, cancel2 := context.WithTimeout(context.Background(), 0)
-	defer cancel2()
-	tests := []struct {
-		name     string
-		ctx      context.Context
-		err      error
-		wantKind errdefs.Kind
-		wantCode string
-	}{
-		{"refused", context.Background(), syscall.ECONNREFUSED, errdefs.KindUnavailable, "node_unreachable"},
-		{"the call's deadline", late, context.DeadlineExceeded, errdefs.KindUnavailable, "node_unreachable"},
-		{"the caller left", left, fmt.Errorf("dial: %w", context.Canceled), errdefs.KindCanceled, "canceled"},
-		{"canceled, the caller still there", context.Background(), context.Canceled, errdefs.KindUnavailable, "node_unreachable"},
-	}
-	for _, tt := range tests {
-		err := nodeUnreachable(tt.ctx, node, tt.err)
-		if errdefs.KindOf(err) != tt.wantKind || errdefs.CodeOf(err) != tt.wantCode {
-			t.Errorf("%s: nodeUnreachable = %v (%s %s), want %s %s", tt.name, err, errdefs.KindOf(err), errdefs.CodeOf(err), tt.wantKind, tt.wantCode)
-		}
-	}
-}
-
-// TestKindOfStatus: another node's error answer keeps its class here, so
-// its status passes on unchanged.
-func TestKindOfStatus(t *testing.T) {
-	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict, errdefs.KindUnsupported,
-		errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindTooLarge, errdefs.KindFailed, errdefs.KindNoSpace, errdefs.KindTooMany,
-		errdefs.KindCanceled, errdefs.KindInternal, errdefs.KindUpstream, errdefs.KindUnavailable, errdefs.KindTimeout} {
-		if got := statusOf(kindOfStatus(statusOf(k))); got != statusOf(k) {
-			t.Errorf("a node's %d (%s) is passed on as %d", statusOf(k), k, got)
-		}
 	}
 }

@@ -2,18 +2,15 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
 )
 
@@ -51,30 +48,22 @@ func (s *Server) serveByImage(w http.ResponseWriter, r *http.Request, h http.Han
 	s.proxy(w, r, p.Node, nil)
 }
 
-// refPath is an image reference as a path's tail, each segment escaped.
-func refPath(ref string) string {
-	parts := strings.Split(ref, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
-}
-
 // dropCopies removes the other nodes' copies of img, an import this node
 // made, before it is removed here. A copy that a sandbox there uses is
 // not removed, and then neither is the import (image_in_use, naming the
 // node). A node that cannot be reached keeps its copy until it is used:
 // the cluster no longer names the import, and the copy is dropped then.
 func (s *Server) dropCopies(r *http.Request, img *image.Image) error {
-	others, _ := s.otherUpNodes(r.Context())
+	others, _ := s.otherUpPeers(r.Context())
+	ctx := asCaller(r)
 	for _, n := range others {
-		_, err := s.call(r.Context(), r, n, http.MethodDelete, "/v0/images/"+refPath(img.Ref), nil, nil)
+		err := n.RemoveImage(ctx, img.Ref)
 		switch {
 		case err == nil || errdefs.Is(err, errdefs.KindNotFound):
 		case errdefs.CodeOf(err) == client.CodeImageInUse:
-			return errdefs.Conflict(client.CodeImageInUse, "on node %s, %v", n.Name, err)
+			return errdefs.Conflict(client.CodeImageInUse, "on node %s, %v", n.Name(), err)
 		default:
-			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name, "image", img.Ref, "err", err)
+			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name(), "image", img.Ref, "err", err)
 		}
 	}
 	return nil
@@ -92,7 +81,7 @@ func (s *Server) ensureImport(r *http.Request, ref string) error {
 	if !ok {
 		return nil
 	}
-	ctx := r.Context()
+	ctx := asCaller(r)
 	defer s.importLocks.Lock(project.Of(ctx) + " " + canon)()
 	local, lerr := s.Images.Get(ctx, ref)
 	if lerr == nil && local.Origin == "" {
@@ -121,16 +110,16 @@ func (s *Server) ensureImport(r *http.Request, ref string) error {
 	case p.Node == s.Cluster.Name():
 		return nil // recorded as this node's, but not here: the create says so
 	}
-	holder, err := s.upNode(ctx, p.Node)
+	holder, err := s.upPeer(ctx, p.Node)
 	if err != nil {
 		return fmt.Errorf("image %s was imported on node %s: %w", ref, p.Node, err)
 	}
 	start := time.Now()
-	n, err := s.fetchImport(ctx, r, holder, canon, p.Digest)
+	n, err := s.fetchImport(ctx, holder, canon, p.Digest)
 	if err != nil {
-		return fmt.Errorf("image %s: copy from node %s: %w", ref, holder.Name, err)
+		return fmt.Errorf("image %s: copy from node %s: %w", ref, holder.Name(), err)
 	}
-	s.Log.Info("image copied here on first use", "image", canon, "project", project.Of(ctx), "from", holder.Name, "digest", p.Digest,
+	s.Log.Info("image copied here on first use", "image", canon, "project", project.Of(ctx), "from", holder.Name(), "digest", p.Digest,
 		"bytes", n, "took", time.Since(start))
 	return nil
 }
@@ -152,29 +141,15 @@ func (s *Server) dropCopy(ctx context.Context, img *image.Image) error {
 
 // fetchImport asks node for its import ref and keeps what it sends as a
 // copy, checked against digest; it returns the bytes received.
-func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster.Node, ref, digest string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Hour)
-	defer cancel()
-	out, err := http.NewRequestWithContext(ctx, http.MethodGet, node.Address+"/v0/cluster/images/"+refPath(ref), nil)
-	if err != nil {
-		return 0, err
-	}
-	s.vouch(out, in, node.Name)
-	resp, err := s.transport(node.Name).RoundTrip(out)
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e Error
-		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return 0, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "node %s: %s", node.Name, e.Message)
-	}
-	counted := &countingReader{r: resp.Body}
-	if _, err := s.Images.ImportCopy(ctx, counted, ref, digest, node.Name); err != nil {
-		return counted.n, err
-	}
-	return counted.n, nil
+func (s *Server) fetchImport(ctx context.Context, node *peer.Node, ref, digest string) (int64, error) {
+	var n int64
+	err := node.FetchImport(ctx, ref, func(r io.Reader) error {
+		counted := &countingReader{r: r}
+		_, err := s.Images.ImportCopy(ctx, counted, ref, digest, node.Name())
+		n = counted.n
+		return err
+	})
+	return n, err
 }
 
 // exportImage is GET /v0/cluster/images/{ref...} (nodes only): this node's

@@ -14,6 +14,7 @@ import (
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
@@ -45,10 +46,12 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	if req.Hooks.InSource {
 		return nil, 0, errdefs.Unsupported("fork of %s: node %s has no room for it, and hooks_in_source is not available for a fork that moves to another node", src.Name, s.Cluster.Name())
 	}
-	hooks := url.Values{"from_node": {s.Cluster.Name()}, "hook_errors": {"fail"}, "hook_timeout": {req.Hooks.Timeout.String()}}
-	if req.Hooks.Ignore {
-		hooks.Set("hook_errors", "ignore")
+	to, err := s.peerOf(target)
+	if err != nil {
+		return nil, 0, err
 	}
+	ctx = asCaller(r)
+	hooks := peer.Hooks{FromNode: s.Cluster.Name(), Timeout: req.Hooks.Timeout, Ignore: req.Hooks.Ignore}
 	start := time.Now()
 	ck, err := s.Sandboxes.Checkpoint(ctx, src.ID, req.Tag)
 	if err != nil {
@@ -57,27 +60,26 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	bg := context.WithoutCancel(ctx)
 	defer s.Sandboxes.RemoveCheckpoint(bg, ck.ID)
 	frozen := time.Since(start)
-	moved, err := s.sendCheckpoint(ctx, r, target, ck.ID, "")
+	moved, err := s.sendCheckpoint(ctx, to, ck.ID, nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	sent := time.Since(start)
-	defer s.call(bg, r, target, http.MethodDelete, "/v0/checkpoints/"+ck.ID, nil, nil)
+	defer to.RemoveCheckpoint(bg, ck.ID)
 	var forks []Sandbox
 	for i := range req.Count {
 		name := req.Name
 		if req.Count > 1 && name != "" {
 			name = fmt.Sprintf("%s-%d", req.Name, i+1)
 		}
-		body, _ := json.Marshal(RestoreRequest{Name: name})
-		var sb Sandbox
-		if _, err := s.callWithin(ctx, 10*time.Minute, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?"+hooks.Encode(), body, &sb); err != nil {
+		sb, err := to.Restore(ctx, ck.ID, RestoreRequest{Name: name}, hooks)
+		if err != nil {
 			for _, f := range forks {
-				s.call(bg, r, target, http.MethodDelete, "/v0/sandboxes/"+f.ID+"?force=true", nil, nil)
+				to.RemoveSandbox(bg, f.ID)
 			}
 			return nil, 0, fmt.Errorf("fork of %s on node %s: %w", src.Name, target.Name, err)
 		}
-		forks = append(forks, sb)
+		forks = append(forks, *sb)
 	}
 	s.Log.Info("fork moved to another node", "source", src.ID, "node", target.Name, "checkpoint", ck.ID,
 		"checkpoint_took", frozen, "sent_bytes", moved, "sent_took", sent-frozen, "total", time.Since(start))
@@ -87,18 +89,17 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	return ForkResponse{Sandboxes: forks}, http.StatusCreated, nil
 }
 
-// sendCheckpoint streams checkpoint id to node (with query for the
-// receiver: "" or ?environment=) and returns the bytes sent. A checkpoint
-// of a sandbox made from an imported image names it (&image=): the
-// receiver copies the import first if it lacks it.
-func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
+// sendCheckpoint streams checkpoint id to node to (with q for the
+// receiver: environment=) and returns the bytes sent. A checkpoint of a
+// sandbox made from an imported image names it (image=): the receiver
+// copies the import first if it lacks it.
+func (s *Server) sendCheckpoint(ctx context.Context, to *peer.Node, id string, q url.Values) (int64, error) {
 	if ck, err := s.Sandboxes.GetCheckpoint(ctx, id); err == nil {
 		if _, ok := image.ImportName(ck.Image); ok {
-			sep := "?"
-			if query != "" {
-				sep = "&"
+			if q == nil {
+				q = url.Values{}
 			}
-			query += sep + "image=" + url.QueryEscape(ck.Image)
+			q.Set("image", ck.Image)
 		}
 	}
 	pr, pw := io.Pipe()
@@ -114,21 +115,8 @@ func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node clus
 		<-exported
 	}()
 	counted := &countingReader{r: pr}
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, node.Address+"/v0/cluster/checkpoints"+query, counted)
-	if err != nil {
-		return 0, err
-	}
-	out.Header.Set("Content-Type", "application/zstd")
-	s.vouch(out, in, node.Name)
-	resp, err := s.transport(node.Name).RoundTrip(out)
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		var e Error
-		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return 0, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "node %s refused the checkpoint: %s", node.Name, e.Message)
+	if err := to.SendCheckpoint(ctx, counted, q); err != nil {
+		return 0, fmt.Errorf("send checkpoint %s to node %s: %w", id, to.Name(), err)
 	}
 	return counted.n, nil
 }
@@ -184,16 +172,17 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]string{"id": ck.ID})
 }
 
-// removeEverywhere sends DELETE uri to every other node that is up and
-// reports whether one removed something.
-func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
+// removeEnvironmentElsewhere removes environment name from every other
+// node that is up and reports whether one removed it.
+func (s *Server) removeEnvironmentElsewhere(r *http.Request, name string) bool {
 	removed := false
-	others, _ := s.otherUpNodes(r.Context())
+	others, _ := s.otherUpPeers(r.Context())
+	ctx := asCaller(r)
 	for _, n := range others {
-		if _, err := s.call(r.Context(), r, n, http.MethodDelete, uri, nil, nil); err == nil {
+		if err := n.RemoveEnvironment(ctx, name); err == nil {
 			removed = true
 		} else if !errdefs.Is(err, errdefs.KindNotFound) {
-			s.cfgLog().Warn("cluster: a node did not remove it", "node", n.Name, "uri", uri, "err", err)
+			s.cfgLog().Warn("cluster: a node did not remove an environment", "node", n.Name(), "environment", name, "err", err)
 		}
 	}
 	return removed
@@ -206,7 +195,7 @@ func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
 // origin rebuilt or removed the environment is dropped. With etcd away a
 // copy is used as it is.
 func (s *Server) ensureEnvironment(r *http.Request, name string) error {
-	ctx := r.Context()
+	ctx := asCaller(r)
 	e, err := s.Sandboxes.GetEnvironment(ctx, name)
 	switch {
 	case err == nil && e.Origin == "":
@@ -229,15 +218,15 @@ func (s *Server) ensureEnvironment(r *http.Request, name string) error {
 	if perr != nil {
 		return perr
 	}
-	origin, err := s.upNode(ctx, p.Node)
+	origin, err := s.upPeer(ctx, p.Node)
 	if err != nil {
 		return fmt.Errorf("environment %s was built on node %s: %w", name, p.Node, err)
 	}
 	start := time.Now()
-	if _, err := s.callWithin(ctx, time.Hour, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {
-		return fmt.Errorf("environment %s: copy from node %s: %w", name, origin.Name, err)
+	if err := origin.SendEnvironment(ctx, name, s.Cluster.Name()); err != nil {
+		return fmt.Errorf("environment %s: copy from node %s: %w", name, origin.Name(), err)
 	}
-	s.Log.Info("environment copied here on first use", "environment", name, "from", origin.Name, "took", time.Since(start))
+	s.Log.Info("environment copied here on first use", "environment", name, "from", origin.Name(), "took", time.Since(start))
 	return nil
 }
 
@@ -245,7 +234,7 @@ func (s *Server) ensureEnvironment(r *http.Request, name string) error {
 // (nodes only): this node, which built the environment, sends its
 // checkpoint to NODE, which keeps it as a copy.
 func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
-	ctx := r.Context()
+	ctx := asCaller(r)
 	e, err := s.Sandboxes.GetEnvironment(ctx, r.PathValue("name"))
 	if err != nil {
 		return nil, 0, err
@@ -253,13 +242,13 @@ func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
 	if e.Origin != "" {
 		return nil, 0, errdefs.Conflict(client.CodeEnvironmentCopy, "environment %s here is a copy of node %s's", e.Name, e.Origin)
 	}
-	to, err := s.upNode(ctx, r.URL.Query().Get("to"))
+	to, err := s.upPeer(ctx, r.URL.Query().Get("to"))
 	if err != nil {
 		return nil, 0, err
 	}
 	doc, _ := json.Marshal(e)
-	q := "?environment=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString(doc))
-	n, err := s.sendCheckpoint(ctx, r, to, e.Checkpoint, q)
+	q := url.Values{"environment": {base64.RawURLEncoding.EncodeToString(doc)}}
+	n, err := s.sendCheckpoint(ctx, to, e.Checkpoint, q)
 	if err != nil {
 		return nil, 0, err
 	}
