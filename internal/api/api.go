@@ -20,9 +20,9 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/crossnode"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
-	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
@@ -60,7 +60,8 @@ type Server struct {
 	peerOnce sync.Once
 	peerc    *peer.Client // the other nodes' client (Cluster's); set by peerOnce, nil on a single host
 
-	importLocks kmutex.Keyed // one copy of an import at a time, by project and name
+	crossOnce sync.Once
+	cross     *crossnode.Service // set by crossOnce
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
