@@ -46,8 +46,9 @@ type Client struct {
 	// shorten them).
 	callTimeout, restoreTimeout, copyTimeout time.Duration
 
-	mu  sync.Mutex
-	rts map[string]*http.Transport // each node's pool; guarded by mu
+	mu    sync.Mutex
+	rts   map[string]*http.Transport // each node's pool; guarded by mu
+	nodes map[string]*Node           // each node's client, by name; guarded by mu
 }
 
 // New returns a client of the nodes signer's cluster.
@@ -100,6 +101,26 @@ type Node struct {
 
 // Node returns the client of node n (up, as the caller found it).
 func (c *Client) Node(n cluster.Node) (*Node, error) {
+	c.mu.Lock()
+	node := c.nodes[n.Name]
+	c.mu.Unlock()
+	if node != nil && node.addr == n.Address {
+		return node, nil
+	}
+	node, err := c.newNode(n)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]*Node{}
+	}
+	c.nodes[n.Name] = node // a node that moved: its new address from now on
+	return node, nil
+}
+
+func (c *Client) newNode(n cluster.Node) (*Node, error) {
 	target, err := url.Parse(n.Address)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
 		return nil, fmt.Errorf("node %s's address %q is not an http(s) URL", n.Name, n.Address)

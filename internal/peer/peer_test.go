@@ -378,3 +378,14 @@ func TestVouchedPrincipal(t *testing.T) {
 		}
 	}
 }
+
+// A node's client is made once, and again when the node moved.
+func TestNodeCached(t *testing.T) {
+	c := New(fakeSigner{tls: nodeTLS(t, "a")})
+	first, _ := c.Node(cluster.Node{Name: "b", Address: "https://10.0.0.2:7071"})
+	again, _ := c.Node(cluster.Node{Name: "b", Address: "https://10.0.0.2:7071"})
+	moved, _ := c.Node(cluster.Node{Name: "b", Address: "https://10.0.0.3:7071"})
+	if first != again || moved == first || moved.addr != "https://10.0.0.3:7071" {
+		t.Errorf("clients %p %p %p (moved to %s), want the first twice, then a new one", first, again, moved, moved.addr)
+	}
+}
