@@ -115,7 +115,7 @@ type Service struct {
 func (s *Service) undo(what string, fn func() error) func() {
 	return func() {
 		if err := fn(); err != nil {
-			s.Log.Warn("cluster: an undo failed: "+what+" is left behind", "err", err)
+			s.Log.Warn("cluster: an undo failed, and what it undoes is left behind", "left", what, "err", err)
 		}
 	}
 }
