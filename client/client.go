@@ -37,10 +37,18 @@ type Options struct {
 	// is SHARD_PROJECT, else the key's own project (or, for the socket and
 	// keys of every project, "default").
 	Project string
+	// Transport carries the requests to Remote (nil: a connection pool of
+	// the client's own). A node of a cluster calls another through one
+	// that signs each call (internal/peer).
+	Transport http.RoundTripper
 }
 
 // ProjectHeader is the header that names a request's project.
 const ProjectHeader = "Shard-Project"
+
+// RequestIDHeader is the header of a request's id: the server answers with
+// it (Error.RequestID), and takes a caller's own.
+const RequestIDHeader = "X-Request-Id"
 
 // Client talks to one server. It is safe for concurrent use.
 type Client struct {
@@ -86,6 +94,9 @@ func New(o Options) (*Client, error) {
 		c.base = "http://shard"
 	}
 	c.hc = &http.Client{Transport: tr}
+	if o.Transport != nil {
+		c.hc = &http.Client{Transport: o.Transport}
+	}
 	return c, nil
 }
 
@@ -129,19 +140,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any) (*http.Res
 			body = bytes.NewReader(b)
 		}
 	}
-	req, err := c.newRequest(ctx, method, path, body)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, c.connErr(err)
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		return nil, readError(resp)
-	}
-	return resp, nil
+	return c.Do(ctx, method, path, body, "")
 }
 
 func (c *Client) connErr(err error) error {
@@ -153,12 +152,44 @@ func (c *Client) connErr(err error) error {
 
 func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get(RequestIDHeader)}
 	if json.Unmarshal(b, e) != nil || e.Message == "" {
 		e.Code = "http_" + fmt.Sprint(resp.StatusCode)
 		e.Message = fmt.Sprintf("server answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return e
+}
+
+// Call sends method path (under /v0, with its query; each segment escaped
+// by the caller) with in as its JSON body (nil: none; an io.Reader: its
+// bytes as they are), and decodes a 2xx answer's JSON into out (nil: the
+// answer is dropped); any other answer is an *Error. It reaches what this
+// package has no method for, such as the calls between a cluster's nodes.
+func (c *Client) Call(ctx context.Context, method, path string, in, out any) error {
+	return c.call(ctx, method, path, in, out)
+}
+
+// Do sends method path (as Call) with body, of type contentType, and
+// returns a 2xx answer for the caller to read and close; any other answer
+// is an *Error. It is Call for a body or an answer that is not JSON (a
+// stream).
+func (c *Client) Do(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+	req, err := c.newRequest(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.connErr(err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
 }
 
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {

@@ -171,3 +171,67 @@ func TestPathEscaping(t *testing.T) {
 		t.Errorf("refused requests reached the server: %q", got)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Options.Transport carries every request (a node's signing one, in a
+// cluster); Call and Do reach what the client has no method for, and any
+// answer but a 2xx is an *Error.
+func TestTransportCallDo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method + " " + r.URL.RequestURI() {
+		case "POST /v0/cluster/things?to=b":
+			if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Signed") != "yes" {
+				http.Error(w, `{"code":"invalid_argument","message":"headers"}`, 400)
+				return
+			}
+			fmt.Fprint(w, `{"sent_bytes":3}`)
+		case "POST /v0/cluster/stream":
+			if r.Header.Get("Content-Type") != "application/zstd" {
+				http.Error(w, `{"code":"invalid_argument","message":"type"}`, 400)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{"id":"x"}`)
+		default:
+			w.Header().Set(RequestIDHeader, "r1")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"code":"checkpoint_not_found","message":"no checkpoint x"}`)
+		}
+	}))
+	defer srv.Close()
+	var sent int
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent++
+		r = r.Clone(r.Context())
+		r.Header.Set("Signed", "yes")
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	c, err := New(Options{Remote: srv.URL, Transport: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var out struct {
+		Sent int `json:"sent_bytes"`
+	}
+	if err := c.Call(ctx, "POST", "/cluster/things?to=b", struct{}{}, &out); err != nil || out.Sent != 3 {
+		t.Errorf("Call = %+v, %v; want 3 bytes", out, err)
+	}
+	resp, err := c.Do(ctx, "POST", "/cluster/stream", strings.NewReader("zz"), "application/zstd")
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("Do = %v, %v; want 201", resp, err)
+	}
+	resp.Body.Close()
+	_, err = c.Do(ctx, "GET", "/checkpoints/x", nil, "")
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Status != 404 || ce.Code != CodeCheckpointNotFound || ce.RequestID != "r1" {
+		t.Errorf("Do of a 404 = %#v, want a checkpoint_not_found *Error of request r1", err)
+	}
+	if sent != 3 {
+		t.Errorf("the transport carried %d requests, want 3", sent)
+	}
+}

@@ -20,10 +20,11 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/crossnode"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
-	"github.com/useshards/shard/internal/kmutex"
 	"github.com/useshards/shard/internal/metrics"
+	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/secrets"
@@ -61,10 +62,11 @@ type Server struct {
 	// Cluster is the cluster this node belongs to (nil: a single host).
 	Cluster Cluster
 
-	peerMu  sync.Mutex
-	peerRTs map[string]*http.Transport // to each other node, over mutual TLS; guarded by peerMu
+	peerOnce sync.Once
+	peerc    *peer.Client // the other nodes' client (Cluster's); set by peerOnce, nil on a single host
 
-	importLocks kmutex.Keyed // one copy of an import at a time, by project and name
+	crossOnce sync.Once
+	cross     *crossnode.Service // set by crossOnce
 
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
@@ -442,43 +444,12 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController and websocket reach the real writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// statusClientClosed is the status of a request whose client went away
-// before its answer (nginx's 499): nobody reads it, but the access log and
-// the metrics tell it from a failure of the server.
-const statusClientClosed = 499
+// statusClientClosed is a request's whose client went away (499).
+const statusClientClosed = errdefs.StatusClientClosed
 
-// statusOf is the HTTP status of each kind: the one place they are mapped.
-func statusOf(k errdefs.Kind) int {
-	switch k {
-	case errdefs.KindInvalid:
-		return http.StatusBadRequest
-	case errdefs.KindNotFound:
-		return http.StatusNotFound
-	case errdefs.KindConflict, errdefs.KindUnsupported:
-		return http.StatusConflict
-	case errdefs.KindForbidden:
-		return http.StatusForbidden
-	case errdefs.KindUnauth:
-		return http.StatusUnauthorized
-	case errdefs.KindFailed:
-		return http.StatusUnprocessableEntity
-	case errdefs.KindTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case errdefs.KindNoSpace:
-		return http.StatusInsufficientStorage
-	case errdefs.KindTooMany:
-		return http.StatusTooManyRequests
-	case errdefs.KindCanceled:
-		return statusClientClosed
-	case errdefs.KindUpstream:
-		return http.StatusBadGateway
-	case errdefs.KindUnavailable:
-		return http.StatusServiceUnavailable
-	case errdefs.KindTimeout:
-		return http.StatusGatewayTimeout
-	}
-	return http.StatusInternalServerError
-}
+// statusOf is the HTTP status of each kind (errdefs' table, which a node
+// also reads another node's error answers back with).
+func statusOf(k errdefs.Kind) int { return errdefs.Status(k) }
 
 // writeError answers err: its status and {code, message} (errorBody),
 // logged as failedAnswer does.

@@ -3,25 +3,21 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
 )
 
@@ -49,12 +45,6 @@ type Cluster interface {
 	Verify(proof, method, uri string, principal []byte) (string, error)
 	TLS() *cluster.NodeTLS // the cluster's CA and this node's certificate
 }
-
-// The headers of a call from another node.
-const (
-	nodeSignatureHeader = "Shard-Node-Signature"
-	nodePrincipalHeader = "Shard-Node-Principal"
-)
 
 // placement says where a route's calls are served in a cluster. Every
 // route declares one in routes(): the zero value is no placement, which
@@ -93,17 +83,6 @@ func heldAt(probe func(*http.Request) (any, int, error), prefix, param string) w
 	return where{place: holderNode, probe: probe, probeURI: func(r *http.Request) string { return prefix + url.PathEscape(r.PathValue(param)) }}
 }
 
-// vouched is the principal a node sends on with a call: who the caller
-// is (its key checked there) and the project it asked for.
-type vouched struct {
-	Admin   bool     `json:"admin,omitempty"`
-	TokenID string   `json:"token_id,omitempty"`
-	Name    string   `json:"name"`
-	Scopes  []string `json:"scopes,omitempty"`
-	Project string   `json:"project"`
-	Asked   string   `json:"asked,omitempty"` // the Shard-Project the caller sent
-}
-
 type peerKey struct{}
 
 type clusterPortKey struct{}
@@ -119,21 +98,21 @@ func OnClusterPort(ctx context.Context) context.Context {
 func fromNode(ctx context.Context) string { n, _ := ctx.Value(peerKey{}).(string); return n }
 
 // peers admits a call another node sent on: its signature checked, the
-// principal it vouches for becomes the call's. A call without the headers
-// is a caller's own; with a bad signature it is refused (401).
+// principal it vouches for becomes the call's (peer.Verify). A call
+// without the headers is a caller's own; with a bad signature it is
+// refused (401).
 func (s *Server) peers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		proof := r.Header.Get(nodeSignatureHeader)
 		bad := func(why string) {
 			s.writeError(w, r, errdefs.New(errdefs.KindUnauth, client.CodeBadNodeSignature, "a call from another node was refused: %s", why))
 		}
 		onClusterPort := r.Context().Value(clusterPortKey{}) != nil
-		if proof == "" {
+		if r.Header.Get(peer.SignatureHeader) == "" {
 			if onClusterPort {
 				bad("the cluster port takes calls from the other nodes only (signed): callers use the API's --listen address")
 				return
 			}
-			r.Header.Del(nodePrincipalHeader)
+			r.Header.Del(peer.PrincipalHeader)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -148,102 +127,47 @@ func (s *Server) peers(next http.Handler) http.Handler {
 			bad("calls between nodes are taken only on the cluster port (shard serve --cluster-listen), over mutual TLS")
 			return
 		}
-		certNode, err := s.Cluster.TLS().PeerNode(r.TLS)
-		if err != nil {
-			bad("its TLS client certificate: " + err.Error())
-			return
-		}
-		raw, err := base64.RawURLEncoding.DecodeString(r.Header.Get(nodePrincipalHeader))
-		if err != nil {
-			bad("its principal is not base64")
-			return
-		}
-		node, err := s.Cluster.Verify(proof, r.Method, r.URL.RequestURI(), raw)
+		in, err := peer.Verify(r, s.Cluster)
 		if err != nil {
 			bad(err.Error())
 			return
 		}
-		if node != certNode {
-			bad(fmt.Sprintf("signed by node %s over node %s's TLS connection", node, certNode))
-			return
-		}
-		var v vouched
-		if err := json.Unmarshal(raw, &v); err != nil {
-			bad("its principal is not JSON")
-			return
-		}
 		// Nothing further (a sandbox's server behind the ports proxy) sees
 		// who the node vouched for.
-		r.Header.Del(nodeSignatureHeader)
-		r.Header.Del(nodePrincipalHeader)
-		// The socket's administrator and Anonymous are themselves here
-		// too: a call vouched for no project ("-", as vouch sends
-		// Anonymous, or none) is Anonymous's on purpose, which acts in
-		// no project, never one that sees every project.
-		var p *auth.Principal
-		switch {
-		case v.Admin:
-			p = auth.Socket
-		case v.Project == "" || v.Project == project.Nowhere:
-			p = auth.Anonymous
-		default:
-			p = &auth.Principal{TokenID: v.TokenID, Name: v.Name, Scopes: v.Scopes, Project: v.Project}
-		}
+		r.Header.Del(peer.SignatureHeader)
+		r.Header.Del(peer.PrincipalHeader)
 		r.Header.Del(ProjectHeader)
-		if v.Asked != "" {
-			r.Header.Set(ProjectHeader, v.Asked)
+		if in.Asked != "" {
+			r.Header.Set(ProjectHeader, in.Asked)
 		}
-		ctx := context.WithValue(auth.WithPrincipal(r.Context(), p), peerKey{}, node)
+		ctx := context.WithValue(auth.WithPrincipal(r.Context(), in.Principal), peerKey{}, in.Node)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
-// vouch signs out (a call going on to node to) for in's principal, and
-// drops the caller's key from it.
-func (s *Server) vouch(out, in *http.Request, to string) {
-	client.DropKey(out)
-	// Anonymous (a route anyone may call) vouches for no one: no scope,
-	// no project.
-	v := vouched{Name: auth.Anonymous.Name, Project: project.Nowhere, Asked: requestedProject(in)}
-	switch p := auth.From(in.Context()); {
-	case p == auth.Anonymous:
-	case p.Admin:
-		v.Admin, v.Name, v.Project = true, auth.Socket.Name, ""
-	default:
-		v.TokenID, v.Name, v.Scopes, v.Project = p.TokenID, p.Name, p.Scopes, p.Project
+// asCaller is r's context for calls to other nodes: each is made for r's
+// principal (peer.WithCaller), with r's id.
+func asCaller(r *http.Request) context.Context {
+	c := peer.Caller{Principal: auth.From(r.Context()), Asked: requestedProject(r)}
+	if info := infoOf(r.Context()); info != nil {
+		c.RequestID = info.id
 	}
-	raw, _ := json.Marshal(v)
-	out.Header.Del(ProjectHeader)
-	out.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString(raw))
-	out.Header.Set(nodeSignatureHeader, s.Cluster.Sign(to, out.Method, out.URL.RequestURI(), raw))
-	if id := infoOf(in.Context()); id != nil {
-		out.Header.Set(RequestIDHeader, id.id) // one id across the hops
-	}
+	return peer.WithCaller(r.Context(), c)
 }
 
-// transport is the connection pool to node, over mutual TLS: its
-// certificate must be the cluster's and name it (cluster.NodeTLS.Client).
-// One pool a node: a connection checked for one node is never lent to a
-// call meant for another that took its address.
-func (s *Server) transport(node string) http.RoundTripper {
-	s.peerMu.Lock()
-	defer s.peerMu.Unlock()
-	if rt := s.peerRTs[node]; rt != nil {
-		return rt
-	}
-	if s.peerRTs == nil {
-		s.peerRTs = map[string]*http.Transport{}
-	}
-	rt := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     s.Cluster.TLS().Client(node),
-		TLSHandshakeTimeout: 5 * time.Second,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	s.peerRTs[node] = rt
-	return rt
+// nodeClient is the client of the other nodes, made on first use (nil on
+// a single host).
+func (s *Server) nodeClient() *peer.Client {
+	s.peerOnce.Do(func() {
+		if s.Cluster != nil {
+			s.peerc = peer.New(s.Cluster)
+		}
+	})
+	return s.peerc
 }
+
+// peerOf is the client of node n.
+func (s *Server) peerOf(n cluster.Node) (*peer.Node, error) { return s.nodeClient().Node(n) }
 
 // upNode returns the named node if it is up.
 func (s *Server) upNode(ctx context.Context, name string) (cluster.Node, error) {
@@ -257,115 +181,25 @@ func (s *Server) upNode(ctx context.Context, name string) (cluster.Node, error) 
 	return n, nil
 }
 
+// upPeer is the client of the named node if it is up.
+func (s *Server) upPeer(ctx context.Context, name string) (*peer.Node, error) {
+	n, err := s.upNode(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.peerOf(n)
+}
+
 // proxy sends the call on to node and streams its answer back (exec
 // streams, WebSocket upgrades and ledger follows included). body, when not
 // nil, is the call's body already read.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, node string, body []byte) {
-	n, err := s.upNode(r.Context(), node)
+	n, err := s.upPeer(r.Context(), node)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	target, err := url.Parse(n.Address)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("node %s's address %q: %w", n.Name, n.Address, err))
-		return
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			if body != nil {
-				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-				pr.Out.ContentLength = int64(len(body))
-			}
-			s.vouch(pr.Out, pr.In, n.Name)
-		},
-		Transport:     s.transport(n.Name),
-		FlushInterval: -1, // streams: every write goes out at once
-		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Del(RequestIDHeader) // ours is set already (the same id)
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if cerr := r.Context().Err(); cerr != nil {
-				s.writeError(w, r, cerr) // the caller left: a 499 in the access log
-				return
-			}
-			s.writeError(w, r, errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", n.Name, n.Address, err))
-		},
-	}
-	rp.ServeHTTP(w, r)
-}
-
-// call makes a JSON call to node for in's principal and decodes its answer
-// (for lists merged from every node, and for finding what a node holds),
-// within 30 seconds.
-func (s *Server) call(ctx context.Context, in *http.Request, node cluster.Node, method, uri string, body []byte, v any) (int, error) {
-	return s.callWithin(ctx, 30*time.Second, in, node, method, uri, body, v)
-}
-
-// callWithin is call for work that takes longer (a restore, a copy).
-func (s *Server) callWithin(ctx context.Context, d time.Duration, in *http.Request, node cluster.Node, method, uri string, body []byte, v any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	out, err := http.NewRequestWithContext(ctx, method, node.Address+uri, rd)
-	if err != nil {
-		return 0, err
-	}
-	out.Header = in.Header.Clone()
-	out.Header.Del("Content-Length")
-	out.Header.Del("Accept-Encoding")
-	s.vouch(out, in, node.Name)
-	resp, err := s.transport(node.Name).RoundTrip(out)
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	if resp.StatusCode >= 400 {
-		var e Error
-		if json.Unmarshal(b, &e) == nil && e.Code != "" {
-			return resp.StatusCode, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "%s", e.Message)
-		}
-		return resp.StatusCode, errdefs.Upstream("", "node %s answered %s", node.Name, resp.Status)
-	}
-	if v == nil {
-		return resp.StatusCode, nil
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return resp.StatusCode, errdefs.Upstream("", "node %s answered what is not its API's: %v", node.Name, err)
-	}
-	return resp.StatusCode, nil
-}
-
-// nodeUnreachable is the error of a call to node that got no answer
-// (err): the caller's leaving, a 499 (ctx is the call's), or the node's, a
-// 503 node_unreachable.
-func nodeUnreachable(ctx context.Context, node cluster.Node, err error) error {
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return fmt.Errorf("call node %s: %w", node.Name, ctx.Err())
-	}
-	return errdefs.New(errdefs.KindUnavailable, client.CodeNodeUnreachable, "node %s (%s) does not answer: %v", node.Name, node.Address, err)
-}
-
-// kindOfStatus is the error class of another node's answer (statusOf
-// backwards), so its error is passed on as it was.
-func kindOfStatus(status int) errdefs.Kind {
-	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict,
-		errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindFailed, errdefs.KindTooLarge, errdefs.KindNoSpace,
-		errdefs.KindTooMany, errdefs.KindCanceled, errdefs.KindUpstream, errdefs.KindUnavailable, errdefs.KindTimeout} {
-		if statusOf(k) == status {
-			return k
-		}
-	}
-	return errdefs.KindInternal
+	n.Forward(w, r.WithContext(asCaller(r)), body, s.writeError)
 }
 
 // routed wraps a route's handler with where its calls are served.
@@ -478,11 +312,12 @@ func (s *Server) serveAnyNode(w http.ResponseWriter, r *http.Request, rt route, 
 // holder is the first other up node that answers the GET uri (what a
 // call names is there), or "" when none does.
 func (s *Server) holder(r *http.Request, uri string) string {
-	others, _ := s.otherUpNodes(r.Context())
+	others, _ := s.otherUpPeers(r.Context())
+	ctx := asCaller(r)
 	for _, n := range others {
 		var answer json.RawMessage
-		if _, err := s.call(r.Context(), r, n, http.MethodGet, uri, nil, &answer); err == nil {
-			return n.Name
+		if err := n.Get(ctx, uri, &answer); err == nil {
+			return n.Name()
 		}
 	}
 	return ""
@@ -497,6 +332,22 @@ func (s *Server) otherUpNodes(ctx context.Context) ([]cluster.Node, error) {
 		if n.Name != s.Cluster.Name() && n.State == cluster.NodeUp {
 			out = append(out, n)
 		}
+	}
+	return out, err
+}
+
+// otherUpPeers are the clients of otherUpNodes (a node whose address is
+// not a URL left out, logged).
+func (s *Server) otherUpPeers(ctx context.Context) ([]*peer.Node, error) {
+	nodes, err := s.otherUpNodes(ctx)
+	out := make([]*peer.Node, 0, len(nodes))
+	for _, n := range nodes {
+		p, perr := s.peerOf(n)
+		if perr != nil {
+			s.cfgLog().Warn("cluster: a node is left out", "node", n.Name, "err", perr)
+			continue
+		}
+		out = append(out, p)
 	}
 	return out, err
 }
@@ -529,6 +380,7 @@ func (s *Server) serveEveryNode(w http.ResponseWriter, r *http.Request, rt route
 		err   error
 	}
 	answers := make([]answer, len(nodes))
+	ctx := asCaller(r)
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		if n.Name == s.Cluster.Name() || n.State != cluster.NodeUp {
@@ -537,7 +389,11 @@ func (s *Server) serveEveryNode(w http.ResponseWriter, r *http.Request, rt route
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, answers[i].err = s.call(r.Context(), r, n, http.MethodGet, r.URL.RequestURI(), nil, &answers[i].lists)
+			p, err := s.peerOf(n)
+			if err == nil {
+				err = p.Get(ctx, r.URL.RequestURI(), &answers[i].lists)
+			}
+			answers[i].err = err
 		}()
 	}
 	wg.Wait()

@@ -10,12 +10,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/peer"
 )
 
 // fakeCluster accepts the proof "good" only, as node a's (signatures
@@ -82,9 +83,9 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 		seen, who, from = nil, nil, ""
 		r, _ := http.NewRequest("GET", tc.url+"/v0/sandboxes/x/ports/80/", nil)
 		if tc.proof != "" {
-			r.Header.Set(nodeSignatureHeader, tc.proof)
+			r.Header.Set(peer.SignatureHeader, tc.proof)
 		}
-		r.Header.Set(nodePrincipalHeader, principal)
+		r.Header.Set(peer.PrincipalHeader, principal)
 		resp, err := tc.c.Do(r)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -99,7 +100,7 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 			}
 			continue
 		}
-		if seen.Get(nodeSignatureHeader) != "" || seen.Get(nodePrincipalHeader) != "" {
+		if seen.Get(peer.SignatureHeader) != "" || seen.Get(peer.PrincipalHeader) != "" {
 			t.Fatalf("the node headers went on: %v", seen)
 		}
 		if who == nil || who.Name != "ci" || who.Project != "p1" || who.Admin || from != "a" || seen.Get(ProjectHeader) != "p1" {
@@ -119,8 +120,8 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 	} {
 		who = nil
 		r, _ := http.NewRequest("GET", port.URL+"/v0/version", nil)
-		r.Header.Set(nodeSignatureHeader, "good")
-		r.Header.Set(nodePrincipalHeader, base64.RawURLEncoding.EncodeToString([]byte(tc.vouched)))
+		r.Header.Set(peer.SignatureHeader, "good")
+		r.Header.Set(peer.PrincipalHeader, base64.RawURLEncoding.EncodeToString([]byte(tc.vouched)))
 		resp, err := viaTLS("a").Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -136,42 +137,96 @@ func TestPeersStripNodeHeaders(t *testing.T) {
 	}
 }
 
-// TestNodeUnreachable: a call to another node that got no answer is the
-// node's failure (503 node_unreachable), unless the caller left (499).
-func TestNodeUnreachable(t *testing.T) {
-	node := cluster.Node{Name: "b", Address: "https://10.0.0.2:7443"}
-	left, cancel := context.WithCancel(context.Background())
-	cancel()
-	late, cancel2 := context.WithTimeout(context.Background(), 0)
-	defer cancel2()
-	tests := []struct {
-		name     string
-		ctx      context.Context
-		err      error
-		wantKind errdefs.Kind
-		wantCode string
-	}{
-		{"refused", context.Background(), syscall.ECONNREFUSED, errdefs.KindUnavailable, "node_unreachable"},
-		{"the call's deadline", late, context.DeadlineExceeded, errdefs.KindUnavailable, "node_unreachable"},
-		{"the caller left", left, fmt.Errorf("dial: %w", context.Canceled), errdefs.KindCanceled, "canceled"},
-		{"canceled, the caller still there", context.Background(), context.Canceled, errdefs.KindUnavailable, "node_unreachable"},
-	}
-	for _, tt := range tests {
-		err := nodeUnreachable(tt.ctx, node, tt.err)
-		if errdefs.KindOf(err) != tt.wantKind || errdefs.CodeOf(err) != tt.wantCode {
-			t.Errorf("%s: nodeUnreachable = %v (%s %s), want %s %s", tt.name, err, errdefs.KindOf(err), errdefs.CodeOf(err), tt.wantKind, tt.wantCode)
-		}
-	}
+// fakeNodeA is node a of a cluster whose other node b is up at bAddr, or
+// down: its signature is the proof fakeCluster (b) accepts.
+type fakeNodeA struct {
+	Cluster
+	tls   *cluster.NodeTLS
+	bAddr string
+	bDown bool
 }
 
-// TestKindOfStatus: another node's error answer keeps its class here, so
-// its status passes on unchanged.
-func TestKindOfStatus(t *testing.T) {
-	for _, k := range []errdefs.Kind{errdefs.KindInvalid, errdefs.KindNotFound, errdefs.KindConflict, errdefs.KindUnsupported,
-		errdefs.KindForbidden, errdefs.KindUnauth, errdefs.KindTooLarge, errdefs.KindFailed, errdefs.KindNoSpace, errdefs.KindTooMany,
-		errdefs.KindCanceled, errdefs.KindInternal, errdefs.KindUpstream, errdefs.KindUnavailable, errdefs.KindTimeout} {
-		if got := statusOf(kindOfStatus(statusOf(k))); got != statusOf(k) {
-			t.Errorf("a node's %d (%s) is passed on as %d", statusOf(k), k, got)
+func (fakeNodeA) Name() string                         { return "a" }
+func (fakeNodeA) Sign(_, _, _ string, _ []byte) string { return "good" }
+func (f fakeNodeA) TLS() *cluster.NodeTLS              { return f.tls }
+func (f fakeNodeA) Nodes(context.Context) ([]cluster.Node, error) {
+	b, _ := f.Node(context.Background(), "b")
+	return []cluster.Node{{Name: "a", State: cluster.NodeUp}, b}, nil
+}
+func (f fakeNodeA) Node(_ context.Context, name string) (cluster.Node, error) {
+	if name != "b" {
+		return cluster.Node{}, errdefs.NotFound(client.CodeNodeNotFound, "no node %s", name)
+	}
+	if f.bDown {
+		return cluster.Node{Name: "b", Address: f.bAddr, State: cluster.NodeUnreachable}, nil
+	}
+	return cluster.Node{Name: "b", Address: f.bAddr, State: cluster.NodeUp}, nil
+}
+
+// A call node a sends on reaches node b as its caller's (principal,
+// project asked, request id), through b's door (peers); b's answer comes
+// back as it is, and a node that is down is 503 node_unreachable.
+func TestSentOnToNode(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	nodeTLS := func(node string) *cluster.NodeTLS {
+		n, err := cluster.NewNodeTLS(key, node)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return n
+	}
+	b := &Server{Log: slog.New(slog.DiscardHandler), Cluster: fakeCluster{tls: nodeTLS("b")}}
+	var seen []string
+	port := httptest.NewUnstartedServer(b.peers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := auth.From(r.Context())
+		seen = append(seen, fmt.Sprintf("%s %s as %s of %s asking %q from %s, id %s", r.Method, r.URL.RequestURI(), p.Name, p.Project,
+			r.Header.Get(ProjectHeader), fromNode(r.Context()), r.Header.Get(RequestIDHeader)))
+		if r.URL.Path == "/v0/checkpoints/gone" {
+			writeJSON(w, 404, Error{Code: client.CodeCheckpointNotFound, Message: "no checkpoint gone"})
+			return
+		}
+		w.Header().Set(RequestIDHeader, "b's")
+		writeJSON(w, 201, map[string]string{"id": "c1"})
+	})))
+	port.TLS = b.Cluster.TLS().Server()
+	port.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return OnClusterPort(ctx) }
+	port.StartTLS()
+	defer port.Close()
+	a := &Server{Log: slog.New(slog.DiscardHandler), Cluster: fakeNodeA{tls: nodeTLS("a"), bAddr: port.URL}}
+	defer a.Close()
+
+	ci := &auth.Principal{TokenID: "t1", Name: "ci", Scopes: []string{"sandbox:write"}, Project: "p1"}
+	call := func(method, target, body string) *http.Request {
+		r := httptest.NewRequest(method, target, strings.NewReader(body))
+		r.Header.Set(ProjectHeader, "p1")
+		r.Header.Set("Authorization", "Bearer the-caller's-key")
+		ctx := context.WithValue(auth.WithPrincipal(r.Context(), ci), requestInfoKey{}, &requestInfo{id: "req-7"})
+		return r.WithContext(ctx)
+	}
+	w := httptest.NewRecorder()
+	a.proxy(w, call("POST", "/v0/sandboxes/s1/checkpoints?x=1", "ignored"), "b", []byte(`{"tag":"t"}`))
+	if w.Code != 201 || !strings.Contains(w.Body.String(), `"c1"`) || w.Header().Get(RequestIDHeader) != "" {
+		t.Errorf("sent on: %d %s (request id %q)", w.Code, w.Body.String(), w.Header().Get(RequestIDHeader))
+	}
+	if node := a.holder(call("GET", "/v0/checkpoints/c1", ""), "/v0/checkpoints/c1"); node != "b" {
+		t.Errorf("holder of c1 = %q, want b", node)
+	}
+	if node := a.holder(call("GET", "/v0/checkpoints/gone", ""), "/v0/checkpoints/gone"); node != "" {
+		t.Errorf("holder of a checkpoint nobody has = %q", node)
+	}
+	want := []string{
+		`POST /v0/sandboxes/s1/checkpoints?x=1 as ci of p1 asking "p1" from a, id req-7`,
+		`GET /v0/checkpoints/c1 as ci of p1 asking "p1" from a, id req-7`,
+		`GET /v0/checkpoints/gone as ci of p1 asking "p1" from a, id req-7`,
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("b served\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+
+	a = &Server{Log: slog.New(slog.DiscardHandler), Cluster: fakeNodeA{tls: nodeTLS("a"), bAddr: port.URL, bDown: true}}
+	w = httptest.NewRecorder()
+	a.proxy(w, call("GET", "/v0/sandboxes/s1", ""), "b", nil)
+	if w.Code != 503 || !strings.Contains(w.Body.String(), client.CodeNodeUnreachable) || !strings.Contains(w.Body.String(), "node b") {
+		t.Errorf("sent on to a node that is down: %d %s", w.Code, w.Body.String())
 	}
 }

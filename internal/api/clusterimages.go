@@ -1,20 +1,12 @@
 package api
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
-	"time"
 
 	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/cluster"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/image"
-	"github.com/useshards/shard/internal/project"
 )
 
 // An imported image is its project's across a cluster. The node that
@@ -51,130 +43,25 @@ func (s *Server) serveByImage(w http.ResponseWriter, r *http.Request, h http.Han
 	s.proxy(w, r, p.Node, nil)
 }
 
-// refPath is an image reference as a path's tail, each segment escaped.
-func refPath(ref string) string {
-	parts := strings.Split(ref, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
-}
-
 // dropCopies removes the other nodes' copies of img, an import this node
 // made, before it is removed here. A copy that a sandbox there uses is
 // not removed, and then neither is the import (image_in_use, naming the
 // node). A node that cannot be reached keeps its copy until it is used:
 // the cluster no longer names the import, and the copy is dropped then.
 func (s *Server) dropCopies(r *http.Request, img *image.Image) error {
-	others, _ := s.otherUpNodes(r.Context())
+	others, _ := s.otherUpPeers(r.Context())
+	ctx := asCaller(r)
 	for _, n := range others {
-		_, err := s.call(r.Context(), r, n, http.MethodDelete, "/v0/images/"+refPath(img.Ref), nil, nil)
+		err := n.RemoveImage(ctx, img.Ref)
 		switch {
 		case err == nil || errdefs.Is(err, errdefs.KindNotFound):
 		case errdefs.CodeOf(err) == client.CodeImageInUse:
-			return errdefs.Conflict(client.CodeImageInUse, "on node %s, %v", n.Name, err)
+			return errdefs.Conflict(client.CodeImageInUse, "on node %s, %v", n.Name(), err)
 		default:
-			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name, "image", img.Ref, "err", err)
+			s.cfgLog().Warn("cluster: a node did not remove its copy of an image", "node", n.Name(), "image", img.Ref, "err", err)
 		}
 	}
 	return nil
-}
-
-// ensureImport makes sure this node holds the import ref (of the call's
-// project) before a create from it: imported here, or a copy of what etcd
-// records for it, made on the first use here (the node that imported it
-// sends it) and kept while etcd records the same digest. A copy of an
-// import that is gone is dropped (unless a sandbox uses it) and not used.
-// With etcd away a copy is used as it is. Any other image is left to the
-// create (pulled if it is not here).
-func (s *Server) ensureImport(r *http.Request, ref string) error {
-	canon, ok := image.ImportName(ref)
-	if !ok {
-		return nil
-	}
-	ctx := r.Context()
-	defer s.importLocks.Lock(project.Of(ctx) + " " + canon)()
-	local, lerr := s.Images.Get(ctx, ref)
-	if lerr == nil && local.Origin == "" {
-		return nil // imported here
-	}
-	if lerr != nil && !errdefs.Is(lerr, errdefs.KindNotFound) {
-		return lerr
-	}
-	p, perr := s.Cluster.Image(ctx, canon)
-	switch {
-	case perr == nil && local != nil && p.Digest == local.Digest:
-		return nil // a copy of what the cluster records
-	case perr != nil && !errdefs.Is(perr, errdefs.KindNotFound):
-		if local != nil {
-			return nil // etcd away: the copy is what there is
-		}
-		return perr
-	case perr != nil && local != nil:
-		// Removed where it was imported: this copy goes too.
-		if err := s.dropCopy(ctx, local); err != nil {
-			s.Log.Warn("cluster: a copy of a removed image stays while it is used", "image", local.Ref, "err", err)
-		}
-		return errdefs.NotFound(client.CodeImageNotFound, "image %s is no longer in project %s: the node that imported it removed it", ref, project.Of(ctx))
-	case perr != nil:
-		return nil // unknown: the create says so
-	case p.Node == s.Cluster.Name():
-		return nil // recorded as this node's, but not here: the create says so
-	}
-	holder, err := s.upNode(ctx, p.Node)
-	if err != nil {
-		return fmt.Errorf("image %s was imported on node %s: %w", ref, p.Node, err)
-	}
-	start := time.Now()
-	n, err := s.fetchImport(ctx, r, holder, canon, p.Digest)
-	if err != nil {
-		return fmt.Errorf("image %s: copy from node %s: %w", ref, holder.Name, err)
-	}
-	s.Log.Info("image copied here on first use", "image", canon, "project", project.Of(ctx), "from", holder.Name, "digest", p.Digest,
-		"bytes", n, "took", time.Since(start))
-	return nil
-}
-
-// dropCopy removes a copy of another node's import, unless a sandbox here
-// uses it.
-func (s *Server) dropCopy(ctx context.Context, img *image.Image) error {
-	sbs, err := s.Sandboxes.List(project.Unscoped(ctx, "an image copy's users, of every project"))
-	if err != nil {
-		return err
-	}
-	for _, sb := range sbs {
-		if sb.ImageDigest == img.Digest {
-			return errdefs.Conflict(client.CodeImageInUse, "image %s is used by sandbox %s", img.Ref, sb.ID)
-		}
-	}
-	return s.Images.Remove(ctx, img.Ref, false)
-}
-
-// fetchImport asks node for its import ref and keeps what it sends as a
-// copy, checked against digest; it returns the bytes received.
-func (s *Server) fetchImport(ctx context.Context, in *http.Request, node cluster.Node, ref, digest string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Hour)
-	defer cancel()
-	out, err := http.NewRequestWithContext(ctx, http.MethodGet, node.Address+"/v0/cluster/images/"+refPath(ref), nil)
-	if err != nil {
-		return 0, err
-	}
-	s.vouch(out, in, node.Name)
-	resp, err := s.transport(node.Name).RoundTrip(out)
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e Error
-		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return 0, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "node %s: %s", node.Name, e.Message)
-	}
-	counted := &countingReader{r: resp.Body}
-	if _, err := s.Images.ImportCopy(ctx, counted, ref, digest, node.Name); err != nil {
-		return counted.n, err
-	}
-	return counted.n, nil
 }
 
 // exportImage is GET /v0/cluster/images/{ref...} (nodes only): this node's

@@ -2,35 +2,49 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"time"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/cluster"
+	"github.com/useshards/shard/internal/crossnode"
 	"github.com/useshards/shard/internal/errdefs"
-	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/sandbox"
 	"github.com/useshards/shard/internal/store"
 )
 
-// A fork runs on its source's node. When that node has no room for it
-// (the fork's memory, count times, is more than the node's free memory),
-// the source is checkpointed here, the checkpoint is sent to the node
-// with the most free memory that has the provider, restored there (its
-// ledger says from_node), and then removed from both nodes.
+// What spans two nodes (a fork moved to another node, a checkpoint sent,
+// an environment's or an import's copy) is the cross-node service's
+// (internal/crossnode): the handlers here choose the nodes and answer.
+
+// crossNode is the cross-node service, made on first use.
+func (s *Server) crossNode() *crossnode.Service {
+	s.crossOnce.Do(func() {
+		s.cross = &crossnode.Service{Checkpoints: s.Sandboxes, Environments: s.Sandboxes, Images: s.Images, Sandboxes: s.Sandboxes,
+			Records: s.Cluster, Peers: upPeers{s}, Log: s.cfgLog()}
+	})
+	return s.cross
+}
+
+// upPeers finds the clients of the other nodes for crossNode.
+type upPeers struct{ s *Server }
+
+func (u upPeers) Up(ctx context.Context, node string) (crossnode.Peer, error) {
+	n, err := u.s.upPeer(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
 
 // roomHere reports whether this node can take need more bytes of sandboxes.
 func (s *Server) roomHere(need int64) bool {
 	return s.Cluster == nil || s.Cluster.Free() >= need
 }
 
-// forkElsewhere forks src onto another node; count forks are restored
-// from the one checkpoint.
+// forkElsewhere forks src onto the node with the most free memory that
+// has its provider, as this node has no room for it: count forks are
+// restored there from one checkpoint (crossnode.Service.Fork).
 func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.ForkRequest) (any, int, error) {
 	ctx := r.Context()
 	need := src.MemoryBytes * int64(req.Count)
@@ -42,141 +56,34 @@ func (s *Server) forkElsewhere(r *http.Request, src *store.Sandbox, req sandbox.
 	if err != nil {
 		return nil, 0, fmt.Errorf("fork of %s: node %s has no room for it, nor another node: %w", src.Name, s.Cluster.Name(), err)
 	}
-	if req.Hooks.InSource {
-		return nil, 0, errdefs.Unsupported("fork of %s: node %s has no room for it, and hooks_in_source is not available for a fork that moves to another node", src.Name, s.Cluster.Name())
-	}
-	hooks := url.Values{"from_node": {s.Cluster.Name()}, "hook_errors": {"fail"}, "hook_timeout": {req.Hooks.Timeout.String()}}
-	if req.Hooks.Ignore {
-		hooks.Set("hook_errors", "ignore")
-	}
-	start := time.Now()
-	ck, err := s.Sandboxes.Checkpoint(ctx, src.ID, req.Tag)
+	to, err := s.peerOf(target)
 	if err != nil {
 		return nil, 0, err
 	}
-	bg := context.WithoutCancel(ctx)
-	defer s.Sandboxes.RemoveCheckpoint(bg, ck.ID)
-	frozen := time.Since(start)
-	moved, err := s.sendCheckpoint(ctx, r, target, ck.ID, "")
+	forks, err := s.crossNode().Fork(asCaller(r), src, req, to)
 	if err != nil {
 		return nil, 0, err
 	}
-	sent := time.Since(start)
-	defer s.call(bg, r, target, http.MethodDelete, "/v0/checkpoints/"+ck.ID, nil, nil)
-	var forks []Sandbox
-	for i := range req.Count {
-		name := req.Name
-		if req.Count > 1 && name != "" {
-			name = fmt.Sprintf("%s-%d", req.Name, i+1)
-		}
-		body, _ := json.Marshal(RestoreRequest{Name: name})
-		var sb Sandbox
-		if _, err := s.callWithin(ctx, 10*time.Minute, r, target, http.MethodPost, "/v0/checkpoints/"+ck.ID+"/restore?"+hooks.Encode(), body, &sb); err != nil {
-			for _, f := range forks {
-				s.call(bg, r, target, http.MethodDelete, "/v0/sandboxes/"+f.ID+"?force=true", nil, nil)
-			}
-			return nil, 0, fmt.Errorf("fork of %s on node %s: %w", src.Name, target.Name, err)
-		}
-		forks = append(forks, sb)
-	}
-	s.Log.Info("fork moved to another node", "source", src.ID, "node", target.Name, "checkpoint", ck.ID,
-		"checkpoint_took", frozen, "sent_bytes", moved, "sent_took", sent-frozen, "total", time.Since(start))
 	if req.Count <= 1 {
 		return forks[0], http.StatusCreated, nil
 	}
 	return ForkResponse{Sandboxes: forks}, http.StatusCreated, nil
 }
 
-// sendCheckpoint streams checkpoint id to node (with query for the
-// receiver: "" or ?environment=) and returns the bytes sent. A checkpoint
-// of a sandbox made from an imported image names it (&image=): the
-// receiver copies the import first if it lacks it.
-func (s *Server) sendCheckpoint(ctx context.Context, in *http.Request, node cluster.Node, id, query string) (int64, error) {
-	if ck, err := s.Sandboxes.GetCheckpoint(ctx, id); err == nil {
-		if _, ok := image.ImportName(ck.Image); ok {
-			sep := "?"
-			if query != "" {
-				sep = "&"
-			}
-			query += sep + "image=" + url.QueryEscape(ck.Image)
-		}
-	}
-	pr, pw := io.Pipe()
-	exported := make(chan struct{})
-	go func() {
-		defer close(exported)
-		pw.CloseWithError(s.Sandboxes.ExportCheckpoint(ctx, id, pw))
-	}()
-	// The exporter reads the checkpoint: it must be done before the caller
-	// removes it, whichever way the send ends.
-	defer func() {
-		pr.CloseWithError(io.ErrClosedPipe)
-		<-exported
-	}()
-	counted := &countingReader{r: pr}
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, node.Address+"/v0/cluster/checkpoints"+query, counted)
-	if err != nil {
-		return 0, err
-	}
-	out.Header.Set("Content-Type", "application/zstd")
-	s.vouch(out, in, node.Name)
-	resp, err := s.transport(node.Name).RoundTrip(out)
-	if err != nil {
-		return 0, nodeUnreachable(ctx, node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		var e Error
-		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return 0, errdefs.New(kindOfStatus(resp.StatusCode), e.Code, "node %s refused the checkpoint: %s", node.Name, e.Message)
-	}
-	return counted.n, nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	k, err := c.r.Read(p)
-	c.n += int64(k)
-	return k, err
-}
-
 // importCheckpoint is POST /v0/cluster/checkpoints: a checkpoint another
-// node sends (only a node may).
+// node sends (only a node may), with ?environment= (a copy of that
+// environment) and ?image= (of that import, copied here first).
 func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 	if s.Cluster == nil || fromNode(r.Context()) == "" {
 		s.writeError(w, r, errdefs.New(errdefs.KindForbidden, client.CodeNodesOnly, "only another node of the cluster may send a checkpoint here"))
 		return
 	}
-	var env *store.Environment
-	if v := r.URL.Query().Get("environment"); v != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(v)
-		if err == nil {
-			err = json.Unmarshal(raw, &env)
-		}
-		if err != nil {
-			s.writeError(w, r, errdefs.Invalid("environment: %v", err))
-			return
-		}
+	env, err := crossnode.EnvironmentOf(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	if ref := r.URL.Query().Get("image"); ref != "" {
-		// The checkpoint's image is another node's import: copied here
-		// first (ImportCheckpoint needs its image).
-		if err := s.ensureImport(r, ref); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-	}
-	ck, err := s.Sandboxes.ImportCheckpoint(r.Context(), r.Body)
-	if env != nil && errdefs.CodeOf(err) == client.CodeCheckpointExists {
-		ck, err = &store.Checkpoint{ID: env.Checkpoint}, nil // a copy made before: keep it
-	}
-	if err == nil && env != nil {
-		err = s.Sandboxes.CacheEnvironment(r.Context(), env, fromNode(r.Context()))
-	}
+	ck, err := s.crossNode().Receive(asCaller(r), r.Body, env, r.URL.Query().Get("image"), fromNode(r.Context()))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -184,82 +91,27 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]string{"id": ck.ID})
 }
 
-// removeEverywhere sends DELETE uri to every other node that is up and
-// reports whether one removed something.
-func (s *Server) removeEverywhere(r *http.Request, uri string) bool {
+// removeEnvironmentElsewhere removes environment name from every other
+// node that is up and reports whether one removed it.
+func (s *Server) removeEnvironmentElsewhere(r *http.Request, name string) bool {
 	removed := false
-	others, _ := s.otherUpNodes(r.Context())
+	others, _ := s.otherUpPeers(r.Context())
+	ctx := asCaller(r)
 	for _, n := range others {
-		if _, err := s.call(r.Context(), r, n, http.MethodDelete, uri, nil, nil); err == nil {
+		if err := n.RemoveEnvironment(ctx, name); err == nil {
 			removed = true
 		} else if !errdefs.Is(err, errdefs.KindNotFound) {
-			s.cfgLog().Warn("cluster: a node did not remove it", "node", n.Name, "uri", uri, "err", err)
+			s.cfgLog().Warn("cluster: a node did not remove an environment", "node", n.Name(), "environment", name, "err", err)
 		}
 	}
 	return removed
-}
-
-// ensureEnvironment makes sure this node holds environment name before a
-// create from it: built here, or a copy of the checkpoint etcd names for
-// it. A copy is made on the first use here (its origin sends the
-// checkpoint) and kept while etcd names the same checkpoint; one whose
-// origin rebuilt or removed the environment is dropped. With etcd away a
-// copy is used as it is.
-func (s *Server) ensureEnvironment(r *http.Request, name string) error {
-	ctx := r.Context()
-	e, err := s.Sandboxes.GetEnvironment(ctx, name)
-	switch {
-	case err == nil && e.Origin == "":
-		return nil
-	case err != nil && !errdefs.Is(err, errdefs.KindNotFound):
-		return err
-	}
-	p, perr := s.Cluster.Environment(ctx, name)
-	switch {
-	case perr != nil && e != nil && !errdefs.Is(perr, errdefs.KindNotFound):
-		return nil // etcd away: the copy is what there is
-	case e != nil && perr == nil && p.Checkpoint == e.Checkpoint:
-		return nil
-	}
-	if e != nil { // rebuilt or removed at its origin
-		if err := s.Sandboxes.RemoveEnvironment(ctx, name); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
-			return err
-		}
-	}
-	if perr != nil {
-		return perr
-	}
-	origin, err := s.upNode(ctx, p.Node)
-	if err != nil {
-		return fmt.Errorf("environment %s was built on node %s: %w", name, p.Node, err)
-	}
-	start := time.Now()
-	if _, err := s.callWithin(ctx, time.Hour, r, origin, http.MethodPost, "/v0/cluster/environments/"+url.PathEscape(name)+"/send?to="+url.QueryEscape(s.Cluster.Name()), nil, nil); err != nil {
-		return fmt.Errorf("environment %s: copy from node %s: %w", name, origin.Name, err)
-	}
-	s.Log.Info("environment copied here on first use", "environment", name, "from", origin.Name, "took", time.Since(start))
-	return nil
 }
 
 // sendEnvironment is POST /v0/cluster/environments/{name}/send?to=NODE
 // (nodes only): this node, which built the environment, sends its
 // checkpoint to NODE, which keeps it as a copy.
 func (s *Server) sendEnvironment(r *http.Request) (any, int, error) {
-	ctx := r.Context()
-	e, err := s.Sandboxes.GetEnvironment(ctx, r.PathValue("name"))
-	if err != nil {
-		return nil, 0, err
-	}
-	if e.Origin != "" {
-		return nil, 0, errdefs.Conflict(client.CodeEnvironmentCopy, "environment %s here is a copy of node %s's", e.Name, e.Origin)
-	}
-	to, err := s.upNode(ctx, r.URL.Query().Get("to"))
-	if err != nil {
-		return nil, 0, err
-	}
-	doc, _ := json.Marshal(e)
-	q := "?environment=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString(doc))
-	n, err := s.sendCheckpoint(ctx, r, to, e.Checkpoint, q)
+	n, err := s.crossNode().SendEnvironment(asCaller(r), r.PathValue("name"), r.URL.Query().Get("to"))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+
+	"github.com/useshards/shard/client"
 )
 
 // RequestIDHeader carries a request's id on every answer (and may bring
 // the caller's own): a user's failed call is found in the access log by it.
-const RequestIDHeader = "X-Request-Id"
+const RequestIDHeader = client.RequestIDHeader
 
 // requestInfo is what the layers under logged learn about a request for
 // its access line: the route it matched and the key that made it.

@@ -185,7 +185,7 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 	}
 	if req.Environment != "" {
 		if s.Cluster != nil {
-			if err := s.ensureEnvironment(r, req.Environment); err != nil {
+			if err := s.crossNode().EnsureEnvironment(asCaller(r), req.Environment); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -197,7 +197,7 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 	}
 	if s.Cluster != nil && cr.FromSnapshot == "" && cr.Digest == "" {
 		// An import of another node is copied here first.
-		if err := s.ensureImport(r, cr.Image); err != nil {
+		if err := s.crossNode().EnsureImport(asCaller(r), cr.Image); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/useshards/shard/internal/errdefs"
@@ -202,7 +201,7 @@ func (s *Server) removeEnvironment(r *http.Request) (any, int, error) {
 	name := r.PathValue("name")
 	// In a cluster the environment goes from every node: its origin and
 	// the copies others made on first use.
-	removed := s.Cluster != nil && fromNode(r.Context()) == "" && s.removeEverywhere(r, "/v0/environments/"+url.PathEscape(name))
+	removed := s.Cluster != nil && fromNode(r.Context()) == "" && s.removeEnvironmentElsewhere(r, name)
 	if err := s.Sandboxes.RemoveEnvironment(r.Context(), name); err != nil && !(removed && errdefs.Is(err, errdefs.KindNotFound)) {
 		return nil, 0, err
 	}

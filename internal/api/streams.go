@@ -74,9 +74,7 @@ func (s *Server) isStopping() bool {
 
 // Close lets go of the connections kept to other nodes.
 func (s *Server) Close() {
-	s.peerMu.Lock()
-	defer s.peerMu.Unlock()
-	for _, rt := range s.peerRTs {
-		rt.CloseIdleConnections()
+	if c := s.nodeClient(); c != nil {
+		c.Close()
 	}
 }

@@ -47,3 +47,24 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// TestKindOfStatus: every kind's status reads back as a kind of the same
+// status (409 is KindConflict's, also for KindUnsupported), so another
+// node's error answer passes on unchanged; a status no kind has is not one.
+func TestKindOfStatus(t *testing.T) {
+	for _, k := range []Kind{KindInvalid, KindNotFound, KindConflict, KindUnsupported, KindForbidden, KindUnauth,
+		KindTooLarge, KindFailed, KindNoSpace, KindTooMany, KindCanceled, KindInternal, KindUpstream, KindUnavailable, KindTimeout} {
+		back, ok := KindOfStatus(Status(k))
+		if !ok || Status(back) != Status(k) {
+			t.Errorf("%s's status %d reads back as %q (%v)", k, Status(k), back, ok)
+		}
+	}
+	for _, status := range []int{200, 302, 418, 501} {
+		if k, ok := KindOfStatus(status); ok {
+			t.Errorf("KindOfStatus(%d) = %q, want none", status, k)
+		}
+	}
+	if got := Status("no_such_kind"); got != 500 {
+		t.Errorf("Status of an unknown kind = %d, want 500", got)
+	}
+}
