@@ -171,7 +171,7 @@ func (s *Service) agentFor(sb *store.Sandbox) *host.Client {
 // returns the OOM kills the instance counted.
 func (s *Service) halt(ctx context.Context, sb *store.Sandbox, graceful bool) int64 {
 	p := s.providers[sb.Provider]
-	s.unwatchMemory(sb.ID)
+	s.mem.unwatch(sb.ID)
 	var ooms int64
 	// Every runtime call is bounded: a Sentry that cannot answer (wedged,
 	// stopped) makes runsc wait for ever, and would hold the stop, the
@@ -249,7 +249,7 @@ func killCgroups(id string) int {
 // destroy removes every piece of a sandbox and its record.
 func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
 	s.halt(ctx, sb, false)
-	s.endExecs(sb.ID, "sandbox "+sb.Name+" was removed while the command ran")
+	s.execs.end(sb.ID, "sandbox "+sb.Name+" was removed while the command ran")
 	var errs []error
 	if ip, err := netip.ParseAddr(sb.IP); err == nil && sb.Policy != nil {
 		if err := s.cfg.Net.SetPolicy(ip, nil); err != nil {

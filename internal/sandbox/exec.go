@@ -170,7 +170,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req ExecRequest, 
 			t.Stop()
 		}()
 	}
-	if !s.goBG(e.pump) {
+	if !s.life.goBG(e.pump) {
 		sess.Close()
 		close(e.frames)
 	}
@@ -259,7 +259,7 @@ func (e *ExecSession) pump() {
 		if cap(p) > cap(bufs[i]) && (typ == proto.FrameStdout || typ == proto.FrameStderr) {
 			bufs[i] = p[:0]
 		}
-		if err != nil && e.s.stopping() && !e.isAborted() {
+		if err != nil && e.s.life.stopping() && !e.isAborted() {
 			// The server is shutting down and closed the connection: the
 			// command runs on, and whoever reads is told (their frames end).
 			return
@@ -439,16 +439,16 @@ func (x *execSet) closeAll() {
 	}
 }
 
-// endExecs ends every exec still running in sandbox id: its processes were
+// end ends every exec still running in sandbox id: its processes were
 // killed (by a stop, a removal, or the sandbox's end), and why is said in
 // each stream's exit.
-func (s *Service) endExecs(id, why string) {
-	s.execs.mu.Lock()
+func (x *execSet) end(id, why string) {
+	x.mu.Lock()
 	var all []*ExecSession
-	for e := range s.execs.m[id] {
+	for e := range x.m[id] {
 		all = append(all, e)
 	}
-	s.execs.mu.Unlock()
+	x.mu.Unlock()
 	for _, e := range all {
 		e.abort(ExecExit{Code: 137, Signal: 9, Error: why})
 	}

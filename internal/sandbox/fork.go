@@ -372,7 +372,7 @@ func (f *forkOp) persist() {
 	}
 	use := f.release
 	f.release = func() {} // handed to the copy (a second use could wait behind a drop)
-	if !f.s.goBG(func() {
+	if !f.s.life.goBG(func() {
 		defer use()
 		if err := ip.Persisted(f.ctx, f.s.checkpointDir(f.ckID)); err != nil {
 			f.log.Error("fork: checkpoint image to disk", "checkpoint", f.ckID, "err", err)

@@ -23,8 +23,7 @@ func newLife() life { return life{done: make(chan struct{})} }
 
 // goBG runs f in a goroutine Close waits for, unless the service is
 // closing (then f does not run, and goBG reports false).
-func (s *Service) goBG(f func()) bool {
-	l := &s.life
+func (l *life) goBG(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closing {
@@ -39,9 +38,9 @@ func (s *Service) goBG(f func()) bool {
 }
 
 // stopping reports whether Close has begun.
-func (s *Service) stopping() bool {
+func (l *life) stopping() bool {
 	select {
-	case <-s.life.done:
+	case <-l.done:
 		return true
 	default:
 		return false
@@ -65,7 +64,7 @@ func (s *Service) Close(ctx context.Context) error {
 	close(l.done)
 	l.mu.Unlock()
 	s.DropSpares()
-	s.stopMemWatches()
+	s.mem.stopAll()
 	s.execs.closeAll()
 	waited := make(chan struct{})
 	go func() { l.wg.Wait(); close(waited) }()

@@ -58,7 +58,7 @@ func (s *Service) Stop(ctx context.Context, idOrName string) (*store.Sandbox, er
 		return nil, err
 	}
 	ooms := s.halt(context.WithoutCancel(ctx), sb, true)
-	s.endExecs(sb.ID, "sandbox "+sb.Name+" was stopped while the command ran")
+	s.execs.end(sb.ID, "sandbox "+sb.Name+" was stopped while the command ran")
 	return s.move(context.WithoutCancel(ctx), sb.ID, StateStopped, &store.EventSpec{Type: ledger.Stopped}, func(r *store.Sandbox) {
 		r.StoppedAt = time.Now().UTC()
 		r.OOMKills += ooms

@@ -39,6 +39,7 @@ import (
 // the guard watch for a while (it answers how long): events until then
 // only leave a note, acted on when that time is up.
 type memWatches struct {
+	s  *Service // whose runtimes and agents the watches use
 	mu sync.Mutex
 	m  map[string]*memWatch // sandbox id → its watch; guarded by mu
 }
@@ -71,29 +72,28 @@ func memThresholds(mem, cgroupLimit int64) []int64 {
 	return out
 }
 
-// watchMemory starts the host watch of a running gVisor sandbox (once; a
+// watch starts the host watch of a running gVisor sandbox (once; a
 // sandbox already watched is left as it is).
-func (s *Service) watchMemory(sb *store.Sandbox) {
-	if s.guest(sb) == nil || sb.MemoryBytes <= 0 {
+func (w *memWatches) watch(sb *store.Sandbox) {
+	if w.s.guest(sb) == nil || sb.MemoryBytes <= 0 {
 		return
 	}
-	w := &s.mem
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.m[sb.ID]; ok {
 		return
 	}
-	hostMem, _ := s.guest(sb).HostBounds(sb.MemoryBytes, sb.Pids)
-	mw, err := newMemWatch(sb, hostMem, s.agentFor(sb), s.cfg.Log.With("sandbox", sb.ID))
+	hostMem, _ := w.s.guest(sb).HostBounds(sb.MemoryBytes, sb.Pids)
+	mw, err := newMemWatch(sb, hostMem, w.s.agentFor(sb), w.s.cfg.Log.With("sandbox", sb.ID))
 	if err != nil {
-		s.cfg.Log.Warn("memory watch", "sandbox", sb.ID, "err", err)
+		w.s.cfg.Log.Warn("memory watch", "sandbox", sb.ID, "err", err)
 		return
 	}
 	if w.m == nil {
 		w.m = map[string]*memWatch{}
 	}
 	w.m[sb.ID] = mw
-	if !s.goBG(func() {
+	if !w.s.life.goBG(func() {
 		mw.run()
 		w.mu.Lock()
 		if w.m[sb.ID] == mw {
@@ -106,10 +106,9 @@ func (s *Service) watchMemory(sb *store.Sandbox) {
 	}
 }
 
-// stopMemWatches ends every memory watch (at Close: the sandboxes run on,
+// stopAll ends every memory watch (at Close: the sandboxes run on,
 // and the next server watches them again).
-func (s *Service) stopMemWatches() {
-	w := &s.mem
+func (w *memWatches) stopAll() {
 	w.mu.Lock()
 	all := w.m
 	w.m = nil
@@ -119,9 +118,8 @@ func (s *Service) stopMemWatches() {
 	}
 }
 
-// unwatchMemory ends a sandbox's host watch (at halt).
-func (s *Service) unwatchMemory(id string) {
-	w := &s.mem
+// unwatch ends a sandbox's host watch (at halt).
+func (w *memWatches) unwatch(id string) {
 	w.mu.Lock()
 	mw := w.m[id]
 	delete(w.m, id)

@@ -57,14 +57,15 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.dropViews()
+	rc := reconciler{s}
+	rc.dropViews()
 	known := map[string]bool{}
 	for _, sb := range all {
 		known[sb.ID] = true
-		s.reconcileOne(ctx, sb)
+		rc.reconcileOne(ctx, sb)
 	}
-	s.removeUnknown(ctx, known)
-	s.reconcileSaved(ctx)
+	rc.removeUnknown(ctx, known)
+	rc.reconcileSaved(ctx)
 	// Every environment gets its warm spare again.
 	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
 		for _, e := range envs {
@@ -74,49 +75,53 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	return nil
 }
 
+// reconciler is Reconcile's steps, over the service whose records and host
+// it makes agree.
+type reconciler struct{ s *Service }
+
 // reconcileOne makes sb's record and its instance agree, by its state.
-func (s *Service) reconcileOne(ctx context.Context, sb *store.Sandbox) {
-	log := s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
+func (rc *reconciler) reconcileOne(ctx context.Context, sb *store.Sandbox) {
+	log := rc.s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 	switch sb.State {
 	case StateCreating, StateRemoving:
 		log.Info("reconcile: finishing an interrupted create or remove")
-		s.destroy(ctx, sb, log)
+		rc.s.destroy(ctx, sb, log)
 	case StateFreezing:
 		// The server died mid-fork: thaw the source; the forks (still
 		// creating) are finished off as interrupted creates.
-		s.thawInterrupted(ctx, sb, log)
-		if alive, _ := s.alive(ctx, sb); alive {
+		rc.thawInterrupted(ctx, sb, log)
+		if alive, _ := rc.alive(ctx, sb); alive {
 			log.Info("reconcile: thawed a source frozen by an interrupted fork")
-			s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+			rc.s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 				r.State = StateRunning
 				return nil, nil
 			})
 			return
 		}
-		s.markStopped(ctx, sb, log)
+		rc.markStopped(ctx, sb, log)
 	case StateRunning:
-		alive, err := s.alive(ctx, sb)
+		alive, err := rc.alive(ctx, sb)
 		if err != nil {
 			// Not knowing is no reason to kill: the watcher looks again.
 			log.Warn("reconcile: cannot tell whether the sandbox runs; left as it is", "err", err)
 			return
 		}
 		if !alive {
-			s.markStopped(ctx, sb, log)
+			rc.markStopped(ctx, sb, log)
 		}
 	case StateStarting, StateStopping:
-		s.markStopped(ctx, sb, log)
+		rc.markStopped(ctx, sb, log)
 	case StateStopped, StateFailed:
-		s.halt(ctx, sb, false) // leftovers of a crash mid-stop
+		rc.s.halt(ctx, sb, false) // leftovers of a crash mid-stop
 	}
 }
 
 // markStopped takes down what is left of a sandbox that no longer runs and
 // records it stopped, with its files kept.
-func (s *Service) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+func (rc *reconciler) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
 	log.Warn("reconcile: sandbox is not running any more; marking it stopped", "was", sb.State)
-	ooms := s.halt(ctx, sb, false)
-	s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+	ooms := rc.s.halt(ctx, sb, false)
+	rc.s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.State, r.StoppedAt = StateStopped, time.Now().UTC()
 		r.OOMKills += ooms
 		if sb.State == StateRunning {
@@ -128,45 +133,45 @@ func (s *Service) markStopped(ctx context.Context, sb *store.Sandbox, log *slog.
 
 // removeUnknown removes the containers, network namespaces, run
 // directories and files that no record owns (known holds the records' ids).
-func (s *Service) removeUnknown(ctx context.Context, known map[string]bool) {
-	for _, name := range s.order {
-		p := s.providers[name]
-		if !s.caps[name].Available {
+func (rc *reconciler) removeUnknown(ctx context.Context, known map[string]bool) {
+	for _, name := range rc.s.order {
+		p := rc.s.providers[name]
+		if !rc.s.caps[name].Available {
 			continue
 		}
 		c, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
 		ids, err := p.List(c)
 		cancel()
 		if err != nil {
-			s.cfg.Log.Warn("reconcile: list containers", "provider", name, "err", err)
+			rc.s.cfg.Log.Warn("reconcile: list containers", "provider", name, "err", err)
 			continue
 		}
 		for _, id := range ids {
 			if !known[id] {
-				s.cfg.Log.Info("reconcile: removing an unknown container", "provider", name, "id", id)
+				rc.s.cfg.Log.Info("reconcile: removing an unknown container", "provider", name, "id", id)
 				p.Delete(ctx, id)
 			}
 		}
 	}
-	if names, err := s.cfg.Net.List(); err == nil {
+	if names, err := rc.s.cfg.Net.List(); err == nil {
 		for _, n := range names {
 			if !known[n] {
-				s.cfg.Net.Delete(n)
+				rc.s.cfg.Net.Delete(n)
 			}
 		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "run")); err == nil {
+	if ents, err := os.ReadDir(filepath.Join(rc.s.cfg.DataDir, "run")); err == nil {
 		for _, e := range ents {
 			if !known[e.Name()] {
-				rootfs.Unmount(filepath.Join(s.cfg.DataDir, "run", e.Name(), "rootfs"))
-				os.RemoveAll(filepath.Join(s.cfg.DataDir, "run", e.Name()))
+				rootfs.Unmount(filepath.Join(rc.s.cfg.DataDir, "run", e.Name(), "rootfs"))
+				os.RemoveAll(filepath.Join(rc.s.cfg.DataDir, "run", e.Name()))
 			}
 		}
 	}
-	if ids, err := s.cfg.Storage.List(); err == nil {
+	if ids, err := rc.s.cfg.Storage.List(); err == nil {
 		for _, id := range ids {
 			if !known[id] {
-				s.cfg.Storage.Remove(ctx, id)
+				rc.s.cfg.Storage.Remove(ctx, id)
 			}
 		}
 	}
@@ -174,52 +179,52 @@ func (s *Service) removeUnknown(ctx context.Context, known map[string]bool) {
 
 // reconcileSaved removes checkpoint images and saved files that no record
 // owns: what a crash in the middle of a checkpoint or a removal left.
-func (s *Service) reconcileSaved(ctx context.Context) {
+func (rc *reconciler) reconcileSaved(ctx context.Context) {
 	owned := map[string]bool{}
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	cks, err := rc.s.cfg.Store.ListCheckpoints(ctx, "")
 	if err != nil {
 		return
 	}
 	for _, ck := range cks {
 		owned[checkpointKey(ck.ID)] = true
 	}
-	sns, err := s.cfg.Store.ListSnapshots(ctx)
+	sns, err := rc.s.cfg.Store.ListSnapshots(ctx)
 	if err != nil {
 		return
 	}
 	for _, sn := range sns {
 		owned[snapshotKey(sn.ID)] = true
 	}
-	if keys, err := s.cfg.Storage.ListSaved(); err == nil {
+	if keys, err := rc.s.cfg.Storage.ListSaved(); err == nil {
 		for _, k := range keys {
 			if !owned[k] {
-				s.cfg.Log.Info("reconcile: removing files no checkpoint or snapshot owns", "key", k)
-				s.cfg.Storage.RemoveSaved(k)
+				rc.s.cfg.Log.Info("reconcile: removing files no checkpoint or snapshot owns", "key", k)
+				rc.s.cfg.Storage.RemoveSaved(k)
 			}
 		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "checkpoints")); err == nil {
+	if ents, err := os.ReadDir(filepath.Join(rc.s.cfg.DataDir, "checkpoints")); err == nil {
 		for _, e := range ents {
 			if !owned[checkpointKey(e.Name())] {
-				s.cfg.Log.Info("reconcile: removing a checkpoint image no record owns", "checkpoint", e.Name())
-				provider.RemoveImage(s.checkpointDir(e.Name()))
+				rc.s.cfg.Log.Info("reconcile: removing a checkpoint image no record owns", "checkpoint", e.Name())
+				provider.RemoveImage(rc.s.checkpointDir(e.Name()))
 			}
 		}
 	}
 	// Images a restart caught while they were still in RAM: finish the copy
 	// to disk (a host restart lost them: those checkpoints go).
 	for _, ck := range cks {
-		if ip, ok := s.providers[ck.Provider].(provider.ImagePersister); ok {
-			s.goBG(func() {
+		if ip, ok := rc.s.providers[ck.Provider].(provider.ImagePersister); ok {
+			rc.s.life.goBG(func() {
 				bg := context.WithoutCancel(ctx)
-				err := ip.Persisted(bg, s.checkpointDir(ck.ID))
+				err := ip.Persisted(bg, rc.s.checkpointDir(ck.ID))
 				if errors.Is(err, provider.ErrImageLost) {
 					// Only a fork's image can be in RAM unacknowledged:
 					// the checkpoint goes, the forks made from it stay.
-					s.cfg.Log.Error("reconcile: removing a checkpoint whose image was lost", "checkpoint", ck.ID, "err", err)
-					s.dropCheckpoint(bg, ck)
+					rc.s.cfg.Log.Error("reconcile: removing a checkpoint whose image was lost", "checkpoint", ck.ID, "err", err)
+					rc.s.dropCheckpoint(bg, ck)
 				} else if err != nil {
-					s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
+					rc.s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
 				}
 			})
 		}
@@ -231,8 +236,8 @@ func (s *Service) reconcileSaved(ctx context.Context) {
 // pause whose answer never came is settled by the agent, which a paused
 // sandbox cannot run (resuming one that is not paused would crash gVisor,
 // so a slow agent gets a long while).
-func (s *Service) thawInterrupted(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
-	p := s.providers[sb.Provider]
+func (rc *reconciler) thawInterrupted(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+	p := rc.s.providers[sb.Provider]
 	cp, ok := p.(provider.Checkpointer)
 	if !ok {
 		return
@@ -248,7 +253,7 @@ func (s *Service) thawInterrupted(ctx context.Context, sb *store.Sandbox, log *s
 		paused, sure = pt.Paused(sb.ID)
 	}
 	if !sure {
-		paused = !s.answers(ctx, sb, 20*time.Second)
+		paused = !rc.s.answers(ctx, sb, 20*time.Second)
 	}
 	if paused {
 		if err := cp.Resume(ctx, sb.ID); err != nil {
@@ -268,9 +273,9 @@ func (s *Service) answers(ctx context.Context, sb *store.Sandbox, d time.Duratio
 // alive reports whether the runtime still runs the sandbox: its word alone
 // decides, never a timeout on the agent, so a sandbox that is merely slow
 // (starved of CPU, or swapping) is never taken for dead and killed.
-func (s *Service) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
-	p, ok := s.providers[sb.Provider]
-	if !ok || !s.caps[sb.Provider].Available {
+func (rc *reconciler) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
+	p, ok := rc.s.providers[sb.Provider]
+	if !ok || !rc.s.caps[sb.Provider].Available {
 		return false, nil
 	}
 	// Bounded: runsc asks the Sentry, and a sandbox starved of CPU would
@@ -287,17 +292,17 @@ func (s *Service) alive(ctx context.Context, sb *store.Sandbox) (bool, error) {
 // dropViews unmounts what a server that went down left of its file
 // operations and diffs: a stopped sandbox's files mounted for a copy (which
 // would keep its start from mounting them), and diffs' private copies.
-func (s *Service) dropViews() {
-	run := filepath.Join(s.cfg.DataDir, "run")
+func (rc *reconciler) dropViews() {
+	run := filepath.Join(rc.s.cfg.DataDir, "run")
 	for _, m := range rootfs.MountsUnder(run) {
 		rel, _ := filepath.Rel(run, m)
 		parts := strings.Split(rel, string(filepath.Separator))
 		if strings.HasPrefix(parts[0], "diff-") || (len(parts) == 2 && parts[1] == "files") {
 			if err := rootfs.Unmount(m); err != nil {
-				s.cfg.Log.Warn("reconcile: unmount", "at", m, "err", err)
+				rc.s.cfg.Log.Warn("reconcile: unmount", "at", m, "err", err)
 				continue
 			}
-			s.cfg.Log.Info("reconcile: unmounted what a file operation or diff left", "at", m)
+			rc.s.cfg.Log.Info("reconcile: unmounted what a file operation or diff left", "at", m)
 		}
 	}
 	if ds, _ := filepath.Glob(filepath.Join(run, "diff-*")); len(ds) > 0 {

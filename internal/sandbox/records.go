@@ -52,7 +52,7 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 		return ev, nil
 	})
 	if err == nil && to == StateRunning {
-		s.watchSandbox(id)
+		s.watch.watchSandbox(id)
 	}
 	return out, err
 }

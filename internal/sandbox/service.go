@@ -87,7 +87,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		watch: newWatcher(), life: newLife(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
+		life: newLife(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
+	s.watch, s.mem.s = newWatcher(s), s
 	if s.disk == nil {
 		s.disk = hostdisk.New(cfg.DataDir, 0)
 	}

@@ -24,7 +24,8 @@ import (
 // sandbox is marked failed with the reason, its execs end, and its mounts
 // and network go; its files stay, and `shard start` boots it again).
 type watcher struct {
-	epfd int // -1 once Watch returned; guarded by mu after ready
+	s    *Service // whose sandboxes it watches, and marks dead
+	epfd int      // -1 once Watch returned; guarded by mu after ready
 
 	mu    sync.Mutex
 	byFD  map[int32]watched  // pidfd → what it watches; guarded by mu
@@ -78,7 +79,7 @@ func (s *Service) Watch(ctx context.Context) {
 	if all, err := s.cfg.Store.ListSandboxes(ctx); err == nil {
 		for _, sb := range all {
 			if sb.State == StateRunning {
-				s.watchSandbox(sb.ID)
+				s.watch.watchSandbox(sb.ID)
 			}
 		}
 	}
@@ -112,38 +113,38 @@ func (s *Service) Watch(ctx context.Context) {
 			}
 			unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, wd.fd, nil)
 			unix.Close(wd.fd)
-			s.goBG(func() { s.markDead(context.WithoutCancel(ctx), wd.id, wd.pid) })
+			s.life.goBG(func() { s.watch.markDead(context.WithoutCancel(ctx), wd.id, wd.pid) })
 		}
 	}
 }
 
-func newWatcher() *watcher {
-	return &watcher{byFD: map[int32]watched{}, byID: map[string]watched{}, ready: make(chan struct{})}
+func newWatcher(s *Service) *watcher {
+	return &watcher{s: s, byFD: map[int32]watched{}, byID: map[string]watched{}, ready: make(chan struct{})}
 }
 
 // watchSandbox starts watching sandbox id's runtime process, in the
 // background (finding the pid asks the runtime: a process per look, which a
 // create or fork must not wait for).
-func (s *Service) watchSandbox(id string) {
-	s.goBG(func() {
+func (w *watcher) watchSandbox(id string) {
+	w.s.life.goBG(func() {
 		select {
-		case <-s.watch.ready:
-		case <-s.life.done:
+		case <-w.ready:
+		case <-w.s.life.done:
 			return
 		}
-		s.watch.mu.Lock()
-		_, known := s.watch.byID[id] // a thawed source: its process is the same
-		s.watch.mu.Unlock()
+		w.mu.Lock()
+		_, known := w.byID[id] // a thawed source: its process is the same
+		w.mu.Unlock()
 		if known {
 			return
 		}
 		ctx := project.Unscoped(context.Background(), "the watcher: a sandbox of any project that starts to run")
-		sb, err := s.cfg.Store.GetSandbox(ctx, id)
+		sb, err := w.s.cfg.Store.GetSandbox(ctx, id)
 		if err != nil || sb.State != StateRunning {
 			return
 		}
-		s.watchMemory(sb)
-		pider, ok := s.providers[sb.Provider].(provider.PIDer)
+		w.s.mem.watch(sb)
+		pider, ok := w.s.providers[sb.Provider].(provider.PIDer)
 		if !ok {
 			return
 		}
@@ -156,16 +157,15 @@ func (s *Service) watchSandbox(id string) {
 		}
 		if err != nil {
 			// The runtime does not know it: it may have ended already.
-			s.markDead(ctx, id, 0)
+			w.markDead(ctx, id, 0)
 			return
 		}
-		s.watchPID(id, pid)
+		w.watchPID(id, pid)
 	})
 }
 
 // watchPID adds pid, sandbox id's runtime process, to the epoll set.
-func (s *Service) watchPID(id string, pid int) {
-	w := s.watch
+func (w *watcher) watchPID(id string, pid int) {
 	w.mu.Lock()
 	if old, ok := w.byID[id]; ok {
 		if old.pid == pid {
@@ -183,9 +183,9 @@ func (s *Service) watchPID(id string, pid int) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
-			s.markDead(project.Unscoped(context.Background(), "the watcher: a sandbox of any project that ended"), id, pid) // gone already
+			w.markDead(project.Unscoped(context.Background(), "the watcher: a sandbox of any project that ended"), id, pid) // gone already
 		} else {
-			s.cfg.Log.Warn("watcher: pidfd", "sandbox", id, "pid", pid, "err", err)
+			w.s.cfg.Log.Warn("watcher: pidfd", "sandbox", id, "pid", pid, "err", err)
 		}
 		return
 	}
@@ -204,7 +204,7 @@ func (s *Service) watchPID(id string, pid int) {
 		delete(w.byFD, int32(fd))
 		delete(w.byID, id)
 		unix.Close(fd)
-		s.cfg.Log.Warn("watcher: epoll add", "sandbox", id, "err", err)
+		w.s.cfg.Log.Warn("watcher: epoll add", "sandbox", id, "err", err)
 	}
 }
 
@@ -224,29 +224,29 @@ func processAlive(pid int) bool {
 // markDead records that sandbox id ended on its own, if it is still meant
 // to run and its runtime agrees it does not (pid is the process that
 // ended; 0 when unknown).
-func (s *Service) markDead(ctx context.Context, id string, pid int) {
-	unlock := s.locks.lock(id)
+func (w *watcher) markDead(ctx context.Context, id string, pid int) {
+	unlock := w.s.locks.lock(id)
 	defer unlock()
-	cur, err := s.cfg.Store.GetSandbox(ctx, id)
+	cur, err := w.s.cfg.Store.GetSandbox(ctx, id)
 	if err != nil || cur.State != StateRunning {
 		return // a stop, remove or fork got there first
 	}
-	if st, err := s.providers[cur.Provider].Status(ctx, cur.ID); err != nil || st == provider.StatusRunning || st == provider.StatusPaused {
+	if st, err := w.s.providers[cur.Provider].Status(ctx, cur.ID); err != nil || st == provider.StatusRunning || st == provider.StatusPaused {
 		// It runs (started again under another pid): watch that one. Or
 		// the runtime cannot say: never kill what may run.
 		if err == nil {
-			s.watchSandbox(cur.ID)
+			w.watchSandbox(cur.ID)
 		}
 		return
 	}
-	ooms := s.halt(ctx, cur, false)
+	ooms := w.s.halt(ctx, cur, false)
 	reason := "the sandbox ended on its own (its runtime process is gone)"
 	if ooms > 0 {
 		reason = "the sandbox ran out of memory and the host killed it"
 	}
-	s.endExecs(cur.ID, "sandbox "+cur.Name+" ended while the command ran: "+reason)
-	s.cfg.Log.Warn("sandbox died", "sandbox", cur.ID, "name", cur.Name, "pid", pid, "reason", reason)
-	s.cfg.Store.UpdateSandbox(ctx, cur.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+	w.s.execs.end(cur.ID, "sandbox "+cur.Name+" ended while the command ran: "+reason)
+	w.s.cfg.Log.Warn("sandbox died", "sandbox", cur.ID, "name", cur.Name, "pid", pid, "reason", reason)
+	w.s.cfg.Store.UpdateSandbox(ctx, cur.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.State, r.StoppedAt, r.Error = StateFailed, time.Now().UTC(), reason
 		r.OOMKills += ooms
 		return &store.EventSpec{Type: ledger.Failed, Data: ledger.EndedData{Reason: reason}}, nil
