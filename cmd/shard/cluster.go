@@ -249,7 +249,7 @@ func nodeStats(svc *sandbox.Service, nets *network.Manager, capacity int64, log 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n, given, err := svc.NodeUsage(project.Unscoped(ctx, "the node's status counts every project's sandboxes"))
+	n, given, err := svc.Admission().NodeUsage(project.Unscoped(ctx, "the node's status counts every project's sandboxes"))
 	if err != nil {
 		// Not known is not free: placement passes this node over until
 		// its next beat.

@@ -120,7 +120,7 @@ func (s *Server) projects(ctx context.Context, name string) ([]Project, error) {
 	if name != "" {
 		add(name)
 	}
-	uses, err := s.Sandboxes.ProjectUses(ctx, names)
+	uses, err := s.Usage.ProjectUses(ctx, names)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (s *Server) setProjectQuota(r *http.Request) (any, int, error) {
 			return nil, 0, errdefs.Invalid("%s is %d: give 0 (no bound) or more", f.name, f.v)
 		}
 	}
-	err = s.Sandboxes.SetQuota(r.Context(), name, store.Quota{Sandboxes: q.MaxSandboxes, MemoryBytes: q.MaxMemoryBytes, CPUMillis: q.MaxCPUMillis,
+	err = s.Usage.SetQuota(r.Context(), name, store.Quota{Sandboxes: q.MaxSandboxes, MemoryBytes: q.MaxMemoryBytes, CPUMillis: q.MaxCPUMillis,
 		DiskBytes: q.MaxDiskBytes, SavedBytes: q.MaxSavedBytes, LedgerBytes: q.MaxLedgerBytes})
 	if err != nil {
 		return nil, 0, err

@@ -44,6 +44,9 @@ const MaxBody = 1 << 20
 // Server holds the handlers' dependencies.
 type Server struct {
 	Sandboxes *sandbox.Service
+	// The sandbox service's jobs, each as the small interface its handlers
+	// use (see below), so that a handler group is tested against a fake.
+	Usage UsageService
 	// Ledger reads the ledger's sessions and events, and the projects'
 	// counts and quotas (store.Store): the handlers that only read them
 	// need no more of the store.
@@ -83,6 +86,14 @@ type LedgerReader interface {
 	Changed() <-chan struct{}
 	Projects(ctx context.Context) ([]*store.ProjectCounts, error)
 	ProjectQuotas(ctx context.Context) (map[string]store.Quota, error)
+}
+
+// UsageService is what the projects' handlers and the disk usage's use of
+// what is held and its bounds (sandbox.Admission).
+type UsageService interface {
+	ProjectUses(ctx context.Context, ps []string) (map[string]sandbox.ProjectUse, error)
+	SetQuota(ctx context.Context, p string, q store.Quota) error
+	DiskUsage(ctx context.Context) (*sandbox.DiskUsage, error)
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and

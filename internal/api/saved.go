@@ -209,7 +209,7 @@ func (s *Server) removeEnvironment(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) diskUsage(r *http.Request) (any, int, error) {
-	u, err := s.Sandboxes.DiskUsage(r.Context())
+	u, err := s.Usage.DiskUsage(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/hostdisk"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 	"github.com/useshards/shard/internal/units"
@@ -28,15 +29,30 @@ import (
 // record inserted, a state moved to starting, a spare listed) happen under
 // one lock, so concurrent requests never spend the same room twice.
 
-// admission is the Service's admission state.
-type admission struct {
-	hostMemory int64   // MemTotal × overcommit; 0: host memory not admitted
-	overcommit float64 // Config.MemoryOvercommit, for messages
+// Admission is the Service's admission: its state, and the checks and
+// reports over it (usage.go: what is on disk; space.go: room for captures).
+type Admission struct {
+	s          *Service         // whose records and saved things it sums
+	hostMemory int64            // MemTotal × overcommit; 0: host memory not admitted
+	overcommit float64          // Config.MemoryOvercommit, for messages
+	disk       *hostdisk.Budget // the data directory's filesystem: Config.Disk
+	floor      *ledgerFloor     // nil in tests that make a Service by hand: no floor
 
 	mu     sync.Mutex
 	spares map[string]*store.Sandbox // warm spares' records by id; guarded by mu
 	quotas map[string]store.Quota    // projects' quotas, read once; nil: not yet; guarded by mu
 	saving map[string]int64          // project → saved bytes promised to captures under way; guarded by mu
+}
+
+// checkLimit refuses one more sandbox past the server's limit. Every
+// project's count, whoever asks: the limit is the server's, not a
+// project's (a project's list gave each project a limit of its own). The
+// address pool asks, holding itself, before it hands out an address.
+func (a *Admission) checkLimit() error {
+	if a.s.cfg.MaxSandboxes > 0 && a.s.cfg.Store.SandboxCount() >= a.s.cfg.MaxSandboxes {
+		return errdefs.Conflict(client.CodeSandboxLimit, "this server holds at most %d sandboxes (forks count too): remove one first", a.s.cfg.MaxSandboxes)
+	}
+	return nil
 }
 
 // use is what a project holds, or what a request adds.
@@ -55,8 +71,8 @@ func newSandboxUse(sb *store.Sandbox) use {
 
 // tally sums what every project holds, and the host memory promised.
 // Caller holds a.mu.
-func (s *Service) tally(ctx context.Context) (map[string]*use, int64, error) {
-	sbs, err := s.cfg.Store.ListSandboxes(project.Unscoped(ctx, "admission sums every project's use"))
+func (a *Admission) tally(ctx context.Context) (map[string]*use, int64, error) {
+	sbs, err := a.s.cfg.Store.ListSandboxes(project.Unscoped(ctx, "admission sums every project's use"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -79,7 +95,7 @@ func (s *Service) tally(ctx context.Context) (map[string]*use, int64, error) {
 			hostMem += sb.MemoryBytes
 		}
 	}
-	for _, sp := range s.adm.spares {
+	for _, sp := range a.spares {
 		u := of(sp.Project)
 		u.memory += sp.MemoryBytes
 		u.cpu += sp.CPUMillis
@@ -91,10 +107,10 @@ func (s *Service) tally(ctx context.Context) (map[string]*use, int64, error) {
 // NodeUsage is what this node's sandboxes and warm spares hold: how many
 // sandboxes there are, and the memory promised to those that run (what a
 // cluster's placement counts down).
-func (s *Service) NodeUsage(ctx context.Context) (sandboxes int, memory int64, err error) {
-	s.adm.mu.Lock()
-	defer s.adm.mu.Unlock()
-	by, hostMem, err := s.tally(ctx)
+func (a *Admission) NodeUsage(ctx context.Context) (sandboxes int, memory int64, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	by, hostMem, err := a.tally(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -105,32 +121,32 @@ func (s *Service) NodeUsage(ctx context.Context) (sandboxes int, memory int64, e
 }
 
 // quota is project p's quota. Caller holds a.mu.
-func (s *Service) quota(ctx context.Context, p string) (store.Quota, error) {
-	if s.adm.quotas == nil {
-		qs, err := s.cfg.Store.ProjectQuotas(ctx)
+func (a *Admission) quota(ctx context.Context, p string) (store.Quota, error) {
+	if a.quotas == nil {
+		qs, err := a.s.cfg.Store.ProjectQuotas(ctx)
 		if err != nil {
 			return store.Quota{}, err
 		}
-		s.adm.quotas = qs
+		a.quotas = qs
 	}
-	return s.adm.quotas[project.OrDefault(p)], nil
+	return a.quotas[project.OrDefault(p)], nil
 }
 
 // admitLocked checks that add, for sb (what names it for messages, e.g.
 // "sandbox web"), fits the host's memory and sb's project's quota. Caller
 // holds a.mu, and keeps it until the use is visible to tally.
-func (s *Service) admitLocked(ctx context.Context, sb *store.Sandbox, add use, what string) error {
-	by, hostMem, err := s.tally(ctx)
+func (a *Admission) admitLocked(ctx context.Context, sb *store.Sandbox, add use, what string) error {
+	by, hostMem, err := a.tally(ctx)
 	if err != nil {
 		return err
 	}
-	if cap := s.adm.hostMemory; cap > 0 && add.memory > 0 && hostMem+add.memory > cap {
+	if cap := a.hostMemory; cap > 0 && add.memory > 0 && hostMem+add.memory > cap {
 		return errdefs.New(errdefs.KindNoSpace, client.CodeInsufficientMemory,
 			"not enough memory for %s: it asks for %s, and the sandboxes running here and their warm spares are promised %s of the %s this host admits (its memory × %g, shard serve --memory-overcommit); stop or remove sandboxes, or give a smaller --memory",
-			what, units.FormatSize(add.memory), units.FormatSize(hostMem), units.FormatSize(cap), s.adm.overcommit)
+			what, units.FormatSize(add.memory), units.FormatSize(hostMem), units.FormatSize(cap), a.overcommit)
 	}
 	p := recProject(ctx, sb)
-	q, err := s.quota(ctx, p)
+	q, err := a.quota(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -180,10 +196,10 @@ func quotaErr(p, what, of, flag string, has, add, limit int64, size bool) error 
 
 // admit is admitLocked under a.mu, then made (make writes what holds the
 // use: a record, a state, a spare's entry) before the next admission.
-func (s *Service) admit(ctx context.Context, sb *store.Sandbox, add use, what string, make func() error) error {
-	s.adm.mu.Lock()
-	defer s.adm.mu.Unlock()
-	if err := s.admitLocked(ctx, sb, add, what); err != nil {
+func (a *Admission) admit(ctx context.Context, sb *store.Sandbox, add use, what string, make func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.admitLocked(ctx, sb, add, what); err != nil {
 		return err
 	}
 	return make()
@@ -191,38 +207,38 @@ func (s *Service) admit(ctx context.Context, sb *store.Sandbox, add use, what st
 
 // precheck refuses early, before any work, what admission would refuse
 // now: n sandboxes of sb's bounds. The record's own admission checks again.
-func (s *Service) precheck(ctx context.Context, sb *store.Sandbox, n int64, what string) error {
+func (a *Admission) precheck(ctx context.Context, sb *store.Sandbox, n int64, what string) error {
 	u := newSandboxUse(sb)
 	u = use{sandboxes: u.sandboxes * n, memory: u.memory * n, cpu: u.cpu * n, disk: u.disk * n}
-	return s.admit(ctx, sb, u, what, func() error { return nil })
+	return a.admit(ctx, sb, u, what, func() error { return nil })
 }
 
 // holdSpare counts a warm spare's memory and cpu until dropSpare or
 // unholdSpare; it fails when they do not fit.
-func (s *Service) holdSpare(ctx context.Context, rec *store.Sandbox) error {
-	return s.admit(ctx, rec, use{memory: rec.MemoryBytes, cpu: rec.CPUMillis}, "a warm spare of its environment", func() error {
-		if s.adm.spares == nil {
-			s.adm.spares = map[string]*store.Sandbox{}
+func (a *Admission) holdSpare(ctx context.Context, rec *store.Sandbox) error {
+	return a.admit(ctx, rec, use{memory: rec.MemoryBytes, cpu: rec.CPUMillis}, "a warm spare of its environment", func() error {
+		if a.spares == nil {
+			a.spares = map[string]*store.Sandbox{}
 		}
-		s.adm.spares[rec.ID] = rec
+		a.spares[rec.ID] = rec
 		return nil
 	})
 }
 
-func (s *Service) unholdSpare(id string) {
-	s.adm.mu.Lock()
-	delete(s.adm.spares, id)
-	s.adm.mu.Unlock()
+func (a *Admission) unholdSpare(id string) {
+	a.mu.Lock()
+	delete(a.spares, id)
+	a.mu.Unlock()
 }
 
 // SetQuota sets project p's quota (the zero Quota: none).
-func (s *Service) SetQuota(ctx context.Context, p string, q store.Quota) error {
-	s.adm.mu.Lock()
-	defer s.adm.mu.Unlock()
-	if err := s.cfg.Store.SetProjectQuota(ctx, p, q); err != nil {
+func (a *Admission) SetQuota(ctx context.Context, p string, q store.Quota) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.s.cfg.Store.SetProjectQuota(ctx, p, q); err != nil {
 		return err
 	}
-	s.adm.quotas = nil // read again at the next admission
+	a.quotas = nil // read again at the next admission
 	return nil
 }
 
@@ -234,18 +250,18 @@ type ProjectUse struct {
 }
 
 // ProjectUses is what every project named in ps holds, with its quota.
-func (s *Service) ProjectUses(ctx context.Context, ps []string) (map[string]ProjectUse, error) {
-	s.adm.mu.Lock()
-	by, _, err := s.tally(ctx)
+func (a *Admission) ProjectUses(ctx context.Context, ps []string) (map[string]ProjectUse, error) {
+	a.mu.Lock()
+	by, _, err := a.tally(ctx)
 	if err != nil {
-		s.adm.mu.Unlock()
+		a.mu.Unlock()
 		return nil, err
 	}
 	out := map[string]ProjectUse{}
 	for _, p := range ps {
-		q, err := s.quota(ctx, p)
+		q, err := a.quota(ctx, p)
 		if err != nil {
-			s.adm.mu.Unlock()
+			a.mu.Unlock()
 			return nil, err
 		}
 		u := ProjectUse{Quota: q}
@@ -254,14 +270,14 @@ func (s *Service) ProjectUses(ctx context.Context, ps []string) (map[string]Proj
 		}
 		out[p] = u
 	}
-	s.adm.mu.Unlock()
+	a.mu.Unlock()
 	for _, p := range ps {
 		u := out[p]
 		pctx := project.With(ctx, p)
-		if u.SavedBytes, err = s.savedBytes(pctx); err != nil {
+		if u.SavedBytes, err = a.savedBytes(pctx); err != nil {
 			return nil, err
 		}
-		if u.LedgerBytes, err = s.cfg.Store.LedgerBytes(ctx, p); err != nil {
+		if u.LedgerBytes, err = a.s.cfg.Store.LedgerBytes(ctx, p); err != nil {
 			return nil, err
 		}
 		out[p] = u
@@ -271,21 +287,21 @@ func (s *Service) ProjectUses(ctx context.Context, ps []string) (map[string]Proj
 
 // savedBytes is what the checkpoints (environments' among them) and
 // snapshots of ctx's project take.
-func (s *Service) savedBytes(ctx context.Context) (int64, error) {
+func (a *Admission) savedBytes(ctx context.Context) (int64, error) {
 	var n int64
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	cks, err := a.s.cfg.Store.ListCheckpoints(ctx, "")
 	if err != nil {
 		return 0, err
 	}
 	for _, ck := range cks {
-		n += s.checkpointSize(ck.ID)
+		n += a.s.checkpointSize(ck.ID)
 	}
-	sns, err := s.cfg.Store.ListSnapshots(ctx)
+	sns, err := a.s.cfg.Store.ListSnapshots(ctx)
 	if err != nil {
 		return 0, err
 	}
 	for _, sn := range sns {
-		n += s.SnapshotSize(sn.ID)
+		n += a.s.SnapshotSize(sn.ID)
 	}
 	return n, nil
 }
@@ -295,42 +311,42 @@ func (s *Service) savedBytes(ctx context.Context) (int64, error) {
 // (a memory image) and files bytes of the store (the sandbox's files, whose
 // room the store admits itself): host+files against src's project's saved
 // bytes quota, host against the host's disk (hostdisk), until release.
-func (s *Service) reserveSaved(ctx context.Context, src *store.Sandbox, host, files int64, what string) (release func(), err error) {
+func (a *Admission) reserveSaved(ctx context.Context, src *store.Sandbox, host, files int64, what string) (release func(), err error) {
 	need := host + files
 	p := recProject(ctx, src)
-	s.adm.mu.Lock()
-	q, err := s.quota(ctx, p)
-	s.adm.mu.Unlock()
+	a.mu.Lock()
+	q, err := a.quota(ctx, p)
+	a.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	unsave := func() {}
 	if q.SavedBytes > 0 {
-		has, err := s.savedBytes(project.With(ctx, p))
+		has, err := a.savedBytes(project.With(ctx, p))
 		if err != nil {
 			return nil, err
 		}
-		s.adm.mu.Lock()
-		has += s.adm.saving[p]
+		a.mu.Lock()
+		has += a.saving[p]
 		if has+need > q.SavedBytes {
-			s.adm.mu.Unlock()
+			a.mu.Unlock()
 			return nil, quotaErr(p, what, "saved bytes (checkpoints and snapshots)", "--max-saved-bytes", has, need, q.SavedBytes, true)
 		}
-		if s.adm.saving == nil {
-			s.adm.saving = map[string]int64{}
+		if a.saving == nil {
+			a.saving = map[string]int64{}
 		}
-		s.adm.saving[p] += need
-		s.adm.mu.Unlock()
+		a.saving[p] += need
+		a.mu.Unlock()
 		var once sync.Once
 		unsave = func() {
 			once.Do(func() {
-				s.adm.mu.Lock()
-				s.adm.saving[p] -= need
-				s.adm.mu.Unlock()
+				a.mu.Lock()
+				a.saving[p] -= need
+				a.mu.Unlock()
 			})
 		}
 	}
-	releaseHost, err := s.disk.Take(host, what)
+	releaseHost, err := a.disk.Take(host, what)
 	if err != nil {
 		unsave()
 		return nil, err
@@ -341,18 +357,18 @@ func (s *Service) reserveSaved(ctx context.Context, src *store.Sandbox, host, fi
 // ledgerRoom fails when a request that adds to project p's ledger (what
 // says what it would record) finds the data directory below its floor, or
 // p's ledger at its quota.
-func (s *Service) ledgerRoom(ctx context.Context, p, what string) error {
-	if err := s.floor.check(what); err != nil {
+func (a *Admission) ledgerRoom(ctx context.Context, p, what string) error {
+	if err := a.floor.check(what); err != nil {
 		return err
 	}
 	p = project.OrDefault(p)
-	s.adm.mu.Lock()
-	q, err := s.quota(ctx, p)
-	s.adm.mu.Unlock()
+	a.mu.Lock()
+	q, err := a.quota(ctx, p)
+	a.mu.Unlock()
 	if err != nil || q.LedgerBytes <= 0 {
 		return err
 	}
-	has, err := s.cfg.Store.LedgerBytes(ctx, p)
+	has, err := a.s.cfg.Store.LedgerBytes(ctx, p)
 	if err != nil {
 		return err
 	}

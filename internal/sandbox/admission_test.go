@@ -28,7 +28,7 @@ func TestProjectQuotas(t *testing.T) {
 	f := newFakeService(t)
 	a := project.With(context.Background(), "team-a")
 	b := project.With(context.Background(), "team-b")
-	if err := f.svc.SetQuota(own(), "team-a", store.Quota{Sandboxes: 3, MemoryBytes: 1 << 30, DiskBytes: 3 << 30}); err != nil {
+	if err := f.svc.Admission().SetQuota(own(), "team-a", store.Quota{Sandboxes: 3, MemoryBytes: 1 << 30, DiskBytes: 3 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(ctx context.Context, name string, mem, disk int64) (*store.Sandbox, error) {
@@ -66,7 +66,7 @@ func TestProjectQuotas(t *testing.T) {
 		t.Errorf("a1 after a refused start: %s", st)
 	}
 	// A fork of three past the slots makes none.
-	if err := f.svc.SetQuota(own(), "team-a", store.Quota{Sandboxes: 5}); err != nil {
+	if err := f.svc.Admission().SetQuota(own(), "team-a", store.Quota{Sandboxes: 5}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.svc.Fork(a, "a2", ForkRequest{Name: "kid", Count: 3})
@@ -76,7 +76,7 @@ func TestProjectQuotas(t *testing.T) {
 		t.Fatalf("%d sandboxes after a refused fork (%v), want a1-a3 and b1-b4", len(all), err)
 	}
 	f.checkpoints(0)
-	uses, err := f.svc.ProjectUses(own(), []string{"team-a", "team-b"})
+	uses, err := f.svc.Admission().ProjectUses(own(), []string{"team-a", "team-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestLedgerQuota(t *testing.T) {
 	if err != nil || n <= 0 {
 		t.Fatalf("team-a's ledger bytes after a create: %d, %v", n, err)
 	}
-	if err := f.svc.SetQuota(own(), "team-a", store.Quota{LedgerBytes: n}); err != nil {
+	if err := f.svc.Admission().SetQuota(own(), "team-a", store.Quota{LedgerBytes: n}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.svc.Create(a, CreateRequest{Name: "l2", Image: fakeImage})

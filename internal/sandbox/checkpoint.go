@@ -39,16 +39,16 @@ func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (_ *stor
 	}
 	prov = src.Provider
 	defer unlock()
-	if err := s.ledgerRoom(ctx, src.Project, "checkpoint sandbox "+src.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, src.Project, "checkpoint sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	ckID := newID()
-	releaseHost, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "a checkpoint of "+src.Name)
+	releaseHost, err := s.adm.reserveSaved(ctx, src, s.adm.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseHost()
-	res, err := s.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
+	res, err := s.adm.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -96,12 +96,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	if err := s.validate(&req); err != nil {
 		return nil, err
 	}
-	if err := s.ledgerRoom(ctx, project.Of(ctx), "create a sandbox"); err != nil {
+	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "create a sandbox"); err != nil {
 		return nil, err
 	}
 	// What quotas and the host's memory refuse is refused before the
 	// store, the image or the network are asked anything.
-	if err := s.precheck(ctx, &store.Sandbox{Name: req.Name, Shape: store.Shape{Bounds: req.Bounds}}, 1, "sandbox "+cmp.Or(req.Name, "(unnamed)")); err != nil {
+	if err := s.adm.precheck(ctx, &store.Sandbox{Name: req.Name, Shape: store.Shape{Bounds: req.Bounds}}, 1, "sandbox "+cmp.Or(req.Name, "(unnamed)")); err != nil {
 		return nil, err
 	}
 	// Checked again when the files are made; here so that a create that

@@ -143,7 +143,7 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of environment "+name)
+	release, err := s.adm.reserveSaved(ctx, src, s.adm.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of environment "+name)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("environment %s: %w", name, err)
@@ -238,7 +238,7 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string, a
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	if err := s.ledgerRoom(ctx, project.Of(ctx), "create a sandbox from environment "+env); err != nil {
+	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "create a sandbox from environment "+env); err != nil {
 		return nil, err
 	}
 	// A rebuild stores the environment's new checkpoint, then drops the

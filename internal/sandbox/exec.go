@@ -104,7 +104,7 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req ExecRequest) (*
 }
 
 func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req ExecRequest, started ledger.ExecStartedData) (*ExecSession, *store.Sandbox, error) {
-	if err := s.ledgerRoom(ctx, sb.Project, "run a command in sandbox "+sb.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, sb.Project, "run a command in sandbox "+sb.Name); err != nil {
 		return nil, nil, err
 	}
 	started.Exec = randomHex(8)

@@ -480,7 +480,7 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 	if o.Mode > 0o7777 {
 		return nil, errdefs.Invalid("mode %o: at most 7777", o.Mode)
 	}
-	if err := s.ledgerRoom(ctx, project.Of(ctx), "write files into sandbox "+idOrName); err != nil {
+	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "write files into sandbox "+idOrName); err != nil {
 		return nil, err
 	}
 	args := []string{files.OpPut, path, "--uid", strconv.Itoa(o.UID), "--gid", strconv.Itoa(o.GID), "--size", strconv.FormatInt(o.Size, 10)}

@@ -96,7 +96,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 	}
 	f.keep = req.KeepCheckpoint
 	defer f.releaseCheckpoint()
-	releaseHost, err := s.reserveSaved(ctx, src, s.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of a fork of "+src.Name)
+	releaseHost, err := s.adm.reserveSaved(ctx, src, s.adm.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of a fork of "+src.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 		return nil, err
 	}
 	tl.mark("records")
-	res, err := s.reserveCapture(src.ID, checkpointKey(f.ckID), f.ids(), fmt.Sprintf("%d fork(s) of %s", len(f.forks), src.Name))
+	res, err := s.adm.reserveCapture(src.ID, checkpointKey(f.ckID), f.ids(), fmt.Sprintf("%d fork(s) of %s", len(f.forks), src.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -193,13 +193,13 @@ type forkOp struct {
 
 // newFork checks that src may be forked here, and finds its image.
 func (s *Service) newFork(ctx context.Context, src *store.Sandbox, cp provider.Checkpointer, count int) (*forkOp, error) {
-	if err := s.ledgerRoom(ctx, src.Project, "fork sandbox "+src.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, src.Project, "fork sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	if err := checkInherited("sandbox "+src.Name, s.Limits(), src.MemoryBytes, src.CPUMillis, src.Pids); err != nil {
 		return nil, fmt.Errorf("a fork takes its source's bounds: %w", err)
 	}
-	if err := s.precheck(ctx, src, int64(max(1, count)), "a fork of "+src.Name); err != nil {
+	if err := s.adm.precheck(ctx, src, int64(max(1, count)), "a fork of "+src.Name); err != nil {
 		return nil, err
 	}
 	img, err := s.cfg.Images.Get(ctx, src.ImageDigest)

@@ -67,7 +67,7 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		return nil, err
 	}
 	defer unlock()
-	if err := s.ledgerRoom(ctx, sb.Project, "grant secret "+req.Secret+" to sandbox "+sb.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, sb.Project, "grant secret "+req.Secret+" to sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	old := grantOf(sb, req.Secret)

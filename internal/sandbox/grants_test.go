@@ -184,7 +184,7 @@ func grantTestService(t *testing.T) (*Service, *fakeSandboxFS) {
 			t.Fatal(err)
 		}
 	}
-	s := &Service{cfg: Config{Store: st, Secrets: sec, Net: newFakeNet(), Log: slog.New(slog.DiscardHandler)}}
+	s := link(&Service{cfg: Config{Store: st, Secrets: sec, Net: newFakeNet(), Log: slog.New(slog.DiscardHandler)}})
 	return s, fs
 }
 

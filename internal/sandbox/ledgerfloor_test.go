@@ -129,7 +129,7 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &fakeDisk{avail: 10 << 20, total: 100 << 30}
-	s.floor = d.floor(1 << 30)
+	s.adm.floor = d.floor(1 << 30)
 	count := func() int {
 		t.Helper()
 		evs, err := s.cfg.Store.Events(ctx, "fl", 0, 1000)

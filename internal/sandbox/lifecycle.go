@@ -76,7 +76,7 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 	if c := s.caps[sb.Provider]; !c.Available {
 		return nil, errdefs.Unsupported("provider %s is not available on this host: %s", sb.Provider, c.Reason)
 	}
-	if err := s.ledgerRoom(ctx, sb.Project, "start sandbox "+sb.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, sb.Project, "start sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	// A start is a fresh boot: it runs this server's agent. Its memory and
@@ -85,7 +85,7 @@ func (s *Service) Start(ctx context.Context, idOrName string) (*store.Sandbox, e
 	if !holdsMemory(sb.State) {
 		add = use{memory: sb.MemoryBytes, cpu: sb.CPUMillis}
 	}
-	err = s.admit(ctx, sb, add, "sandbox "+sb.Name, func() (err error) {
+	err = s.adm.admit(ctx, sb, add, "sandbox "+sb.Name, func() (err error) {
 		sb, err = s.move(ctx, sb.ID, StateStarting, nil, func(r *store.Sandbox) { r.AgentDir = s.agentDir })
 		return err
 	})

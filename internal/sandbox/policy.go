@@ -34,7 +34,7 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 		return nil, err
 	}
 	defer unlock()
-	if err := s.ledgerRoom(ctx, sb.Project, "set the policy of sandbox "+sb.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, sb.Project, "set the policy of sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	ip, err := netip.ParseAddr(sb.IP)

@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/useshards/shard/client"
-	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
 )
@@ -27,17 +25,6 @@ func randomHex(n int) string {
 func newID() string { return randomHex(6) }
 
 func newToken() string { return randomHex(24) }
-
-// checkLimit refuses one more sandbox past the server's limit. Every
-// project's count, whoever asks: the limit is the server's, not a
-// project's (a project's list gave each project a limit of its own). The
-// address pool asks, holding itself, before it hands out an address.
-func (s *Service) checkLimit() error {
-	if s.cfg.MaxSandboxes > 0 && s.cfg.Store.SandboxCount() >= s.cfg.MaxSandboxes {
-		return errdefs.Conflict(client.CodeSandboxLimit, "this server holds at most %d sandboxes (forks count too): remove one first", s.cfg.MaxSandboxes)
-	}
-	return nil
-}
 
 // move changes a sandbox's state if the table allows it.
 func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, also func(*store.Sandbox)) (*store.Sandbox, error) {
@@ -79,7 +66,7 @@ func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, cr
 		what = fmt.Sprintf("%d sandboxes", len(protos))
 	}
 	var out []*store.Sandbox
-	err := s.admit(ctx, protos[0], add, what, func() error {
+	err := s.adm.admit(ctx, protos[0], add, what, func() error {
 		for _, r := range protos {
 			err := s.addrs.Take(func(ip netip.Addr) error {
 				r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()

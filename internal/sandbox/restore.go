@@ -98,7 +98,7 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
 		return nil, err
 	}
-	if err := s.ledgerRoom(ctx, ck.Project, "restore checkpoint "+ck.ID); err != nil {
+	if err := s.adm.ledgerRoom(ctx, ck.Project, "restore checkpoint "+ck.ID); err != nil {
 		return nil, err
 	}
 	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)

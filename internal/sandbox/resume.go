@@ -60,7 +60,7 @@ func (s *Service) Resume(ctx context.Context, session, name string, allow Allow)
 	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
-	if err := s.ledgerRoom(ctx, project.Of(ctx), "resume ledger session "+session); err != nil {
+	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "resume ledger session "+session); err != nil {
 		return nil, err
 	}
 	events, err := s.sessionEvents(ctx, session)

@@ -60,20 +60,31 @@ type Service struct {
 	cks    ckRefs        // checkpoints being read by restores, or dropped
 	spares *sparePool    // environments' warm spares
 
-	disk  *hostdisk.Budget // the data directory's filesystem: Config.Disk
-	adm   admission        // host memory and projects' quotas
-	execs execSet          // running execs, ended when their sandbox stops
-	watch *watcher         // notices sandboxes that end on their own
-	mem   memWatches       // gVisor sandboxes' memory cgroups, for their OOM guards
-	conns connRefusals     // refused connections not yet in the ledger (conns.go)
-	floor *ledgerFloor     // nil in tests that make a Service by hand: no floor
+	execs execSet      // running execs, ended when their sandbox stops
+	watch *watcher     // notices sandboxes that end on their own
+	mem   memWatches   // gVisor sandboxes' memory cgroups, for their OOM guards
+	conns connRefusals // refused connections not yet in the ledger (conns.go)
 
 	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
 	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
 
 	life     life         // the service's own goroutines, waited for by Close (life.go)
 	imageUse kmutex.Keyed // by image digest: makes against removals (images.go)
+
+	// The jobs over the lifecycle, each a type of its own that points back
+	// here (link): the API and the daemon reach them through the accessors.
+	adm Admission // host memory, projects' quotas, disk room (admission.go)
 }
+
+// link points the jobs at s: New's, or a test's hand-made Service.
+func link(s *Service) *Service {
+	s.adm.s = s
+	return s
+}
+
+// Admission checks host memory, projects' quotas and disk room before
+// anything is made, and reports what projects and the node use.
+func (s *Service) Admission() *Admission { return &s.adm }
 
 // New probes the providers and returns the service. Call Reconcile next.
 func New(ctx context.Context, cfg Config) (*Service, error) {
@@ -87,16 +98,18 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		life: newLife(), floor: newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), disk: cfg.Disk, spaceKick: make(chan struct{}, 1)}
+		life: newLife(), spaceKick: make(chan struct{}, 1)}
+	link(s)
 	s.watch, s.mem.s = newWatcher(s), s
-	if s.disk == nil {
-		s.disk = hostdisk.New(cfg.DataDir, 0)
+	s.adm.floor, s.adm.disk = newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), cfg.Disk
+	if s.adm.disk == nil {
+		s.adm.disk = hostdisk.New(cfg.DataDir, 0)
 	}
 	if cfg.MemoryOvercommit > 0 {
 		s.adm.overcommit = cfg.MemoryOvercommit
 		s.adm.hostMemory = int64(float64(HostLimits().MemoryBytes) * cfg.MemoryOvercommit)
 	}
-	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.checkLimit)
+	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.adm.checkLimit)
 	s.spares = newSparePool(s.makeSpare, s.dropSpare, cfg.Log)
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)

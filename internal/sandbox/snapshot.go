@@ -26,7 +26,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 		return nil, err
 	}
 	defer unlock()
-	if err := s.ledgerRoom(ctx, sb.Project, "snapshot sandbox "+sb.Name); err != nil {
+	if err := s.adm.ledgerRoom(ctx, sb.Project, "snapshot sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	switch sb.State {
@@ -43,7 +43,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, idOrName, name string) (*s
 	if _, err := s.cfg.Store.GetSnapshot(ctx, name); err == nil {
 		return nil, errdefs.Conflict(client.CodeNameTaken, "a snapshot named %s already exists", name)
 	}
-	release, err := s.reserveSaved(ctx, sb, 0, s.cfg.Storage.FileUsage(sb.ID), "a snapshot of "+sb.Name)
+	release, err := s.adm.reserveSaved(ctx, sb, 0, s.cfg.Storage.FileUsage(sb.ID), "a snapshot of "+sb.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -167,7 +167,7 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	rec := fromCheckpoint(ck, id)
 	rec.ID, rec.IP, rec.State = id, ip.String(), StateCreating
 	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
-	if err := s.holdSpare(ctx, rec); err != nil {
+	if err := s.adm.holdSpare(ctx, rec); err != nil {
 		s.addrs.Release(rec.IP)
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (s *Service) dropSpare(sp *spare) {
 	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
 	os.RemoveAll(s.runDir(sp.rec.ID))
 	s.addrs.Release(sp.rec.IP)
-	s.unholdSpare(sp.rec.ID)
+	s.adm.unholdSpare(sp.rec.ID)
 }
 
 // DropSpares takes every spare down and stages no more (at shutdown).
@@ -229,7 +229,7 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	// The spare's memory and cpu were admitted when it was made; the
 	// record adds a sandbox and its disk, and holds the rest now. (The
 	// admission lock comes before the pool's, as in insertRecords.)
-	err := s.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
+	err := s.adm.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
 		return s.addrs.Claim(rec.IP, func() error { // the record holds the address now
 			if err := s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d}); err != nil {
 				return err

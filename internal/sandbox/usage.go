@@ -31,30 +31,30 @@ type DiskUsage struct {
 
 // DiskUsage measures the image cache, every sandbox's files, snapshots,
 // and checkpoints (an environment's apart from the others).
-func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
+func (a *Admission) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	var u DiskUsage
-	imgs, err := s.cfg.Images.List(ctx)
+	imgs, err := a.s.cfg.Images.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u.Images = Usage{Count: len(imgs), Bytes: hostdir.Blocks(s.cfg.Images.Dir())}
-	sbs, err := s.cfg.Store.ListSandboxes(ctx)
+	u.Images = Usage{Count: len(imgs), Bytes: hostdir.Blocks(a.s.cfg.Images.Dir())}
+	sbs, err := a.s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, sb := range sbs {
 		u.Sandboxes.Count++
-		u.Sandboxes.Bytes += s.cfg.Storage.FileUsage(sb.ID)
+		u.Sandboxes.Bytes += a.s.cfg.Storage.FileUsage(sb.ID)
 	}
-	sns, err := s.cfg.Store.ListSnapshots(ctx)
+	sns, err := a.s.cfg.Store.ListSnapshots(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, sn := range sns {
 		u.Snapshots.Count++
-		u.Snapshots.Bytes += s.SnapshotSize(sn.ID)
+		u.Snapshots.Bytes += a.s.SnapshotSize(sn.ID)
 	}
-	envs, err := s.cfg.Store.ListEnvironments(ctx)
+	envs, err := a.s.cfg.Store.ListEnvironments(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,12 +62,12 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	for _, e := range envs {
 		envCk[e.Checkpoint] = true
 	}
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	cks, err := a.s.cfg.Store.ListCheckpoints(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	for _, ck := range cks {
-		n := s.checkpointSize(ck.ID)
+		n := a.s.checkpointSize(ck.ID)
 		if envCk[ck.ID] {
 			u.Environments.Count++
 			u.Environments.Bytes += n
@@ -76,26 +76,26 @@ func (s *Service) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 			u.Checkpoints.Bytes += n
 		}
 	}
-	n, b := s.cfg.Storage.TemplateUsage()
+	n, b := a.s.cfg.Storage.TemplateUsage()
 	u.Server.Count += n
 	u.Server.Bytes += b
 	for _, d := range []string{"agent", "run"} {
 		u.Server.Count++
-		u.Server.Bytes += hostdir.Blocks(filepath.Join(s.cfg.DataDir, d))
+		u.Server.Bytes += hostdir.Blocks(filepath.Join(a.s.cfg.DataDir, d))
 	}
-	if ents, err := os.ReadDir(s.cfg.DataDir); err == nil {
+	if ents, err := os.ReadDir(a.s.cfg.DataDir); err == nil {
 		for _, e := range ents {
 			if e.Type().IsRegular() { // the database and its journal, the key, the lock
 				u.Server.Count++
-				u.Server.Bytes += hostdir.Blocks(filepath.Join(s.cfg.DataDir, e.Name()))
+				u.Server.Bytes += hostdir.Blocks(filepath.Join(a.s.cfg.DataDir, e.Name()))
 			}
 		}
 	}
-	if u.Store, err = s.cfg.Storage.Space(); err != nil {
+	if u.Store, err = a.s.cfg.Storage.Space(); err != nil {
 		return nil, err
 	}
-	u.StoreSize, u.StoreMax = s.cfg.Storage.Size()
-	if u.Host, err = s.disk.State(); err != nil {
+	u.StoreSize, u.StoreMax = a.s.cfg.Storage.Size()
+	if u.Host, err = a.disk.State(); err != nil {
 		return nil, err
 	}
 	return &u, nil

@@ -11,10 +11,10 @@ import (
 )
 
 func testService() *Service {
-	return &Service{
+	return link(&Service{
 		cfg:  Config{DefaultProvider: "runc"},
 		caps: map[string]provider.Capabilities{"runc": {Name: "runc", Available: true}},
-	}
+	})
 }
 
 // validate refuses every bound the host cannot honour, with a 400 that
