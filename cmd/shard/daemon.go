@@ -277,7 +277,7 @@ func (d *daemon) listen(context.Context) error {
 	if d.clu != nil {
 		apiClu = d.clu
 	}
-	d.api = &api.Server{Sandboxes: d.svc, Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
+	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
 		Log: d.log, Version: version, Stopping: stopping.Done(), BodyTimeout: cfg.bodyTimeout, Metrics: d.metrics}
 	d.onClose("the API's peer connections", func(context.Context) error { d.api.Close(); return nil })
 	h := d.api.Handler()

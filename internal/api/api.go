@@ -22,7 +22,9 @@ import (
 	"github.com/useshards/shard/internal/auth"
 	"github.com/useshards/shard/internal/crossnode"
 	"github.com/useshards/shard/internal/errdefs"
+	"github.com/useshards/shard/internal/files"
 	"github.com/useshards/shard/internal/image"
+	"github.com/useshards/shard/internal/lineage"
 	"github.com/useshards/shard/internal/metrics"
 	"github.com/useshards/shard/internal/peer"
 	"github.com/useshards/shard/internal/project"
@@ -46,7 +48,9 @@ type Server struct {
 	Sandboxes *sandbox.Service
 	// The sandbox service's jobs, each as the small interface its handlers
 	// use (see below), so that a handler group is tested against a fake.
-	Usage UsageService
+	Files   FileService
+	Lineage LineageService
+	Usage   UsageService
 	// Ledger reads the ledger's sessions and events, and the projects'
 	// counts and quotas (store.Store): the handlers that only read them
 	// need no more of the store.
@@ -86,6 +90,23 @@ type LedgerReader interface {
 	Changed() <-chan struct{}
 	Projects(ctx context.Context) ([]*store.ProjectCounts, error)
 	ProjectQuotas(ctx context.Context) (map[string]store.Quota, error)
+}
+
+// FileService is what the files handlers use of sandboxes' files
+// (sandbox.Files).
+type FileService interface {
+	ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*sandbox.FileStream, error)
+	WriteFiles(ctx context.Context, idOrName, path string, body io.Reader, o sandbox.WriteOptions) (*sandbox.WriteResult, error)
+	StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error)
+	ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error)
+	RemoveFile(ctx context.Context, idOrName, path string, recursive bool) (*files.Info, error)
+}
+
+// LineageService is what the fork tree's and the diff's handlers use
+// (sandbox.Files).
+type LineageService interface {
+	Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error)
+	Diff(ctx context.Context, idOrName string, o sandbox.DiffOptions) (*sandbox.DiffResult, error)
 }
 
 // UsageService is what the projects' handlers and the disk usage's use of

@@ -52,7 +52,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	st, err := s.Sandboxes.ReadFiles(r.Context(), r.PathValue("id"), p, asTar, follow)
+	st, err := s.Files.ReadFiles(r.Context(), r.PathValue("id"), p, asTar, follow)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -150,7 +150,7 @@ func (s *Server) writeFiles(r *http.Request) (any, int, error) {
 	if o.Tar {
 		o.Size = -1
 	}
-	res, err := s.Sandboxes.WriteFiles(r.Context(), r.PathValue("id"), p, r.Body, o)
+	res, err := s.Files.WriteFiles(r.Context(), r.PathValue("id"), p, r.Body, o)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -170,7 +170,7 @@ func (s *Server) statFile(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	in, err := s.Sandboxes.StatFile(r.Context(), r.PathValue("id"), p, follow)
+	in, err := s.Files.StatFile(r.Context(), r.PathValue("id"), p, follow)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -193,7 +193,7 @@ func (s *Server) listFiles(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ents, trunc, err := s.Sandboxes.ListFiles(r.Context(), r.PathValue("id"), p, int(limit))
+	ents, trunc, err := s.Files.ListFiles(r.Context(), r.PathValue("id"), p, int(limit))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -210,7 +210,7 @@ func (s *Server) removeFile(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	in, err := s.Sandboxes.RemoveFile(r.Context(), r.PathValue("id"), p, rec)
+	in, err := s.Files.RemoveFile(r.Context(), r.PathValue("id"), p, rec)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -17,7 +17,7 @@ func (s *Server) tree(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	roots, err := s.Sandboxes.Tree(r.Context(), r.PathValue("id"), all)
+	roots, err := s.Lineage.Tree(r.Context(), r.PathValue("id"), all)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -42,7 +42,7 @@ func (s *Server) diff(r *http.Request) (any, int, error) {
 			}
 		}
 	}
-	res, err := s.Sandboxes.Diff(r.Context(), r.PathValue("id"), sandbox.DiffOptions{Against: r.URL.Query().Get("against"), Patch: patch})
+	res, err := s.Lineage.Diff(r.Context(), r.PathValue("id"), sandbox.DiffOptions{Against: r.URL.Query().Get("against"), Patch: patch})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -48,9 +48,9 @@ func TestFileError(t *testing.T) {
 		{"sandbox_not_found", errdefs.KindFailed, "files_helper_failed"},
 		{"made_up", errdefs.KindFailed, "files_helper_failed"},
 	}
-	s := &Service{}
+	f := link(&Service{}).Files()
 	for _, tt := range tests {
-		err := s.fileError(&store.Sandbox{Name: "py"}, files.Result{Code: tt.code, Message: "no"})
+		err := f.fileError(&store.Sandbox{Name: "py"}, files.Result{Code: tt.code, Message: "no"})
 		wantAPICode(t, "helper code "+tt.code, err, tt.wantKind, tt.wantCode)
 	}
 }

@@ -45,8 +45,8 @@ type DiffOptions struct {
 // snapshot it was made from, or its image. Each side is a private copy of
 // the files of one instant (rootfs.View); only what either side changed
 // over the image is read (fsdiff).
-func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*DiffResult, error) {
-	to, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*DiffResult, error) {
+	to, err := f.s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 	var from *store.Sandbox
 	key := "" // a saved copy's, for the from side
 	if o.Against != "" {
-		if from, err = s.cfg.Store.GetSandbox(ctx, o.Against); err != nil {
+		if from, err = f.s.cfg.Store.GetSandbox(ctx, o.Against); err != nil {
 			return nil, err
 		}
 		if from.ImageDigest != to.ImageDigest {
@@ -63,15 +63,15 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 		}
 		res.From = DiffSide{Kind: "sandbox", ID: from.ID, Name: from.Name}
 	} else {
-		if res.From, key, err = s.startedFrom(ctx, to); err != nil {
+		if res.From, key, err = f.startedFrom(ctx, to); err != nil {
 			return nil, err
 		}
 	}
-	img, err := s.cfg.Images.Get(ctx, to.ImageDigest)
+	img, err := f.s.cfg.Images.Get(ctx, to.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", to.Image, to.Name, err)
 	}
-	dir, err := os.MkdirTemp(filepath.Join(s.cfg.DataDir, "run"), "diff-")
+	dir, err := os.MkdirTemp(filepath.Join(f.s.cfg.DataDir, "run"), "diff-")
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 		}()
 	}()
 	toDir := filepath.Join(dir, "to")
-	release, err := s.cfg.Storage.View(ctx, to.ID, "", toDir)
+	release, err := f.s.cfg.Storage.View(ctx, to.ID, "", toDir)
 	if err != nil {
 		return nil, fmt.Errorf("the files of %s: %w", to.Name, err)
 	}
@@ -102,7 +102,7 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 		if from != nil {
 			id = from.ID
 		}
-		rel, err := s.cfg.Storage.View(ctx, id, key, fromDir)
+		rel, err := f.s.cfg.Storage.View(ctx, id, key, fromDir)
 		if err != nil {
 			return nil, fmt.Errorf("the files of %s %s: %w", res.From.Kind, res.From.Name, err)
 		}
@@ -119,8 +119,8 @@ func (s *Service) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Di
 
 // startedFrom is what sb started from (see Diff), and the key of its saved
 // files (none for the image).
-func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, string, error) {
-	evs, err := s.cfg.Store.Events(ctx, sb.Session, 0, 1)
+func (f *Files) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, string, error) {
+	evs, err := f.s.cfg.Store.Events(ctx, sb.Session, 0, 1)
 	if err != nil {
 		return DiffSide{}, "", err
 	}
@@ -130,7 +130,7 @@ func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide,
 	}
 	switch {
 	case d.Checkpoint != "":
-		ck, err := s.cfg.Store.GetCheckpoint(ctx, d.Checkpoint)
+		ck, err := f.s.cfg.Store.GetCheckpoint(ctx, d.Checkpoint)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
 				return DiffSide{}, "", errdefs.Conflict(client.CodeCheckpointGone,
@@ -140,7 +140,7 @@ func (s *Service) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide,
 		}
 		return DiffSide{Kind: "checkpoint", ID: ck.ID, Name: ck.SandboxName}, checkpointKey(ck.ID), nil
 	case d.FromSnapshot != "":
-		sn, err := s.cfg.Store.GetSnapshot(ctx, d.FromSnapshot)
+		sn, err := f.s.cfg.Store.GetSnapshot(ctx, d.FromSnapshot)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
 				return DiffSide{}, "", errdefs.Conflict(client.CodeSnapshotGone,

@@ -36,6 +36,10 @@ import (
 // host, chrooted into the sandbox's files mounted for the while. The server
 // never opens a path inside a sandbox's files itself.
 
+// Files reads, writes, lists and removes sandboxes' files (this file),
+// diffs them (diff.go) and draws the fork tree (tree.go).
+type Files struct{ s *Service }
+
 // agentBinary is where every sandbox has the shard binary (installAgent).
 const agentBinary = "/.shard/shard"
 
@@ -54,8 +58,8 @@ type fileHelper struct {
 
 // helperRunning runs the helper in a running sandbox, through its
 // runtime's exec: its stdio are host pipes, the fastest way in and out.
-func (s *Service) helperRunning(sb *store.Sandbox, args []string, stdin bool) (*fileHelper, error) {
-	ex, ok := s.providers[sb.Provider].(provider.Execer)
+func (f *Files) helperRunning(sb *store.Sandbox, args []string, stdin bool) (*fileHelper, error) {
+	ex, ok := f.s.providers[sb.Provider].(provider.Execer)
 	if !ok {
 		return nil, errdefs.Unsupported("provider %s cannot move files in and out of a running sandbox: stop it first", sb.Provider)
 	}
@@ -84,26 +88,26 @@ func helperExit(code, signal int, msg, stderr string) error {
 // helperHost runs the helper on the host for a stopped sandbox: its files
 // are mounted (the sandbox stays locked meanwhile, so it cannot start) and
 // the helper chroots into them.
-func (s *Service) helperHost(ctx context.Context, sb *store.Sandbox, unlock func(), args []string, stdin bool) (_ *fileHelper, err error) {
-	img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
+func (f *Files) helperHost(ctx context.Context, sb *store.Sandbox, unlock func(), args []string, stdin bool) (_ *fileHelper, err error) {
+	img, err := f.s.cfg.Images.Get(ctx, sb.ImageDigest)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", sb.Image, sb.Name, err)
 	}
-	dir := filepath.Join(s.runDir(sb.ID), "files")
-	if err := s.cfg.Storage.Mount(ctx, sb.ID, img.Layers, dir); err != nil {
+	dir := filepath.Join(f.s.runDir(sb.ID), "files")
+	if err := f.s.cfg.Storage.Mount(ctx, sb.ID, img.Layers, dir); err != nil {
 		unlock()
 		return nil, err
 	}
 	release := func() {
 		if err := rootfs.Unmount(dir); err != nil {
-			s.cfg.Log.Warn("files: unmount", "sandbox", sb.ID, "err", err)
+			f.s.cfg.Log.Warn("files: unmount", "sandbox", sb.ID, "err", err)
 		}
-		s.cfg.Storage.Detach(sb.ID)
+		f.s.cfg.Storage.Detach(sb.ID)
 		os.Remove(dir)
 		unlock()
 	}
-	cmd := exec.Command(s.cfg.AgentBinary, append([]string{files.HelperCommand, "--root", dir}, args...)...)
+	cmd := exec.Command(f.s.cfg.AgentBinary, append([]string{files.HelperCommand, "--root", dir}, args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	h, err := startHelper(cmd, stdin, release)
@@ -265,25 +269,25 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // helper starts the helper for sb as its state allows: inside it when it
 // runs, on the host when it is stopped (or failed: its files are there to
 // look at), refused while it is changing.
-func (s *Service) helper(ctx context.Context, idOrName, verb string, args []string, stdin bool) (*store.Sandbox, *fileHelper, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, idOrName)
+func (f *Files) helper(ctx context.Context, idOrName, verb string, args []string, stdin bool) (*store.Sandbox, *fileHelper, error) {
+	sb, err := f.s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch sb.State {
 	case StateRunning:
-		h, err := s.helperRunning(sb, args, stdin)
+		h, err := f.helperRunning(sb, args, stdin)
 		return sb, h, err
 	case StateStopped, StateFailed:
-		sb, unlock, err := s.lockSandbox(ctx, sb.ID)
+		sb, unlock, err := f.s.lockSandbox(ctx, sb.ID)
 		if err != nil {
 			return nil, nil, err
 		}
 		if sb.State != StateStopped && sb.State != StateFailed {
 			unlock()
-			return s.helper(ctx, sb.ID, verb, args, stdin)
+			return f.helper(ctx, sb.ID, verb, args, stdin)
 		}
-		h, err := s.helperHost(ctx, sb, unlock, args, stdin)
+		h, err := f.helperHost(ctx, sb, unlock, args, stdin)
 		return sb, h, err
 	case StateFreezing:
 		return nil, nil, errdefs.Conflict(client.CodeSandboxFrozen, "sandbox %s: %s", sb.Name, FrozenMessage)
@@ -293,7 +297,7 @@ func (s *Service) helper(ctx context.Context, idOrName, verb string, args []stri
 
 // answer reads the helper's Result; a helper that gave none says why (its
 // exit), and one that failed is an API error.
-func (s *Service) answer(ctx context.Context, sb *store.Sandbox, h *fileHelper) (files.Result, error) {
+func (f *Files) answer(ctx context.Context, sb *store.Sandbox, h *fileHelper) (files.Result, error) {
 	// A caller that goes away stops a helper that has not answered (one
 	// waiting on a FIFO the sandbox put at the path, say).
 	stop := context.AfterFunc(ctx, h.abort)
@@ -310,13 +314,13 @@ func (s *Service) answer(ctx context.Context, sb *store.Sandbox, h *fileHelper) 
 			"the file operation in sandbox %s failed: %v (a sandbox started by an older shard may need a stop and start)", sb.Name, err)
 	}
 	if !res.OK {
-		return res, s.fileError(sb, res)
+		return res, f.fileError(sb, res)
 	}
 	return res, nil
 }
 
 // fileError maps a helper's failure to an API error.
-func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
+func (f *Files) fileError(sb *store.Sandbox, res files.Result) error {
 	msg := res.Message
 	switch res.Code {
 	case files.CodeNotFound:
@@ -327,7 +331,7 @@ func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
 		return errdefs.Conflict(res.Code, "sandbox %s: %s", sb.Name, msg)
 	case files.CodeDiskFull:
 		return errdefs.New(errdefs.KindNoSpace, res.Code, "sandbox %s's disk is full (its bound is %s): %s",
-			sb.Name, units.FormatSize(s.cfg.Storage.Bound(sb.ID)), msg)
+			sb.Name, units.FormatSize(f.s.cfg.Storage.Bound(sb.ID)), msg)
 	}
 	code := files.CodeIO
 	if res.Code != code {
@@ -339,12 +343,12 @@ func (s *Service) fileError(sb *store.Sandbox, res files.Result) error {
 }
 
 // StatFile describes a file of a sandbox (what a symlink names, with follow).
-func (s *Service) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
+func (f *Files) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
 	args := []string{files.OpStat, path}
 	if follow {
 		args = append(args, "--follow")
 	}
-	_, res, err := s.ask(ctx, idOrName, "read", path, args)
+	_, res, err := f.ask(ctx, idOrName, "read", path, args)
 	if err != nil {
 		return nil, err
 	}
@@ -353,16 +357,16 @@ func (s *Service) StatFile(ctx context.Context, idOrName, path string, follow bo
 
 // ask runs one helper operation on path that answers its Result and
 // nothing more (stat, list, remove), path checked first.
-func (s *Service) ask(ctx context.Context, idOrName, verb, path string, args []string) (*store.Sandbox, files.Result, error) {
+func (f *Files) ask(ctx context.Context, idOrName, verb, path string, args []string) (*store.Sandbox, files.Result, error) {
 	if _, err := files.CheckPath(path); err != nil {
 		return nil, files.Result{}, pathError(err)
 	}
-	sb, h, err := s.helper(ctx, idOrName, verb, args, false)
+	sb, h, err := f.helper(ctx, idOrName, verb, args, false)
 	if err != nil {
 		return nil, files.Result{}, err
 	}
 	defer h.done()
-	res, err := s.answer(ctx, sb, h)
+	res, err := f.answer(ctx, sb, h)
 	return sb, res, err
 }
 
@@ -373,11 +377,11 @@ func pathError(err error) error {
 
 // ListFiles describes the entries of a sandbox's directory (at most limit;
 // truncated says there were more).
-func (s *Service) ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error) {
+func (f *Files) ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error) {
 	if limit <= 0 || limit > files.DefaultListLimit {
 		limit = files.DefaultListLimit
 	}
-	_, res, err := s.ask(ctx, idOrName, "read", path, []string{files.OpList, path, "--limit", strconv.Itoa(limit)})
+	_, res, err := f.ask(ctx, idOrName, "read", path, []string{files.OpList, path, "--limit", strconv.Itoa(limit)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -423,7 +427,7 @@ func (f *FileStream) Close() error {
 // ReadFiles starts a read of path in a sandbox: the file's bytes, or with
 // asTar a tar of it (a directory with what it holds). With follow a
 // symlink at path is read as what it names.
-func (s *Service) ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*FileStream, error) {
+func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*FileStream, error) {
 	if _, err := files.CheckPath(path); err != nil {
 		return nil, pathError(err)
 	}
@@ -434,11 +438,11 @@ func (s *Service) ReadFiles(ctx context.Context, idOrName, path string, asTar, f
 	if follow {
 		args = append(args, "--follow")
 	}
-	sb, h, err := s.helper(ctx, idOrName, "read", args, false)
+	sb, h, err := f.helper(ctx, idOrName, "read", args, false)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.answer(ctx, sb, h)
+	res, err := f.answer(ctx, sb, h)
 	if err != nil {
 		h.done()
 		return nil, err
@@ -472,7 +476,7 @@ type WriteResult struct {
 // WriteFiles writes body at path in a sandbox: one file, replaced whole
 // (nothing is written unless all of body arrives), or a tar unpacked into
 // the directory path. The write is in the sandbox's ledger.
-func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io.Reader, o WriteOptions) (*WriteResult, error) {
+func (f *Files) WriteFiles(ctx context.Context, idOrName, path string, body io.Reader, o WriteOptions) (*WriteResult, error) {
 	clean, err := files.CheckPath(path)
 	if err != nil {
 		return nil, pathError(err)
@@ -480,7 +484,7 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 	if o.Mode > 0o7777 {
 		return nil, errdefs.Invalid("mode %o: at most 7777", o.Mode)
 	}
-	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "write files into sandbox "+idOrName); err != nil {
+	if err := f.s.adm.ledgerRoom(ctx, project.Of(ctx), "write files into sandbox "+idOrName); err != nil {
 		return nil, err
 	}
 	args := []string{files.OpPut, path, "--uid", strconv.Itoa(o.UID), "--gid", strconv.Itoa(o.GID), "--size", strconv.FormatInt(o.Size, 10)}
@@ -496,7 +500,7 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 	if o.Parents {
 		args = append(args, "--parents")
 	}
-	sb, h, err := s.helper(ctx, idOrName, "write", args, true)
+	sb, h, err := f.helper(ctx, idOrName, "write", args, true)
 	if err != nil {
 		return nil, err
 	}
@@ -515,7 +519,7 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 		}
 		sent <- err
 	}()
-	res, err := s.answer(ctx, sb, h)
+	res, err := f.answer(ctx, sb, h)
 	if err != nil {
 		// It refused, or stopped, before all was sent: letting go of it
 		// ends the send.
@@ -527,36 +531,36 @@ func (s *Service) WriteFiles(ctx context.Context, idOrName, path string, body io
 			"the upload to sandbox %s broke off (%v): %s", sb.Name, serr, "nothing of a file that was not whole was written")
 	}
 	if err != nil {
-		s.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files, Error: errdefs.CodeOf(err)}, res.Files > 0)
+		f.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files, Error: errdefs.CodeOf(err)}, res.Files > 0)
 		return nil, err
 	}
-	s.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files}, true)
+	f.fileEvent(ctx, sb, ledger.FilesWritten, ledger.FilesData{Path: clean, Tar: o.Tar, Bytes: res.Bytes, Files: res.Files}, true)
 	return &WriteResult{Path: clean, Bytes: res.Bytes, Files: res.Files, Notes: res.Notes}, nil
 }
 
 // fileEvent puts a change of a sandbox's files in its ledger (when it
 // changed anything).
-func (s *Service) fileEvent(ctx context.Context, sb *store.Sandbox, typ string, d ledger.FilesData, changed bool) {
+func (f *Files) fileEvent(ctx context.Context, sb *store.Sandbox, typ string, d ledger.FilesData, changed bool) {
 	if !changed {
 		return
 	}
-	if err := s.cfg.Store.AddEvent(context.WithoutCancel(ctx), sb, &store.EventSpec{Type: typ, Data: d}); err != nil {
-		s.cfg.Log.Warn("ledger: file event", "sandbox", sb.ID, "type", typ, "err", err)
+	if err := f.s.cfg.Store.AddEvent(context.WithoutCancel(ctx), sb, &store.EventSpec{Type: typ, Data: d}); err != nil {
+		f.s.cfg.Log.Warn("ledger: file event", "sandbox", sb.ID, "type", typ, "err", err)
 	}
 }
 
 // RemoveFile removes path in a sandbox (a directory that holds anything
 // only with recursive). The removal is in the sandbox's ledger.
-func (s *Service) RemoveFile(ctx context.Context, idOrName, path string, recursive bool) (*files.Info, error) {
+func (f *Files) RemoveFile(ctx context.Context, idOrName, path string, recursive bool) (*files.Info, error) {
 	args := []string{files.OpRemove, path}
 	if recursive {
 		args = append(args, "--recursive")
 	}
-	sb, res, err := s.ask(ctx, idOrName, "remove", path, args)
+	sb, res, err := f.ask(ctx, idOrName, "remove", path, args)
 	if err != nil {
 		return nil, err
 	}
 	clean, _ := files.CheckPath(path)
-	s.fileEvent(ctx, sb, ledger.FilesRemoved, ledger.FilesData{Path: clean, Recursive: recursive}, true)
+	f.fileEvent(ctx, sb, ledger.FilesRemoved, ledger.FilesData{Path: clean, Recursive: recursive}, true)
 	return res.Info, nil
 }

@@ -73,18 +73,22 @@ type Service struct {
 
 	// The jobs over the lifecycle, each a type of its own that points back
 	// here (link): the API and the daemon reach them through the accessors.
-	adm Admission // host memory, projects' quotas, disk room (admission.go)
+	adm   Admission // host memory, projects' quotas, disk room (admission.go)
+	files Files     // files in and out, diffs, the fork tree (files.go)
 }
 
 // link points the jobs at s: New's, or a test's hand-made Service.
 func link(s *Service) *Service {
-	s.adm.s = s
+	s.adm.s, s.files.s = s, s
 	return s
 }
 
 // Admission checks host memory, projects' quotas and disk room before
 // anything is made, and reports what projects and the node use.
 func (s *Service) Admission() *Admission { return &s.adm }
+
+// Files reads and writes sandboxes' files, and diffs them.
+func (s *Service) Files() *Files { return &s.files }
 
 // New probes the providers and returns the service. Call Reconcile next.
 func New(ctx context.Context, cfg Config) (*Service, error) {

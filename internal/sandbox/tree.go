@@ -11,8 +11,8 @@ import (
 // Tree is the fork tree of the caller's project (lineage.Build): every
 // lineage, or with idOrName the one that sandbox is in. Without all,
 // what was removed and has nothing live below it is left out.
-func (s *Service) Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error) {
-	st := s.cfg.Store
+func (f *Files) Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error) {
+	st := f.s.cfg.Store
 	var in lineage.Input
 	var err error
 	if in.Events, err = st.LineageEvents(ctx); err != nil {
