@@ -250,7 +250,7 @@ func (d *daemon) openSandboxes(ctx context.Context) error {
 	d.metrics.Watch(d.svc.MetricsState)
 	// The new firewall holds every sandbox's egress until the stored
 	// policies are in; only then are they let out and is DNS answered.
-	if err := d.svc.ApplyPolicies(ctx); err != nil {
+	if err := d.svc.Access().ApplyPolicies(ctx); err != nil {
 		return fmt.Errorf("network policies: %w", err)
 	}
 	if err := d.nets.Open(); err != nil {
@@ -277,7 +277,7 @@ func (d *daemon) listen(context.Context) error {
 	if d.clu != nil {
 		apiClu = d.clu
 	}
-	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
+	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(), Access: d.svc.Access(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
 		Log: d.log, Version: version, Stopping: stopping.Done(), BodyTimeout: cfg.bodyTimeout, Metrics: d.metrics}
 	d.onClose("the API's peer connections", func(context.Context) error { d.api.Close(); return nil })
 	h := d.api.Handler()
@@ -370,7 +370,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	svc, nets := d.svc, d.nets
 	g.Go(func() error { svc.Watch(gctx); return nil })
 	g.Go(func() error {
-		nets.WatchConnections(gctx, time.Second, func(rs []network.Refusal) { svc.ConnectionsRefused(gctx, d.cfg.conns, rs) })
+		nets.WatchConnections(gctx, time.Second, func(rs []network.Refusal) { svc.Access().ConnectionsRefused(gctx, d.cfg.conns, rs) })
 		return nil
 	})
 	g.Go(func() error { svc.SweepLedger(gctx); return nil })

@@ -255,7 +255,7 @@ func (s *Server) grantSecret(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sb, err := s.Sandboxes.Grant(r.Context(), r.PathValue("id"), req)
+	sb, err := s.Access.Grant(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -271,7 +271,7 @@ func (s *Server) listGrants(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) ungrantSecret(r *http.Request) (any, int, error) {
-	sb, err := s.Sandboxes.Ungrant(r.Context(), r.PathValue("id"), r.PathValue("secret"))
+	sb, err := s.Access.Ungrant(r.Context(), r.PathValue("id"), r.PathValue("secret"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -283,7 +283,7 @@ func (s *Server) setPolicy(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), p)
+	sb, err := s.Access.SetPolicy(r.Context(), r.PathValue("id"), p)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -306,7 +306,7 @@ func (s *Server) getPolicy(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) clearPolicy(r *http.Request) (any, int, error) {
-	sb, err := s.Sandboxes.SetPolicy(r.Context(), r.PathValue("id"), nil)
+	sb, err := s.Access.SetPolicy(r.Context(), r.PathValue("id"), nil)
 	if err != nil {
 		return nil, 0, err
 	}

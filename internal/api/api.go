@@ -50,6 +50,7 @@ type Server struct {
 	// use (see below), so that a handler group is tested against a fake.
 	Files   FileService
 	Lineage LineageService
+	Access  AccessService
 	Usage   UsageService
 	// Ledger reads the ledger's sessions and events, and the projects'
 	// counts and quotas (store.Store): the handlers that only read them
@@ -107,6 +108,14 @@ type FileService interface {
 type LineageService interface {
 	Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error)
 	Diff(ctx context.Context, idOrName string, o sandbox.DiffOptions) (*sandbox.DiffResult, error)
+}
+
+// AccessService is what the grants' and the policy's handlers change
+// (sandbox.Access); they read a sandbox's through Sandboxes.
+type AccessService interface {
+	Grant(ctx context.Context, idOrName string, req sandbox.GrantRequest) (*store.Sandbox, error)
+	Ungrant(ctx context.Context, idOrName, secret string) (*store.Sandbox, error)
+	SetPolicy(ctx context.Context, idOrName string, p *store.Policy) (*store.Sandbox, error)
 }
 
 // UsageService is what the projects' handlers and the disk usage's use of

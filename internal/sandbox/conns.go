@@ -46,16 +46,16 @@ func (c *connRefusals) due(id string, n uint64, now time.Time) uint64 {
 // ConnectionsRefused takes what network.Manager.WatchConnections reports:
 // it counts the refusals in the metrics and records them in the ledger
 // sessions of the sandboxes at those addresses.
-func (s *Service) ConnectionsRefused(ctx context.Context, lim network.ConnLimits, rs []network.Refusal) {
+func (a *Access) ConnectionsRefused(ctx context.Context, lim network.ConnLimits, rs []network.Refusal) {
 	var n uint64
 	for _, r := range rs {
 		n += r.Refused
 	}
-	s.cfg.Metrics.ConnectionsRefused(n)
+	a.s.cfg.Metrics.ConnectionsRefused(n)
 	ctx = project.Unscoped(ctx, "refused connections: the sandboxes of every project at those addresses")
-	all, err := s.cfg.Store.ListSandboxes(ctx)
+	all, err := a.s.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
-		s.cfg.Log.Warn("connections refused: list sandboxes", "err", err)
+		a.s.cfg.Log.Warn("connections refused: list sandboxes", "err", err)
 		return
 	}
 	byIP := map[string]*store.Sandbox{}
@@ -70,17 +70,17 @@ func (s *Service) ConnectionsRefused(ctx context.Context, lim network.ConnLimits
 		if sb == nil {
 			continue // gone, or an address no running sandbox holds
 		}
-		k := s.conns.due(sb.ID, r.Refused, now)
+		k := a.conns.due(sb.ID, r.Refused, now)
 		if k == 0 {
 			continue
 		}
-		s.cfg.Log.Warn("sandbox connections refused", "sandbox", sb.ID, "name", sb.Name, "refused", k, "limit", lim.PerSandbox)
+		a.s.cfg.Log.Warn("sandbox connections refused", "sandbox", sb.ID, "name", sb.Name, "refused", k, "limit", lim.PerSandbox)
 		ev := &store.EventSpec{Type: ledger.ConnectionsRefused, Data: ledger.ConnectionsRefusedData{
 			Refused: int64(k), Limit: lim.PerSandbox, Rate: lim.Rate,
 			Message: fmt.Sprintf("new connections refused: a sandbox holds at most %d at once and opens at most %d a second (past a burst of %d); every sandbox's are refused while the host's connection table is three quarters full",
 				lim.PerSandbox, lim.Rate, lim.Burst)}}
-		if err := s.cfg.Store.AddEvent(ctx, sb, ev); err != nil {
-			s.cfg.Log.Warn("connections refused: ledger", "sandbox", sb.ID, "err", err)
+		if err := a.s.cfg.Store.AddEvent(ctx, sb, ev); err != nil {
+			a.s.cfg.Log.Warn("connections refused: ledger", "sandbox", sb.ID, "err", err)
 		}
 	}
 }

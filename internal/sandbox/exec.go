@@ -92,7 +92,7 @@ func (s *Service) Exec(ctx context.Context, idOrName string, req ExecRequest) (*
 	}
 	// Granted secrets come first, so a variable the exec sets itself wins;
 	// their names and values stay out of the ledger.
-	genv, err := s.grantEnv(ctx, sb)
+	genv, err := s.access.grantEnv(ctx, sb)
 	if err != nil {
 		return nil, nil, err
 	}

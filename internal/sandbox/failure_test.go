@@ -228,7 +228,7 @@ func TestReconcileRemovesUnknown(t *testing.T) {
 func TestForkAllow(t *testing.T) {
 	f := newFakeService(t)
 	src := f.create("src")
-	if _, err := f.svc.SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
+	if _, err := f.svc.Access().SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
 		t.Fatal(err)
 	}
 	refuse := errdefs.New(errdefs.KindForbidden, "missing_scope", "policy:* needed")
@@ -261,7 +261,7 @@ func TestFingerprintStable(t *testing.T) {
 func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
 	f := newFakeService(t)
 	f.create("src")
-	if _, err := f.svc.SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
+	if _, err := f.svc.Access().SetPolicy(own(), "src", &store.Policy{DenyAll: true}); err != nil {
 		t.Fatal(err)
 	}
 	kids, err := f.svc.Fork(own(), "src", ForkRequest{Name: "kid"})

@@ -19,6 +19,14 @@ import (
 	"github.com/useshards/shard/internal/store"
 )
 
+// Access is what a sandbox may reach and hold: its secret grants (this
+// file), its egress policy (policy.go), and the refused connections of
+// its bound recorded in its ledger (conns.go).
+type Access struct {
+	s     *Service
+	conns connRefusals // refused connections not yet in the ledger
+}
+
 // GrantRequest gives a secret to a sandbox: as the environment variable Env
 // of every exec, or as the file File (written now, into its files).
 type GrantRequest struct {
@@ -40,11 +48,11 @@ type GrantRequest struct {
 // path, following no symlink (409 path_unsafe for one on the way); the host
 // never looks into the sandbox's files. Forks, restores and resumes copy
 // the grants with the files, so the same holds there.
-func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) (*store.Sandbox, error) {
-	if s.cfg.Secrets == nil {
+func (a *Access) Grant(ctx context.Context, idOrName string, req GrantRequest) (*store.Sandbox, error) {
+	if a.s.cfg.Secrets == nil {
 		return nil, errdefs.Unsupported("this server keeps no secrets")
 	}
-	if _, err := s.cfg.Secrets.Get(ctx, req.Secret); err != nil {
+	if _, err := a.s.cfg.Secrets.Get(ctx, req.Secret); err != nil {
 		return nil, err
 	}
 	switch {
@@ -62,12 +70,12 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 			return nil, errdefs.Invalid("%q is not an environment variable name: give one with --env, or grant it as a file with --file", req.Env)
 		}
 	}
-	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+	sb, unlock, err := a.s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if err := s.adm.ledgerRoom(ctx, sb.Project, "grant secret "+req.Secret+" to sandbox "+sb.Name); err != nil {
+	if err := a.s.adm.ledgerRoom(ctx, sb.Project, "grant secret "+req.Secret+" to sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	old := grantOf(sb, req.Secret)
@@ -88,15 +96,15 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		if owns {
 			g.Dirs = old.Dirs
 		}
-		if err := s.canGrantFiles(ctx, sb); err != nil {
+		if err := a.canGrantFiles(ctx, sb); err != nil {
 			return nil, err
 		}
-		value, err := s.cfg.Secrets.Value(ctx, req.Secret)
+		value, err := a.s.cfg.Secrets.Value(ctx, req.Secret)
 		if err != nil {
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
+		r, err := a.s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpGrantFile, Path: req.File, Data: value, Mode: grantFileMode, Replace: owns})
 		cancel()
 		if err != nil {
 			return nil, fileOpError(sb, "write", req.File, r, err)
@@ -106,14 +114,14 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 		}
 	}
 	if old != nil && old.File != "" && old.File != req.File {
-		if err := s.removeFile(ctx, sb, old); err != nil {
+		if err := a.removeFile(ctx, sb, old); err != nil {
 			if req.File != "" { // as it was: the new file goes again
-				s.removeFile(ctx, sb, &g)
+				a.removeFile(ctx, sb, &g)
 			}
 			return nil, err
 		}
 	}
-	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+	return a.s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == req.Secret })
 		r.Grants = append(r.Grants, g)
 		return &store.EventSpec{Type: ledger.SecretGranted, Data: ledger.GrantData{Secret: g.Secret, Env: g.Env, File: g.File}}, nil
@@ -122,8 +130,8 @@ func (s *Service) Grant(ctx context.Context, idOrName string, req GrantRequest) 
 
 // Ungrant takes a secret away from a sandbox: new execs no longer get the
 // variable; a granted file is removed. Its forks keep their own grants.
-func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.Sandbox, error) {
-	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+func (a *Access) Ungrant(ctx context.Context, idOrName, secret string) (*store.Sandbox, error) {
+	sb, unlock, err := a.s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +144,11 @@ func (s *Service) Ungrant(ctx context.Context, idOrName, secret string) (*store.
 		if sb.State != StateRunning {
 			return nil, errdefs.Conflict(client.CodeSandboxNotRunning, "sandbox %s is %s: a file grant is removed from a running sandbox: start it first", sb.Name, sb.State)
 		}
-		if err := s.removeFile(ctx, sb, g); err != nil {
+		if err := a.removeFile(ctx, sb, g); err != nil {
 			return nil, err
 		}
 	}
-	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+	return a.s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Grants = slices.DeleteFunc(r.Grants, func(x store.Grant) bool { return x.Secret == secret })
 		return &store.EventSpec{Type: ledger.SecretUngranted, Data: ledger.SecretUngrantedData{Secret: secret}}, nil
 	})
@@ -153,15 +161,15 @@ const grantFileMode = 0o400
 // the file the grant wrote (the agent checks, following no symlink), and
 // the directories the grant made that are empty. What the sandbox put in
 // its place is left there, and logged.
-func (s *Service) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Grant) error {
+func (a *Access) removeFile(ctx context.Context, sb *store.Sandbox, g *store.Grant) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
+	r, err := a.s.agentFor(sb).Do(cctx, proto.Request{Op: proto.OpUngrantFile, Path: g.File, Mode: grantFileMode, Dirs: g.Dirs})
 	if err != nil {
 		return fileOpError(sb, "remove", g.File, r, err)
 	}
 	if r.Left != "" {
-		s.cfg.Log.Warn("ungrant: a granted file was not removed", "sandbox", sb.ID, "secret", g.Secret, "why", r.Left)
+		a.s.cfg.Log.Warn("ungrant: a granted file was not removed", "sandbox", sb.ID, "secret", g.Secret, "why", r.Left)
 	}
 	return nil
 }
@@ -187,10 +195,10 @@ func fileOpError(sb *store.Sandbox, verb, path string, r *proto.Reply, err error
 // canGrantFiles checks that sb's agent has the grant file ops before a
 // secret is sent to it. An agent from before caps is taken to (see
 // proto.LegacyCaps); if it is older still, its refusal says so.
-func (s *Service) canGrantFiles(ctx context.Context, sb *store.Sandbox) error {
+func (a *Access) canGrantFiles(ctx context.Context, sb *store.Sandbox) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	caps, err := s.agentFor(sb).Caps(cctx)
+	caps, err := a.s.agentFor(sb).Caps(cctx)
 	if err != nil {
 		return errdefs.Upstream(client.CodeGrantFailed, "sandbox %s does not answer: %v", sb.Name, err)
 	}
@@ -216,14 +224,14 @@ func grantOf(sb *store.Sandbox, secret string) *store.Grant {
 
 // grantEnv resolves a sandbox's env grants into K=V for an exec. A secret
 // removed since its grant gives nothing.
-func (s *Service) grantEnv(ctx context.Context, sb *store.Sandbox) ([]string, error) {
+func (a *Access) grantEnv(ctx context.Context, sb *store.Sandbox) ([]string, error) {
 	ctx = inProject(ctx, sb) // its secrets are its project's
 	var out []string
 	for _, g := range sb.Grants {
-		if g.Env == "" || s.cfg.Secrets == nil {
+		if g.Env == "" || a.s.cfg.Secrets == nil {
 			continue
 		}
-		v, err := s.cfg.Secrets.Value(ctx, g.Secret)
+		v, err := a.s.cfg.Secrets.Value(ctx, g.Secret)
 		if errdefs.Is(err, errdefs.KindNotFound) {
 			continue
 		}

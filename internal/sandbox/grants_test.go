@@ -203,7 +203,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	s, fs := grantTestService(t)
 	ctx := own()
 
-	_, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/etc/passwd"})
+	_, err := s.Access().Grant(ctx, "src", GrantRequest{Secret: "one", File: "/etc/passwd"})
 	wantAPICode(t, "a grant over /etc/passwd", err, errdefs.KindConflict, "path_exists")
 	if !strings.Contains(err.Error(), "/etc/passwd") {
 		t.Fatalf("message %q does not name the path", err)
@@ -215,7 +215,7 @@ func TestGrantFileOwnership(t *testing.T) {
 		t.Fatalf("a refused grant was recorded: %+v", sb.Grants)
 	}
 
-	sb, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
+	sb, err := s.Access().Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,14 +226,14 @@ func TestGrantFileOwnership(t *testing.T) {
 		t.Fatalf("agent asked %+v", r)
 	}
 
-	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/run/app/key"})
+	_, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "two", File: "/run/app/key"})
 	wantAPICode(t, "another secret to the same path", err, errdefs.KindConflict, "path_exists")
 	if r := fs.takeReqs(); len(r) != 0 {
 		t.Fatalf("the agent was asked %+v", r)
 	}
 
 	// The grant that wrote it may write it again (a new value).
-	if sb, err = s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+	if sb, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := fs.takeReqs(); len(r) != 1 || !r[0].Replace {
@@ -250,13 +250,13 @@ func TestGrantFileOwnership(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Grant(ctx, "fork", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+	if _, err := s.Access().Grant(ctx, "fork", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := fs.takeReqs(); len(r) != 1 || !r[0].Replace {
 		t.Fatalf("the fork's own path again: agent asked %+v", r)
 	}
-	if _, err := s.Ungrant(ctx, "fork", "one"); err != nil {
+	if _, err := s.Access().Ungrant(ctx, "fork", "one"); err != nil {
 		t.Fatal(err)
 	}
 	if r := fs.takeReqs(); len(r) != 1 || r[0].Op != proto.OpUngrantFile || r[0].Path != "/run/app/key" || !reflect.DeepEqual(r[0].Dirs, []string{"/run", "/run/app"}) {
@@ -270,14 +270,14 @@ func TestGrantFileOwnership(t *testing.T) {
 
 	// The sandbox swaps the file for something else: the ungrant goes
 	// through (the grant is gone) but leaves what is there.
-	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
+	if _, err := s.Access().Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"}); err != nil {
 		t.Fatal(err)
 	}
 	fs.with(func() { fs.files["/run/app/key"] = fakeFile{data: "a symlink to /etc/shadow"} })
 	// Nor does writing it again replace it.
-	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
+	_, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "one", File: "/run/app/key"})
 	wantAPICode(t, "a grant's own path, swapped", err, errdefs.KindConflict, "path_exists")
-	if sb, err = s.Ungrant(ctx, "src", "one"); err != nil || len(sb.Grants) != 0 {
+	if sb, err = s.Access().Ungrant(ctx, "src", "one"); err != nil || len(sb.Grants) != 0 {
 		t.Fatalf("ungrant: %+v %v", sb, err)
 	}
 	if e, _ := fs.file("/run/app/key"); e.data != "a symlink to /etc/shadow" {
@@ -288,10 +288,10 @@ func TestGrantFileOwnership(t *testing.T) {
 	// A grant moved to another path: the new file is written first, then
 	// the old one removed; if that fails, the new one goes again and the
 	// grant stays as it was.
-	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/one"}); err != nil {
+	if _, err := s.Access().Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/one"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/two"}); err != nil {
+	if _, err := s.Access().Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/two"}); err != nil {
 		t.Fatal(err)
 	}
 	r := fs.takeReqs()
@@ -299,7 +299,7 @@ func TestGrantFileOwnership(t *testing.T) {
 		t.Fatalf("a moved grant: agent asked %+v", r)
 	}
 	fs.with(func() { fs.failUngrant = true })
-	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/three"})
+	_, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "three", File: "/a/three"})
 	wantAPICode(t, "a move whose old file cannot be removed", err, errdefs.KindUpstream, "grant_failed")
 	if g := grantOf(mustGet(t, s, "src"), "three"); g == nil || g.File != "/a/two" {
 		t.Fatalf("the grant after a failed move: %+v", g)
@@ -309,7 +309,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	// An agent that does not list grant_file is not sent the secret.
 	fs.takeReqs()
 	fs.with(func() { fs.caps = proto.Caps{proto.CapDetach} })
-	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
+	_, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
 	wantAPICode(t, "an agent without grant_file", err, errdefs.KindUnsupported, "unsupported")
 	if r := fs.takeReqs(); len(r) != 0 {
 		t.Fatalf("an agent without grant_file was asked %+v", r)
@@ -318,7 +318,7 @@ func TestGrantFileOwnership(t *testing.T) {
 	// An agent from before caps that knows only the old ops refuses in
 	// words: it would replace.
 	fs.with(func() { fs.caps, fs.oldAgent = nil, true })
-	_, err = s.Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
+	_, err = s.Access().Grant(ctx, "src", GrantRequest{Secret: "two", File: "/b/key"})
 	wantAPICode(t, "an old agent", err, errdefs.KindUnsupported, "unsupported")
 }
 

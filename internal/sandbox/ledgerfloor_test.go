@@ -125,7 +125,7 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A grant made while there is room, to be ungranted below the floor.
-	if _, err := s.Grant(ctx, "fl", GrantRequest{Secret: "one"}); err != nil {
+	if _, err := s.Access().Grant(ctx, "fl", GrantRequest{Secret: "one"}); err != nil {
 		t.Fatal(err)
 	}
 	d := &fakeDisk{avail: 10 << 20, total: 100 << 30}
@@ -146,9 +146,9 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		do   func() error
 	}{
 		{"exec", func() error { _, _, err := s.Exec(ctx, "fl", ExecRequest{Argv: []string{"true"}}); return err }},
-		{"grant", func() error { _, err := s.Grant(ctx, "fl", GrantRequest{Secret: "two"}); return err }},
+		{"grant", func() error { _, err := s.Access().Grant(ctx, "fl", GrantRequest{Secret: "two"}); return err }},
 		{"policy", func() error {
-			_, err := s.SetPolicy(ctx, "fl", &store.Policy{DenyAll: true})
+			_, err := s.Access().SetPolicy(ctx, "fl", &store.Policy{DenyAll: true})
 			return err
 		}},
 	}
@@ -172,7 +172,7 @@ func TestLedgerFloorRefusesBeforeLedger(t *testing.T) {
 		}
 		e := &ExecSession{s: s, sb: sb, id: "running", start: time.Now(), done: make(chan struct{})}
 		e.finish(ledger.ExecFinishedData{Error: "the sandbox stopped"})
-		if _, err := s.Ungrant(ctx, "fl", "one"); err != nil {
+		if _, err := s.Access().Ungrant(ctx, "fl", "one"); err != nil {
 			t.Fatalf("ungrant below the floor: %v", err)
 		}
 		if n := count(); n != before+2 {

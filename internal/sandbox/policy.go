@@ -2,25 +2,27 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/network"
+	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/store"
 )
 
 // SetPolicy sets (nil: clears) a sandbox's egress policy. It is enforced
 // outside the sandbox, keyed on its address, so it takes effect at once on
 // a running sandbox and holds across stop and start. A fork gets a copy.
-func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Policy) (*store.Sandbox, error) {
+func (a *Access) SetPolicy(ctx context.Context, idOrName string, p *store.Policy) (*store.Sandbox, error) {
 	np := toNetPolicy(p)
 	if np != nil {
 		if err := np.Validate(); err != nil {
 			return nil, errdefs.Invalid("%v", err)
 		}
-		if err := s.cfg.Net.CheckPolicy(np); err != nil {
+		if err := a.s.cfg.Net.CheckPolicy(np); err != nil {
 			return nil, errdefs.New(errdefs.KindInvalid, client.CodePolicyRefused, "%v", err)
 		}
 		if np.Empty() {
@@ -29,26 +31,26 @@ func (s *Service) SetPolicy(ctx context.Context, idOrName string, p *store.Polic
 			p = &store.Policy{DenyAll: np.DenyAll, Allow: np.Allow, Deny: np.Deny}
 		}
 	}
-	sb, unlock, err := s.lockSandbox(ctx, idOrName)
+	sb, unlock, err := a.s.lockSandbox(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if err := s.adm.ledgerRoom(ctx, sb.Project, "set the policy of sandbox "+sb.Name); err != nil {
+	if err := a.s.adm.ledgerRoom(ctx, sb.Project, "set the policy of sandbox "+sb.Name); err != nil {
 		return nil, err
 	}
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Net.SetPolicy(ip, np); err != nil {
+	if err := a.s.cfg.Net.SetPolicy(ip, np); err != nil {
 		return nil, errdefs.Wrap(errdefs.KindInternal, client.CodePolicyFailed, err)
 	}
 	ev := &store.EventSpec{Type: ledger.PolicySet, Data: p}
 	if p == nil {
 		ev = &store.EventSpec{Type: ledger.PolicyCleared}
 	}
-	return s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
+	return a.s.cfg.Store.UpdateSandbox(ctx, sb.ID, func(r *store.Sandbox) (*store.EventSpec, error) {
 		r.Policy = p
 		return ev, nil
 	})
@@ -70,4 +72,31 @@ func (s *Service) applyPolicy(sb *store.Sandbox) error {
 		return err
 	}
 	return s.cfg.Net.SetPolicy(ip, toNetPolicy(sb.Policy))
+}
+
+// ApplyPolicies installs every stored network policy in the firewall, which
+// is made anew (holding all egress) at each server start; call it before
+// the network is opened and the DNS proxy started. A policy that cannot be
+// installed fails closed: its sandbox is held at deny-all, and told in the
+// log.
+func (a *Access) ApplyPolicies(ctx context.Context) error {
+	ctx = project.Unscoped(ctx, "start-up: every project's network policies")
+	all, err := a.s.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range all {
+		if sb.Policy == nil {
+			continue
+		}
+		if err := a.s.applyPolicy(sb); err != nil {
+			a.s.cfg.Log.Error("network policy: cannot install it; the sandbox is held at deny-all", "sandbox", sb.ID, "err", err)
+			if ip, perr := netip.ParseAddr(sb.IP); perr == nil {
+				if err := a.s.cfg.Net.SetPolicy(ip, &network.Policy{DenyAll: true}); err != nil {
+					return fmt.Errorf("hold sandbox %s at deny-all: %w", sb.ID, err)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -3,48 +3,18 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/useshards/shard/internal/ledger"
-	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
 	"github.com/useshards/shard/internal/store"
 )
-
-// ApplyPolicies installs every stored network policy in the firewall, which
-// is made anew (holding all egress) at each server start; call it before
-// the network is opened and the DNS proxy started. A policy that cannot be
-// installed fails closed: its sandbox is held at deny-all, and told in the
-// log.
-func (s *Service) ApplyPolicies(ctx context.Context) error {
-	ctx = project.Unscoped(ctx, "start-up: every project's network policies")
-	all, err := s.cfg.Store.ListSandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, sb := range all {
-		if sb.Policy == nil {
-			continue
-		}
-		if err := s.applyPolicy(sb); err != nil {
-			s.cfg.Log.Error("network policy: cannot install it; the sandbox is held at deny-all", "sandbox", sb.ID, "err", err)
-			if ip, perr := netip.ParseAddr(sb.IP); perr == nil {
-				if err := s.cfg.Net.SetPolicy(ip, &network.Policy{DenyAll: true}); err != nil {
-					return fmt.Errorf("hold sandbox %s at deny-all: %w", sb.ID, err)
-				}
-			}
-		}
-	}
-	return nil
-}
 
 // Reconcile makes the record and the host agree after a start of the server,
 // also after a kill -9: running sandboxes that still run are kept (they never

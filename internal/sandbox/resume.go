@@ -173,7 +173,7 @@ func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.P
 	req := ExecRequest{Argv: pe.Started.Argv, Workdir: pe.Started.Cwd, User: pe.Started.User, Timeout: time.Duration(pe.Started.TimeoutMS) * time.Millisecond}
 	// Granted secrets, as any exec gets them (values are never in the
 	// ledger, names are not recorded in the exec either).
-	if genv, err := s.grantEnv(ctx, sb); err == nil {
+	if genv, err := s.access.grantEnv(ctx, sb); err == nil {
 		req.Env = genv
 	}
 	started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Workdir, User: req.User, TimeoutMS: pe.Started.TimeoutMS, Replay: true}
@@ -203,13 +203,13 @@ func (s *Service) reapply(ctx context.Context, res *ResumeResult, c ledger.Plann
 	var err error
 	switch c.Type {
 	case ledger.SecretGranted:
-		sb, err = s.Grant(ctx, res.Sandbox.ID, GrantRequest{Secret: c.Grant.Secret, Env: c.Grant.Env, File: c.Grant.File})
+		sb, err = s.access.Grant(ctx, res.Sandbox.ID, GrantRequest{Secret: c.Grant.Secret, Env: c.Grant.Env, File: c.Grant.File})
 	case ledger.SecretUngranted:
-		sb, err = s.Ungrant(ctx, res.Sandbox.ID, c.Grant.Secret)
+		sb, err = s.access.Ungrant(ctx, res.Sandbox.ID, c.Grant.Secret)
 	case ledger.PolicySet:
-		sb, err = s.SetPolicy(ctx, res.Sandbox.ID, c.Policy)
+		sb, err = s.access.SetPolicy(ctx, res.Sandbox.ID, c.Policy)
 	case ledger.PolicyCleared:
-		sb, err = s.SetPolicy(ctx, res.Sandbox.ID, nil)
+		sb, err = s.access.SetPolicy(ctx, res.Sandbox.ID, nil)
 	}
 	if err != nil {
 		r.Error = err.Error()

@@ -60,10 +60,9 @@ type Service struct {
 	cks    ckRefs        // checkpoints being read by restores, or dropped
 	spares *sparePool    // environments' warm spares
 
-	execs execSet      // running execs, ended when their sandbox stops
-	watch *watcher     // notices sandboxes that end on their own
-	mem   memWatches   // gVisor sandboxes' memory cgroups, for their OOM guards
-	conns connRefusals // refused connections not yet in the ledger (conns.go)
+	execs execSet    // running execs, ended when their sandbox stops
+	watch *watcher   // notices sandboxes that end on their own
+	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
 
 	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
 	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
@@ -73,13 +72,14 @@ type Service struct {
 
 	// The jobs over the lifecycle, each a type of its own that points back
 	// here (link): the API and the daemon reach them through the accessors.
-	adm   Admission // host memory, projects' quotas, disk room (admission.go)
-	files Files     // files in and out, diffs, the fork tree (files.go)
+	adm    Admission // host memory, projects' quotas, disk room (admission.go)
+	files  Files     // files in and out, diffs, the fork tree (files.go)
+	access Access    // secret grants, egress policies, refused connections (grants.go)
 }
 
 // link points the jobs at s: New's, or a test's hand-made Service.
 func link(s *Service) *Service {
-	s.adm.s, s.files.s = s, s
+	s.adm.s, s.files.s, s.access.s = s, s, s
 	return s
 }
 
@@ -89,6 +89,9 @@ func (s *Service) Admission() *Admission { return &s.adm }
 
 // Files reads and writes sandboxes' files, and diffs them.
 func (s *Service) Files() *Files { return &s.files }
+
+// Access grants secrets to sandboxes and sets their egress policies.
+func (s *Service) Access() *Access { return &s.access }
 
 // New probes the providers and returns the service. Call Reconcile next.
 func New(ctx context.Context, cfg Config) (*Service, error) {
