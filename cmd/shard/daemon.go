@@ -277,7 +277,8 @@ func (d *daemon) listen(context.Context) error {
 	if d.clu != nil {
 		apiClu = d.clu
 	}
-	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(), Access: d.svc.Access(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
+	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(),
+		Checkpoints: d.svc.Saved(), Snapshots: d.svc.Saved(), Environments: d.svc.Saved(), Access: d.svc.Access(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
 		Log: d.log, Version: version, Stopping: stopping.Done(), BodyTimeout: cfg.bodyTimeout, Metrics: d.metrics}
 	d.onClose("the API's peer connections", func(context.Context) error { d.api.Close(); return nil })
 	h := d.api.Handler()
@@ -374,7 +375,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		return nil
 	})
 	g.Go(func() error { svc.SweepLedger(gctx); return nil })
-	g.Go(func() error { svc.ReclaimSpace(gctx); return nil }) // a sweep at start too: what a crash left is removed
+	g.Go(func() error { svc.Saved().ReclaimSpace(gctx); return nil }) // a sweep at start too: what a crash left is removed
 	if d.clu != nil {
 		// The node's own sandboxes are its own again, whatever etcd held
 		// while it was away; then it beats.
@@ -384,7 +385,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			if err != nil {
 				return err
 			}
-			envs, err := svc.Environments(ctx)
+			envs, err := svc.Saved().Environments(ctx)
 			if err != nil {
 				return err
 			}

@@ -48,10 +48,13 @@ type Server struct {
 	Sandboxes *sandbox.Service
 	// The sandbox service's jobs, each as the small interface its handlers
 	// use (see below), so that a handler group is tested against a fake.
-	Files   FileService
-	Lineage LineageService
-	Access  AccessService
-	Usage   UsageService
+	Files        FileService
+	Lineage      LineageService
+	Checkpoints  CheckpointService
+	Snapshots    SnapshotService
+	Environments EnvironmentService
+	Access       AccessService
+	Usage        UsageService
 	// Ledger reads the ledger's sessions and events, and the projects'
 	// counts and quotas (store.Store): the handlers that only read them
 	// need no more of the store.
@@ -108,6 +111,35 @@ type FileService interface {
 type LineageService interface {
 	Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error)
 	Diff(ctx context.Context, idOrName string, o sandbox.DiffOptions) (*sandbox.DiffResult, error)
+}
+
+// CheckpointService is what the checkpoints' handlers use (sandbox.Saved).
+type CheckpointService interface {
+	Checkpoint(ctx context.Context, idOrName, tag string) (*store.Checkpoint, error)
+	Checkpoints(ctx context.Context, sandboxOrSession string) ([]*store.Checkpoint, error)
+	GetCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error)
+	RemoveCheckpoint(ctx context.Context, id string) error
+	Restore(ctx context.Context, ckID string, o sandbox.RestoreOptions) (*store.Sandbox, error)
+	CheckpointSize(id string) int64
+}
+
+// SnapshotService is what the snapshots' handlers use (sandbox.Saved).
+type SnapshotService interface {
+	CreateSnapshot(ctx context.Context, idOrName, name string) (*store.Snapshot, error)
+	Snapshots(ctx context.Context) ([]*store.Snapshot, error)
+	GetSnapshot(ctx context.Context, idOrName string) (*store.Snapshot, error)
+	RemoveSnapshot(ctx context.Context, idOrName string) (*store.Snapshot, error)
+	SnapshotSize(id string) int64
+}
+
+// EnvironmentService is what the environments' handlers, and a create
+// from an environment, use (sandbox.Saved).
+type EnvironmentService interface {
+	CreateEnvironment(ctx context.Context, req sandbox.EnvironmentRequest) (*store.Environment, bool, error)
+	Environments(ctx context.Context) ([]*store.Environment, error)
+	GetEnvironment(ctx context.Context, name string) (*store.Environment, error)
+	RemoveEnvironment(ctx context.Context, name string) error
+	CreateFromEnvironment(ctx context.Context, env, name string, allow sandbox.Allow) (*store.Sandbox, error)
 }
 
 // AccessService is what the grants' and the policy's handlers change

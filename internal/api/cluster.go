@@ -477,7 +477,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, h http.Hand
 		// A snapshot is on the node of its sandbox: serve it there (or
 		// on the node the call names).
 		node := want.Node
-		if _, err := s.Sandboxes.GetSnapshot(r.Context(), want.FromSnapshot); node == "" && errdefs.Is(err, errdefs.KindNotFound) {
+		if _, err := s.Snapshots.GetSnapshot(r.Context(), want.FromSnapshot); node == "" && errdefs.Is(err, errdefs.KindNotFound) {
 			node = s.holder(r, "/v0/snapshots/"+url.PathEscape(want.FromSnapshot))
 		}
 		if node == "" || node == s.Cluster.Name() {

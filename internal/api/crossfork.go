@@ -20,7 +20,8 @@ import (
 // crossNode is the cross-node service, made on first use.
 func (s *Server) crossNode() *crossnode.Service {
 	s.crossOnce.Do(func() {
-		s.cross = &crossnode.Service{Checkpoints: s.Sandboxes, Environments: s.Sandboxes, Images: s.Images, Sandboxes: s.Sandboxes,
+		saved := s.Sandboxes.Saved()
+		s.cross = &crossnode.Service{Checkpoints: saved, Environments: saved, Images: s.Images, Sandboxes: s.Sandboxes,
 			Records: s.Cluster, Peers: upPeers{s}, Log: s.cfgLog()}
 	})
 	return s.cross

@@ -189,7 +189,7 @@ func (s *Server) createSandbox(r *http.Request) (any, int, error) {
 				return nil, 0, err
 			}
 		}
-		sb, err := s.Sandboxes.CreateFromEnvironment(r.Context(), req.Environment, req.Name, carried(r))
+		sb, err := s.Environments.CreateFromEnvironment(r.Context(), req.Environment, req.Name, carried(r))
 		if err != nil {
 			return nil, 0, err
 		}

@@ -17,7 +17,7 @@ func (s *Server) checkpointView(ck *store.Checkpoint) Checkpoint {
 		ID: ck.ID, Kind: ck.Kind, Tag: ck.Tag, SandboxID: ck.SandboxID, SandboxName: ck.SandboxName,
 		Session: ck.Session, Seq: ck.Seq, Image: ck.Image, ImageDigest: ck.ImageDigest, Provider: ck.Provider,
 		MemoryBytes: ck.MemoryBytes, CPU: float64(ck.CPUMillis) / 1000, DiskBytes: ck.DiskBytes,
-		Size: s.Sandboxes.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, Memory: ck.Memory, MemoryNote: ck.MemoryNote,
+		Size: s.Checkpoints.CheckpointSize(ck.ID), FreezeMS: ck.FreezeMS, Memory: ck.Memory, MemoryNote: ck.MemoryNote,
 		AutoRemove: ck.AutoRemove(), CreatedAt: ck.CreatedAt,
 	}
 }
@@ -35,7 +35,7 @@ func (s *Server) createCheckpoint(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ck, err := s.Sandboxes.Checkpoint(r.Context(), r.PathValue("id"), tag)
+	ck, err := s.Checkpoints.Checkpoint(r.Context(), r.PathValue("id"), tag)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -43,7 +43,7 @@ func (s *Server) createCheckpoint(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) sandboxCheckpoints(r *http.Request) (any, int, error) {
-	cks, err := s.Sandboxes.Checkpoints(r.Context(), r.PathValue("id"))
+	cks, err := s.Checkpoints.Checkpoints(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -51,7 +51,7 @@ func (s *Server) sandboxCheckpoints(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) listCheckpoints(r *http.Request) (any, int, error) {
-	cks, err := s.Sandboxes.Checkpoints(r.Context(), r.URL.Query().Get("session"))
+	cks, err := s.Checkpoints.Checkpoints(r.Context(), r.URL.Query().Get("session"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -59,7 +59,7 @@ func (s *Server) listCheckpoints(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) getCheckpoint(r *http.Request) (any, int, error) {
-	ck, err := s.Sandboxes.GetCheckpoint(r.Context(), r.PathValue("id"))
+	ck, err := s.Checkpoints.GetCheckpoint(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -68,7 +68,7 @@ func (s *Server) getCheckpoint(r *http.Request) (any, int, error) {
 
 func (s *Server) removeCheckpoint(r *http.Request) (any, int, error) {
 	id := r.PathValue("id")
-	if err := s.Sandboxes.RemoveCheckpoint(r.Context(), id); err != nil {
+	if err := s.Checkpoints.RemoveCheckpoint(r.Context(), id); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": id}, 200, nil
@@ -89,7 +89,7 @@ func (s *Server) restoreCheckpoint(r *http.Request) (any, int, error) {
 			o.Hooks = &h
 		}
 	}
-	sb, err := s.Sandboxes.Restore(r.Context(), r.PathValue("id"), o)
+	sb, err := s.Checkpoints.Restore(r.Context(), r.PathValue("id"), o)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -100,7 +100,7 @@ func (s *Server) snapshotView(sn *store.Snapshot) Snapshot {
 	v := Snapshot{
 		ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, SandboxName: sn.SandboxName, Image: sn.Image,
 		ImageDigest: sn.ImageDigest, Provider: sn.Provider, DiskBytes: sn.DiskBytes, Env: sn.Env,
-		Size: s.Sandboxes.SnapshotSize(sn.ID), CreatedAt: sn.CreatedAt,
+		Size: s.Snapshots.SnapshotSize(sn.ID), CreatedAt: sn.CreatedAt,
 	}
 	if v.Env == nil {
 		v.Env = []string{}
@@ -113,7 +113,7 @@ func (s *Server) createSnapshot(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sn, err := s.Sandboxes.CreateSnapshot(r.Context(), req.Sandbox, req.Name)
+	sn, err := s.Snapshots.CreateSnapshot(r.Context(), req.Sandbox, req.Name)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -121,7 +121,7 @@ func (s *Server) createSnapshot(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) listSnapshots(r *http.Request) (any, int, error) {
-	sns, err := s.Sandboxes.Snapshots(r.Context())
+	sns, err := s.Snapshots.Snapshots(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -133,7 +133,7 @@ func (s *Server) listSnapshots(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) getSnapshot(r *http.Request) (any, int, error) {
-	sn, err := s.Sandboxes.GetSnapshot(r.Context(), r.PathValue("id"))
+	sn, err := s.Snapshots.GetSnapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -141,7 +141,7 @@ func (s *Server) getSnapshot(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) removeSnapshot(r *http.Request) (any, int, error) {
-	sn, err := s.Sandboxes.RemoveSnapshot(r.Context(), r.PathValue("id"))
+	sn, err := s.Snapshots.RemoveSnapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -163,7 +163,7 @@ func (s *Server) createEnvironment(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	env, built, err := s.Sandboxes.CreateEnvironment(r.Context(), req)
+	env, built, err := s.Environments.CreateEnvironment(r.Context(), req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -175,7 +175,7 @@ func (s *Server) createEnvironment(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) listEnvironments(r *http.Request) (any, int, error) {
-	envs, err := s.Sandboxes.Environments(r.Context())
+	envs, err := s.Environments.Environments(r.Context())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -190,7 +190,7 @@ func (s *Server) listEnvironments(r *http.Request) (any, int, error) {
 }
 
 func (s *Server) getEnvironment(r *http.Request) (any, int, error) {
-	e, err := s.Sandboxes.GetEnvironment(r.Context(), r.PathValue("name"))
+	e, err := s.Environments.GetEnvironment(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -202,7 +202,7 @@ func (s *Server) removeEnvironment(r *http.Request) (any, int, error) {
 	// In a cluster the environment goes from every node: its origin and
 	// the copies others made on first use.
 	removed := s.Cluster != nil && fromNode(r.Context()) == "" && s.removeEnvironmentElsewhere(r, name)
-	if err := s.Sandboxes.RemoveEnvironment(r.Context(), name); err != nil && !(removed && errdefs.Is(err, errdefs.KindNotFound)) {
+	if err := s.Environments.RemoveEnvironment(r.Context(), name); err != nil && !(removed && errdefs.Is(err, errdefs.KindNotFound)) {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": name}, 200, nil

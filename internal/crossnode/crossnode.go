@@ -22,7 +22,7 @@ import (
 )
 
 // Checkpoints is what the service uses of this node's checkpoints
-// (sandbox.Service).
+// (sandbox.Saved).
 type Checkpoints interface {
 	Checkpoint(ctx context.Context, idOrName, tag string) (*store.Checkpoint, error)
 	GetCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error)
@@ -32,7 +32,7 @@ type Checkpoints interface {
 }
 
 // Environments is what the service uses of this node's environments
-// (sandbox.Service).
+// (sandbox.Saved).
 type Environments interface {
 	GetEnvironment(ctx context.Context, name string) (*store.Environment, error)
 	CacheEnvironment(ctx context.Context, e *store.Environment, origin string) error

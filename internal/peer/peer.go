@@ -312,7 +312,7 @@ func (n *Node) RemoveImage(ctx context.Context, ref string) error {
 	return n.within(ctx, n.c.callTimeout, func(ctx context.Context) error { return n.api.RemoveImage(ctx, ref) })
 }
 
-// SendCheckpoint streams a checkpoint (what sandbox.Service.ExportCheckpoint
+// SendCheckpoint streams a checkpoint (what sandbox.Saved.ExportCheckpoint
 // writes) to the node, which keeps it: POST /v0/cluster/checkpoints, with
 // q for the receiver (environment=, image=). It takes as long as ctx lets
 // it.

@@ -294,14 +294,14 @@ func (a *Admission) savedBytes(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	for _, ck := range cks {
-		n += a.s.checkpointSize(ck.ID)
+		n += a.s.saved.checkpointSize(ck.ID)
 	}
 	sns, err := a.s.cfg.Store.ListSnapshots(ctx)
 	if err != nil {
 		return 0, err
 	}
 	for _, sn := range sns {
-		n += a.s.SnapshotSize(sn.ID)
+		n += a.s.saved.SnapshotSize(sn.ID)
 	}
 	return n, nil
 }

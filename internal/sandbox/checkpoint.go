@@ -27,69 +27,69 @@ func (s *Service) checkpointDir(id string) string {
 // stopping it (the fork machinery, minus the new sandbox) and writes
 // sandbox.checkpoint_created to its ledger session. A tag follows
 // names.Tag's rule.
-func (s *Service) Checkpoint(ctx context.Context, idOrName, tag string) (_ *store.Checkpoint, err error) {
+func (sv *Saved) Checkpoint(ctx context.Context, idOrName, tag string) (_ *store.Checkpoint, err error) {
 	var prov string
-	defer s.observe("checkpoint", time.Now(), &prov, &err)
+	defer sv.s.observe("checkpoint", time.Now(), &prov, &err)
 	if err := names.Tag(tag); err != nil {
 		return nil, err
 	}
-	src, cp, unlock, err := s.lockRunning(ctx, idOrName, "checkpoint")
+	src, cp, unlock, err := sv.s.lockRunning(ctx, idOrName, "checkpoint")
 	if err != nil {
 		return nil, err
 	}
 	prov = src.Provider
 	defer unlock()
-	if err := s.adm.ledgerRoom(ctx, src.Project, "checkpoint sandbox "+src.Name); err != nil {
+	if err := sv.s.adm.ledgerRoom(ctx, src.Project, "checkpoint sandbox "+src.Name); err != nil {
 		return nil, err
 	}
 	ckID := newID()
-	releaseHost, err := s.adm.reserveSaved(ctx, src, s.adm.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "a checkpoint of "+src.Name)
+	releaseHost, err := sv.s.adm.reserveSaved(ctx, src, sv.s.adm.memoryImageBound(src), sv.s.cfg.Storage.FileUsage(src.ID), "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseHost()
-	res, err := s.adm.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
+	res, err := sv.s.adm.reserveCapture(src.ID, checkpointKey(ckID), nil, "a checkpoint of "+src.Name)
 	if err != nil {
 		return nil, err
 	}
 	defer res.Release()
-	ck, err := s.capture(context.WithoutCancel(ctx), src, cp, ckID, "checkpoint", tag, false, nil)
+	ck, err := sv.s.capture(context.WithoutCancel(ctx), src, cp, ckID, "checkpoint", tag, false, nil)
 	if err == nil {
 		// The sandbox's resume starts here now: its forks' checkpoints
 		// before may be needed by no one.
-		s.kickSpace()
+		sv.kickSpace()
 	}
 	return ck, err
 }
 
 // GetCheckpoint returns one checkpoint.
-func (s *Service) GetCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error) {
-	return s.cfg.Store.GetCheckpoint(ctx, id)
+func (sv *Saved) GetCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error) {
+	return sv.s.cfg.Store.GetCheckpoint(ctx, id)
 }
 
 // Checkpoints lists the checkpoints taken of a sandbox (by id or name, also
 // a removed one's ledger session name); "" lists all.
-func (s *Service) Checkpoints(ctx context.Context, sandboxOrSession string) ([]*store.Checkpoint, error) {
+func (sv *Saved) Checkpoints(ctx context.Context, sandboxOrSession string) ([]*store.Checkpoint, error) {
 	if sandboxOrSession == "" {
-		return s.cfg.Store.ListCheckpoints(ctx, "")
+		return sv.s.cfg.Store.ListCheckpoints(ctx, "")
 	}
 	session := sandboxOrSession
-	if sb, err := s.cfg.Store.GetSandbox(ctx, sandboxOrSession); err == nil {
+	if sb, err := sv.s.cfg.Store.GetSandbox(ctx, sandboxOrSession); err == nil {
 		session = sb.Session
-	} else if _, serr := s.cfg.Store.GetSession(ctx, sandboxOrSession); serr != nil {
+	} else if _, serr := sv.s.cfg.Store.GetSession(ctx, sandboxOrSession); serr != nil {
 		return nil, errdefs.NotFound(client.CodeSandboxNotFound, "no sandbox or ledger session named %s", sandboxOrSession)
 	}
-	return s.cfg.Store.ListCheckpoints(ctx, session)
+	return sv.s.cfg.Store.ListCheckpoints(ctx, session)
 }
 
 // RemoveCheckpoint deletes a checkpoint and frees its disk. Sandboxes
 // restored from it keep their own files and memory.
-func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
-	ck, err := s.cfg.Store.GetCheckpoint(ctx, id)
+func (sv *Saved) RemoveCheckpoint(ctx context.Context, id string) error {
+	ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, id)
 	if err != nil {
 		return err
 	}
-	envs, err := s.cfg.Store.ListEnvironments(ctx)
+	envs, err := sv.s.cfg.Store.ListEnvironments(ctx)
 	if err != nil {
 		return err
 	}
@@ -98,34 +98,34 @@ func (s *Service) RemoveCheckpoint(ctx context.Context, id string) error {
 			return errdefs.Conflict(client.CodeCheckpointInUse, "checkpoint %s is environment %s's: remove the environment instead (shard env rm %s)", ck.ID, e.Name, e.Name)
 		}
 	}
-	return s.dropCheckpoint(ctx, ck)
+	return sv.dropCheckpoint(ctx, ck)
 }
 
 // dropCheckpoint deletes the record first, then the files, so a crash in
 // between leaves orphan files (Reconcile removes them), never a record
 // whose files are gone. It waits for the restores reading the checkpoint
 // (see useCheckpoint); the caller must hold no use of it.
-func (s *Service) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
-	done := s.cks.drop(ck.ID)
+func (sv *Saved) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	done := sv.s.cks.drop(ck.ID)
 	defer done()
-	return s.deleteCheckpoint(ctx, ck)
+	return sv.deleteCheckpoint(ctx, ck)
 }
 
 // deleteCheckpoint is dropCheckpoint for a caller that holds the drop.
-func (s *Service) deleteCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
-	if err := s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
+func (sv *Saved) deleteCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	if err := sv.s.cfg.Store.DeleteCheckpoint(ctx, ck.ID); err != nil {
 		return err
 	}
-	return errors.Join(provider.RemoveImage(s.checkpointDir(ck.ID)), s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
+	return errors.Join(provider.RemoveImage(sv.s.checkpointDir(ck.ID)), sv.s.cfg.Storage.RemoveSaved(checkpointKey(ck.ID)))
 }
 
 // checkpointSize is the bytes a checkpoint takes on the host's disk: its
 // memory image and its copy of the files (blocks it shares with the sandbox
 // counted too). CheckpointSize is the same for the API and for whatever
 // charges checkpoints to a project's quota.
-func (s *Service) checkpointSize(id string) int64 {
-	return hostdir.Blocks(s.checkpointDir(id)) + s.cfg.Storage.SavedUsage(checkpointKey(id))
+func (sv *Saved) checkpointSize(id string) int64 {
+	return hostdir.Blocks(sv.s.checkpointDir(id)) + sv.s.cfg.Storage.SavedUsage(checkpointKey(id))
 }
 
 // CheckpointSize is checkpointSize for the API.
-func (s *Service) CheckpointSize(id string) int64 { return s.checkpointSize(id) }
+func (sv *Saved) CheckpointSize(id string) int64 { return sv.checkpointSize(id) }

@@ -139,7 +139,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	defer r.Fail()
 	r.Add(func() { s.destroy(bg, sb, log) })
 	if snap != nil {
-		err = s.filesFromSnapshot(ctx, snap, sb)
+		err = s.saved.filesFromSnapshot(ctx, snap, sb)
 	} else {
 		err = s.cfg.Storage.Create(ctx, sb.ID, req.DiskBytes)
 	}

@@ -34,7 +34,7 @@ type EnvironmentRequest struct {
 // With the definition unchanged it returns the existing one (built false);
 // a changed definition rebuilds it, and the old checkpoint goes once the new
 // one is in place.
-func (s *Service) CreateEnvironment(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+func (sv *Saved) CreateEnvironment(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
 	if req.Name == "" {
 		return nil, false, errdefs.Invalid("an environment needs a name")
 	}
@@ -46,37 +46,37 @@ func (s *Service) CreateEnvironment(ctx context.Context, req EnvironmentRequest)
 			return nil, false, errdefs.Invalid("a setup command is empty")
 		}
 	}
-	unlock := s.locks.lock(envKey(project.Of(ctx), req.Name))
+	unlock := sv.s.locks.lock(envKey(project.Of(ctx), req.Name))
 	defer unlock()
 	if req.Sandbox != "" {
 		if len(req.Setup) > 0 || req.Create.Image != "" || req.Create.MemoryBytes != 0 || req.Create.CPUMillis != 0 || req.Create.DiskBytes != 0 || len(req.Create.Env) > 0 {
 			return nil, false, errdefs.Invalid("an environment from a sandbox takes that sandbox's image, bounds and state: leave out image, memory, cpu, disk, env and setup")
 		}
-		return s.envFromSandbox(ctx, req)
+		return sv.envFromSandbox(ctx, req)
 	}
-	return s.envFromSetup(ctx, req)
+	return sv.envFromSetup(ctx, req)
 }
 
 // current returns the environment if it exists with this fingerprint and
 // its checkpoint is still there.
-func (s *Service) current(ctx context.Context, name, fp string) (*store.Environment, bool) {
-	old, err := s.cfg.Store.GetEnvironment(ctx, name)
+func (sv *Saved) current(ctx context.Context, name, fp string) (*store.Environment, bool) {
+	old, err := sv.s.cfg.Store.GetEnvironment(ctx, name)
 	if err != nil || old.Fingerprint != fp {
 		return nil, false
 	}
-	if _, err = s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err != nil {
+	if _, err = sv.s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err != nil {
 		return nil, false
 	}
 	return old, true
 }
 
-func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+func (sv *Saved) envFromSetup(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
 	cr := req.Create
 	cr.Name = ""
-	if err := s.validate(&cr); err != nil {
+	if err := sv.s.validate(&cr); err != nil {
 		return nil, false, err
 	}
-	c := s.caps[cr.Provider]
+	c := sv.s.caps[cr.Provider]
 	if !c.Checkpoint {
 		return nil, false, errdefs.Unsupported("provider %s does not support checkpoint on this host, which an environment needs", cr.Provider)
 	}
@@ -84,7 +84,7 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 	if fp == "" {
 		fp = fingerprint(cr.Image, cr.Provider, cr.Bounds, cr.Env, req.Setup)
 	}
-	if env, ok := s.current(ctx, req.Name, fp); ok {
+	if env, ok := sv.current(ctx, req.Name, fp); ok {
 		return env, false, nil
 	}
 	// The sandbox the setup runs in: named after the environment when that
@@ -93,19 +93,19 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 	if len(cr.Name) > 63 {
 		cr.Name = ""
 	}
-	sb, err := s.Create(ctx, cr)
+	sb, err := sv.s.Create(ctx, cr)
 	if errdefs.CodeOf(err) == client.CodeNameTaken {
 		cr.Name = ""
-		sb, err = s.Create(ctx, cr)
+		sb, err = sv.s.Create(ctx, cr)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("environment %s: %w", req.Name, err)
 	}
 	bg := context.WithoutCancel(ctx)
-	defer s.Remove(bg, sb.ID, true)
+	defer sv.s.Remove(bg, sb.ID, true)
 	for _, argv := range req.Setup {
 		var out bytes.Buffer
-		code, err := s.run(ctx, sb, argv, &out)
+		code, err := sv.s.run(ctx, sb, argv, &out)
 		if err != nil {
 			return nil, false, fmt.Errorf("environment %s: setup %s: %w", req.Name, strings.Join(argv, " "), err)
 		}
@@ -114,12 +114,12 @@ func (s *Service) envFromSetup(ctx context.Context, req EnvironmentRequest) (*st
 				req.Name, strings.Join(argv, " "), code, tail(out.String(), 2000))
 		}
 	}
-	env, err := s.envCheckpoint(bg, req.Name, sb.ID, fp, req.Setup)
+	env, err := sv.envCheckpoint(bg, req.Name, sb.ID, fp, req.Setup)
 	return env, err == nil, err
 }
 
-func (s *Service) envFromSandbox(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, req.Sandbox)
+func (sv *Saved) envFromSandbox(ctx context.Context, req EnvironmentRequest) (*store.Environment, bool, error) {
+	sb, err := sv.s.cfg.Store.GetSandbox(ctx, req.Sandbox)
 	if err != nil {
 		return nil, false, err
 	}
@@ -129,26 +129,26 @@ func (s *Service) envFromSandbox(ctx context.Context, req EnvironmentRequest) (*
 		// definition: the sandbox's state is what defines it.
 		fp = fingerprint(sb.ImageDigest, sb.Provider, sb.Bounds, sb.Env, [][]string{{"sandbox", sb.ID, time.Now().String()}})
 	}
-	if env, ok := s.current(ctx, req.Name, fp); ok {
+	if env, ok := sv.current(ctx, req.Name, fp); ok {
 		return env, false, nil
 	}
-	env, err := s.envCheckpoint(context.WithoutCancel(ctx), req.Name, sb.ID, fp, nil)
+	env, err := sv.envCheckpoint(context.WithoutCancel(ctx), req.Name, sb.ID, fp, nil)
 	return env, err == nil, err
 }
 
 // envCheckpoint checkpoints the set-up sandbox and makes that checkpoint
 // the environment's, dropping the one it had before.
-func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string, setup [][]string) (*store.Environment, error) {
-	src, cp, unlock, err := s.lockRunning(ctx, sandboxID, "checkpoint")
+func (sv *Saved) envCheckpoint(ctx context.Context, name, sandboxID, fp string, setup [][]string) (*store.Environment, error) {
+	src, cp, unlock, err := sv.s.lockRunning(ctx, sandboxID, "checkpoint")
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.adm.reserveSaved(ctx, src, s.adm.memoryImageBound(src), s.cfg.Storage.FileUsage(src.ID), "the checkpoint of environment "+name)
+	release, err := sv.s.adm.reserveSaved(ctx, src, sv.s.adm.memoryImageBound(src), sv.s.cfg.Storage.FileUsage(src.ID), "the checkpoint of environment "+name)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("environment %s: %w", name, err)
 	}
-	ck, err := s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, false, nil)
+	ck, err := sv.s.capture(ctx, src, cp, newID(), "environment", "environment:"+name, false, nil)
 	release()
 	unlock()
 	if err != nil {
@@ -160,17 +160,17 @@ func (s *Service) envCheckpoint(ctx context.Context, name, sandboxID, fp string,
 	}
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { s.dropCheckpoint(ctx, ck) }) // made for an environment that did not come to be
-	old, oldErr := s.cfg.Store.GetEnvironment(ctx, name)
-	if err := s.cfg.Store.PutEnvironment(ctx, env); err != nil {
+	r.Add(func() { sv.dropCheckpoint(ctx, ck) }) // made for an environment that did not come to be
+	old, oldErr := sv.s.cfg.Store.GetEnvironment(ctx, name)
+	if err := sv.s.cfg.Store.PutEnvironment(ctx, env); err != nil {
 		return nil, err
 	}
 	r.Success()
-	s.spares.forget(envKey(project.Of(ctx), name))
-	s.spares.stage(env)
+	sv.spares.forget(envKey(project.Of(ctx), name))
+	sv.spares.stage(env)
 	if oldErr == nil && old.Checkpoint != ck.ID {
-		if ock, err := s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
-			s.dropCheckpoint(ctx, ock)
+		if ock, err := sv.s.cfg.Store.GetCheckpoint(ctx, old.Checkpoint); err == nil {
+			sv.dropCheckpoint(ctx, ock)
 		}
 	}
 	return env, nil
@@ -184,46 +184,46 @@ func fingerprint(image, provider string, b store.Bounds, env []string, setup [][
 }
 
 // GetEnvironment finds an environment by name.
-func (s *Service) GetEnvironment(ctx context.Context, name string) (*store.Environment, error) {
-	return s.cfg.Store.GetEnvironment(ctx, name)
+func (sv *Saved) GetEnvironment(ctx context.Context, name string) (*store.Environment, error) {
+	return sv.s.cfg.Store.GetEnvironment(ctx, name)
 }
 
 // Environments lists every environment.
-func (s *Service) Environments(ctx context.Context) ([]*store.Environment, error) {
-	return s.cfg.Store.ListEnvironments(ctx)
+func (sv *Saved) Environments(ctx context.Context) ([]*store.Environment, error) {
+	return sv.s.cfg.Store.ListEnvironments(ctx)
 }
 
 // CacheEnvironment records e, built on node origin of a cluster, as a copy
 // here: its checkpoint (e.Checkpoint) must have been imported already.
-func (s *Service) CacheEnvironment(ctx context.Context, e *store.Environment, origin string) error {
-	unlock := s.locks.lock(envKey(e.Project, e.Name))
+func (sv *Saved) CacheEnvironment(ctx context.Context, e *store.Environment, origin string) error {
+	unlock := sv.s.locks.lock(envKey(e.Project, e.Name))
 	defer unlock()
-	if old, err := s.cfg.Store.GetEnvironment(project.With(ctx, e.Project), e.Name); err == nil && old.Origin == "" {
+	if old, err := sv.s.cfg.Store.GetEnvironment(project.With(ctx, e.Project), e.Name); err == nil && old.Origin == "" {
 		return errdefs.Conflict(client.CodeEnvironmentExists, "environment %s was built on this node", e.Name)
 	}
-	if _, err := s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "an environment copy's checkpoint, imported with its own project"), e.Checkpoint); err != nil {
+	if _, err := sv.s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "an environment copy's checkpoint, imported with its own project"), e.Checkpoint); err != nil {
 		return err
 	}
 	cp := *e
 	cp.Origin = origin
-	return s.cfg.Store.PutEnvironment(project.With(ctx, e.Project), &cp)
+	return sv.s.cfg.Store.PutEnvironment(project.With(ctx, e.Project), &cp)
 }
 
 // RemoveEnvironment deletes an environment and its checkpoint. Sandboxes
 // started from it keep running with their own copies.
-func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
-	unlock := s.locks.lock(envKey(project.Of(ctx), name))
+func (sv *Saved) RemoveEnvironment(ctx context.Context, name string) error {
+	unlock := sv.s.locks.lock(envKey(project.Of(ctx), name))
 	defer unlock()
-	env, err := s.cfg.Store.GetEnvironment(ctx, name)
+	env, err := sv.s.cfg.Store.GetEnvironment(ctx, name)
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
+	if err := sv.s.cfg.Store.DeleteEnvironment(ctx, name); err != nil {
 		return err
 	}
-	s.spares.forget(envKey(project.Of(ctx), name))
-	if ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
-		return s.dropCheckpoint(ctx, ck)
+	sv.spares.forget(envKey(project.Of(ctx), name))
+	if ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint); err == nil {
+		return sv.dropCheckpoint(ctx, ck)
 	}
 	return nil
 }
@@ -234,22 +234,22 @@ func (s *Service) RemoveEnvironment(ctx context.Context, name string) error {
 //
 // allow, if set, is asked whether the sandbox may carry the grants and
 // policy of the environment's checkpoint, once that is held.
-func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string, allow Allow) (*store.Sandbox, error) {
+func (sv *Saved) CreateFromEnvironment(ctx context.Context, env, name string, allow Allow) (*store.Sandbox, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "create a sandbox from environment "+env); err != nil {
+	if err := sv.s.adm.ledgerRoom(ctx, project.Of(ctx), "create a sandbox from environment "+env); err != nil {
 		return nil, err
 	}
 	// A rebuild stores the environment's new checkpoint, then drops the
 	// old one: a create that finds the checkpoint it read gone looks again.
 	for try := 0; ; try++ {
-		e, err := s.cfg.Store.GetEnvironment(ctx, env)
+		e, err := sv.s.cfg.Store.GetEnvironment(ctx, env)
 		if err != nil {
 			return nil, err
 		}
-		release := s.cks.use(e.Checkpoint)
-		ck, err := s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
+		release := sv.s.cks.use(e.Checkpoint)
+		ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, e.Checkpoint)
 		if errdefs.Is(err, errdefs.KindNotFound) && try < 3 {
 			release()
 			continue
@@ -261,23 +261,23 @@ func (s *Service) CreateFromEnvironment(ctx context.Context, env, name string, a
 			release()
 			return nil, err
 		}
-		sb, err := s.fromEnvironment(ctx, e, ck, name)
+		sb, err := sv.fromEnvironment(ctx, e, ck, name)
 		release()
-		s.spares.stage(e)
+		sv.spares.stage(e)
 		return sb, err
 	}
 }
 
 // fromEnvironment is CreateFromEnvironment from e's checkpoint ck, whose
 // use the caller holds.
-func (s *Service) fromEnvironment(ctx context.Context, e *store.Environment, ck *store.Checkpoint, name string) (*store.Sandbox, error) {
+func (sv *Saved) fromEnvironment(ctx context.Context, e *store.Environment, ck *store.Checkpoint, name string) (*store.Sandbox, error) {
 	if name != "" {
-		if _, err := s.cfg.Store.GetSandbox(ctx, name); err == nil {
+		if _, err := sv.s.cfg.Store.GetSandbox(ctx, name); err == nil {
 			return nil, errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", name)
 		}
 	}
-	if sp := s.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {
-		return s.restoreFromSpare(ctx, sp, ck, e.Name, name)
+	if sp := sv.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {
+		return sv.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
-	return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})
+	return sv.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})
 }

@@ -140,18 +140,18 @@ func TestRemoveRacingFork(t *testing.T) {
 func TestRestoreFails(t *testing.T) {
 	f := newFakeService(t)
 	f.create("src")
-	ck, err := f.svc.Checkpoint(own(), "src", "t1")
+	ck, err := f.svc.Saved().Checkpoint(own(), "src", "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.p.restoreHook = func(string) error { return errors.New("restore: no memory") }
-	if _, err := f.svc.Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err == nil {
+	if _, err := f.svc.Saved().Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err == nil {
 		t.Fatal("Restore succeeded, want the runtime's error")
 	}
 	f.only("src")
 	f.checkpoints(1)
 	f.p.restoreHook = nil
-	if _, err := f.svc.Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
+	if _, err := f.svc.Saved().Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
 		t.Fatalf("Restore after the failure: %v", err)
 	}
 	f.only("src", "back")

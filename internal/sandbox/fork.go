@@ -141,7 +141,7 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 	f.tellSource(out, req.Tag)
 	// The source's resume now starts from this checkpoint: an earlier one
 	// of its forks may be needed by no one any more.
-	s.kickSpace()
+	s.saved.kickSpace()
 	return out, nil
 }
 
@@ -296,7 +296,7 @@ func (f *forkOp) freeze(tag string, r *revert.Reverter) error {
 	// the fork's own goes first.)
 	r.Add(func() {
 		f.release()
-		f.s.dropCheckpoint(f.ctx, ck)
+		f.s.saved.dropCheckpoint(f.ctx, ck)
 	}, f.abortStaged)
 	f.staging.Wait()
 	return errors.Join(f.stageErrs...)

@@ -29,7 +29,7 @@ func (s *Service) SweepLedger(ctx context.Context) {
 	for {
 		if n := s.sweepLedger(ctx, time.Now().Add(-keep)); n > 0 {
 			s.cfg.Log.Info("ledger sessions past their retention removed", "sessions", n, "retention", keep)
-			s.kickSpace() // their events' pages go back to the filesystem
+			s.saved.kickSpace() // their events' pages go back to the filesystem
 		}
 		select {
 		case <-ctx.Done():
@@ -83,6 +83,6 @@ func (s *Service) RemoveSession(ctx context.Context, name string) error {
 	if err := s.cfg.Store.DeleteSession(ctx, name); err != nil {
 		return err
 	}
-	s.kickSpace()
+	s.saved.kickSpace()
 	return nil
 }

@@ -63,7 +63,7 @@ func (s *Service) Close(ctx context.Context) error {
 	l.closing = true
 	close(l.done)
 	l.mu.Unlock()
-	s.DropSpares()
+	s.saved.DropSpares()
 	s.mem.stopAll()
 	s.execs.closeAll()
 	waited := make(chan struct{})

@@ -123,13 +123,13 @@ func (s *Service) RemoveWith(ctx context.Context, idOrName string, o RemoveOptio
 	// the checkpoint.
 	bg := context.WithoutCancel(ctx)
 	res := &RemoveResult{}
-	err = s.takeCheckpoints(bg, sb, cks, res)
-	ids, freed := s.sweepCheckpoints(bg)
+	err = s.saved.takeCheckpoints(bg, sb, cks, res)
+	ids, freed := s.saved.sweepCheckpoints(bg)
 	res.Checkpoints, res.FreedBytes = append(res.Checkpoints, ids...), res.FreedBytes+freed
 	if len(ids) > 0 {
 		s.cfg.Log.Info("remove: fork checkpoints no sandbox needs removed with it", "sandbox", sb.ID, "checkpoints", ids, "freed_bytes", freed)
 	}
-	s.kickSpace() // the rows it deleted
+	s.saved.kickSpace() // the rows it deleted
 	return res, err
 }
 
@@ -146,7 +146,7 @@ func (s *Service) removeLocked(ctx context.Context, idOrName string, o RemoveOpt
 	}
 	var cks []*store.Checkpoint
 	if o.Checkpoints {
-		if cks, err = s.checkTakeCheckpoints(ctx, sb); err != nil {
+		if cks, err = s.saved.checkTakeCheckpoints(ctx, sb); err != nil {
 			return nil, nil, err
 		}
 	}

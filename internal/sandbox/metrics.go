@@ -29,7 +29,7 @@ func (s *Service) MetricsState() (metrics.State, error) {
 	for _, sb := range sbs {
 		st.Sandboxes[metrics.SandboxKey{State: sb.State, Provider: sb.Provider}]++
 	}
-	st.SparesReady = s.spares.ready()
+	st.SparesReady = s.saved.spares.ready()
 	sp, err := s.cfg.Storage.Space()
 	errs = append(errs, err)
 	if err == nil {

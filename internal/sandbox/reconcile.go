@@ -39,7 +39,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	// Every environment gets its warm spare again.
 	if envs, err := s.cfg.Store.ListEnvironments(ctx); err == nil {
 		for _, e := range envs {
-			s.spares.stage(e)
+			s.saved.spares.stage(e)
 		}
 	}
 	return nil
@@ -192,7 +192,7 @@ func (rc *reconciler) reconcileSaved(ctx context.Context) {
 					// Only a fork's image can be in RAM unacknowledged:
 					// the checkpoint goes, the forks made from it stay.
 					rc.s.cfg.Log.Error("reconcile: removing a checkpoint whose image was lost", "checkpoint", ck.ID, "err", err)
-					rc.s.dropCheckpoint(bg, ck)
+					rc.s.saved.dropCheckpoint(bg, ck)
 				} else if err != nil {
 					rc.s.cfg.Log.Error("reconcile: checkpoint image", "checkpoint", ck.ID, "err", err)
 				}

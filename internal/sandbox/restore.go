@@ -17,12 +17,12 @@ import (
 // restoreInto starts the record rec (state creating) from checkpoint ck:
 // its own copy of the checkpoint's files, and the memory image. On error the
 // caller destroys rec.
-func (s *Service) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
-	st, err := s.stageRestore(ctx, ck, rec, layers)
+func (sv *Saved) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
+	st, err := sv.s.stageRestore(ctx, ck, rec, layers)
 	if err != nil {
 		return err
 	}
-	return s.launchRestore(ctx, ck, st)
+	return sv.s.launchRestore(ctx, ck, st)
 }
 
 // stageRestore does everything a restore of ck into rec needs but the
@@ -71,45 +71,45 @@ type RestoreOptions struct {
 // Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
 // checkpoint's memory, processes and files, its bounds, a new id, name,
 // address and session, and a clean exec history — nothing is replayed.
-func (s *Service) Restore(ctx context.Context, ckID string, o RestoreOptions) (_ *store.Sandbox, err error) {
+func (sv *Saved) Restore(ctx context.Context, ckID string, o RestoreOptions) (_ *store.Sandbox, err error) {
 	var prov string
-	defer s.observe("restore", time.Now(), &prov, &err)
+	defer sv.s.observe("restore", time.Now(), &prov, &err)
 	if err := validName(o.Name); err != nil {
 		return nil, err
 	}
-	release := s.cks.use(ckID)
+	release := sv.s.cks.use(ckID)
 	defer release()
-	ck, err := s.cfg.Store.GetCheckpoint(ctx, ckID)
+	ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, ckID)
 	if err != nil {
 		return nil, err
 	}
 	prov = ck.Shape.Provider
-	return s.restore(ctx, ck, o)
+	return sv.restore(ctx, ck, o)
 }
 
 // restore is Restore of ck, whose use the caller holds.
-func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOptions) (*store.Sandbox, error) {
-	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
+func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOptions) (*store.Sandbox, error) {
+	if c, ok := sv.s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)
 	}
 	if err := o.Allow.check(ck.Grants, ck.Policy); err != nil {
 		return nil, err
 	}
-	if err := checkInherited("checkpoint "+ck.ID, s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
+	if err := checkInherited("checkpoint "+ck.ID, sv.s.Limits(), ck.MemoryBytes, ck.CPUMillis, ck.Pids); err != nil {
 		return nil, err
 	}
-	if err := s.adm.ledgerRoom(ctx, ck.Project, "restore checkpoint "+ck.ID); err != nil {
+	if err := sv.s.adm.ledgerRoom(ctx, ck.Project, "restore checkpoint "+ck.ID); err != nil {
 		return nil, err
 	}
-	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
+	img, err := sv.s.cfg.Images.Get(ctx, ck.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
 	}
-	releaseImage, err := s.useImage(ctx, img)
+	releaseImage, err := sv.s.useImage(ctx, img)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
+	recs, err := sv.s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		d := ledger.CreatedOf(r.Shape)
 		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom, d.FromNode = ck.ID, ck.ID, o.Environment, o.ResumedFrom, o.FromNode
 		return "", d
@@ -120,21 +120,21 @@ func (s *Service) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOp
 	}
 	rec := recs[0]
 	bg := context.WithoutCancel(ctx)
-	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	log := sv.s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { s.destroy(bg, rec, log) })
-	if err := s.restoreInto(bg, ck, rec, img.Layers); err != nil {
+	r.Add(func() { sv.s.destroy(bg, rec, log) })
+	if err := sv.restoreInto(bg, ck, rec, img.Layers); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	hooks := restoreHooks
 	if o.Hooks != nil {
 		hooks = *o.Hooks
 	}
-	if err := s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), hooks); err != nil {
+	if err := sv.s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), hooks); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
-	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	out, err := sv.s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		return nil, err
 	}

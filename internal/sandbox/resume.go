@@ -130,7 +130,7 @@ func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, na
 	var err error
 	switch {
 	case plan.Checkpoint != "":
-		sb, err = s.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
+		sb, err = s.saved.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
 	case plan.Created.Checkpoint != "":
 		return nil, errdefs.Conflict(client.CodeCheckpointGone, "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from (a fork's checkpoint goes with the last sandbox that needs it, unless the fork was made with --keep-checkpoint)", session, plan.Created.Checkpoint)
 	default:

@@ -41,9 +41,9 @@ import (
 
 // kickSpace asks the background loop (ReclaimSpace) for a pass; it never
 // blocks, and kicks before a pass runs are one.
-func (s *Service) kickSpace() {
+func (sv *Saved) kickSpace() {
 	select {
-	case s.spaceKick <- struct{}{}:
+	case sv.spaceKick <- struct{}{}:
 	default:
 	}
 }
@@ -53,15 +53,15 @@ func (s *Service) kickSpace() {
 // and every reclaimEvery. A pass removes the fork checkpoints no sandbox
 // needs, then gives the database's free pages back to the filesystem, in
 // steps between which requests go on.
-func (s *Service) ReclaimSpace(ctx context.Context) {
+func (sv *Saved) ReclaimSpace(ctx context.Context) {
 	t := time.NewTicker(reclaimEvery)
 	defer t.Stop()
 	for {
-		s.spacePass(ctx)
+		sv.spacePass(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.spaceKick:
+		case <-sv.spaceKick:
 		case <-t.C:
 		}
 	}
@@ -71,35 +71,35 @@ func (s *Service) ReclaimSpace(ctx context.Context) {
 // sandbox deletes rows too, without one).
 const reclaimEvery = 10 * time.Minute
 
-func (s *Service) spacePass(ctx context.Context) {
+func (sv *Saved) spacePass(ctx context.Context) {
 	ctx = project.Unscoped(ctx, "the space sweep: every project's fork checkpoints")
-	if ids, freed := s.sweepCheckpoints(ctx); len(ids) > 0 {
-		s.cfg.Log.Info("fork checkpoints no sandbox needs removed", "checkpoints", ids, "freed_bytes", freed)
+	if ids, freed := sv.sweepCheckpoints(ctx); len(ids) > 0 {
+		sv.s.cfg.Log.Info("fork checkpoints no sandbox needs removed", "checkpoints", ids, "freed_bytes", freed)
 	}
-	before, _ := s.cfg.Store.Space(ctx)
+	before, _ := sv.s.cfg.Store.Space(ctx)
 	if before.FreePages == 0 {
 		return
 	}
 	start := time.Now()
-	pages, err := s.cfg.Store.Reclaim(ctx, 0)
+	pages, err := sv.s.cfg.Store.Reclaim(ctx, 0)
 	if err != nil && ctx.Err() == nil {
-		s.cfg.Log.Warn("database: giving free pages back", "err", err)
+		sv.s.cfg.Log.Warn("database: giving free pages back", "err", err)
 	}
 	if pages > 0 {
-		s.cfg.Log.Info("database: free pages given back", "bytes", pages*before.PageSize, "took", time.Since(start))
+		sv.s.cfg.Log.Info("database: free pages given back", "bytes", pages*before.PageSize, "took", time.Since(start))
 	}
 }
 
 // sweepCheckpoints removes every fork checkpoint that no sandbox needs (and
 // was not asked to be kept), and returns their ids and the bytes freed.
-func (s *Service) sweepCheckpoints(ctx context.Context) (ids []string, freed int64) {
-	s.retainMu.Lock()
-	defer s.retainMu.Unlock()
+func (sv *Saved) sweepCheckpoints(ctx context.Context) (ids []string, freed int64) {
+	sv.retainMu.Lock()
+	defer sv.retainMu.Unlock()
 	ctx = project.Unscoped(ctx, "the checkpoint sweep: every project's fork checkpoints")
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, "")
+	cks, err := sv.s.cfg.Store.ListCheckpoints(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
-			s.cfg.Log.Warn("checkpoint retention: listing checkpoints", "err", err)
+			sv.s.cfg.Log.Warn("checkpoint retention: listing checkpoints", "err", err)
 		}
 		return nil, 0
 	}
@@ -109,12 +109,12 @@ func (s *Service) sweepCheckpoints(ctx context.Context) (ids []string, freed int
 		}
 		// A first look without the drop, which waits for uses (a fork's
 		// image still being written): most checkpoints are needed.
-		if users, err := s.checkpointUsers(ctx, ck.ID, nil); err != nil || len(users) > 0 {
+		if users, err := sv.checkpointUsers(ctx, ck.ID, nil); err != nil || len(users) > 0 {
 			continue
 		}
-		n, dropped, err := s.dropUnneeded(ctx, ck, nil)
+		n, dropped, err := sv.dropUnneeded(ctx, ck, nil)
 		if err != nil {
-			s.cfg.Log.Warn("checkpoint retention: removing a checkpoint", "checkpoint", ck.ID, "err", err)
+			sv.s.cfg.Log.Warn("checkpoint retention: removing a checkpoint", "checkpoint", ck.ID, "err", err)
 			continue
 		}
 		if dropped {
@@ -128,15 +128,15 @@ func (s *Service) sweepCheckpoints(ctx context.Context) (ids []string, freed int
 // store.ResumeUsers), and returns the bytes it freed. It decides with the
 // checkpoint held against restores (which wait, then find it gone), so a
 // sandbox made from it meanwhile is seen.
-func (s *Service) dropUnneeded(ctx context.Context, ck *store.Checkpoint, but []string) (int64, bool, error) {
-	done := s.cks.drop(ck.ID)
+func (sv *Saved) dropUnneeded(ctx context.Context, ck *store.Checkpoint, but []string) (int64, bool, error) {
+	done := sv.s.cks.drop(ck.ID)
 	defer done()
-	users, err := s.checkpointUsers(ctx, ck.ID, but)
+	users, err := sv.checkpointUsers(ctx, ck.ID, but)
 	if err != nil || len(users) > 0 {
 		return 0, false, err
 	}
-	size := s.checkpointSize(ck.ID)
-	if err := s.deleteCheckpoint(ctx, ck); err != nil {
+	size := sv.checkpointSize(ck.ID)
+	if err := sv.deleteCheckpoint(ctx, ck); err != nil {
 		if errdefs.Is(err, errdefs.KindNotFound) {
 			return 0, false, nil // removed by hand meanwhile
 		}
@@ -147,8 +147,8 @@ func (s *Service) dropUnneeded(ctx context.Context, ck *store.Checkpoint, but []
 
 // checkpointUsers names what needs checkpoint id, but the sandboxes in but:
 // the sandboxes whose resume starts from it, and an environment made of it.
-func (s *Service) checkpointUsers(ctx context.Context, id string, but []string) ([]string, error) {
-	names, err := s.cfg.Store.ResumeUsers(project.Unscoped(ctx, "a checkpoint's users, of every project"), id)
+func (sv *Saved) checkpointUsers(ctx context.Context, id string, but []string) ([]string, error) {
+	names, err := sv.s.cfg.Store.ResumeUsers(project.Unscoped(ctx, "a checkpoint's users, of every project"), id)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (s *Service) checkpointUsers(ctx context.Context, id string, but []string) 
 			out = append(out, "sandbox "+n)
 		}
 	}
-	envs, err := s.cfg.Store.ListEnvironments(project.Unscoped(ctx, "a checkpoint's users: every project's environments"))
+	envs, err := sv.s.cfg.Store.ListEnvironments(project.Unscoped(ctx, "a checkpoint's users: every project's environments"))
 	if err != nil {
 		return nil, err
 	}
@@ -182,8 +182,8 @@ func contains(list []string, s string) bool {
 // CheckpointUsers names what keeps checkpoint id: the sandboxes whose
 // resume starts from it and the environment made of it (empty: a fork's
 // checkpoint goes at the next sweep, unless kept).
-func (s *Service) CheckpointUsers(ctx context.Context, id string) ([]string, error) {
-	return s.checkpointUsers(ctx, id, nil)
+func (sv *Saved) CheckpointUsers(ctx context.Context, id string) ([]string, error) {
+	return sv.checkpointUsers(ctx, id, nil)
 }
 
 // RemoveOptions says how a sandbox is removed.
@@ -203,13 +203,13 @@ type RemoveResult struct {
 
 // checkTakeCheckpoints refuses a remove with its checkpoints that another
 // sandbox or an environment still needs; it returns the checkpoints.
-func (s *Service) checkTakeCheckpoints(ctx context.Context, sb *store.Sandbox) ([]*store.Checkpoint, error) {
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, sb.Session)
+func (sv *Saved) checkTakeCheckpoints(ctx context.Context, sb *store.Sandbox) ([]*store.Checkpoint, error) {
+	cks, err := sv.s.cfg.Store.ListCheckpoints(ctx, sb.Session)
 	if err != nil {
 		return nil, err
 	}
 	for _, ck := range cks {
-		users, err := s.checkpointUsers(ctx, ck.ID, []string{sb.Name})
+		users, err := sv.checkpointUsers(ctx, ck.ID, []string{sb.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -223,10 +223,10 @@ func (s *Service) checkTakeCheckpoints(ctx context.Context, sb *store.Sandbox) (
 
 // takeCheckpoints removes cks (checked by checkTakeCheckpoints) once their
 // sandbox is gone; one that a sandbox took up meanwhile stays, said so.
-func (s *Service) takeCheckpoints(ctx context.Context, sb *store.Sandbox, cks []*store.Checkpoint, res *RemoveResult) error {
+func (sv *Saved) takeCheckpoints(ctx context.Context, sb *store.Sandbox, cks []*store.Checkpoint, res *RemoveResult) error {
 	var kept []string
 	for _, ck := range cks {
-		n, dropped, err := s.dropUnneeded(ctx, ck, nil)
+		n, dropped, err := sv.dropUnneeded(ctx, ck, nil)
 		if err != nil {
 			return fmt.Errorf("sandbox %s was removed, its checkpoint %s was not: %w", sb.Name, ck.ID, err)
 		}

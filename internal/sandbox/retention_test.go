@@ -40,7 +40,7 @@ func TestForkCheckpointRetention(t *testing.T) {
 	}
 	checkpoint := func(src, ck string) func(*testing.T, *env) {
 		return func(t *testing.T, e *env) {
-			c, err := e.f.svc.Checkpoint(ctx, src, "")
+			c, err := e.f.svc.Saved().Checkpoint(ctx, src, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,12 +49,12 @@ func TestForkCheckpointRetention(t *testing.T) {
 	}
 	restore := func(ck, name string) func(*testing.T, *env) {
 		return func(t *testing.T, e *env) {
-			if _, err := e.f.svc.Restore(ctx, e.cks[ck], RestoreOptions{Name: name}); err != nil {
+			if _, err := e.f.svc.Saved().Restore(ctx, e.cks[ck], RestoreOptions{Name: name}); err != nil {
 				t.Fatalf("restore %s: %v", ck, err)
 			}
 		}
 	}
-	sweep := func(t *testing.T, e *env) { e.f.svc.sweepCheckpoints(ctx) }
+	sweep := func(t *testing.T, e *env) { e.f.svc.saved.sweepCheckpoints(ctx) }
 	rmWith := func(name, wantCode string) func(*testing.T, *env) {
 		return func(t *testing.T, e *env) {
 			_, err := e.f.svc.RemoveWith(ctx, name, RemoveOptions{Force: true, Checkpoints: true})
@@ -101,7 +101,7 @@ func TestForkCheckpointRetention(t *testing.T) {
 
 func mustUsers(t *testing.T, f *fakes, id string) []string {
 	t.Helper()
-	u, err := f.svc.CheckpointUsers(own(), id)
+	u, err := f.svc.Saved().CheckpointUsers(own(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/hostdir"
@@ -55,17 +54,13 @@ type Service struct {
 	order     []string
 	agentDir  string // holds the copy of the shard binary that sandboxes run
 
-	addrs  *network.Pool // the sandboxes' addresses
-	locks  keyedMutex    // one lifecycle step at a time per sandbox (and environment, snapshot)
-	cks    ckRefs        // checkpoints being read by restores, or dropped
-	spares *sparePool    // environments' warm spares
+	addrs *network.Pool // the sandboxes' addresses
+	locks keyedMutex    // one lifecycle step at a time per sandbox (and environment, snapshot)
+	cks   ckRefs        // checkpoints being read by restores, or dropped
 
 	execs execSet    // running execs, ended when their sandbox stops
 	watch *watcher   // notices sandboxes that end on their own
 	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
-
-	retainMu  sync.Mutex    // one sweep of fork checkpoints at a time (retention.go)
-	spaceKick chan struct{} // asks ReclaimSpace for a pass; buffered 1
 
 	life     life         // the service's own goroutines, waited for by Close (life.go)
 	imageUse kmutex.Keyed // by image digest: makes against removals (images.go)
@@ -75,11 +70,12 @@ type Service struct {
 	adm    Admission // host memory, projects' quotas, disk room (admission.go)
 	files  Files     // files in and out, diffs, the fork tree (files.go)
 	access Access    // secret grants, egress policies, refused connections (grants.go)
+	saved  Saved     // checkpoints, snapshots, environments, their room (saved.go)
 }
 
 // link points the jobs at s: New's, or a test's hand-made Service.
 func link(s *Service) *Service {
-	s.adm.s, s.files.s, s.access.s = s, s, s
+	s.adm.s, s.files.s, s.access.s, s.saved.s = s, s, s, s
 	return s
 }
 
@@ -93,6 +89,9 @@ func (s *Service) Files() *Files { return &s.files }
 // Access grants secrets to sandboxes and sets their egress policies.
 func (s *Service) Access() *Access { return &s.access }
 
+// Saved keeps sandboxes' states: checkpoints, snapshots and environments.
+func (s *Service) Saved() *Saved { return &s.saved }
+
 // New probes the providers and returns the service. Call Reconcile next.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Log == nil {
@@ -105,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
 	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		life: newLife(), spaceKick: make(chan struct{}, 1)}
+		life: newLife()}
 	link(s)
 	s.watch, s.mem.s = newWatcher(s), s
 	s.adm.floor, s.adm.disk = newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), cfg.Disk
@@ -117,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.adm.hostMemory = int64(float64(HostLimits().MemoryBytes) * cfg.MemoryOvercommit)
 	}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.adm.checkLimit)
-	s.spares = newSparePool(s.makeSpare, s.dropSpare, cfg.Log)
+	s.saved.spares, s.saved.spaceKick = newSparePool(s.saved.makeSpare, s.saved.dropSpare, cfg.Log), make(chan struct{}, 1)
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider

@@ -148,18 +148,18 @@ func (p *sparePool) close() {
 	}
 }
 
-func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare, error) {
-	release := s.cks.use(env.Checkpoint)
+func (sv *Saved) makeSpare(ctx context.Context, env *store.Environment) (*spare, error) {
+	release := sv.s.cks.use(env.Checkpoint)
 	defer release()
-	ck, err := s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint)
+	ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, env.Checkpoint)
 	if err != nil {
 		return nil, err
 	}
-	img, err := s.cfg.Images.Get(ctx, ck.ImageDigest)
+	img, err := sv.s.cfg.Images.Get(ctx, ck.ImageDigest)
 	if err != nil {
 		return nil, err
 	}
-	ip, err := s.addrs.Reserve()
+	ip, err := sv.s.addrs.Reserve()
 	if err != nil {
 		return nil, err
 	}
@@ -167,21 +167,21 @@ func (s *Service) makeSpare(ctx context.Context, env *store.Environment) (*spare
 	rec := fromCheckpoint(ck, id)
 	rec.ID, rec.IP, rec.State = id, ip.String(), StateCreating
 	sp := &spare{env: env.Name, ckID: ck.ID, rec: rec}
-	if err := s.adm.holdSpare(ctx, rec); err != nil {
-		s.addrs.Release(rec.IP)
+	if err := sv.s.adm.holdSpare(ctx, rec); err != nil {
+		sv.s.addrs.Release(rec.IP)
 		return nil, err
 	}
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { s.dropSpare(sp) })
-	if sp.st, err = s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
+	r.Add(func() { sv.dropSpare(sp) })
+	if sp.st, err = sv.s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
 		return nil, err
 	}
 	// Restore it now and hold it paused: a create then only resumes it.
 	// Paused right after the restore, its processes are where the
 	// checkpoint left them, as they would be after a restore at create.
 	// (stageRestore took only a provider that checkpoints.)
-	if err := s.launchRestore(ctx, ck, sp.st); err != nil {
+	if err := sv.s.launchRestore(ctx, ck, sp.st); err != nil {
 		return nil, err
 	}
 	if err := sp.st.p.(provider.Checkpointer).Pause(ctx, rec.ID); err != nil {
@@ -198,26 +198,26 @@ func envKey(proj, name string) string {
 }
 
 // dropSpare takes a spare down and frees its address.
-func (s *Service) dropSpare(sp *spare) {
+func (sv *Saved) dropSpare(sp *spare) {
 	if sp.st != nil {
 		sp.st.abort()
 	}
 	if ip, err := netip.ParseAddr(sp.rec.IP); err == nil && sp.rec.Policy != nil {
-		s.cfg.Net.SetPolicy(ip, nil) // stage() installed it for the address
+		sv.s.cfg.Net.SetPolicy(ip, nil) // stage() installed it for the address
 	}
-	s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
-	os.RemoveAll(s.runDir(sp.rec.ID))
-	s.addrs.Release(sp.rec.IP)
-	s.adm.unholdSpare(sp.rec.ID)
+	sv.s.cfg.Storage.Remove(context.Background(), sp.rec.ID)
+	os.RemoveAll(sv.s.runDir(sp.rec.ID))
+	sv.s.addrs.Release(sp.rec.IP)
+	sv.s.adm.unholdSpare(sp.rec.ID)
 }
 
 // DropSpares takes every spare down and stages no more (at shutdown).
-func (s *Service) DropSpares() { s.spares.close() }
+func (sv *Saved) DropSpares() { sv.spares.close() }
 
 // restoreFromSpare turns a spare into the sandbox named name: its record
 // (with the spare's id and address), then resumes it. The caller holds the
 // use of ck.
-func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Checkpoint, env, name string) (*store.Sandbox, error) {
+func (sv *Saved) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Checkpoint, env, name string) (*store.Sandbox, error) {
 	rec := sp.rec
 	if name != "" {
 		rec.Name = name
@@ -229,56 +229,56 @@ func (s *Service) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Che
 	// The spare's memory and cpu were admitted when it was made; the
 	// record adds a sandbox and its disk, and holds the rest now. (The
 	// admission lock comes before the pool's, as in insertRecords.)
-	err := s.adm.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
-		return s.addrs.Claim(rec.IP, func() error { // the record holds the address now
-			if err := s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d}); err != nil {
+	err := sv.s.adm.admit(ctx, rec, use{sandboxes: 1, disk: rec.DiskBytes}, "sandbox "+rec.Name, func() error {
+		return sv.s.addrs.Claim(rec.IP, func() error { // the record holds the address now
+			if err := sv.s.cfg.Store.CreateSandbox(ctx, rec, &store.EventSpec{Type: ledger.Created, Data: d}); err != nil {
 				return err
 			}
-			delete(s.adm.spares, rec.ID)
+			delete(sv.s.adm.spares, rec.ID)
 			return nil
 		})
 	})
 	if err != nil {
-		s.dropSpare(sp)
+		sv.dropSpare(sp)
 		return nil, err
 	}
 	// From here the record holds the spare's pieces: a failure removes
 	// them all with it.
 	bg := context.WithoutCancel(ctx)
-	log := s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
+	log := sv.s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { s.destroy(bg, rec, log) })
+	r.Add(func() { sv.s.destroy(bg, rec, log) })
 	// The hostname files were written for the spare's id.
 	if rec.Name != rec.ID {
-		s.rewriteHostFiles(rec)
+		sv.rewriteHostFiles(rec)
 	}
-	sp.st.phase(s, "recorded")
+	sp.st.phase(sv.s, "recorded")
 	if err := sp.st.p.(provider.Checkpointer).Resume(bg, rec.ID); err != nil {
 		// A spare can wait for hours: if its runtime died meanwhile, a
 		// plain restore still makes the sandbox.
 		log.Warn("warm spare failed; restoring without it", "err", err)
 		r.Fail()
-		return s.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
+		return sv.restore(ctx, ck, RestoreOptions{Name: name, Environment: env})
 	}
-	sp.st.phase(s, "resumed")
-	if err := s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
+	sp.st.phase(sv.s, "resumed")
+	if err := sv.s.announce(bg, rec, proto.RoleFork, forkIdentity(rec, ck.ID), restoreHooks); err != nil {
 		return nil, fmt.Errorf("sandbox from environment %s: %w", env, err)
 	}
-	out, err := s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
+	out, err := sv.s.move(bg, rec.ID, StateRunning, nil, func(r *store.Sandbox) { r.StartedAt = time.Now().UTC() })
 	if err != nil {
 		return nil, err
 	}
 	r.Success()
-	sp.st.phase(s, "running")
+	sp.st.phase(sv.s, "running")
 	log.Info("restored from a warm spare", "environment", env, "checkpoint", ck.ID)
 	return out, nil
 }
 
 // rewriteHostFiles writes /etc/hosts and /etc/hostname of a staged sandbox
 // again, in place (they are bind mounts of these files), for its new name.
-func (s *Service) rewriteHostFiles(sb *store.Sandbox) {
+func (sv *Saved) rewriteHostFiles(sb *store.Sandbox) {
 	for n, b := range hostFiles(sb) {
-		oci.WriteFile(filepath.Join(s.runDir(sb.ID), n), b)
+		oci.WriteFile(filepath.Join(sv.s.runDir(sb.ID), n), b)
 	}
 }

@@ -36,10 +36,10 @@ import (
 var checkpointID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
 // ExportCheckpoint writes checkpoint id to w.
-func (s *Service) ExportCheckpoint(ctx context.Context, id string, w io.Writer) error {
-	release := s.cks.use(id)
+func (sv *Saved) ExportCheckpoint(ctx context.Context, id string, w io.Writer) error {
+	release := sv.s.cks.use(id)
 	defer release()
-	ck, err := s.cfg.Store.GetCheckpoint(ctx, id)
+	ck, err := sv.s.cfg.Store.GetCheckpoint(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, id string, w io.Writer) 
 	if _, err := tw.Write(doc); err != nil {
 		return err
 	}
-	dir := s.checkpointDir(id)
+	dir := sv.s.checkpointDir(id)
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err
@@ -72,7 +72,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, id string, w io.Writer) 
 	if err != nil {
 		return fmt.Errorf("checkpoint %s's memory image: %w", id, err)
 	}
-	if err := addFile(tw, s.cfg.Storage.SavedPath(checkpointKey(id)), "files.img"); err != nil {
+	if err := addFile(tw, sv.s.cfg.Storage.SavedPath(checkpointKey(id)), "files.img"); err != nil {
 		return fmt.Errorf("checkpoint %s's files: %w", id, err)
 	}
 	if err := tw.Close(); err != nil {
@@ -135,7 +135,7 @@ func sparseOf(hdr *tar.Header) (int64, rootfs.Extents, error) {
 // cluster, which signed the call) and records the checkpoint here under
 // its id, pulling its image if this node lacks it. Everything in the
 // stream is checked as if hostile: names, kinds, sizes.
-func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Checkpoint, err error) {
+func (sv *Saved) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Checkpoint, err error) {
 	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, err
@@ -156,30 +156,30 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 	if !checkpointID.MatchString(ck.ID) {
 		return nil, bad("checkpoint id %q", ck.ID)
 	}
-	if _, err := s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "a checkpoint id is unique on a node, whatever its project"), ck.ID); err == nil {
+	if _, err := sv.s.cfg.Store.GetCheckpoint(project.Unscoped(ctx, "a checkpoint id is unique on a node, whatever its project"), ck.ID); err == nil {
 		return nil, errdefs.Conflict(client.CodeCheckpointExists, "checkpoint %s is already on this node", ck.ID)
 	}
-	if c, ok := s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
+	if c, ok := sv.s.caps[ck.Provider]; !ok || !c.Available || !c.Checkpoint {
 		return nil, errdefs.Unsupported("provider %s cannot restore on this node", ck.Provider)
 	}
 	// The memory image maps the agent binary: it must be this node's.
-	agent := filepath.Join(filepath.Dir(s.agentDir), filepath.Base(ck.AgentDir))
+	agent := filepath.Join(filepath.Dir(sv.s.agentDir), filepath.Base(ck.AgentDir))
 	if _, err := os.Stat(filepath.Join(agent, "shard")); err != nil {
 		return nil, errdefs.Unsupported("checkpoint %s was taken under another shard build (agent %s) than this node runs: a fork moves only between nodes of one build", ck.ID, filepath.Base(ck.AgentDir))
 	}
 	ck.AgentDir = agent
 	start := time.Now()
-	if _, err := s.cfg.Images.Ensure(ctx, ck.Image+"@"+ck.ImageDigest, nil); err != nil {
-		if _, gerr := s.cfg.Images.Get(ctx, ck.ImageDigest); gerr != nil {
+	if _, err := sv.s.cfg.Images.Ensure(ctx, ck.Image+"@"+ck.ImageDigest, nil); err != nil {
+		if _, gerr := sv.s.cfg.Images.Get(ctx, ck.ImageDigest); gerr != nil {
 			return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
 		}
 	}
-	dir := s.checkpointDir(ck.ID)
+	dir := sv.s.checkpointDir(ck.ID)
 	key := checkpointKey(ck.ID)
 	defer func() {
 		if err != nil {
 			provider.RemoveImage(dir)
-			s.cfg.Storage.RemoveSaved(key)
+			sv.s.cfg.Storage.RemoveSaved(key)
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -205,7 +205,7 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 		}
 		switch {
 		case name == "files.img" && hdr.Typeflag == tar.TypeReg:
-			if err := s.cfg.Storage.Receive(key, size, ext, tr); err != nil {
+			if err := sv.s.cfg.Storage.Receive(key, size, ext, tr); err != nil {
 				return nil, err
 			}
 			files = true
@@ -227,10 +227,10 @@ func (s *Service) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.C
 	if !files {
 		return nil, bad("no files.img")
 	}
-	if err := s.cfg.Store.ImportCheckpoint(project.Unscoped(ctx, "a checkpoint sent by another node keeps its own project"), &ck); err != nil {
+	if err := sv.s.cfg.Store.ImportCheckpoint(project.Unscoped(ctx, "a checkpoint sent by another node keeps its own project"), &ck); err != nil {
 		return nil, err
 	}
-	s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))
+	sv.s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))
 	return &ck, nil
 }
 

@@ -52,7 +52,7 @@ func (a *Admission) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 	}
 	for _, sn := range sns {
 		u.Snapshots.Count++
-		u.Snapshots.Bytes += a.s.SnapshotSize(sn.ID)
+		u.Snapshots.Bytes += a.s.saved.SnapshotSize(sn.ID)
 	}
 	envs, err := a.s.cfg.Store.ListEnvironments(ctx)
 	if err != nil {
@@ -67,7 +67,7 @@ func (a *Admission) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 		return nil, err
 	}
 	for _, ck := range cks {
-		n := a.s.checkpointSize(ck.ID)
+		n := a.s.saved.checkpointSize(ck.ID)
 		if envCk[ck.ID] {
 			u.Environments.Count++
 			u.Environments.Bytes += n

@@ -127,7 +127,7 @@ func TestMemTotal(t *testing.T) {
 // (the test service has no store: a lookup would panic).
 func TestCheckpointTag(t *testing.T) {
 	for _, tag := range []string{"a/b", "../x", "t\x00", strings.Repeat("t", 129), strings.Repeat("t", 300), ".x", "a b"} {
-		_, err := testService().Checkpoint(own(), "base", tag)
+		_, err := testService().Saved().Checkpoint(own(), "base", tag)
 		if errdefs.KindOf(err) != errdefs.KindInvalid || !strings.Contains(err.Error(), "at most 128") {
 			t.Errorf("Checkpoint(tag %q) = %v, want invalid_argument stating the rule", tag, err)
 		}
@@ -190,7 +190,7 @@ func TestServerLimits(t *testing.T) {
 			{ID: "ck-cpu", Shape: store.Shape{Provider: "gvisor", Bounds: store.Bounds{MemoryBytes: 64 << 20, CPUMillis: 2000, Pids: 10}}},
 			{ID: "ck-pids", Shape: store.Shape{Provider: "gvisor", Bounds: store.Bounds{MemoryBytes: 64 << 20, CPUMillis: 100, Pids: 4096}}},
 		} {
-			_, err := s.restore(own(), ck, RestoreOptions{})
+			_, err := s.saved.restore(own(), ck, RestoreOptions{})
 			if errdefs.KindOf(err) != errdefs.KindInvalid || !strings.Contains(err.Error(), "checkpoint "+ck.ID) || !strings.Contains(err.Error(), "shard serve --max-") {
 				t.Errorf("restore of %s = %v, want a 400 naming it and the bound", ck.ID, err)
 			}
