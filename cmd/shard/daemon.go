@@ -277,8 +277,11 @@ func (d *daemon) listen(context.Context) error {
 	if d.clu != nil {
 		apiClu = d.clu
 	}
-	d.api = &api.Server{Sandboxes: d.svc, Files: d.svc.Files(), Lineage: d.svc.Files(),
-		Checkpoints: d.svc.Saved(), Snapshots: d.svc.Saved(), Environments: d.svc.Saved(), Access: d.svc.Access(), Usage: d.svc.Admission(), Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
+	// Each handler group takes the job of the sandbox service it uses.
+	svc := d.svc
+	d.api = &api.Server{Sandboxes: svc, Ledger: d.db, Images: d.images, Tokens: &auth.Tokens{Store: d.tokens}, Secrets: d.secrets, Cluster: apiClu,
+		Files: svc.Files(), Lineage: svc.Files(), Checkpoints: svc.Saved(), Snapshots: svc.Saved(), Environments: svc.Saved(),
+		Access: svc.Access(), Usage: svc.Admission(), Sessions: svc.Sessions(),
 		Log: d.log, Version: version, Stopping: stopping.Done(), BodyTimeout: cfg.bodyTimeout, Metrics: d.metrics}
 	d.onClose("the API's peer connections", func(context.Context) error { d.api.Close(); return nil })
 	h := d.api.Handler()
@@ -374,7 +377,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		nets.WatchConnections(gctx, time.Second, func(rs []network.Refusal) { svc.Access().ConnectionsRefused(gctx, d.cfg.conns, rs) })
 		return nil
 	})
-	g.Go(func() error { svc.SweepLedger(gctx); return nil })
+	g.Go(func() error { svc.Sessions().SweepLedger(gctx); return nil })
 	g.Go(func() error { svc.Saved().ReclaimSpace(gctx); return nil }) // a sweep at start too: what a crash left is removed
 	if d.clu != nil {
 		// The node's own sandboxes are its own again, whatever etcd held

@@ -45,9 +45,12 @@ const MaxBody = 1 << 20
 
 // Server holds the handlers' dependencies.
 type Server struct {
+	// Sandboxes is the lifecycle: create, start, stop, remove, fork, exec,
+	// get and list.
 	Sandboxes *sandbox.Service
-	// The sandbox service's jobs, each as the small interface its handlers
-	// use (see below), so that a handler group is tested against a fake.
+	// The sandbox service's jobs (Sandboxes.Files(), .Saved(), ...), each
+	// as the small interface its handler group uses, so that the group is
+	// tested against a fake.
 	Files        FileService
 	Lineage      LineageService
 	Checkpoints  CheckpointService
@@ -55,6 +58,7 @@ type Server struct {
 	Environments EnvironmentService
 	Access       AccessService
 	Usage        UsageService
+	Sessions     SessionService
 	// Ledger reads the ledger's sessions and events, and the projects'
 	// counts and quotas (store.Store): the handlers that only read them
 	// need no more of the store.
@@ -150,12 +154,20 @@ type AccessService interface {
 	SetPolicy(ctx context.Context, idOrName string, p *store.Policy) (*store.Sandbox, error)
 }
 
-// UsageService is what the projects' handlers and the disk usage's use of
-// what is held and its bounds (sandbox.Admission).
+// UsageService is what the projects' handlers read and set of what each
+// project holds and may hold, and what the disk usage's reads
+// (sandbox.Admission).
 type UsageService interface {
 	ProjectUses(ctx context.Context, ps []string) (map[string]sandbox.ProjectUse, error)
 	SetQuota(ctx context.Context, p string, q store.Quota) error
 	DiskUsage(ctx context.Context) (*sandbox.DiskUsage, error)
+}
+
+// SessionService is what the ledger's handlers do with a session
+// (sandbox.Sessions); they read the ledger through Ledger.
+type SessionService interface {
+	Resume(ctx context.Context, session, name string, allow sandbox.Allow) (*sandbox.ResumeResult, error)
+	RemoveSession(ctx context.Context, name string) error
 }
 
 // route is one endpoint: its pattern, the scope a token needs for it, and

@@ -188,7 +188,7 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	// The new sandbox carries the grants and policy of the session's
 	// checkpoints and of its later events: their scopes are needed, as for
 	// a fork.
-	res, err := s.Sandboxes.Resume(r.Context(), r.PathValue("name"), name, carried(r))
+	res, err := s.Sessions.Resume(r.Context(), r.PathValue("name"), name, carried(r))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -206,7 +206,7 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 // its checkpoints are gone (409 before: see store.DeleteSession).
 func (s *Server) removeSession(r *http.Request) (any, int, error) {
 	name := r.PathValue("name")
-	if err := s.Sandboxes.RemoveSession(r.Context(), name); err != nil {
+	if err := s.Sessions.RemoveSession(r.Context(), name); err != nil {
 		return nil, 0, err
 	}
 	return map[string]string{"removed": name}, 200, nil

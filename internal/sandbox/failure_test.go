@@ -278,7 +278,7 @@ func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
 		}
 		return nil
 	}
-	if res, err := f.svc.Resume(own(), kids[0].Session, "stolen", deny); !errors.Is(err, refuse) || errdefs.CodeOf(err) != "missing_scope" {
+	if res, err := f.svc.Sessions().Resume(own(), kids[0].Session, "stolen", deny); !errors.Is(err, refuse) || errdefs.CodeOf(err) != "missing_scope" {
 		t.Fatalf("Resume of the fork's session = %+v, %v; want the refusal", res, err)
 	}
 	f.only("src")

@@ -19,17 +19,17 @@ const sweepBatch = 100
 
 // SweepLedger removes expired ledger sessions until ctx ends. With no
 // retention it returns at once.
-func (s *Service) SweepLedger(ctx context.Context) {
-	keep := s.cfg.LedgerRetention
+func (ss *Sessions) SweepLedger(ctx context.Context) {
+	keep := ss.s.cfg.LedgerRetention
 	if keep <= 0 {
 		return
 	}
 	t := time.NewTicker(min(max(keep/10, time.Minute), time.Hour))
 	defer t.Stop()
 	for {
-		if n := s.sweepLedger(ctx, time.Now().Add(-keep)); n > 0 {
-			s.cfg.Log.Info("ledger sessions past their retention removed", "sessions", n, "retention", keep)
-			s.saved.kickSpace() // their events' pages go back to the filesystem
+		if n := ss.sweepLedger(ctx, time.Now().Add(-keep)); n > 0 {
+			ss.s.cfg.Log.Info("ledger sessions past their retention removed", "sessions", n, "retention", keep)
+			ss.s.saved.kickSpace() // their events' pages go back to the filesystem
 		}
 		select {
 		case <-ctx.Done():
@@ -41,20 +41,20 @@ func (s *Service) SweepLedger(ctx context.Context) {
 
 // sweepLedger removes the sessions that expired before before and returns
 // how many it removed.
-func (s *Service) sweepLedger(ctx context.Context, before time.Time) int {
+func (ss *Sessions) sweepLedger(ctx context.Context, before time.Time) int {
 	ctx = project.Unscoped(ctx, "the ledger's retention: every project's expired sessions")
 	removed := 0
 	for {
-		keys, err := s.cfg.Store.ExpiredSessions(ctx, before, sweepBatch)
+		keys, err := ss.s.cfg.Store.ExpiredSessions(ctx, before, sweepBatch)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.cfg.Log.Warn("ledger retention: listing expired sessions", "err", err)
+				ss.s.cfg.Log.Warn("ledger retention: listing expired sessions", "err", err)
 			}
 			return removed
 		}
 		n := 0
 		for _, k := range keys {
-			err := s.cfg.Store.DeleteSession(project.With(ctx, k.Project), k.Name)
+			err := ss.s.cfg.Store.DeleteSession(project.With(ctx, k.Project), k.Name)
 			switch {
 			case err == nil:
 				n++
@@ -63,7 +63,7 @@ func (s *Service) sweepLedger(ctx context.Context, before time.Time) int {
 				// meanwhile: not ours to remove.
 			default:
 				if ctx.Err() == nil {
-					s.cfg.Log.Warn("ledger retention: removing a session", "project", k.Project, "session", k.Name, "err", err)
+					ss.s.cfg.Log.Warn("ledger retention: removing a session", "project", k.Project, "session", k.Name, "err", err)
 				}
 				return removed + n
 			}
@@ -79,10 +79,10 @@ func (s *Service) sweepLedger(ctx context.Context, before time.Time) int {
 // store.DeleteSession), then has the space they took given back to the
 // filesystem in the background (ReclaimSpace): the answer does not wait for
 // it.
-func (s *Service) RemoveSession(ctx context.Context, name string) error {
-	if err := s.cfg.Store.DeleteSession(ctx, name); err != nil {
+func (ss *Sessions) RemoveSession(ctx context.Context, name string) error {
+	if err := ss.s.cfg.Store.DeleteSession(ctx, name); err != nil {
 		return err
 	}
-	s.saved.kickSpace()
+	ss.s.saved.kickSpace()
 	return nil
 }

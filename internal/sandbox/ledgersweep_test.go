@@ -28,10 +28,10 @@ func TestSweepLedger(t *testing.T) {
 	if err := st.CreateSandbox(ctx, live, &store.EventSpec{Type: "sandbox.created"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.sweepLedger(ctx, time.Now().Add(-time.Hour)); n != 0 {
+	if n := s.sessions.sweepLedger(ctx, time.Now().Add(-time.Hour)); n != 0 {
 		t.Fatalf("a sweep of sessions older than an hour removed %d, want 0 (all are newer)", n)
 	}
-	if n := s.sweepLedger(ctx, time.Now().Add(time.Hour)); n != sweepBatch+50 {
+	if n := s.sessions.sweepLedger(ctx, time.Now().Add(time.Hour)); n != sweepBatch+50 {
 		t.Fatalf("sweep removed %d sessions, want %d", n, sweepBatch+50)
 	}
 	all, err := st.Sessions(ctx)

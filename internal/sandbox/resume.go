@@ -15,6 +15,11 @@ import (
 	"github.com/useshards/shard/internal/store"
 )
 
+// Sessions is what the service does with ledger sessions: a resume makes
+// a sandbox again from one (this file), and a removal, by hand or past the
+// ledger's retention, takes one away (ledgersweep.go).
+type Sessions struct{ s *Service }
+
 // Replayed is one exec a resume ran again.
 type Replayed struct {
 	Argv         []string
@@ -53,46 +58,46 @@ type ResumeResult struct {
 // allow, if not nil, is asked first whether the new sandbox may carry
 // secret grants and a network policy, as the session's checkpoints or its
 // later events may give it (the API checks the caller's scopes there).
-func (s *Service) Resume(ctx context.Context, session, name string, allow Allow) (*ResumeResult, error) {
+func (ss *Sessions) Resume(ctx context.Context, session, name string, allow Allow) (*ResumeResult, error) {
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	if _, err := s.cfg.Store.GetSession(ctx, session); err != nil {
+	if _, err := ss.s.cfg.Store.GetSession(ctx, session); err != nil {
 		return nil, err
 	}
-	if err := s.adm.ledgerRoom(ctx, project.Of(ctx), "resume ledger session "+session); err != nil {
+	if err := ss.s.adm.ledgerRoom(ctx, project.Of(ctx), "resume ledger session "+session); err != nil {
 		return nil, err
 	}
-	events, err := s.sessionEvents(ctx, session)
+	events, err := ss.sessionEvents(ctx, session)
 	if err != nil {
 		return nil, err
 	}
 	if allow != nil {
-		if err := s.allowCarried(ctx, session, events, allow); err != nil {
+		if err := ss.allowCarried(ctx, session, events, allow); err != nil {
 			return nil, err
 		}
 	}
 	plan, err := ledger.PlanResume(events, func(id string) bool {
-		_, err := s.cfg.Store.GetCheckpoint(ctx, id)
+		_, err := ss.s.cfg.Store.GetCheckpoint(ctx, id)
 		return err == nil
 	})
 	if err != nil {
 		return nil, errdefs.Conflict(client.CodeSessionUnusable, "ledger session %s cannot be resumed: %v", session, err)
 	}
 	res := &ResumeResult{Checkpoint: plan.Checkpoint}
-	if res.Sandbox, err = s.resumeStart(ctx, plan, session, name, allow); err != nil {
+	if res.Sandbox, err = ss.resumeStart(ctx, plan, session, name, allow); err != nil {
 		return nil, err
 	}
-	s.replay(ctx, res, plan)
-	s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed), "reapplied", len(res.Reapplied))
+	ss.replay(ctx, res, plan)
+	ss.s.cfg.Log.Info("resumed", "session", session, "sandbox", res.Sandbox.ID, "checkpoint", plan.Checkpoint, "replayed", len(res.Replayed), "reapplied", len(res.Reapplied))
 	return res, nil
 }
 
 // sessionEvents reads every event of session.
-func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Event, error) {
+func (ss *Sessions) sessionEvents(ctx context.Context, session string) ([]store.Event, error) {
 	var events []store.Event
 	for after := int64(0); ; {
-		page, err := s.cfg.Store.Events(ctx, session, after, 1000)
+		page, err := ss.s.cfg.Store.Events(ctx, session, after, 1000)
 		if err != nil {
 			return nil, err
 		}
@@ -106,8 +111,8 @@ func (s *Service) sessionEvents(ctx context.Context, session string) ([]store.Ev
 
 // allowCarried asks allow whether the resumed sandbox may carry the grants
 // and policy the session's checkpoints or its events may give it.
-func (s *Service) allowCarried(ctx context.Context, session string, events []store.Event, allow Allow) error {
-	cks, err := s.cfg.Store.ListCheckpoints(ctx, session)
+func (ss *Sessions) allowCarried(ctx context.Context, session string, events []store.Event, allow Allow) error {
+	cks, err := ss.s.cfg.Store.ListCheckpoints(ctx, session)
 	if err != nil {
 		return err
 	}
@@ -125,17 +130,17 @@ func (s *Service) allowCarried(ctx context.Context, session string, events []sto
 //
 // The checkpoint may be another session's (a fork's session starts from its
 // source's): allow is asked about it too, with it held.
-func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, name string, allow Allow) (*store.Sandbox, error) {
+func (ss *Sessions) resumeStart(ctx context.Context, plan ledger.Plan, session, name string, allow Allow) (*store.Sandbox, error) {
 	var sb *store.Sandbox
 	var err error
 	switch {
 	case plan.Checkpoint != "":
-		sb, err = s.saved.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
+		sb, err = ss.s.saved.Restore(ctx, plan.Checkpoint, RestoreOptions{Name: name, ResumedFrom: session, Allow: allow})
 	case plan.Created.Checkpoint != "":
 		return nil, errdefs.Conflict(client.CodeCheckpointGone, "ledger session %s started from checkpoint %s, which was removed, and has no later checkpoint: there is nothing to resume from (a fork's checkpoint goes with the last sandbox that needs it, unless the fork was made with --keep-checkpoint)", session, plan.Created.Checkpoint)
 	default:
 		c := plan.Created
-		sb, err = s.Create(ctx, CreateRequest{
+		sb, err = ss.s.Create(ctx, CreateRequest{
 			Name: name, Image: c.Image, Digest: c.Digest, Bounds: c.Bounds,
 			Provider: c.Provider, FromSnapshot: c.FromSnapshot, ResumedFrom: session,
 		})
@@ -148,24 +153,24 @@ func (s *Service) resumeStart(ctx context.Context, plan ledger.Plan, session, na
 
 // replay runs the plan's execs again in res.Sandbox, in order, with its
 // grant and policy changes made again in their places among them.
-func (s *Service) replay(ctx context.Context, res *ResumeResult, plan ledger.Plan) {
+func (ss *Sessions) replay(ctx context.Context, res *ResumeResult, plan ledger.Plan) {
 	changes := plan.Changes
 	reapply := func(before int64) {
 		for len(changes) > 0 && changes[0].Seq < before {
-			res.Reapplied = append(res.Reapplied, s.reapply(ctx, res, changes[0]))
+			res.Reapplied = append(res.Reapplied, ss.reapply(ctx, res, changes[0]))
 			changes = changes[1:]
 		}
 	}
 	for _, pe := range plan.Execs {
 		reapply(pe.Seq)
-		res.Replayed = append(res.Replayed, s.replayExec(ctx, res.Sandbox, pe))
+		res.Replayed = append(res.Replayed, ss.replayExec(ctx, res.Sandbox, pe))
 	}
 	reapply(math.MaxInt64)
 }
 
 // replayExec runs one planned exec again: waited for if it ended in the
 // session, else started and left running.
-func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.PlannedExec) Replayed {
+func (ss *Sessions) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.PlannedExec) Replayed {
 	r := Replayed{Argv: pe.Started.Argv}
 	if pe.Ended() && pe.Finished.ExitCode != nil {
 		r.RecordedExit = pe.Finished.ExitCode
@@ -173,12 +178,12 @@ func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.P
 	req := ExecRequest{Argv: pe.Started.Argv, Workdir: pe.Started.Cwd, User: pe.Started.User, Timeout: time.Duration(pe.Started.TimeoutMS) * time.Millisecond}
 	// Granted secrets, as any exec gets them (values are never in the
 	// ledger, names are not recorded in the exec either).
-	if genv, err := s.access.grantEnv(ctx, sb); err == nil {
+	if genv, err := ss.s.access.grantEnv(ctx, sb); err == nil {
 		req.Env = genv
 	}
 	started := ledger.ExecStartedData{Argv: req.Argv, Cwd: req.Workdir, User: req.User, TimeoutMS: pe.Started.TimeoutMS, Replay: true}
 	if !pe.Ended() {
-		sess, _, err := s.exec(ctx, sb, req, started)
+		sess, _, err := ss.s.exec(ctx, sb, req, started)
 		if err != nil {
 			r.Error = err.Error()
 		} else {
@@ -186,7 +191,7 @@ func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.P
 		}
 		return r
 	}
-	code, err := s.runReq(ctx, sb, req, started, io.Discard)
+	code, err := ss.s.runReq(ctx, sb, req, started, io.Discard)
 	if err != nil {
 		r.Error = err.Error()
 	} else {
@@ -197,19 +202,19 @@ func (s *Service) replayExec(ctx context.Context, sb *store.Sandbox, pe ledger.P
 
 // reapply makes one grant or policy change again on res.Sandbox, and keeps
 // its record (with the grants a later exec gets) current.
-func (s *Service) reapply(ctx context.Context, res *ResumeResult, c ledger.PlannedChange) Reapplied {
+func (ss *Sessions) reapply(ctx context.Context, res *ResumeResult, c ledger.PlannedChange) Reapplied {
 	r := Reapplied{Event: c.Type, Secret: c.Grant.Secret}
 	var sb *store.Sandbox
 	var err error
 	switch c.Type {
 	case ledger.SecretGranted:
-		sb, err = s.access.Grant(ctx, res.Sandbox.ID, GrantRequest{Secret: c.Grant.Secret, Env: c.Grant.Env, File: c.Grant.File})
+		sb, err = ss.s.access.Grant(ctx, res.Sandbox.ID, GrantRequest{Secret: c.Grant.Secret, Env: c.Grant.Env, File: c.Grant.File})
 	case ledger.SecretUngranted:
-		sb, err = s.access.Ungrant(ctx, res.Sandbox.ID, c.Grant.Secret)
+		sb, err = ss.s.access.Ungrant(ctx, res.Sandbox.ID, c.Grant.Secret)
 	case ledger.PolicySet:
-		sb, err = s.access.SetPolicy(ctx, res.Sandbox.ID, c.Policy)
+		sb, err = ss.s.access.SetPolicy(ctx, res.Sandbox.ID, c.Policy)
 	case ledger.PolicyCleared:
-		sb, err = s.access.SetPolicy(ctx, res.Sandbox.ID, nil)
+		sb, err = ss.s.access.SetPolicy(ctx, res.Sandbox.ID, nil)
 	}
 	if err != nil {
 		r.Error = err.Error()

@@ -67,15 +67,16 @@ type Service struct {
 
 	// The jobs over the lifecycle, each a type of its own that points back
 	// here (link): the API and the daemon reach them through the accessors.
-	adm    Admission // host memory, projects' quotas, disk room (admission.go)
-	files  Files     // files in and out, diffs, the fork tree (files.go)
-	access Access    // secret grants, egress policies, refused connections (grants.go)
-	saved  Saved     // checkpoints, snapshots, environments, their room (saved.go)
+	adm      Admission // host memory, projects' quotas, disk room (admission.go)
+	files    Files     // files in and out, diffs, the fork tree (files.go)
+	access   Access    // secret grants, egress policies, refused connections (grants.go)
+	saved    Saved     // checkpoints, snapshots, environments, their retention (saved.go)
+	sessions Sessions  // ledger sessions resumed, removed, expired (resume.go)
 }
 
 // link points the jobs at s: New's, or a test's hand-made Service.
 func link(s *Service) *Service {
-	s.adm.s, s.files.s, s.access.s, s.saved.s = s, s, s, s
+	s.adm.s, s.files.s, s.access.s, s.saved.s, s.sessions.s = s, s, s, s, s
 	return s
 }
 
@@ -91,6 +92,10 @@ func (s *Service) Access() *Access { return &s.access }
 
 // Saved keeps sandboxes' states: checkpoints, snapshots and environments.
 func (s *Service) Saved() *Saved { return &s.saved }
+
+// Sessions resumes ledger sessions and removes them, by hand and past the
+// ledger's retention.
+func (s *Service) Sessions() *Sessions { return &s.sessions }
 
 // New probes the providers and returns the service. Call Reconcile next.
 func New(ctx context.Context, cfg Config) (*Service, error) {
