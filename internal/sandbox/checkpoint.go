@@ -104,7 +104,7 @@ func (sv *Saved) RemoveCheckpoint(ctx context.Context, id string) error {
 // dropCheckpoint deletes the record first, then the files, so a crash in
 // between leaves orphan files (Reconcile removes them), never a record
 // whose files are gone. It waits for the restores reading the checkpoint
-// (see useCheckpoint); the caller must hold no use of it.
+// (see ckRefs); the caller must hold no use of it.
 func (sv *Saved) dropCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	done := sv.s.cks.drop(ck.ID)
 	defer done()

@@ -46,7 +46,11 @@ type Config struct {
 	AgentAddr func(sb *store.Sandbox) string
 }
 
-// Service is the sandbox lifecycle.
+// Service is the sandbox lifecycle: create, start, stop, remove, fork,
+// exec, get and list, and the steps its jobs share (boot, halt, destroy,
+// a state's move, a sandbox's lock). The jobs over it (Admission, Files,
+// Access, Saved, Sessions) are types of their own, reached through its
+// accessors.
 type Service struct {
 	cfg       Config
 	providers map[string]provider.Provider
@@ -65,8 +69,7 @@ type Service struct {
 	life     life         // the service's own goroutines, waited for by Close (life.go)
 	imageUse kmutex.Keyed // by image digest: makes against removals (images.go)
 
-	// The jobs over the lifecycle, each a type of its own that points back
-	// here (link): the API and the daemon reach them through the accessors.
+	// The jobs, each pointing back here (link).
 	adm      Admission // host memory, projects' quotas, disk room (admission.go)
 	files    Files     // files in and out, diffs, the fork tree (files.go)
 	access   Access    // secret grants, egress policies, refused connections (grants.go)
@@ -108,9 +111,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.FreezeTimeout == 0 {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
-	s := &Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{},
-		life: newLife()}
-	link(s)
+	s := link(&Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, life: newLife()})
 	s.watch, s.mem.s = newWatcher(s), s
 	s.adm.floor, s.adm.disk = newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), cfg.Disk
 	if s.adm.disk == nil {
@@ -121,7 +122,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.adm.hostMemory = int64(float64(HostLimits().MemoryBytes) * cfg.MemoryOvercommit)
 	}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.adm.checkLimit)
-	s.saved.spares, s.saved.spaceKick = newSparePool(s.saved.makeSpare, s.saved.dropSpare, cfg.Log), make(chan struct{}, 1)
+	s.saved.spares = newSparePool(s.saved.makeSpare, s.saved.dropSpare, cfg.Log)
+	s.saved.spaceKick = make(chan struct{}, 1)
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider

@@ -106,7 +106,7 @@ func (sv *Saved) filesFromSnapshot(ctx context.Context, snap *store.Snapshot, sb
 	return sv.s.cfg.Storage.CreateFrom(snapshotKey(snap.ID), sb.ID)
 }
 
-// snapshotLock is the key of snapshot id in Service.lock (sandbox ids are
+// snapshotLock is the key of snapshot id in Service.locks (sandbox ids are
 // bare, so the two never meet).
 func snapshotLock(id string) string { return "snapshot/" + id }
 
