@@ -31,7 +31,10 @@ echo "== local registry with the test images on 127.0.0.1:$REG_PORT"
 
 echo "== shard serve"
 if ! shard capabilities >/dev/null 2>&1; then
-	nohup shard serve --registry-mirror "http://127.0.0.1:$REG_PORT" >>"$LOG" 2>&1 &
+	# Sandboxes that name no disk get 1GiB (the default is 2GiB): the
+	# walk-through's three then fit the store's first 4GiB, and the demo
+	# leaves the host room for scripts/test.sh after it.
+	nohup shard serve --registry-mirror "http://127.0.0.1:$REG_PORT" --default-disk 1GiB >>"$LOG" 2>&1 &
 	for _ in $(seq 100); do
 		shard capabilities >/dev/null 2>&1 && break
 		sleep 0.1

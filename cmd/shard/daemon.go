@@ -90,6 +90,8 @@ func (d *daemon) onClose(what string, f func(context.Context) error) {
 // newDaemon opens everything the server needs, and the listeners; on an
 // error it closes what it opened.
 func newDaemon(ctx context.Context, cfg *config) (d *daemon, err error) {
+	// What the start does is the server's own work, for every project.
+	ctx = project.Unscoped(ctx, "the daemon's start")
 	d = &daemon{cfg: cfg, log: cfg.logger()}
 	defer func() {
 		if err != nil {

@@ -121,7 +121,6 @@ type Cluster struct {
 	healthy bool             // the last heartbeat reached etcd; guarded by mu
 	started bool             // Start ran: the heartbeat is to be waited for; guarded by mu
 	addrs   []netip.Addr     // the cluster's addresses last told OnAddrs; guarded by mu
-	last    Stats            // the figures last published; guarded by mu
 	joined  time.Time
 
 	stop       chan struct{}
@@ -268,14 +267,11 @@ func (c *Cluster) Name() string { return c.cfg.Node }
 // Address is the URL this node is reached at.
 func (c *Cluster) Address() string { return c.cfg.Advertise }
 
-// Free is the memory this node's sandboxes may still be given, now.
-// They are the figures last published (each beat, TTL/3): a fork's
-// placement does not count every sandbox again.
-func (c *Cluster) Free() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last.MemoryFree
-}
+// Free is the memory this node's sandboxes may still be given, now: a
+// fork decides by it whether it stays here, so it is counted again (as the
+// fork's own admission counts), not read from the last heartbeat, which a
+// burst of creates outdates.
+func (c *Cluster) Free() int64 { return c.cfg.Stats().MemoryFree }
 
 // Healthy reports whether the last heartbeat reached etcd.
 func (c *Cluster) Healthy() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.healthy }
@@ -352,9 +348,6 @@ func (c *Cluster) publish(ctx context.Context) error {
 	lease := c.lease
 	c.mu.Unlock()
 	st := c.cfg.Stats()
-	c.mu.Lock()
-	c.last = st
-	c.mu.Unlock()
 	n := Node{Name: c.cfg.Node, Address: c.cfg.Advertise, Instance: c.cfg.Instance, State: NodeUp, JoinedAt: c.joined, SeenAt: time.Now().UTC(), Stats: st}
 	b, _ := json.Marshal(n)
 	_, err := c.cli.Put(ctx, c.key("nodes", c.cfg.Node), string(b), clientv3.WithLease(lease))

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/useshards/shard/internal/names"
@@ -37,9 +38,15 @@ func Check(name string) error { return names.Name("project", name) }
 
 type ctxKey struct{}
 
-// underTest is testing.Testing, a variable so that this package's tests
-// can also see what a server (which does not panic) does.
-var underTest = testing.Testing
+// underTest reports whether a lost project marker panics: in a test
+// binary, and in a server started with SHARD_STRICT_PROJECTS=1 (the
+// integration tests' servers, so that a path only they reach cannot lose
+// its marker quietly). A variable so that this package's tests can also
+// see what a server (which does not panic) does.
+var underTest = func() bool { return testing.Testing() || strictProjects }
+
+// strictProjects is SHARD_STRICT_PROJECTS=1, read once.
+var strictProjects = os.Getenv("SHARD_STRICT_PROJECTS") == "1"
 
 // marker is what a context carries: one project, or every one and why.
 // Neither (a With of "") is a context that sees nothing.

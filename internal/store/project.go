@@ -151,6 +151,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // scope is the SQL condition that keeps ctx's project's rows (" AND
 // project = ?" and its argument), or nothing for the server's own work.
 func scope(ctx context.Context) (string, []any) {
+	// A context with no project at all sees nothing (From says "-", no
+	// project's name); under test it panics here, where it went wrong.
+	_ = project.Require(ctx)
 	if p, ok := project.From(ctx); ok {
 		return ` AND project = ?`, []any{p}
 	}

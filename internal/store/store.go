@@ -174,6 +174,7 @@ CREATE TABLE IF NOT EXISTS environments (
 
 // Open opens (creating if needed) the database at path.
 func Open(ctx context.Context, path string) (*Store, error) {
+	ctx = project.Unscoped(ctx, "the store's own: its migrations and the address index of every project")
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

@@ -126,6 +126,7 @@ func (n *node) start(t testing.TB) {
 	}
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	n.cmd.Env = serverEnv()
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -201,6 +201,7 @@ func (e *env) startServer(extra ...string) error {
 	cmd := exec.Command(e.bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = serverEnv()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -437,3 +438,8 @@ func waitServing(c *client.Client, cmd *exec.Cmd, log string) error {
 	b, _ := os.ReadFile(log)
 	return fmt.Errorf("shard serve did not come up:\n%s", b)
 }
+
+// serverEnv is the environment of the servers the tests start: a path that
+// loses a request's project panics there (internal/project), as in a unit
+// test, instead of quietly seeing nothing.
+func serverEnv() []string { return append(os.Environ(), "SHARD_STRICT_PROJECTS=1") }
