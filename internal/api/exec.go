@@ -189,8 +189,18 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(r.Context(), func() { sess.Close() })
 	defer stop()
 	defer s.onStopping(func() { sess.Close() })()
+	out := startStream(w, rc, framed || acceptsStream(r), framed)
+	if out.started(sess.PID) != nil {
+		return
+	}
+	s.relay(w, r, sess, out, body)
+}
+
+// startStream answers 200 with the stream's headers: frames (binary) or
+// NDJSON; a framed body's answer closes its connection after it.
+func startStream(w http.ResponseWriter, rc *http.ResponseController, frames, framedBody bool) execWriter {
 	var out execWriter
-	if framed || acceptsStream(r) {
+	if frames {
 		out = &frameWriter{w: w, rc: rc}
 		w.Header().Set("Content-Type", StreamMediaType)
 	} else {
@@ -198,7 +208,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if framed {
+	if framedBody {
 		// A full-duplex body may end after the response does, or never:
 		// the connection serves no other request. (Kept alive, net/http
 		// read the rest of such a body for the next request's sake while
@@ -207,9 +217,12 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	w.WriteHeader(http.StatusOK)
-	if out.started(sess.PID) != nil {
-		return
-	}
+	return out
+}
+
+// relay writes the command's frames to out until its exit, and says why
+// when the stream ends without one.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, sess *sandbox.ExecSession, out execWriter, body *framedBody) {
 	for {
 		f, err := sess.Recv()
 		if err != nil {
@@ -229,6 +242,61 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		}
 		if out.frame(f) != nil || f.Kind == sandbox.ExecExited {
 			return // the exit was the last, or the client is gone or stalled
+		}
+	}
+}
+
+// parseWebSocketExec reads a WebSocket exec's request: ?request=<JSON>,
+// read as strictly as a body.
+func parseWebSocketExec(r *http.Request) (sandbox.ExecRequest, error) {
+	raw := r.URL.Query().Get("request")
+	if raw == "" {
+		return sandbox.ExecRequest{}, errdefs.Invalid("exec over GET is the WebSocket form: pass ?request=<JSON> and upgrade, or POST the request")
+	}
+	var req ExecRequest
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return sandbox.ExecRequest{}, errdefs.Invalid("request is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return sandbox.ExecRequest{}, errdefs.Invalid("request has more than one JSON value")
+	}
+	er, err := execRequest(&req)
+	if err != nil {
+		return sandbox.ExecRequest{}, err
+	}
+	er.Stdin = req.Interactive || req.TTY
+	return er, nil
+}
+
+// readWebSocket hands the client's messages (stdin, resizes, signals) to
+// the command, one message at a time, and the next only once this one
+// went to the agent: stdin moves as fast as the command reads it (the
+// agent holds a small window), and a client that sends faster is held up
+// by TCP, not queued here or in the sandbox. It lets go of the exec when
+// the client ends.
+func readWebSocket(ctx context.Context, c *websocket.Conn, sess *sandbox.ExecSession) {
+	defer sess.Close()
+	defer sess.CloseStdin()
+	for {
+		_, mr, err := c.Reader(ctx)
+		if err != nil {
+			return
+		}
+		msg, err := io.ReadAll(io.LimitReader(mr, maxWSMessage+1))
+		if err != nil {
+			return
+		}
+		if len(msg) > maxWSMessage {
+			c.Close(websocket.StatusMessageTooBig, fmt.Sprintf("message of more than %d bytes: send stdin in smaller messages", maxWSMessage))
+			return
+		}
+		if len(msg) == 0 {
+			continue
+		}
+		if clientFrame(sess, msg[0], msg[1:]) != nil {
+			return
 		}
 	}
 }
@@ -426,28 +494,11 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("exec over GET is the WebSocket form: upgrade the connection, or POST the request"))
 		return
 	}
-	raw := r.URL.Query().Get("request")
-	if raw == "" {
-		s.writeError(w, r, errdefs.Invalid("exec over GET is the WebSocket form: pass ?request=<JSON> and upgrade, or POST the request"))
-		return
-	}
-	var req ExecRequest
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.writeError(w, r, errdefs.Invalid("request is not valid JSON: %v", err))
-		return
-	}
-	if dec.More() {
-		s.writeError(w, r, errdefs.Invalid("request has more than one JSON value"))
-		return
-	}
-	er, err := execRequest(&req)
+	er, err := parseWebSocketExec(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	er.Stdin = req.Interactive || req.TTY
 	sess, _, err := s.Sandboxes.Exec(r.Context(), r.PathValue("id"), er)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -476,34 +527,7 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	if err := write(startedFrame(sess.PID)); err != nil {
 		return
 	}
-	go func() {
-		// One message at a time, and the next only once this one went to
-		// the agent: stdin moves as fast as the command reads it (the
-		// agent holds a small window), and a client that sends faster is
-		// held up by TCP, not queued here or in the sandbox.
-		defer sess.Close()
-		defer sess.CloseStdin()
-		for {
-			_, mr, err := c.Reader(ctx)
-			if err != nil {
-				return
-			}
-			msg, err := io.ReadAll(io.LimitReader(mr, maxWSMessage+1))
-			if err != nil {
-				return
-			}
-			if len(msg) > maxWSMessage {
-				c.Close(websocket.StatusMessageTooBig, fmt.Sprintf("message of more than %d bytes: send stdin in smaller messages", maxWSMessage))
-				return
-			}
-			if len(msg) == 0 {
-				continue
-			}
-			if clientFrame(sess, msg[0], msg[1:]) != nil {
-				return
-			}
-		}
-	}()
+	go readWebSocket(ctx, c, sess)
 	defer s.onStopping(func() { sess.Close() })()
 	for {
 		f, err := sess.Recv()
