@@ -142,9 +142,49 @@ func (sv *Saved) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Ch
 	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
-	bad := func(format string, a ...any) error {
-		return errdefs.Invalid("checkpoint stream: "+format, a...)
+	ck, err := sv.receivable(ctx, tr)
+	if err != nil {
+		return nil, err
 	}
+	start := time.Now()
+	if _, err := sv.s.cfg.Images.Ensure(ctx, ck.Image+"@"+ck.ImageDigest, nil); err != nil {
+		if _, gerr := sv.s.cfg.Images.Get(ctx, ck.ImageDigest); gerr != nil {
+			return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
+		}
+	}
+	dir := sv.s.checkpointDir(ck.ID)
+	key := checkpointKey(ck.ID)
+	defer func() {
+		if err != nil {
+			provider.RemoveImage(dir)
+			sv.s.cfg.Storage.RemoveSaved(key)
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	imageTook := time.Since(start)
+	if err := sv.receiveFiles(tr, dir, key); err != nil {
+		return nil, err
+	}
+	if err := sv.s.cfg.Store.ImportCheckpoint(project.Unscoped(ctx, "a checkpoint sent by another node keeps its own project"), ck); err != nil {
+		return nil, err
+	}
+	sv.s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))
+	return ck, nil
+}
+
+// badStream is a refusal of a checkpoint stream that is not what
+// ExportCheckpoint writes.
+func badStream(format string, a ...any) error {
+	return errdefs.Invalid("checkpoint stream: "+format, a...)
+}
+
+// receivable reads the stream's checkpoint.json and checks that this node
+// can take it: an id it does not hold, a provider that restores here, and
+// the agent of this build.
+func (sv *Saved) receivable(ctx context.Context, tr *tar.Reader) (*store.Checkpoint, error) {
+	bad := badStream
 	hdr, err := tr.Next()
 	if err != nil || hdr.Name != "checkpoint.json" || hdr.Size > 1<<20 {
 		return nil, bad("it must start with checkpoint.json")
@@ -168,24 +208,13 @@ func (sv *Saved) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Ch
 		return nil, errdefs.Unsupported("checkpoint %s was taken under another shard build (agent %s) than this node runs: a fork moves only between nodes of one build", ck.ID, filepath.Base(ck.AgentDir))
 	}
 	ck.AgentDir = agent
-	start := time.Now()
-	if _, err := sv.s.cfg.Images.Ensure(ctx, ck.Image+"@"+ck.ImageDigest, nil); err != nil {
-		if _, gerr := sv.s.cfg.Images.Get(ctx, ck.ImageDigest); gerr != nil {
-			return nil, fmt.Errorf("image %s of checkpoint %s: %w", ck.Image, ck.ID, err)
-		}
-	}
-	dir := sv.s.checkpointDir(ck.ID)
-	key := checkpointKey(ck.ID)
-	defer func() {
-		if err != nil {
-			provider.RemoveImage(dir)
-			sv.s.cfg.Storage.RemoveSaved(key)
-		}
-	}()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	imageTook := time.Since(start)
+	return &ck, nil
+}
+
+// receiveFiles reads the rest of the stream: the sandbox's files (into the
+// store under key) and the memory image (into dir).
+func (sv *Saved) receiveFiles(tr *tar.Reader, dir, key string) error {
+	bad := badStream
 	files := false
 	for {
 		hdr, err := tr.Next()
@@ -193,45 +222,41 @@ func (sv *Saved) ImportCheckpoint(ctx context.Context, r io.Reader) (_ *store.Ch
 			break
 		}
 		if err != nil {
-			return nil, bad("%v", err)
+			return bad("%v", err)
 		}
 		name := path.Clean(hdr.Name)
 		var size int64
 		var ext rootfs.Extents
 		if hdr.Typeflag == tar.TypeReg {
 			if size, ext, err = sparseOf(hdr); err != nil {
-				return nil, bad("%v", err)
+				return bad("%v", err)
 			}
 		}
 		switch {
 		case name == "files.img" && hdr.Typeflag == tar.TypeReg:
 			if err := sv.s.cfg.Storage.Receive(key, size, ext, tr); err != nil {
-				return nil, err
+				return err
 			}
 			files = true
 		case strings.HasPrefix(name, "image/") && !strings.Contains(name, "..") && (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeDir):
 			p := filepath.Join(dir, strings.TrimPrefix(name, "image/"))
 			if hdr.Typeflag == tar.TypeDir {
 				if err := os.MkdirAll(p, 0o700); err != nil {
-					return nil, err
+					return err
 				}
 				continue
 			}
 			if err := writeSparse(p, size, ext, tr); err != nil {
-				return nil, err
+				return err
 			}
 		default:
-			return nil, bad("unexpected entry %q", hdr.Name)
+			return bad("unexpected entry %q", hdr.Name)
 		}
 	}
 	if !files {
-		return nil, bad("no files.img")
+		return bad("no files.img")
 	}
-	if err := sv.s.cfg.Store.ImportCheckpoint(project.Unscoped(ctx, "a checkpoint sent by another node keeps its own project"), &ck); err != nil {
-		return nil, err
-	}
-	sv.s.cfg.Log.Info("checkpoint received from another node", "checkpoint", ck.ID, "image_check", imageTook, "took", time.Since(start))
-	return &ck, nil
+	return nil
 }
 
 // writeSparse writes a new file at p of size bytes: ext's data from r, the
