@@ -180,13 +180,17 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 			if in != nil {
 				in.Close()
 			}
+			// Our end of its stdout goes first: a helper still writing (a
+			// download its client left) gets EPIPE and ends. Killing the
+			// host's runtime exec alone leaves the helper in the sandbox,
+			// blocked on a pipe nobody reads, and this wait for ever.
+			outR.Close()
 			select {
 			case <-waited:
 			case <-time.After(5 * time.Second):
 				cmd.Process.Kill()
 				<-waited
 			}
-			outR.Close()
 			release()
 		})
 	}

@@ -61,9 +61,19 @@ func (c *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
 		if msg == "" {
 			msg = strings.TrimSpace(stdout.String())
 		}
-		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], err, lastLines(msg, 6))
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], killedBy(ctx, err), lastLines(msg, 6))
 	}
 	return stdout.Bytes(), nil
+}
+
+// killedBy is err, or ctx's error when ctx's end killed the runtime: the
+// caller left (499) or its deadline passed (504), which a "signal: killed"
+// would hide as the server's fault.
+func killedBy(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	return err
 }
 
 func lastLines(s string, n int) string {
@@ -118,7 +128,7 @@ func (c *CLI) RunDetachedFiles(ctx context.Context, inst *provider.Instance, ext
 			f.Close()
 			msg = strings.TrimSpace(string(b))
 		}
-		return fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], err, lastLines(msg, 6))
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(c.Binary), args[0], killedBy(ctx, err), lastLines(msg, 6))
 	}
 	return nil
 }
