@@ -135,8 +135,27 @@ func (d *daemon) lockDataDir(context.Context) error {
 		return fmt.Errorf("another shard serve is using %s", d.cfg.dataDir)
 	}
 	d.onClose("the data directory's lock", func(context.Context) error { return lock.Close() })
+	// The bridge and its nftables tables are named after --bridge, not the
+	// data directory: a second server on another data directory given the
+	// same bridge would take a live server's bridge and replace its
+	// firewall (every sandbox of it cut off).
+	if err := os.MkdirAll(bridgeLockDir, 0o755); err != nil {
+		return err
+	}
+	bl, err := os.OpenFile(filepath.Join(bridgeLockDir, "shard-bridge-"+d.cfg.bridge+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(bl.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		bl.Close()
+		return fmt.Errorf("another shard serve uses bridge %s (and its nftables tables): give this one a --bridge (and --subnet) of its own", d.cfg.bridge)
+	}
+	d.onClose("the bridge's lock", func(context.Context) error { return bl.Close() })
 	return nil
 }
+
+// bridgeLockDir holds a lock per bridge name, whatever the data directory.
+const bridgeLockDir = "/run/lock"
 
 // openState opens the database, the image store, the sandbox store and the
 // network.
@@ -308,6 +327,12 @@ func (d *daemon) listen(context.Context) error {
 			ReadHeaderTimeout: api.DefaultHeaderTimeout, IdleTimeout: cfg.idleTimeout, ErrorLog: errLog}
 		d.servers = append(d.servers, served{csrv, d.cluLn})
 		d.log.Info("serving the cluster port", "tcp", d.cluLn.Addr().String(), "tls", "mutual")
+	}
+	// A socket that answers is another server's (its data directory's
+	// lock is its own): removing it would cut that server's clients off.
+	if c, err := net.DialTimeout("unix", cfg.socket, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("another shard serve listens on %s: stop it, or give this one a --socket of its own", cfg.socket)
 	}
 	os.Remove(cfg.socket)
 	ul, err := net.Listen("unix", cfg.socket)

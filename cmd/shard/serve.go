@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -303,7 +304,40 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 	if err := c.cluster.check(o.listen); err != nil {
 		return nil, err
 	}
+	if err := checkNames(o); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// providerNames are the providers --default-provider may name (those
+// this host cannot run are refused at a create, with the reason).
+var providerNames = []string{"gvisor", "runc", "firecracker", "vz", "sysbox"}
+
+// checkNames checks the flags that name things: the bridge (a network
+// interface, and the name of its nftables tables and lock), the default
+// provider, gVisor's platform, and registries given as host[:port].
+func checkNames(o *serveOptions) error {
+	if o.bridge == "" || len(o.bridge) > 15 || strings.ContainsAny(o.bridge, "/: \t\n") {
+		return fmt.Errorf("--bridge %q: give a network interface name of 1 to 15 characters, without /, : or spaces", o.bridge)
+	}
+	if !slices.Contains(providerNames, o.defaultProvider) {
+		return fmt.Errorf("--default-provider %q: give one of %s", o.defaultProvider, strings.Join(providerNames, ", "))
+	}
+	if o.platform != "systrap" && o.platform != "ptrace" {
+		return fmt.Errorf("--platform %q: give systrap or ptrace", o.platform)
+	}
+	for _, r := range []struct {
+		flag  string
+		hosts []string
+	}{{"--allowed-registry", o.allowed}, {"--insecure-registry", o.insecure}} {
+		for _, h := range r.hosts {
+			if h == "" || strings.Contains(h, "://") || strings.ContainsAny(h, "/ ") {
+				return fmt.Errorf("%s %q: give a registry as host or host:port, not a URL or a path", r.flag, h)
+			}
+		}
+	}
+	return nil
 }
 
 // checkBounds checks the flags that are numbers and durations with a

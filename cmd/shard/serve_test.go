@@ -169,6 +169,12 @@ func TestConfig(t *testing.T) {
 		{"ledger floor", func(o *serveOptions) { o.ledgerMinFree = "lots" }, "--ledger-min-free", nil},
 		{"memory past the host", func(o *serveOptions) { o.maxMemory = "16GiB" }, "--max-memory", nil},
 		{"cluster flags alone", func(o *serveOptions) { o.cluster.node = "a" }, "--cluster-etcd", nil},
+		{"bridge too long", func(o *serveOptions) { o.bridge = "a-bridge-too-long" }, "--bridge", nil},
+		{"bridge a path", func(o *serveOptions) { o.bridge = "../x" }, "--bridge", nil},
+		{"provider", func(o *serveOptions) { o.defaultProvider = "docker" }, "--default-provider", nil},
+		{"platform", func(o *serveOptions) { o.platform = "kvm" }, "--platform", nil},
+		{"allowed registry a URL", func(o *serveOptions) { o.allowed = []string{"http://x"} }, "--allowed-registry", nil},
+		{"insecure registry a path", func(o *serveOptions) { o.insecure = []string{"a/b"} }, "--insecure-registry", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
