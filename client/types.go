@@ -106,6 +106,10 @@ type ExecEvent struct {
 	// OutputCut, on an exit: a process the command left behind held its
 	// output open; what it writes later is not sent.
 	OutputCut bool `json:"output_cut,omitempty"`
+	// Code, on an error: what ended the stream (sandbox_unreachable: the
+	// sandbox's agent was lost; server_stopping: the server shut down, the
+	// command runs on; invalid_argument: a framed body was malformed).
+	Code string `json:"code,omitempty"`
 }
 
 // Image is a cached image.

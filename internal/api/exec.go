@@ -188,8 +188,11 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	}
 	stop := context.AfterFunc(r.Context(), func() { sess.Close() })
 	defer stop()
-	defer s.onStopping(func() { sess.Close() })()
-	out := startStream(w, rc, framed || acceptsStream(r), framed)
+	defer s.onStopping(func() {
+		sess.Close()
+		rc.SetWriteDeadline(time.Now().Add(time.Second)) // a write in flight to a client that reads nothing
+	})()
+	out := startStream(w, rc, framed || acceptsStream(r), framed, s.Stopping)
 	if out.started(sess.PID) != nil {
 		return
 	}
@@ -198,13 +201,13 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 
 // startStream answers 200 with the stream's headers: frames (binary) or
 // NDJSON; a framed body's answer closes its connection after it.
-func startStream(w http.ResponseWriter, rc *http.ResponseController, frames, framedBody bool) execWriter {
+func startStream(w http.ResponseWriter, rc *http.ResponseController, frames, framedBody bool, stop <-chan struct{}) execWriter {
 	var out execWriter
 	if frames {
-		out = &frameWriter{w: w, rc: rc}
+		out = &frameWriter{w: w, rc: rc, stop: stop}
 		w.Header().Set("Content-Type", StreamMediaType)
 	} else {
-		out = &ndjsonWriter{enc: json.NewEncoder(w), rc: rc}
+		out = &ndjsonWriter{enc: json.NewEncoder(w), rc: rc, stop: stop}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -243,6 +246,22 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sess *sandbox.Exe
 		if out.frame(f) != nil || f.Kind == sandbox.ExecExited {
 			return // the exit was the last, or the client is gone or stalled
 		}
+	}
+}
+
+// closeSoon closes c with code and reason, giving the client a second to
+// answer the close: one that reads nothing must not hold a shutdown up.
+func closeSoon(c *websocket.Conn, code websocket.StatusCode, reason string) {
+	done := make(chan struct{})
+	go func() {
+		c.Close(code, reason)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		c.CloseNow()
+		<-done
 	}
 }
 
@@ -410,12 +429,25 @@ const stoppingMessage = "the server is shutting down; the command runs on in the
 
 // ndjsonWriter is the simple form: a JSON event a line, bytes in base64.
 type ndjsonWriter struct {
-	enc *json.Encoder
-	rc  *http.ResponseController
+	enc  *json.Encoder
+	rc   *http.ResponseController
+	stop <-chan struct{} // the server's Stopping
+}
+
+// writeDeadline is a write's deadline: streamStall, or a second once the
+// server is stopping (a client that takes nothing must not hold the
+// shutdown up).
+func writeDeadline(stop <-chan struct{}) time.Time {
+	select {
+	case <-stop:
+		return time.Now().Add(time.Second)
+	default:
+		return time.Now().Add(streamStall)
+	}
 }
 
 func (n *ndjsonWriter) send(ev ExecEvent) error {
-	n.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	n.rc.SetWriteDeadline(writeDeadline(n.stop))
 	if err := n.enc.Encode(ev); err != nil {
 		return err
 	}
@@ -438,21 +470,21 @@ func (n *ndjsonWriter) frame(f sandbox.ExecFrame) error {
 	return nil
 }
 
-// failed sends the message only: the NDJSON form's error event has no code
-// (it is always sandbox_unreachable; a framed body, the other failure, is
-// always answered in frames).
+// failed sends the error event: its message, and its code (what ended the
+// stream).
 func (n *ndjsonWriter) failed(e Error) error {
-	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(e.Message))})
+	return n.send(ExecEvent{Type: "error", Data: base64.StdEncoding.EncodeToString([]byte(e.Message)), Code: e.Code})
 }
 
 // frameWriter is the binary form: the bytes as they are, in frames.
 type frameWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+	w    io.Writer
+	rc   *http.ResponseController
+	stop <-chan struct{} // the server's Stopping
 }
 
 func (f *frameWriter) send(typ byte, p []byte) error {
-	f.rc.SetWriteDeadline(time.Now().Add(streamStall))
+	f.rc.SetWriteDeadline(writeDeadline(f.stop))
 	if err := framing.Write(f.w, typ, p); err != nil {
 		return err
 	}
@@ -517,10 +549,14 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	// own limit is only a backstop past that.
 	c.SetReadLimit(maxWSMessage + 1)
 	ctx := r.Context()
+	// Writes end with wsctx: a second after the server starts stopping, a
+	// write in flight to a client that reads nothing is cut.
+	wsctx, cutWrites := context.WithCancel(ctx)
+	defer cutWrites()
 	write := func(typ byte, p []byte) error {
 		// A client that takes nothing for streamStall is taken as gone
 		// (the library closes the connection when wctx ends).
-		wctx, cancel := context.WithTimeout(ctx, streamStall)
+		wctx, cancel := context.WithDeadline(wsctx, writeDeadline(s.Stopping))
 		defer cancel()
 		return c.Write(wctx, websocket.MessageBinary, append([]byte{typ}, p...))
 	}
@@ -528,11 +564,14 @@ func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	go readWebSocket(ctx, c, sess)
-	defer s.onStopping(func() { sess.Close() })()
+	defer s.onStopping(func() {
+		sess.Close()
+		time.AfterFunc(time.Second, cutWrites)
+	})()
 	for {
 		f, err := sess.Recv()
 		if err != nil && s.isStopping() {
-			c.Close(websocket.StatusGoingAway, stoppingMessage)
+			closeSoon(c, websocket.StatusGoingAway, stoppingMessage)
 			return
 		}
 		if err != nil {

@@ -113,6 +113,8 @@ export interface ExecEvent {
   error?: string;
   /** On an exit: a process the command left behind held its output open; what it writes later is not sent. */
   output_cut?: boolean;
+  /** On an error: what ended the stream (sandbox_unreachable, server_stopping). */
+  code?: ErrorCode | string;
 }
 
 /** The exit frame's payload (binary exec stream): how the command ended. */
