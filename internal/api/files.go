@@ -73,6 +73,10 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
+	// A download to a client that reads nothing must not hold a shutdown
+	// up: a second after it begins, the write in flight is cut.
+	rc := http.NewResponseController(w)
+	defer s.onStopping(func() { rc.SetWriteDeadline(time.Now().Add(time.Second)) })()
 	if _, err := io.CopyBuffer(w, st, make([]byte, 1<<20)); err != nil {
 		if r.Context().Err() == nil {
 			s.Log.Warn("files: read broke off", "sandbox", r.PathValue("id"), "path", p, "err", err)
