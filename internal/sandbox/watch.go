@@ -149,8 +149,14 @@ func (w *watcher) watchSandbox(id string) {
 			return
 		}
 		var pid int
-		for try := 0; try < 5; try++ {
-			if pid, err = pider.InitPID(ctx, id); err == nil {
+		for try := 0; try < 5 && !w.s.life.stopping(); try++ {
+			// Bounded: a Sentry that cannot answer (stopped from outside)
+			// holds runsc, and runsc holds the runtime's lock on the
+			// sandbox, which a stop of it waits for.
+			c, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+			pid, err = pider.InitPID(c, id)
+			cancel()
+			if err == nil {
 				break
 			}
 			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
@@ -231,7 +237,10 @@ func (w *watcher) markDead(ctx context.Context, id string, pid int) {
 	if err != nil || cur.State != StateRunning {
 		return // a stop, remove or fork got there first
 	}
-	if st, err := w.s.providers[cur.Provider].Status(ctx, cur.ID); err != nil || st == provider.StatusRunning || st == provider.StatusPaused {
+	sctx, cancel := context.WithTimeout(ctx, runtimeCallTimeout)
+	st, err := w.s.providers[cur.Provider].Status(sctx, cur.ID)
+	cancel()
+	if err != nil || st == provider.StatusRunning || st == provider.StatusPaused {
 		// It runs (started again under another pid): watch that one. Or
 		// the runtime cannot say: never kill what may run.
 		if err == nil {
