@@ -202,9 +202,7 @@ func (n *node) teardown(t testing.TB) {
 		os.WriteFile(filepath.Join(os.TempDir(), "shard-it-node-"+n.name+".log"), b, 0o644)
 	}
 	for _, rt := range [][2]string{{"runsc", filepath.Join(n.dir, "run", "runsc")}, {"runc", filepath.Join(n.dir, "run", "runc")}} {
-		exec.Command(rt[0], "--root", rt[1], "list").Run() // (delete below)
-		out, _ := exec.Command("sh", "-c", rt[0]+" --root "+rt[1]+" list -q 2>/dev/null").Output()
-		for _, id := range strings.Fields(string(out)) {
+		for _, id := range runtimeIDs(rt[0], rt[1]) {
 			exec.Command(rt[0], "--root", rt[1], "delete", "--force", id).Run()
 		}
 	}

@@ -259,11 +259,8 @@ func (e *env) teardown() {
 		{"runsc", filepath.Join(e.runDir, "runsc")}, {"runsc", filepath.Join(e.dir, "rawrunsc")},
 		{"runc", filepath.Join(e.runDir, "runc")}, {"runc", filepath.Join(e.dir, "rawrunc")},
 	} {
-		out, _ := exec.Command(rt[0], "--root", rt[1], "list", "--format", "json").Output()
-		var sts []struct{ ID string }
-		json.Unmarshal(out, &sts)
-		for _, st := range sts {
-			exec.Command(rt[0], "--root", rt[1], "delete", "--force", st.ID).Run()
+		for _, id := range runtimeIDs(rt[0], rt[1]) {
+			exec.Command(rt[0], "--root", rt[1], "delete", "--force", id).Run()
 		}
 	}
 	var under []string
@@ -443,3 +440,17 @@ func waitServing(c *client.Client, cmd *exec.Cmd, log string) error {
 // loses a request's project panics there (internal/project), as in a unit
 // test, instead of quietly seeing nothing.
 func serverEnv() []string { return append(os.Environ(), "SHARD_STRICT_PROJECTS=1") }
+
+// runtimeIDs lists the containers runtime (runsc or runc) holds under
+// root, by its JSON list (runsc has no -q: a list -q that failed quietly
+// left a cluster test's sandboxes running, their stores held, after it).
+func runtimeIDs(runtime, root string) []string {
+	out, _ := exec.Command(runtime, "--root", root, "list", "--format", "json").Output()
+	var sts []struct{ ID string }
+	json.Unmarshal(out, &sts)
+	ids := make([]string, 0, len(sts))
+	for _, st := range sts {
+		ids = append(ids, st.ID)
+	}
+	return ids
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -237,8 +236,7 @@ func checkNoOrphans(t testing.TB) {
 		ids = append(ids, sb.ID)
 	}
 	for _, rt := range []string{"runsc", "runc"} {
-		out, _ := exec.Command(rt, "--root", filepath.Join(e.runDir, rt), "list", "-q").Output()
-		for _, id := range strings.Fields(string(out)) {
+		for _, id := range runtimeIDs(rt, filepath.Join(e.runDir, rt)) {
 			if !slices.Contains(ids, id) {
 				t.Errorf("%s holds container %s, which no sandbox record owns", rt, id)
 			}
