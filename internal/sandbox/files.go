@@ -174,8 +174,21 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 			return waitErr
 		},
 	}
+	h.done = helperDone(cmd, in, outR, waited, release)
+	if stdin {
+		// Chunks are as big as the body's reads; the buffer makes every
+		// write into the pipe a full one.
+		bw := bufio.NewWriterSize(in, 1<<20)
+		h.in = &chunkStdin{ChunkWriter: files.NewChunkWriter(bw), w: bw, c: in}
+	}
+	return h, nil
+}
+
+// helperDone is a helper's end: it lets go of its stdin and stdout, waits
+// for it (killing it after 5 s), and then runs release; once.
+func helperDone(cmd *exec.Cmd, in, outR *os.File, waited <-chan struct{}, release func()) func() {
 	var once sync.Once
-	h.done = func() {
+	return func() {
 		once.Do(func() {
 			if in != nil {
 				in.Close()
@@ -194,13 +207,6 @@ func startHelper(cmd *exec.Cmd, stdin bool, release func()) (*fileHelper, error)
 			release()
 		})
 	}
-	if stdin {
-		// Chunks are as big as the body's reads; the buffer makes every
-		// write into the pipe a full one.
-		bw := bufio.NewWriterSize(in, 1<<20)
-		h.in = &chunkStdin{ChunkWriter: files.NewChunkWriter(bw), w: bw, c: in}
-	}
-	return h, nil
 }
 
 // helperPipes gives cmd pipes for its stdout and (if stdin) its stdin, and
