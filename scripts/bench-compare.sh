@@ -19,6 +19,8 @@ if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
 fi
 
 work=$(mktemp -d)
+out=${OUT:-$work/out} # the runs' output (kept when OUT is given)
+mkdir -p "$out"
 trap 'git -C "$ROOT" worktree remove --force "$work/src" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git -C "$ROOT" worktree add --detach "$work/src" "$REV" >/dev/null
 (cd "$work/src" && CGO_ENABLED=0 go build -o "$work/before" ./cmd/shard)
@@ -31,8 +33,9 @@ for round in $(seq "$ROUNDS"); do
 		bin=""
 		[[ $which == before ]] && bin="$work/before"
 		SHARD_IT_BIN="$bin" SHARD_INTEGRATION=1 CGO_ENABLED=0 \
-			go test -count=1 -timeout 60m -run '^$' -bench "$PATTERN" -benchtime "$BENCHTIME" ./test/integration |
-			tee "$work/$which-$round.txt" | grep -E '^Benchmark' || true
+			go test -count=1 -timeout 60m -run '^$' -bench "$PATTERN" -benchtime "$BENCHTIME" ./test/integration \
+			>"$out/$which-$round.txt" 2>"$out/$which-$round.log" || true
+		grep -h '^BENCH' "$out/$which-$round.txt" "$out/$which-$round.log" || true
 	done
 done
 
@@ -41,10 +44,13 @@ done
 echo
 echo "== p50 (ms): before, after, after/before"
 for which in before after; do
-	cat "$work/$which"-*.txt | awk -v w="$which" '/^Benchmark/ {
-		name=$1; sub(/-[0-9]+$/, "", name)
-		for (i = 3; i < NF; i++) if ($(i+1) ~ /p50-ms$/) print name "/" $(i+1), $i, w
-	}'
+	# A result line may be broken by the benchmark's own BENCH lines (both
+	# go to the test binary's output): its figures then follow on a line of
+	# their own, after the name.
+	cat "$out/$which"-*.txt | awk -v w="$which" '
+		/^Benchmark/ { name = $1; sub(/-[0-9]+$/, "", name) }
+		/p50-ms/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /p50-ms$/) print name "/" $(i+1), $i, w }
+	'
 done | sort | awk '
 	{ k=$1; v=$2; w=$3; vals[k, w] = vals[k, w] " " v; keys[k] = 1 }
 	function median(s,   a, n, i, j, t) {
