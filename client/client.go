@@ -411,8 +411,15 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 
 var errExecEnded = errors.New("the command ended")
 
-// execEnd is the exit frame's payload (openapi.json's ExecExit).
-type execEnd struct {
+// ExecStarted is the started frame's payload (openapi.json's ExecStarted).
+type ExecStarted struct {
+	PID int `json:"pid"`
+}
+
+// ExecExit is the exit frame's payload (openapi.json's ExecExit). Its
+// fields are in the order of the agent's exit, which the server once passed
+// on as it came: the server writes the same bytes as before.
+type ExecExit struct {
 	Code     int    `json:"exit_code"`
 	Signal   int    `json:"signal,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
@@ -427,7 +434,7 @@ type execEnd struct {
 	OutputCut   bool  `json:"output_cut,omitempty"`
 }
 
-func (e execEnd) result() *ExecResult {
+func (e ExecExit) result() *ExecResult {
 	return &ExecResult{ExitCode: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOM: e.OOM, Error: e.Error, OutputCut: e.OutputCut}
 }
 
@@ -451,7 +458,7 @@ func readFramedExec(r io.Reader, stdout, stderr io.Writer) (*ExecResult, error) 
 				w.Write(p)
 			}
 		case FrameExit:
-			var ex execEnd
+			var ex ExecExit
 			if err := json.Unmarshal(p, &ex); err != nil {
 				return nil, fmt.Errorf("exec stream: exit: %w", err)
 			}

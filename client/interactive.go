@@ -51,26 +51,26 @@ func (s *ExecSession) send(ctx context.Context, typ byte, p []byte) error {
 	return s.ws.Write(ctx, websocket.MessageBinary, append([]byte{typ}, p...))
 }
 
-// resizeFrame is a resize frame's payload (openapi.json's ExecResize).
-type resizeFrame struct {
+// ExecResize is a resize frame's payload (openapi.json's ExecResize).
+type ExecResize struct {
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`
 }
 
-// signalFrame is a signal frame's payload (openapi.json's ExecSignal).
-type signalFrame struct {
+// ExecSignal is a signal frame's payload (openapi.json's ExecSignal).
+type ExecSignal struct {
 	Signal int `json:"signal"`
 }
 
 // Resize changes the TTY's size.
 func (s *ExecSession) Resize(ctx context.Context, rows, cols uint16) error {
-	b, _ := json.Marshal(resizeFrame{Rows: rows, Cols: cols})
+	b, _ := json.Marshal(ExecResize{Rows: rows, Cols: cols})
 	return s.send(ctx, FrameResize, b)
 }
 
 // Signal sends a signal to the command's process group.
 func (s *ExecSession) Signal(ctx context.Context, sig int) error {
-	b, _ := json.Marshal(signalFrame{Signal: sig})
+	b, _ := json.Marshal(ExecSignal{Signal: sig})
 	return s.send(ctx, FrameSignal, b)
 }
 
@@ -113,7 +113,7 @@ func (s *ExecSession) Run(ctx context.Context, stdin io.Reader, stdout, stderr i
 				stderr.Write(msg[1:])
 			}
 		case FrameExit:
-			var ex execEnd
+			var ex ExecExit
 			json.Unmarshal(msg[1:], &ex)
 			s.ws.Close(websocket.StatusNormalClosure, "")
 			return ex.result(), nil

@@ -47,38 +47,10 @@ func execRequest(req *ExecRequest) (sandbox.ExecRequest, error) {
 	return er, names.NoNUL("user", req.User)
 }
 
-// The JSON payloads of the exec stream's frames: openapi.json's
-// ExecStarted, ExecExit, ExecResize and ExecSignal. execExit's fields are in
-// the order of the agent's exit, which the WebSocket once passed on as it
-// came, so its bytes are as they were.
-type (
-	execStarted struct {
-		PID int `json:"pid"`
-	}
-	execExit struct {
-		Code        int    `json:"exit_code"`
-		Signal      int    `json:"signal,omitempty"`
-		TimedOut    bool   `json:"timed_out,omitempty"`
-		OOM         bool   `json:"oom_killed,omitempty"`
-		Error       string `json:"error,omitempty"`
-		StdinBytes  int64  `json:"stdin_bytes,omitempty"`
-		StdoutBytes int64  `json:"stdout_bytes,omitempty"`
-		StderrBytes int64  `json:"stderr_bytes,omitempty"`
-		OutputCut   bool   `json:"output_cut,omitempty"`
-	}
-	execResize struct {
-		Rows uint16 `json:"rows"`
-		Cols uint16 `json:"cols"`
-	}
-	execSignal struct {
-		Signal int `json:"signal"`
-	}
-)
-
 // startedFrame is the exec stream's first frame, the same in the framed
 // answer and on the WebSocket.
 func startedFrame(pid int) (typ byte, p []byte) {
-	p, _ = json.Marshal(execStarted{PID: pid})
+	p, _ = json.Marshal(ExecStarted{PID: pid})
 	return client.FrameStarted, p
 }
 
@@ -93,7 +65,7 @@ func streamFrame(f sandbox.ExecFrame) (typ byte, p []byte, ok bool) {
 		return client.FrameStderr, f.Data, true
 	case sandbox.ExecExited:
 		ex := f.Exit
-		p, _ = json.Marshal(execExit{Code: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error,
+		p, _ = json.Marshal(ExecExit{Code: ex.Code, Signal: ex.Signal, TimedOut: ex.TimedOut, OOM: ex.OOM, Error: ex.Error,
 			StdinBytes: ex.StdinBytes, StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes, OutputCut: ex.OutputCut})
 		return client.FrameExit, p, true
 	}
@@ -113,12 +85,12 @@ func clientFrame(sess *sandbox.ExecSession, typ byte, p []byte) error {
 		}
 		return sess.Stdin(p)
 	case client.FrameSignal:
-		var sg execSignal
+		var sg ExecSignal
 		if json.Unmarshal(p, &sg) == nil {
 			sess.Signal(sg.Signal)
 		}
 	case client.FrameResize:
-		var rz execResize
+		var rz ExecResize
 		if json.Unmarshal(p, &rz) == nil {
 			sess.Resize(rz.Rows, rz.Cols)
 		}

@@ -370,7 +370,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Error": Error{}, "ForkRequest": ForkRequest{}, "ForkResponse": ForkResponse{},
 		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
-		"ExecStarted":  execStarted{}, "ExecExit": execExit{}, "ExecResize": execResize{}, "ExecSignal": execSignal{},
+		"ExecStarted":  ExecStarted{}, "ExecExit": ExecExit{}, "ExecResize": ExecResize{}, "ExecSignal": ExecSignal{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {

@@ -9,12 +9,17 @@ type (
 	CreateRequest = client.CreateRequest
 	ExecRequest   = client.ExecRequest
 	ExecEvent     = client.ExecEvent
-	Image         = client.Image
-	PullRequest   = client.PullRequest
-	PullEvent     = client.PullEvent
-	Error         = client.Error
-	ForkRequest   = client.ForkRequest
-	ForkResponse  = client.ForkResponse
+	// The payloads of the binary exec stream's frames.
+	ExecStarted  = client.ExecStarted
+	ExecExit     = client.ExecExit
+	ExecResize   = client.ExecResize
+	ExecSignal   = client.ExecSignal
+	Image        = client.Image
+	PullRequest  = client.PullRequest
+	PullEvent    = client.PullEvent
+	Error        = client.Error
+	ForkRequest  = client.ForkRequest
+	ForkResponse = client.ForkResponse
 
 	Checkpoint         = client.Checkpoint
 	SandboxRemoved     = client.SandboxRemoved
