@@ -193,9 +193,12 @@ func (s *Server) routes() []route {
 		return route{pattern: p, scope: scope, where: w, raw: fn}
 	}
 	var (
-		here      = at(local)
-		sandboxes = at(sandboxNode)
-		every     = at(everyNode)
+		here        = at(local)
+		sandboxes   = at(sandboxNode)
+		every       = at(everyNode)
+		checkpoints = heldAt(s.getCheckpoint, "/v0/checkpoints/", "id")
+		snapshots   = heldAt(s.getSnapshot, "/v0/snapshots/", "id")
+		sessions    = heldAt(s.getSession, "/v0/ledger/sessions/", "name")
 	)
 	rts := []route{
 		r("GET /v0/openapi.json", auth.None, here, s.openapi),
@@ -224,18 +227,18 @@ func (s *Server) routes() []route {
 		j("POST /v0/sandboxes/{id}/checkpoints", auth.SandboxWrite, sandboxes, s.createCheckpoint),
 		j("GET /v0/sandboxes/{id}/checkpoints", auth.SandboxRead, sandboxes, s.sandboxCheckpoints),
 		j("GET /v0/checkpoints", auth.SandboxRead, every, s.listCheckpoints),
-		j("GET /v0/checkpoints/{id}", auth.SandboxRead, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.getCheckpoint),
-		j("DELETE /v0/checkpoints/{id}", auth.SandboxWrite, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.removeCheckpoint),
-		j("POST /v0/checkpoints/{id}/restore", auth.SandboxWrite, heldAt(s.getCheckpoint, "/v0/checkpoints/", "id"), s.restoreCheckpoint),
+		j("GET /v0/checkpoints/{id}", auth.SandboxRead, checkpoints, s.getCheckpoint),
+		j("DELETE /v0/checkpoints/{id}", auth.SandboxWrite, checkpoints, s.removeCheckpoint),
+		j("POST /v0/checkpoints/{id}/restore", auth.SandboxWrite, checkpoints, s.restoreCheckpoint),
 		j("POST /v0/snapshots", auth.SandboxWrite, at(bodySandboxNode), s.createSnapshot),
 		j("GET /v0/snapshots", auth.SandboxRead, every, s.listSnapshots),
-		j("GET /v0/snapshots/{id}", auth.SandboxRead, heldAt(s.getSnapshot, "/v0/snapshots/", "id"), s.getSnapshot),
-		j("DELETE /v0/snapshots/{id}", auth.SandboxWrite, heldAt(s.getSnapshot, "/v0/snapshots/", "id"), s.removeSnapshot),
+		j("GET /v0/snapshots/{id}", auth.SandboxRead, snapshots, s.getSnapshot),
+		j("DELETE /v0/snapshots/{id}", auth.SandboxWrite, snapshots, s.removeSnapshot),
 		j("GET /v0/ledger/sessions", auth.SandboxRead, every, s.listSessions),
-		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.getSession),
-		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.sessionEvents),
-		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.resumeSession),
-		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, heldAt(s.getSession, "/v0/ledger/sessions/", "name"), s.removeSession),
+		j("GET /v0/ledger/sessions/{name}", auth.SandboxRead, sessions, s.getSession),
+		r("GET /v0/ledger/sessions/{name}/events", auth.SandboxRead, sessions, s.sessionEvents),
+		j("POST /v0/ledger/sessions/{name}/resume", auth.SandboxWrite, sessions, s.resumeSession),
+		j("DELETE /v0/ledger/sessions/{name}", auth.SandboxWrite, sessions, s.removeSession),
 		j("POST /v0/environments", auth.SandboxWrite, at(bodySandboxNode), s.createEnvironment),
 		j("GET /v0/environments", auth.SandboxRead, every, s.listEnvironments),
 		j("GET /v0/environments/{name}", auth.SandboxRead, heldAt(s.getEnvironment, "/v0/environments/", "name"), s.getEnvironment),
