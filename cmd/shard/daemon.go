@@ -126,13 +126,11 @@ func (d *daemon) lockDataDir(context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(d.cfg.socket), 0o711); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(filepath.Join(d.cfg.dataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		lock.Close()
+	lock, err := holdLock(filepath.Join(d.cfg.dataDir, "lock"))
+	if errors.Is(err, errLocked) {
 		return fmt.Errorf("another shard serve is using %s", d.cfg.dataDir)
+	} else if err != nil {
+		return err
 	}
 	d.onClose("the data directory's lock", func(context.Context) error { return lock.Close() })
 	// The bridge and its nftables tables are named after --bridge, not the
@@ -142,16 +140,31 @@ func (d *daemon) lockDataDir(context.Context) error {
 	if err := os.MkdirAll(bridgeLockDir, 0o755); err != nil {
 		return err
 	}
-	bl, err := os.OpenFile(filepath.Join(bridgeLockDir, "shard-bridge-"+d.cfg.bridge+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := unix.Flock(int(bl.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		bl.Close()
+	bl, err := holdLock(filepath.Join(bridgeLockDir, "shard-bridge-"+d.cfg.bridge+".lock"))
+	if errors.Is(err, errLocked) {
 		return fmt.Errorf("another shard serve uses bridge %s (and its nftables tables): give this one a --bridge (and --subnet) of its own", d.cfg.bridge)
+	} else if err != nil {
+		return err
 	}
 	d.onClose("the bridge's lock", func(context.Context) error { return bl.Close() })
 	return nil
+}
+
+// errLocked is holdLock's answer when another process holds the lock.
+var errLocked = errors.New("held by another process")
+
+// holdLock takes path's lock (flock, exclusive), held until the file is
+// closed; errLocked at once if another process holds it.
+func holdLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, errLocked
+	}
+	return f, nil
 }
 
 // bridgeLockDir holds a lock per bridge name, whatever the data directory.
