@@ -20,6 +20,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/closing"
 	"github.com/useshards/shard/internal/crossnode"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/files"
@@ -86,7 +87,7 @@ type Server struct {
 	authOnce  sync.Once
 	authFails *authLimiter // failed API keys per client; set by authOnce
 
-	streams streamSet // hijacked streams, waited for by WaitStreams
+	streams closing.Group // hijacked streams, waited for by WaitStreams
 }
 
 // LedgerReader is what the ledger's and the projects' handlers read.

@@ -488,7 +488,7 @@ func (f *frameWriter) failed(e Error) error { return f.sendJSON(client.FrameErro
 func (s *Server) execWebSocket(w http.ResponseWriter, r *http.Request) {
 	// A hijacked connection is not waited for by http.Server.Shutdown:
 	// the daemon waits for it (WaitStreams).
-	release, ok := s.streams.hold()
+	release, ok := s.streams.Hold()
 	if !ok {
 		s.writeError(w, r, errdefs.Unavailable(client.CodeServerStopping, "the server is shutting down"))
 		return

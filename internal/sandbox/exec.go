@@ -165,7 +165,7 @@ func (s *Service) exec(ctx context.Context, sb *store.Sandbox, req ExecRequest, 
 		go func() {
 			select {
 			case <-e.done:
-			case <-e.s.life.done:
+			case <-e.s.life.Done():
 			}
 			t.Stop()
 		}()

@@ -3,8 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"sync"
 
+	"github.com/useshards/shard/internal/closing"
 	"github.com/useshards/shard/internal/provider"
 )
 
@@ -12,40 +12,14 @@ import (
 // for (a death's handling, a watch, a checkpoint's copy to disk, an exec's
 // pump). Close waits them out, so nothing writes to the database after the
 // daemon closed it and a shutdown leaves no goroutine behind.
-type life struct {
-	mu      sync.Mutex
-	closing bool // guarded by mu: no new goroutine starts
-	wg      sync.WaitGroup
-	done    chan struct{} // closed when Close begins
-}
-
-func newLife() life { return life{done: make(chan struct{})} }
+type life struct{ closing.Group }
 
 // goBG runs f in a goroutine Close waits for, unless the service is
 // closing (then f does not run, and goBG reports false).
-func (l *life) goBG(f func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closing {
-		return false
-	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		f()
-	}()
-	return true
-}
+func (l *life) goBG(f func()) bool { return l.Go(f) }
 
 // stopping reports whether Close has begun.
-func (l *life) stopping() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+func (l *life) stopping() bool { return l.Closing() }
 
 // Close ends the service's own work, in order: no new background work
 // starts, warm spares go (nothing may outlive the server of them), memory
@@ -54,24 +28,14 @@ func (l *life) stopping() bool {
 // ends, for the goroutines still running and for the providers' own (a
 // checkpoint image still being copied to disk). Sandboxes keep running.
 func (s *Service) Close(ctx context.Context) error {
-	l := &s.life
-	l.mu.Lock()
-	if l.closing {
-		l.mu.Unlock()
+	if !s.life.Begin() {
 		return nil
 	}
-	l.closing = true
-	close(l.done)
-	l.mu.Unlock()
 	s.saved.DropSpares()
 	s.mem.stopAll()
 	s.execs.closeAll()
-	waited := make(chan struct{})
-	go func() { l.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return fmt.Errorf("sandbox service: background work still running at the deadline: %w", ctx.Err())
+	if err := s.life.Wait(ctx); err != nil {
+		return fmt.Errorf("sandbox service: background work still running at the deadline: %w", err)
 	}
 	for _, name := range s.order {
 		if c, ok := s.providers[name].(provider.Closer); ok {

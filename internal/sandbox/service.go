@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.FreezeTimeout == 0 {
 		cfg.FreezeTimeout = DefaultFreezeTimeout
 	}
-	s := link(&Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}, life: newLife()})
+	s := link(&Service{cfg: cfg, providers: map[string]provider.Provider{}, caps: map[string]provider.Capabilities{}})
 	s.watch, s.mem.s = newWatcher(s), s
 	s.adm.floor, s.adm.disk = newLedgerFloor(cfg.DataDir, cfg.LedgerMinFree), cfg.Disk
 	if s.adm.disk == nil {

@@ -129,7 +129,7 @@ func (w *watcher) watchSandbox(id string) {
 	w.s.life.goBG(func() {
 		select {
 		case <-w.ready:
-		case <-w.s.life.done:
+		case <-w.s.life.Done():
 			return
 		}
 		w.mu.Lock()
