@@ -15,39 +15,105 @@
 # below (DIR/tls): one client certificate per node, one for etcdctl.
 #
 # Usage: scripts/demo-cluster.sh          start etcd and the nodes, walk through
-#        scripts/demo-cluster.sh stop     stop the nodes (sandboxes removed) and etcd
+#        scripts/demo-cluster.sh stop     stop the nodes (sandboxes removed) and etcd,
+#                                         and undo what the nodes set up on the host
+#
+# stop leaves no trace on the host but the state in DIR: each node's
+# store and mounts unmounted (the loop devices with them), its run
+# directory, bridge and nftables tables (ip and bridge, named after the
+# bridge) and its memory images' directory on /dev/shm removed; only what
+# bears this demo's names. The registry is the demos' own (scripts/demo.sh
+# uses it too) and keeps running: scripts/registry.sh stop DIR ends it.
+#
+# Environment, to run a second demo cluster beside this one (as the test of
+# this script does; stop needs the same values):
+#   SHARD_CLUSTER_DIR            state (default /var/lib/shard-demo-cluster)
+#   SHARD_BIN                    where shard is built (default /usr/local/bin/shard)
+#   SHARD_CLUSTER_BRIDGE         the bridges' prefix: node a's is PREFIXa (default shardc)
+#   SHARD_CLUSTER_RUN            the run directories' prefix: node a's is PREFIX-a (default /run/shard-demo)
+#   SHARD_CLUSTER_SUBNETS        the nodes' subnets (default "10.84.0.0/16 10.85.0.0/16")
+#   SHARD_CLUSTER_PORT           node a's API port; b's is the next (default 7081)
+#   SHARD_CLUSTER_PEER_PORT      node a's cluster port; b's is the next (default 7181)
+#   SHARD_CLUSTER_ETCD_PORT, SHARD_CLUSTER_ETCD_PEER_PORT       etcd's (2379, 2380)
+#   SHARD_DEMO_REGISTRY_PORT, SHARD_DEMO_REGISTRY_DIR           the registry's (5000)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="/usr/local/go/bin:$PATH"
 DIR=${SHARD_CLUSTER_DIR:-/var/lib/shard-demo-cluster}
+[[ $DIR == /* ]] || DIR=$PWD/$DIR # as the nodes see their --data-dir (clean names /dev/shm's by it)
+BIN=${SHARD_BIN:-/usr/local/bin/shard}
 TLS=$DIR/tls
 REG_PORT=${SHARD_DEMO_REGISTRY_PORT:-5000}
 ETCD=https://127.0.0.1:${SHARD_CLUSTER_ETCD_PORT:-2379}
 ETCD_PEER=https://127.0.0.1:${SHARD_CLUSTER_ETCD_PEER_PORT:-2380}
 NODES=(a b)
 # PORT: the API (--listen, what callers use); CPORT: the cluster port.
-declare -A PORT=([a]=7081 [b]=7082) CPORT=([a]=7181 [b]=7182) SUBNET=([a]=10.84.0.0/16 [b]=10.85.0.0/16)
+port=${SHARD_CLUSTER_PORT:-7081} cport=${SHARD_CLUSTER_PEER_PORT:-7181}
+read -r subnet_a subnet_b <<<"${SHARD_CLUSTER_SUBNETS:-10.84.0.0/16 10.85.0.0/16}"
+declare -A PORT=([a]=$port [b]=$((port + 1))) CPORT=([a]=$cport [b]=$((cport + 1))) SUBNET=([a]=$subnet_a [b]=$subnet_b)
+declare -A BRIDGE=([a]=${SHARD_CLUSTER_BRIDGE:-shardc}a [b]=${SHARD_CLUSTER_BRIDGE:-shardc}b)
+declare -A RUN=([a]=${SHARD_CLUSTER_RUN:-/run/shard-demo}-a [b]=${SHARD_CLUSTER_RUN:-/run/shard-demo}-b)
 
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run() { say "$*"; "$@"; }
+# shard is the binary this script built (SHARD_BIN), wherever PATH points.
+shard() { "$BIN" "$@"; }
 on() { local n=$1; shift; shard --socket "$DIR/$n/shard.sock" "$@"; }
 [[ $(id -u) -eq 0 ]] || { echo "demo-cluster.sh: run as root" >&2; exit 1; }
+
+# stop_pid FILE MARK: end the process whose pid FILE holds, if it runs and
+# its command line holds MARK (a stale file's pid may be another's now),
+# and wait for it.
+stop_pid() {
+	local pid
+	[[ -f $1 ]] || return 0
+	pid=$(<"$1")
+	if [[ $pid =~ ^[0-9]+$ ]] && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$2"; then
+		kill "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	fi
+	rm -f "$1"
+}
+
+# clean NODE: undo on the host what node NODE set up, once it has ended (or
+# died): its runtimes' leftovers, every mount under its data and run
+# directories (deepest first), loop devices still on its files, its bridge
+# and nftables tables, its run directory and its memory images' directory.
+clean() {
+	local n=$1 data=$DIR/$1/data run=${RUN[$1]} br=${BRIDGE[$1]} rt id m dev file
+	for rt in runsc runc; do
+		[[ -d $run/$rt ]] || continue
+		for id in $("$rt" --root "$run/$rt" list --quiet 2>/dev/null); do "$rt" --root "$run/$rt" delete --force "$id" >/dev/null 2>&1 || true; done
+	done
+	# Field 5 of mountinfo is the mount point (octal escapes aside, which
+	# these paths have none of); deepest first.
+	for m in $(awk -v a="$DIR/$n/" -v b="$run" 'index($5, a) == 1 || index($5, b "/") == 1 || $5 == b {print $5}' /proc/self/mountinfo | sort -r); do
+		umount "$m" 2>/dev/null || umount -l "$m" || true
+	done
+	while read -r dev file; do
+		[[ $file == "$data/"* ]] && losetup -d "$dev" 2>/dev/null || true
+	done < <(losetup -n -O NAME,BACK-FILE 2>/dev/null)
+	ip link del "$br" 2>/dev/null || true
+	nft delete table ip "$br" 2>/dev/null || true
+	nft delete table bridge "$br" 2>/dev/null || true
+	rm -rf "$run" "/dev/shm/shard-$(printf %s "$data" | sha256sum | cut -c1-8)"
+}
 
 stop() {
 	for n in "${NODES[@]}"; do
 		if [[ -f $DIR/$n/pid ]] && kill -0 "$(cat "$DIR/$n/pid")" 2>/dev/null; then
 			for id in $(on "$n" list -q 2>/dev/null); do on "$n" remove --force "$id" >/dev/null 2>&1 || true; done
-			kill "$(cat "$DIR/$n/pid")"
-			while kill -0 "$(cat "$DIR/$n/pid")" 2>/dev/null; do sleep 0.1; done
 		fi
+		stop_pid "$DIR/$n/pid" "$DIR/$n/shard.sock"
+		clean "$n"
 	done
-	[[ -f $DIR/etcd.pid ]] && kill "$(cat "$DIR/etcd.pid")" 2>/dev/null || true
+	stop_pid "$DIR/etcd.pid" "$DIR/etcd"
 	echo "stopped (state kept in $DIR)"
 }
 [[ ${1:-} == stop ]] && { stop; exit 0; }
 
-echo "== build shard"
-(cd "$ROOT" && CGO_ENABLED=0 go build -o /usr/local/bin/shard ./cmd/shard)
+echo "== build shard (stamped with the checkout's version) into $BIN"
+"$ROOT/scripts/build.sh" "$BIN"
 "$ROOT/scripts/registry.sh" start "${SHARD_DEMO_REGISTRY_DIR:-/var/lib/shard-demo-registry}" "$REG_PORT"
 "$ROOT/scripts/test-images.sh" "127.0.0.1:$REG_PORT"
 mkdir -p "$DIR"
@@ -101,8 +167,8 @@ for n in "${NODES[@]}"; do
 	echo "== node $n: API on 127.0.0.1:${PORT[$n]}, cluster port on 127.0.0.1:${CPORT[$n]}"
 	mkdir -p "$DIR/$n"
 	if ! on "$n" capabilities >/dev/null 2>&1; then
-		nohup shard serve --socket "$DIR/$n/shard.sock" --data-dir "$DIR/$n/data" --run-dir "/run/shard-demo-$n" \
-			--bridge "shardc$n" --subnet "${SUBNET[$n]}" --storage-size 1GiB --default-disk 512MiB \
+		nohup "$BIN" serve --socket "$DIR/$n/shard.sock" --data-dir "$DIR/$n/data" --run-dir "${RUN[$n]}" \
+			--bridge "${BRIDGE[$n]}" --subnet "${SUBNET[$n]}" --storage-size 1GiB --default-disk 512MiB \
 			--registry-mirror "http://127.0.0.1:$REG_PORT" --listen "127.0.0.1:${PORT[$n]}" \
 			--cluster-etcd "$ETCD" --etcd-ca "$TLS/ca.crt" --etcd-cert "$TLS/node-$n.crt" --etcd-key "$TLS/node-$n.key" \
 			--node "$n" --advertise "https://127.0.0.1:${CPORT[$n]}" --cluster-listen "127.0.0.1:${CPORT[$n]}" \

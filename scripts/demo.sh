@@ -2,9 +2,11 @@
 # demo.sh: the main job on a machine prepared by install-deps.sh, as root:
 # build shard, start a local registry holding the test images (so the seed's
 # python:3.12-slim works offline through a registry mirror), start
-# `shard serve`, and run the walk-through of seed 001 with the CLI.
+# `shard serve` (its Prometheus metrics on 127.0.0.1:9470, without a key),
+# and run the walk-through of seed 001 with the CLI.
 #
 # Usage: scripts/demo.sh            (safe to rerun; leaves shard serve running)
+# Environment: SHARD_DEMO_METRICS   --metrics-listen (default 127.0.0.1:9470)
 #
 # Offline changes to the seed's walk-through: `python:3.12-slim` is served by
 # the local mirror (it holds Debian 12's python3), and instead of pip
@@ -16,14 +18,15 @@ export PATH="/usr/local/go/bin:$PATH"
 REG_PORT=${SHARD_DEMO_REGISTRY_PORT:-5000}
 REG_DIR=${SHARD_DEMO_REGISTRY_DIR:-/var/lib/shard-demo-registry}
 LOG=${SHARD_DEMO_LOG:-/var/log/shard-serve.log}
+METRICS=${SHARD_DEMO_METRICS:-127.0.0.1:9470}
 
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run() { say "$*"; "$@"; }
 
 [[ $(id -u) -eq 0 ]] || { echo "demo.sh: run as root" >&2; exit 1; }
 
-echo "== build shard (static: its agent runs inside any image)"
-(cd "$ROOT" && CGO_ENABLED=0 go build -ldflags "-X main.version=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo dev)" -o /usr/local/bin/shard ./cmd/shard)
+echo "== build shard (static: its agent runs inside any image; stamped with the checkout's version)"
+"$ROOT/scripts/build.sh" /usr/local/bin/shard
 
 echo "== local registry with the test images on 127.0.0.1:$REG_PORT"
 "$ROOT/scripts/registry.sh" start "$REG_DIR" "$REG_PORT"
@@ -33,8 +36,11 @@ echo "== shard serve"
 if ! shard capabilities >/dev/null 2>&1; then
 	# Sandboxes that name no disk get 1GiB (the default is 2GiB): the
 	# walk-through's three then fit the store's first 4GiB, and the demo
-	# leaves the host room for scripts/test.sh after it.
-	nohup shard serve --registry-mirror "http://127.0.0.1:$REG_PORT" --default-disk 1GiB >>"$LOG" 2>&1 &
+	# leaves the host room for scripts/test.sh after it. Prometheus scrapes
+	# TCP, never a Unix socket: --metrics-listen serves GET /metrics on
+	# loopback without a key (docs/console-and-metrics.md).
+	nohup shard serve --registry-mirror "http://127.0.0.1:$REG_PORT" --default-disk 1GiB \
+		--metrics-listen "$METRICS" >>"$LOG" 2>&1 &
 	for _ in $(seq 100); do
 		shard capabilities >/dev/null 2>&1 && break
 		sleep 0.1
@@ -60,3 +66,4 @@ run shard remove --force try-a
 run shard list
 echo
 echo "shard serve keeps running (log: $LOG). Try: shard exec -it base sh"
+echo "Its metrics: curl http://$METRICS/metrics"

@@ -195,6 +195,15 @@ func (m *Metrics) OOMKills(provider string, n int64) {
 	}
 }
 
+// Provider names a provider that runs on this host: its counters start at
+// 0, so rate() and increase() over them work from the first scrape rather
+// than from the first event (a counter that appears at 1 loses that 1).
+func (m *Metrics) Provider(name string) {
+	if m != nil {
+		m.ooms.WithLabelValues(name)
+	}
+}
+
 // Pull counts an image pull and the layer bytes it downloaded.
 func (m *Metrics) Pull(bytes int64, err error) {
 	if m == nil {
@@ -229,7 +238,7 @@ func result(err error) string {
 
 // State is what a scrape reads of the server at that moment.
 type State struct {
-	Sandboxes   map[SandboxKey]int // every state × provider, zeros included
+	Sandboxes   map[SandboxKey]int // every state × provider that runs here, zeros included
 	SparesReady int                // environments' warm spares ready to be taken
 	Store       map[string]int64   // the sandbox store's bytes by kind (capacity, promised, meta, free)
 	DataDir     map[string]int64   // the data directory's filesystem: size, free

@@ -76,6 +76,23 @@ func TestScrape(t *testing.T) {
 	}
 }
 
+// A provider that runs here has its OOM counter at 0 from the start, so
+// rate() over it has a first sample before the first kill; kills add to it.
+func TestProviderCountersStartAtZero(t *testing.T) {
+	m := New("")
+	m.Provider("gvisor")
+	m.Provider("runc")
+	m.OOMKills("runc", 2)
+	out := scrape(t, m)
+	for _, want := range []string{`shard_oom_kills_total{provider="gvisor"} 0`, `shard_oom_kills_total{provider="runc"} 2`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	var nilM *Metrics
+	nilM.Provider("gvisor") // no-op
+}
+
 // A state that cannot be read is said, and the rest is still served.
 func TestScrapeStateError(t *testing.T) {
 	m := New("")

@@ -3,8 +3,8 @@ package provider
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
-	"strings"
 )
 
 // Others returns the providers shard knows of but cannot run on this host
@@ -13,52 +13,85 @@ import (
 // is everything, so none claims fork, snapshots or checkpoints (a client
 // that reads the flags alone must not offer a fork that fails). The seam
 // (Provider plus Checkpointer) is where a real implementation goes.
-func Others() []Provider {
+func Others() []Provider { return OthersOn(ProbeHost()) }
+
+// OthersOn is Others on a host described by h.
+func OthersOn(h Host) []Provider {
 	return []Provider{
 		&Unavailable{Caps: Capabilities{Name: "firecracker", Isolation: "micro-VM (KVM)",
-			Reason: firecrackerReason()}},
+			Reason: firecrackerReason(h)}},
 		&Unavailable{Caps: Capabilities{Name: "vz", Isolation: "virtual machine (Apple Virtualization.framework)",
-			Reason: vzReason()}},
+			Reason: vzReason(h)}},
 		&Unavailable{Caps: Capabilities{Name: "sysbox", Isolation: "system containers (sysbox-runc, user namespaces)",
-			Reason: sysboxReason()}},
+			Reason: sysboxReason(h)}},
 	}
 }
 
-func firecrackerReason() string {
-	if runtime.GOOS != "linux" {
-		return "firecracker runs on Linux only"
-	}
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		return "no /dev/kvm: this host has no hardware virtualisation"
-	}
-	if b, err := os.ReadFile("/proc/modules"); err == nil && strings.Contains(string(b), "kvm_pvm") || pvm() {
-		return "/dev/kvm is kvm-pvm, which runs only PVM guest kernels; firecracker's guests cannot boot on it"
-	}
-	if _, err := exec.LookPath("firecracker"); err != nil {
-		return "the firecracker binary is not installed, and shard's firecracker provider is not built yet"
-	}
-	return "shard's firecracker provider is not built yet"
+// Host is what the unavailable providers' reasons are made of: what this
+// host has, as seen at start-up, never what the machine shard was written
+// on had. ProbeHost reads it; a test writes one by hand.
+type Host struct {
+	OS, Arch    string
+	KVM         bool   // /dev/kvm exists
+	KVMModule   string // the KVM module in /sys/module (kvm_intel, kvm_amd, kvm_pvm, kvm), "" if none
+	Firecracker string // the firecracker binary's path, "" if it is not on PATH
+	SysboxRunc  string // sysbox-runc's path, "" if it is not on PATH
 }
 
-// pvm reports whether KVM here is the PVM flavour (seen in sysfs).
-func pvm() bool {
-	if _, err := os.Stat("/sys/module/kvm_pvm"); err == nil {
-		return true
+// ProbeHost looks at this host.
+func ProbeHost() Host { return probeHost("/", exec.LookPath) }
+
+// probeHost looks at the host whose root is root, finding binaries with
+// look (a test gives a directory and a lookup of its own).
+func probeHost(root string, look func(string) (string, error)) Host {
+	h := Host{OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if _, err := os.Stat(filepath.Join(root, "dev", "kvm")); err == nil {
+		h.KVM = true
 	}
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	return !strings.Contains(string(b), " vmx") && !strings.Contains(string(b), " svm")
+	// The vendor's module first: kvm itself is loaded under each of them.
+	// /sys/module lists built-in modules too (those with parameters, as
+	// every KVM module has), where /proc/modules does not.
+	for _, m := range []string{"kvm_pvm", "kvm_intel", "kvm_amd", "kvm"} {
+		if _, err := os.Stat(filepath.Join(root, "sys", "module", m)); err == nil {
+			h.KVMModule = m
+			break
+		}
+	}
+	h.Firecracker, _ = look("firecracker")
+	h.SysboxRunc, _ = look("sysbox-runc")
+	return h
 }
 
-func vzReason() string {
-	if runtime.GOOS != "darwin" || runtime.GOARCH != "arm64" {
-		return "vz needs macOS 14 or later on Apple silicon; this host is " + runtime.GOOS + "/" + runtime.GOARCH
+func firecrackerReason(h Host) string {
+	if h.OS != "linux" {
+		return "firecracker runs on Linux only; this host is " + h.OS + "/" + h.Arch
+	}
+	if !h.KVM {
+		return "no /dev/kvm on this host (firecracker needs KVM)"
+	}
+	if h.KVMModule == "kvm_pvm" {
+		return "/dev/kvm is kvm_pvm, which runs only PVM guest kernels: firecracker's guests cannot boot on it"
+	}
+	kvm := "/dev/kvm present (module " + h.KVMModule + ")"
+	if h.KVMModule == "" {
+		kvm = "/dev/kvm present (no KVM module seen in /sys/module)"
+	}
+	if h.Firecracker == "" {
+		return kvm + "; the firecracker binary is not installed, and shard's firecracker provider is not built yet"
+	}
+	return kvm + "; firecracker is installed (" + h.Firecracker + "), but shard's firecracker provider is not built yet"
+}
+
+func vzReason(h Host) string {
+	if h.OS != "darwin" || h.Arch != "arm64" {
+		return "vz needs macOS 14 or later on Apple silicon; this host is " + h.OS + "/" + h.Arch
 	}
 	return "shard's vz provider is not built yet"
 }
 
-func sysboxReason() string {
-	if _, err := exec.LookPath("sysbox-runc"); err != nil {
-		return "sysbox-runc is not installed (it is not packaged for Debian 12)"
+func sysboxReason(h Host) string {
+	if h.SysboxRunc == "" {
+		return "sysbox-runc is not installed (Debian has no package of it)"
 	}
-	return "shard's sysbox provider is not built yet"
+	return "sysbox-runc is installed (" + h.SysboxRunc + "), but shard's sysbox provider is not built yet"
 }

@@ -43,7 +43,8 @@ type fakes struct {
 	st  *store.Store
 }
 
-func newFakeService(t *testing.T) *fakes {
+// newFakeService makes the Service; each edit changes its Config first.
+func newFakeService(t *testing.T, edits ...func(*Config)) *fakes {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(own(), filepath.Join(dir, "shard.db"))
@@ -53,13 +54,17 @@ func newFakeService(t *testing.T) *fakes {
 	t.Cleanup(func() { st.Close() })
 	f := &fakes{t: t, p: newFakeProvider(), fs: newFakeStorage(), net: newFakeNet(), st: st}
 	addr := newFakeAgent(t, proto.Reply{OK: true}).ln.Addr().String()
-	svc, err := New(own(), Config{
+	cfg := Config{
 		DataDir: dir, DefaultProvider: "fake", Providers: []provider.Provider{f.p},
 		Images: fakeImages{}, Storage: f.fs, Net: f.net, Store: st,
 		Log:         slog.New(slog.DiscardHandler),
 		StopTimeout: time.Second, LedgerMinFree: -1, Disk: hostdisk.Roomy(dir),
 		AgentAddr: func(*store.Sandbox) string { return addr },
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	svc, err := New(own(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,19 @@ import (
 )
 
 // MetricsState is what a metrics scrape reads: every sandbox of every
-// project by state and provider (zeros included, so a scraper sees a state
-// empty rather than unknown), warm spares ready, and disk.
+// project by state and provider (zeros included for the providers that run
+// here, so a scraper sees a state empty rather than unknown; a provider
+// that cannot run here would only add series that are always 0), warm
+// spares ready, and disk.
 func (s *Service) MetricsState() (metrics.State, error) {
 	ctx, cancel := context.WithTimeout(project.Unscoped(context.Background(), "the metrics count every project's sandboxes"), 5*time.Second)
 	defer cancel()
 	st := metrics.State{Sandboxes: map[metrics.SandboxKey]int{}, Store: map[string]int64{}, DataDir: map[string]int64{}}
 	for state := range transitions {
 		for _, p := range s.order {
+			if !s.caps[p].Available {
+				continue
+			}
 			st.Sandboxes[metrics.SandboxKey{State: state, Provider: p}] = 0
 		}
 	}

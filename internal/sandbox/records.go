@@ -33,6 +33,11 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 			return nil, transitionErr(r.Name, r.State, to)
 		}
 		r.State = to
+		if to == StateRunning {
+			// Running again, it has not stopped since: the last stop's
+			// time would read as if it were stopped now.
+			r.StoppedAt = time.Time{}
+		}
 		if also != nil {
 			also(r)
 		}

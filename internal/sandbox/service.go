@@ -130,6 +130,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.providers[p.Name()] = p
 		s.caps[p.Name()] = c
 		s.order = append(s.order, p.Name())
+		if c.Available {
+			cfg.Metrics.Provider(p.Name())
+		}
 		cfg.Log.Info("provider", "name", c.Name, "available", c.Available, "reason", c.Reason, "fork", c.Fork)
 	}
 	for _, d := range []string{"run", "checkpoints", "agent"} {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -597,4 +598,102 @@ func TestConsoleKeyChangeDropsProject(t *testing.T) {
 		until(`document.querySelector('#who').textContent === 'console-own'`),
 		until(`sessionStorage.getItem('shard.project') === null`),
 	)
+}
+
+// TestConsoleSandboxFacts: a fork stopped and started again shows no
+// "Stopped" time on its page (it showed the last stop's, as if it were
+// stopped); its parent is named and linked, by its short id once removed;
+// a single server's list has no Node column.
+func TestConsoleSandboxFacts(t *testing.T) {
+	e := need(t)
+	ui := "http://" + e.tcp + "/ui/"
+	key := token(t, "console-facts", auth.SandboxRead)
+	parent := create(t, client.CreateRequest{Image: busybox, Name: "console-facts-parent"})
+	kid, err := e.c.Fork(ctxT(t), parent.ID, client.ForkRequest{Name: "console-facts-kid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), kid.ID, true) })
+	if _, err := e.c.Stop(ctxT(t), kid.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Start(ctxT(t), kid.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, _ := browser(t)
+	errs := watchErrors(ctx)
+	terms := `[...document.querySelectorAll('dl.info dt')].map(dt => dt.textContent)`
+	step(t, ctx, "the fork's page", 30*time.Second,
+		nav(ui+"sandboxes/"+kid.ID+"#key="+key),
+		visible(`dl.info dd`),
+		screenshot(t, "sandbox-facts"),
+	)
+	dts := eval[[]string](t, ctx, terms)
+	if slices.Contains(dts, "Stopped") || !slices.Contains(dts, "Started") {
+		t.Errorf("a running sandbox started again shows %v: want Started and no Stopped", dts)
+	}
+	if slices.Contains(dts, "Node") {
+		t.Errorf("a single server's sandbox page shows a Node: %v", dts)
+	}
+	step(t, ctx, "the fork's page names its parent", 30*time.Second,
+		visible(`dl.info dd.parent a.sandbox-ref`),
+		until(`document.querySelector('dl.info dd.parent a').textContent === `+js(parent.Name)),
+	)
+	if href := eval[string](t, ctx, `document.querySelector('dl.info dd.parent a').getAttribute('href')`); href != "/ui/sandboxes/"+parent.ID {
+		t.Errorf("the parent links to %q, want /ui/sandboxes/%s", href, parent.ID)
+	}
+	headers := `[...document.querySelectorAll('#sandboxes thead th')].map(th => th.textContent)`
+	step(t, ctx, "the list names the fork's parent", 30*time.Second,
+		nav(ui+"sandboxes"),
+		visible(row(kid.Name)+`[data-state="running"]`),
+		until(`document.querySelector(`+js(row(kid.Name)+` a.sandbox-ref`)+`)?.textContent === `+js(parent.Name)),
+	)
+	if h := eval[[]string](t, ctx, headers); slices.Contains(h, "Node") {
+		t.Errorf("a single server's list has a Node column: %v", h)
+	}
+
+	if err := e.c.Remove(ctxT(t), parent.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "a removed parent by its short id", 30*time.Second,
+		nav(ui+"sandboxes/"+kid.ID),
+		visible(`dl.info dd.parent code`),
+		until(`document.querySelector('dl.info dd.parent').textContent === `+js(parent.ID[:6])),
+	)
+	if eval[bool](t, ctx, `document.querySelector('dl.info dd.parent a') !== null`) {
+		t.Error("a removed parent is still a link")
+	}
+	if errs := errs.list(); len(errs) > 0 {
+		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleClusterNode: in a cluster the list has a Node column and a
+// sandbox's page its node.
+func TestConsoleClusterNode(t *testing.T) {
+	tc := startCluster(t, "2GiB")
+	n := tc.nodes[0]
+	c := tc.keyed(t, n, tc.key)
+	sb, err := c.Create(ctxT(t), client.CreateRequest{Image: busybox, Name: "console-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Remove(context.Background(), sb.ID, true) })
+	ui := "http://" + n.tcp + "/ui/"
+	ctx, _ := browser(t)
+	errs := watchErrors(ctx)
+	step(t, ctx, "the list's Node column", time.Minute,
+		nav(ui+"sandboxes#key="+tc.key),
+		visible(row(sb.Name)+`[data-state="running"]`),
+		until(`[...document.querySelectorAll('#sandboxes thead th')].some(th => th.textContent === 'Node')`),
+		until(`document.querySelector(`+js(row(sb.Name)+` td.node`)+`)?.textContent === `+js(n.name)),
+	)
+	step(t, ctx, "the sandbox's page names its node", 30*time.Second,
+		nav(ui+"sandboxes/"+sb.ID),
+		until(`document.querySelector('dl.info dd.node')?.textContent === `+js(n.name)),
+	)
+	if errs := errs.list(); len(errs) > 0 {
+		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
+	}
 }

@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
@@ -21,6 +24,12 @@ import (
 // scrapeMetrics reads GET /metrics from addr (with key, if any) and returns
 // each series' value by its name and labels as the text format spells them.
 func scrapeMetrics(t testing.TB, addr, key string) map[string]float64 {
+	t.Helper()
+	return parseMetrics(t, scrapeText(t, addr, key))
+}
+
+// scrapeText reads GET /metrics from addr (with key, if any).
+func scrapeText(t testing.TB, addr, key string) string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
 	if key != "" {
@@ -31,12 +40,19 @@ func scrapeMetrics(t testing.TB, addr, key string) map[string]float64 {
 		t.Fatalf("scrape %s: %v", addr, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("scrape %s: %d %s", addr, resp.StatusCode, b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape %s: %d %v %s", addr, resp.StatusCode, err, b)
 	}
+	return string(b)
+}
+
+// parseMetrics returns each series' value of a scrape by its name and
+// labels as the text format spells them.
+func parseMetrics(t testing.TB, text string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -51,6 +67,58 @@ func scrapeMetrics(t testing.TB, addr, key string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// TestMetricsProvidersHere: a scrape passes Prometheus' linter (promlint,
+// what `promtool check metrics` runs), names only the providers that run on
+// this host (no always-zero series for the others), and has each one's OOM
+// counter before any OOM kill, so rate() works from the start. The Unix
+// socket answers GET /metrics too, as docs/console-and-metrics.md shows
+// with curl.
+func TestMetricsProvidersHere(t *testing.T) {
+	e := need(t)
+	caps, err := e.c.Capabilities(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	here := map[string]bool{}
+	for _, c := range caps {
+		here[c.Name] = c.Available
+	}
+	text := scrapeText(t, e.metrics, "")
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	got := parseMetrics(t, text)
+	series := regexp.MustCompile(`^(shard_[a-z_]+)\{.*provider="([^"]*)"`)
+	for s := range got {
+		if m := series.FindStringSubmatch(s); m != nil && !here[m[2]] {
+			t.Errorf("%s: %s cannot run on this host, yet it has a series", s, m[2])
+		}
+	}
+	for p, ok := range here {
+		if !ok {
+			continue
+		}
+		if _, ok := got[fmt.Sprintf(`shard_oom_kills_total{provider=%q}`, p)]; !ok {
+			t.Errorf("no shard_oom_kills_total{provider=%q}: a provider that runs here counts from 0", p)
+		}
+		if _, ok := got[fmt.Sprintf(`shard_sandboxes{provider=%q,state="running"}`, p)]; !ok {
+			t.Errorf("no shard_sandboxes{provider=%q,state=\"running\"}", p)
+		}
+	}
+
+	out, err := exec.Command("curl", "-sSf", "--unix-socket", e.socket, "http://localhost/metrics").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl --unix-socket %s http://localhost/metrics: %v\n%s", e.socket, err, out)
+	}
+	if _, ok := parseMetrics(t, string(out))["shard_state_scrape_errors"]; !ok {
+		t.Errorf("GET /metrics on the Unix socket has no shard_state_scrape_errors:\n%.2000s", out)
+	}
 }
 
 // TestMetricsAndRequestIDs: /metrics on the TCP listener needs metrics:read

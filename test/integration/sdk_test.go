@@ -95,3 +95,40 @@ func TestSDKProjects(t *testing.T) {
 	runSuite(t, dir, env, 5*time.Minute, "npm", "run", "pretest")
 	runSuite(t, dir, env, 5*time.Minute, "node", "--test", "dist-test/projects.integration.test.js")
 }
+
+// TestSDKInstallFromCheckout: scripts/sdk-install.sh installs each SDK into
+// a project of its own, from a fresh directory, leaving the checkout as it
+// was (ignored files too: the documented `npm pack` in the checkout left a
+// .tgz there, and a build its dist/ and node_modules/); the project then
+// reaches this server with it.
+func TestSDKInstallFromCheckout(t *testing.T) {
+	e := need(t)
+	env := sdkServerEnv(t)
+	status := func() string {
+		out, err := exec.Command("git", "-C", e.root, "status", "--porcelain", "--ignored", "--", "sdk").CombinedOutput()
+		if err != nil {
+			t.Fatalf("git status: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	script := filepath.Join(e.root, "scripts", "sdk-install.sh")
+	for _, tc := range []struct {
+		kind  string
+		check []string // run in the project: it lists the sandboxes through the SDK
+	}{
+		{"ts", []string{"node", "--input-type=module", "-e",
+			`import { Shard } from "useshards"; const s = new Shard(); console.log("sandboxes:", (await s.list()).length); s.close();`}},
+		{"python", []string{".venv/bin/python", "-c",
+			`from useshards import Shard; s = Shard(); print("sandboxes:", len(s.list())); s.close()`}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			project := t.TempDir()
+			before := status()
+			runSuite(t, project, env, 5*time.Minute, script, tc.kind, project)
+			if after := status(); after != before {
+				t.Errorf("the checkout changed under sdk/:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			runSuite(t, project, env, time.Minute, tc.check[0], tc.check[1:]...)
+		})
+	}
+}

@@ -3,6 +3,7 @@
 import { createContext } from 'preact';
 import { useContext, useEffect, useRef, useState } from 'preact/hooks';
 import { covers } from './api.js';
+import { Link } from './router.js';
 
 export const Session = createContext(null);
 
@@ -89,6 +90,20 @@ export function Mono({ children, title }) {
       {children}
     </code>
   );
+}
+
+// SandboxRef names a sandbox by its name, linked to its page; without a
+// name (it is gone, or not yet known) by its short id, unlinked, the whole
+// id on hover.
+export function SandboxRef({ id, name }) {
+  if (name) {
+    return (
+      <Link to={`/sandboxes/${id}`} class="sandbox-ref">
+        {name}
+      </Link>
+    );
+  }
+  return <Mono title={id}>{id.slice(0, 6)}</Mono>;
 }
 
 export function Empty({ cols, children }) {

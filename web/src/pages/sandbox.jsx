@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { get, enc } from '../api.js';
 import { Link, usePoll, navigate } from '../router.js';
 import { bytes, cpu, time, ms, argv, short } from '../format.js';
-import { useSession, Loaded, State, Mono, Empty, Section, ErrorBox } from '../ui.jsx';
+import { useSession, Loaded, State, Mono, Empty, Section, ErrorBox, SandboxRef } from '../ui.jsx';
 import { SandboxActions } from '../actions.jsx';
 import { CheckpointTable } from './saved.jsx';
 
@@ -46,6 +46,12 @@ function Info({ sb }) {
       </dd>
       <dt>Provider</dt>
       <dd>{sb.provider}</dd>
+      {sb.node ? (
+        <>
+          <dt>Node</dt>
+          <dd class="node">{sb.node}</dd>
+        </>
+      ) : null}
       <dt>Memory</dt>
       <dd>{bytes(sb.memory_bytes)}</dd>
       <dt>CPU</dt>
@@ -69,10 +75,8 @@ function Info({ sb }) {
       {sb.parent_id ? (
         <>
           <dt>Parent</dt>
-          <dd>
-            <Link to={`/sandboxes/${sb.parent_id}`}>
-              <Mono>{sb.parent_id}</Mono>
-            </Link>
+          <dd class="parent">
+            <Parent id={sb.parent_id} />
           </dd>
         </>
       ) : null}
@@ -105,6 +109,13 @@ function Info({ sb }) {
       </dd>
     </dl>
   );
+}
+
+// Parent names a sandbox's parent, asked once: by its name while it
+// exists, by its short id once it is gone (or while it is asked).
+function Parent({ id }) {
+  const q = usePoll(() => get(`/v0/sandboxes/${enc(id)}`), [id], 0);
+  return <SandboxRef id={id} name={q.data && q.data.name} />;
 }
 
 // LazyTerminal evaluates xterm.js (most of the bundle) only when a terminal

@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { get } from '../api.js';
 import { Link, usePoll } from '../router.js';
 import { bytes, cpu, ago } from '../format.js';
-import { useSession, Loaded, State, Mono, Empty, Section } from '../ui.jsx';
+import { useSession, Loaded, State, Mono, Empty, Section, SandboxRef } from '../ui.jsx';
 import { SandboxActions, CreateDialog } from '../actions.jsx';
 
 export function Bounds({ sb }) {
@@ -43,6 +43,9 @@ export function Sandboxes() {
       <Loaded q={q}>
         {(d) => {
           const names = new Map(d.sandboxes.map((sb) => [sb.id, sb.name]));
+          // A node is named only in a cluster: a single server has no Node column.
+          const cluster = d.sandboxes.some((sb) => sb.node);
+          const cols = 8 + (cluster ? 1 : 0) + (write ? 1 : 0);
           return (
             <table class="list" id="sandboxes">
               <thead>
@@ -51,6 +54,7 @@ export function Sandboxes() {
                   <th>ID</th>
                   <th>State</th>
                   <th>Provider</th>
+                  {cluster ? <th>Node</th> : null}
                   <th>Image</th>
                   <th>Bounds</th>
                   <th>Address</th>
@@ -60,7 +64,7 @@ export function Sandboxes() {
               </thead>
               <tbody>
                 {d.sandboxes.length === 0 ? (
-                  <Empty cols={write ? 9 : 8}>No sandboxes.</Empty>
+                  <Empty cols={cols}>No sandboxes.</Empty>
                 ) : (
                   d.sandboxes.map((sb) => (
                     <tr key={sb.id} data-id={sb.id} data-name={sb.name} data-state={sb.state}>
@@ -69,10 +73,7 @@ export function Sandboxes() {
                         {sb.parent_id ? (
                           <span class="muted small">
                             {' '}
-                            ←{' '}
-                            <Link to={`/sandboxes/${sb.parent_id}`}>
-                              {names.get(sb.parent_id) || sb.parent_id.slice(0, 6)}
-                            </Link>
+                            ← <SandboxRef id={sb.parent_id} name={names.get(sb.parent_id)} />
                           </span>
                         ) : null}
                       </td>
@@ -84,6 +85,7 @@ export function Sandboxes() {
                         {sb.error ? <div class="small err-text">{sb.error}</div> : null}
                       </td>
                       <td>{sb.provider}</td>
+                      {cluster ? <td class="node">{sb.node || ''}</td> : null}
                       <td class="wrap">{sb.image}</td>
                       <td>
                         <Bounds sb={sb} />

@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestDemoCluster runs scripts/demo-cluster.sh as the README has an
+// operator run it, beside the shared server (its own directory, binary,
+// bridges, subnets and ports, the run's registry): the walk-through works,
+// the shard it built says the checkout's version as the nodes do
+// (scripts/build.sh stamps it; the demo's build once did not), and `stop`
+// leaves nothing on the host but the state directory: no mount or loop
+// device of its files, no bridge, nftables table, run directory or memory
+// images' directory of its nodes, no process (stop once left the stores
+// mounted and the bridges and tables behind).
+func TestDemoCluster(t *testing.T) {
+	e := need(t)
+	dir, err := os.MkdirTemp(e.dir, "demo-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "shard")
+	bridge := fmt.Sprintf("%.11sd", e.bridge)
+	runPrefix := filepath.Join(e.dir, "demo-run")
+	base := netip.MustParsePrefix(clusterNet()).Addr().As4()
+	api, peer := freePortPair(t), freePortPair(t)
+	etcdPort, etcdPeer := mustFreePort(t), mustFreePort(t)
+	_, regPort, _ := net.SplitHostPort(e.registry)
+	env := append(os.Environ(),
+		"SHARD_CLUSTER_DIR="+dir, "SHARD_BIN="+bin, "SHARD_CLUSTER_BRIDGE="+bridge, "SHARD_CLUSTER_RUN="+runPrefix,
+		fmt.Sprintf("SHARD_CLUSTER_SUBNETS=%d.%d.240.0/24 %d.%d.241.0/24", base[0], base[1], base[0], base[1]),
+		fmt.Sprintf("SHARD_CLUSTER_PORT=%d", api), fmt.Sprintf("SHARD_CLUSTER_PEER_PORT=%d", peer),
+		fmt.Sprintf("SHARD_CLUSTER_ETCD_PORT=%d", etcdPort), fmt.Sprintf("SHARD_CLUSTER_ETCD_PEER_PORT=%d", etcdPeer),
+		"SHARD_DEMO_REGISTRY_PORT="+regPort, "SHARD_DEMO_REGISTRY_DIR="+filepath.Join(e.dir, "registry"))
+	script := filepath.Join(e.root, "scripts", "demo-cluster.sh")
+	demo := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(script, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("demo-cluster.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(script, "stop")
+		cmd.Env = env
+		cmd.Run()
+	})
+
+	out := demo()
+	for _, want := range []string{"hello from", "2.32.3", "try-a"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the walk-through's output lacks %q:\n%s", want, out)
+		}
+	}
+	want := "dev"
+	if v, err := exec.Command("git", "-C", e.root, "describe", "--always", "--dirty").Output(); err == nil {
+		want = strings.TrimSpace(string(v))
+	}
+	v, err := exec.Command(bin, "--version").CombinedOutput()
+	if got := strings.TrimSpace(string(v)); err != nil || got != "shard version "+want {
+		t.Errorf("the demo's shard --version: %q (%v), want shard version %s", got, err, want)
+	}
+	var sv struct{ Version string }
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v0/version", api)); err != nil {
+		t.Errorf("node a's version: %v", err)
+	} else {
+		err := json.NewDecoder(resp.Body).Decode(&sv)
+		resp.Body.Close()
+		if err != nil || sv.Version != want {
+			t.Errorf("node a's version: %q (%v), want %s", sv.Version, err, want)
+		}
+	}
+
+	var pids []int
+	for _, f := range []string{"a/pid", "b/pid", "etcd.pid"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			t.Fatalf("%s: %q %v", f, b, err)
+		}
+		pids = append(pids, pid)
+	}
+	demo("stop")
+
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("process %d (a node or etcd) still runs after stop", pid)
+		}
+	}
+	for _, m := range mounts() {
+		if strings.HasPrefix(m.point, dir+"/") || strings.HasPrefix(m.point, runPrefix) {
+			t.Errorf("still mounted after stop: %s", m.point)
+		}
+	}
+	if lo, err := exec.Command("losetup", "-n", "-O", "NAME,BACK-FILE").Output(); err == nil {
+		sc := bufio.NewScanner(strings.NewReader(string(lo)))
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), dir+"/") {
+				t.Errorf("a loop device on the demo's files after stop: %s", sc.Text())
+			}
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		br := bridge + n
+		if exec.Command("ip", "link", "show", br).Run() == nil {
+			t.Errorf("bridge %s is still there after stop", br)
+		}
+		for _, family := range []string{"ip", "bridge"} {
+			if exec.Command("nft", "list", "table", family, br).Run() == nil {
+				t.Errorf("nftables table %s %s is still there after stop", family, br)
+			}
+		}
+		sum := sha256.Sum256([]byte(filepath.Join(dir, n, "data")))
+		for _, p := range []string{runPrefix + "-" + n, "/dev/shm/shard-" + hex.EncodeToString(sum[:4])} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("%s is still there after stop", p)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "data", "shard.db")); err != nil {
+		t.Errorf("stop keeps the state, yet node a's database: %v", err)
+	}
+}
+
+// freePortPair returns a port p with p+1 free too (the demo gives node a p
+// and node b p+1).
+func freePortPair(t testing.TB) int {
+	t.Helper()
+	for range 20 {
+		p := mustFreePort(t)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1)); err == nil {
+			l.Close()
+			return p
+		}
+	}
+	t.Fatal("no two free ports in a row")
+	return 0
+}
+
+func mustFreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
