@@ -238,6 +238,15 @@ func TestDocCommands(t *testing.T) {
 				emptyProject(t, e, p)
 				t.Cleanup(func() { emptyProject(t, e, p) })
 			}
+			// Keys of every project it made (a scraper's) go too.
+			before := tokenIDs(t, e)
+			t.Cleanup(func() {
+				for id := range tokenIDs(t, e) {
+					if !before[id] {
+						e.c.RevokeToken(context.Background(), id)
+					}
+				}
+			})
 			dir := t.TempDir()
 			env := append(os.Environ(),
 				"PATH="+bin+":"+os.Getenv("PATH"),
@@ -434,4 +443,18 @@ func (s *syncBuffer) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Len()
+}
+
+// tokenIDs are the ids of every key on the server.
+func tokenIDs(t *testing.T, e *env) map[string]bool {
+	t.Helper()
+	toks, err := e.c.Tokens(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, x := range toks {
+		ids[x.ID] = true
+	}
+	return ids
 }
