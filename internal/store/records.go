@@ -268,24 +268,7 @@ const sessionSummary = `SELECT s.project, s.name, s.sandbox_id, s.created_at,
 
 // Sessions lists every ledger session, oldest first.
 func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
-	if err := project.Require(ctx); err != nil {
-		return nil, err
-	}
-	cond, args := scope(ctx)
-	rows, err := s.db.QueryContext(ctx, sessionSummary+strings.ReplaceAll(cond, "project", "s.project")+` ORDER BY s.created_at, s.name`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Session
-	for rows.Next() {
-		ss, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ss)
-	}
-	return out, rows.Err()
+	return s.querySessions(ctx, "", ` ORDER BY s.created_at, s.name`)
 }
 
 // GetSession returns one session.
@@ -342,11 +325,17 @@ func (s *Store) FindSession(ctx context.Context, ref string) (*Session, error) {
 // sessionsWhere is at most two sessions of ctx's projects matching cond
 // (" AND ...", over sessions s) with args: two say it is ambiguous.
 func (s *Store) sessionsWhere(ctx context.Context, cond string, args ...any) ([]*Session, error) {
+	return s.querySessions(ctx, cond, ` LIMIT 2`, args...)
+}
+
+// querySessions is the sessions of ctx's projects matching cond (" AND
+// ...", over sessions s) with args, then tail (an order, a limit).
+func (s *Store) querySessions(ctx context.Context, cond, tail string, args ...any) ([]*Session, error) {
 	if err := project.Require(ctx); err != nil {
 		return nil, err
 	}
 	pcond, pargs := scope(ctx)
-	rows, err := s.db.QueryContext(ctx, sessionSummary+cond+strings.ReplaceAll(pcond, "project", "s.project")+` LIMIT 2`, append(args, pargs...)...)
+	rows, err := s.db.QueryContext(ctx, sessionSummary+cond+strings.ReplaceAll(pcond, "project", "s.project")+tail, append(args, pargs...)...)
 	if err != nil {
 		return nil, err
 	}

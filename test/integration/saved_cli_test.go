@@ -11,14 +11,7 @@ import (
 // message, a non-zero exit).
 func TestSavedCLI(t *testing.T) {
 	e := need(t)
-	sh := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := e.cli(t, "", args...)
-		if code != 0 {
-			t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
 	fails := func(part string, args ...string) {
 		t.Helper()
 		_, errOut, code := e.cli(t, "", args...)
@@ -108,14 +101,7 @@ func TestSavedCLI(t *testing.T) {
 // found by neither says what was tried and where sessions are listed.
 func TestLedgerBySandbox(t *testing.T) {
 	e := need(t)
-	sh := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := e.cli(t, "", args...)
-		if code != 0 {
-			t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
 	t.Cleanup(func() { e.cli(t, "", "remove", "--force", "lg-src", "lg-kid", "lg-back", "lg-dup") })
 	sh("create", "--name", "lg-src", "--provider", "gvisor", busybox)
 	sh("exec", "lg-src", "sh", "-c", "echo one > /root/one")
@@ -163,4 +149,14 @@ func TestLedgerBySandbox(t *testing.T) {
 	if _, err := e.c.GetSession(ctxT(t), "lg-dup-2"); err != nil {
 		t.Fatalf("shard ledger rm %s took another session: %v", first, err)
 	}
+}
+
+// cliOK runs the CLI and returns its stdout, trimmed; a failure fails t.
+func cliOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := need(t).cli(t, "", args...)
+	if code != 0 {
+		t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
+	}
+	return strings.TrimSpace(out)
 }
