@@ -35,7 +35,9 @@ each exec (argv, working directory, user, the names of its environment
 variables but never their values) and how it finished, checkpoints, forks,
 stops, starts and its removal. A session is named after its sandbox (NAME-2,
 NAME-3... when an earlier sandbox had that name; fork-PARENT-ID for a fork)
-and outlives it: shard resume recreates a sandbox from one.
+and outlives it: shard resume recreates a sandbox from one. SESSION is a
+session's name, or its sandbox's name or id (a removed sandbox's by id); a
+session's own name wins.
 
 Each event is one line: SEQ  TIME  TYPE  key=value ... --json prints each
 event as one line of JSON instead. --follow keeps printing new events as they
@@ -43,6 +45,7 @@ are recorded, until the session's sandbox is removed (or Ctrl-C). --after N
 starts after sequence number N.`,
 		Example: `  shard ledger ls
   shard ledger base
+  shard ledger my-fork          # its session is fork-base-1a2b3c
   shard ledger --follow base
   shard ledger --json --after 40 base | jq .type`,
 		Args: exactArgs(1, "a SESSION (shard ledger ls lists them)"),
@@ -119,7 +122,7 @@ starts after sequence number N.`,
 		},
 	}
 	ls.Flags().BoolVar(&a.json, "json", false, "print JSON")
-	rm := eachArg(a, "rm SESSION...", "Remove ledger sessions and their events: only once the session's sandbox is removed and its checkpoints are (shard checkpoint rm)", "one or more SESSION name",
+	rm := eachArg(a, "rm SESSION...", "Remove ledger sessions (by name, or their removed sandbox's id) and their events: only once the session's sandbox is removed and its checkpoints are (shard checkpoint rm)", "one or more SESSION name",
 		func(ctx context.Context, c *client.Client, name string) (any, error) {
 			return map[string]string{"removed": name}, c.RemoveSession(ctx, name)
 		})

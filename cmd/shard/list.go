@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -99,66 +100,69 @@ func newInspectCmd(a *app) *cobra.Command {
 			if a.json {
 				return printJSON(sb)
 			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			row := func(k string, v any) { termsafe.Fprintf(tw, "%s:\t%v\n", k, v) }
-			row("ID", sb.ID)
-			row("Name", sb.Name)
-			row("Project", sb.Project)
-			row("State", sb.State)
-			row("Provider", sb.Provider)
-			row("Image", sb.Image+" ("+sb.ImageDigest+")")
-			row("Memory", units.FormatSize(sb.MemoryBytes))
-			row("CPU", sb.CPU)
-			row("Disk", units.FormatSize(sb.DiskBytes))
-			row("Pids", sb.Pids)
-			if sb.IP != "" {
-				row("IP", sb.IP)
-			}
-			row("OOM kills", sb.OOMKills)
-			row("Session", sb.Session)
-			if sb.ParentID != "" {
-				row("Parent", sb.ParentID)
-			}
-			row("Created", sb.CreatedAt.Local().Format("2006-01-02 15:04:05"))
-			if !sb.StartedAt.IsZero() {
-				row("Started", sb.StartedAt.Local().Format("2006-01-02 15:04:05"))
-			}
-			if !sb.StoppedAt.IsZero() {
-				row("Stopped", sb.StoppedAt.Local().Format("2006-01-02 15:04:05"))
-			}
-			if sb.Error != "" {
-				row("Error", sb.Error)
-			}
-			for i, e := range sb.Env {
-				k := ""
-				if i == 0 {
-					k = "Env"
-				}
-				termsafe.Fprintf(tw, "%s\t%s\n", k+":", e)
-			}
-			for i, g := range sb.Grants {
-				k := ""
-				if i == 0 {
-					k = "Grants"
-				}
-				termsafe.Fprintf(tw, "%s\t%s\n", k+":", grantLine(g))
-			}
-			if sb.Policy != nil {
-				var b strings.Builder
-				writePolicy(&b, *sb.Policy)
-				for i, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-					k := ""
-					if i == 0 {
-						k = "Policy"
-					}
-					termsafe.Fprintf(tw, "%s\t%s\n", k+":", l)
-				}
-			}
-			return tw.Flush()
+			return writeSandbox(os.Stdout, sb)
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
+}
+
+// writeSandbox is inspect's human output: one "Key:  value" row each, and
+// a list (Env, Grants, Policy) as rows whose key is named on the first only.
+func writeSandbox(w io.Writer, sb *client.Sandbox) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { termsafe.Fprintf(tw, "%s:\t%v\n", k, v) }
+	// rows prints a list under one key: the key and its colon on the first
+	// line, the rest in the value column under it.
+	rows := func(k string, vs []string) {
+		for i, v := range vs {
+			if i == 0 {
+				row(k, v)
+				continue
+			}
+			termsafe.Fprintf(tw, "\t%s\n", v)
+		}
+	}
+	row("ID", sb.ID)
+	row("Name", sb.Name)
+	row("Project", sb.Project)
+	row("State", sb.State)
+	row("Provider", sb.Provider)
+	row("Image", sb.Image+" ("+sb.ImageDigest+")")
+	row("Memory", units.FormatSize(sb.MemoryBytes))
+	row("CPU", sb.CPU)
+	row("Disk", units.FormatSize(sb.DiskBytes))
+	row("Pids", sb.Pids)
+	if sb.IP != "" {
+		row("IP", sb.IP)
+	}
+	row("OOM kills", sb.OOMKills)
+	row("Session", sb.Session)
+	if sb.ParentID != "" {
+		row("Parent", sb.ParentID)
+	}
+	row("Created", sb.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+	if !sb.StartedAt.IsZero() {
+		row("Started", sb.StartedAt.Local().Format("2006-01-02 15:04:05"))
+	}
+	if !sb.StoppedAt.IsZero() {
+		row("Stopped", sb.StoppedAt.Local().Format("2006-01-02 15:04:05"))
+	}
+	if sb.Error != "" {
+		row("Error", sb.Error)
+	}
+	rows("Env", sb.Env)
+	grants := make([]string, len(sb.Grants))
+	for i, g := range sb.Grants {
+		grants[i] = grantLine(g)
+	}
+	rows("Grants", grants)
+	if sb.Policy != nil {
+		var b strings.Builder
+		writePolicy(&b, *sb.Policy)
+		rows("Policy", strings.Split(strings.TrimSpace(b.String()), "\n"))
+	}
+	return tw.Flush()
 }
 
 // grantLine says what a grant gives, for inspect: "API_KEY as $API_KEY",

@@ -16,6 +16,8 @@ func newResumeCmd(a *app) *cobra.Command {
 		Use:   "resume [--name NAME] SESSION",
 		Short: "Recreate a sandbox from its ledger session, replaying its execs; prints the new id",
 		Long: `Resume a ledger session (shard ledger ls), also one whose sandbox was removed.
+SESSION is a session's name, or its sandbox's name or id (a removed sandbox's
+by id).
 The new sandbox starts from the session's latest checkpoint that still exists
 (its own, or the one its sandbox was forked or restored from). With none, it
 is a fresh sandbox of the session's image and bounds (from its snapshot, if it

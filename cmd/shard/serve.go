@@ -101,7 +101,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.listen, "listen", "", "also listen on this TCP address, e.g. 127.0.0.1:7070")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve GET /metrics on this TCP address too, without a key (for a Prometheus scraper on loopback, e.g. 127.0.0.1:9470); on --listen it needs a key of every project with the scope metrics:read")
 	f.StringVar(&o.dataDir, "data-dir", "/var/lib/shard", "where shard keeps its database, images and the sandboxes' files")
-	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces)")
+	f.StringVar(&o.runDir, "run-dir", "/run/shard", "runtime state (runsc/runc roots, network namespaces); not inside --data-dir, nor it inside this")
 	f.StringArrayVar(&o.mirrors, "registry-mirror", nil, "registry mirror for docker.io images, tried first (repeatable), e.g. http://127.0.0.1:5000")
 	f.StringArrayVar(&o.insecure, "insecure-registry", nil, "registry host:port to reach over plain HTTP or without TLS verification (repeatable); like --allowed-registry, it may be on a private or loopback address")
 	f.StringArrayVar(&o.allowed, "allowed-registry", nil, "registry host[:port] pulls may name (repeatable): when given, the only ones besides the mirrors and insecure registries (default: any registry on public addresses); a listed registry may be on a private or loopback address, which pulls otherwise never connect to")
@@ -307,7 +307,56 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 	if err := checkNames(o); err != nil {
 		return nil, err
 	}
+	if err := checkDirs(o); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkDirs refuses directory flags that coincide or nest: the server
+// keeps trees of its own under each (the data directory's run/ and
+// checkpoints/, the run directory's netns/, runsc/ and runc/, the memory
+// images in --image-ram-dir) and takes what it does not know there for a
+// crash's leftovers, so one inside another loses its files (a --run-dir
+// of DATA/run loses its network namespaces at start). The check is of the
+// paths as given, made absolute.
+func checkDirs(o *serveOptions) error {
+	type dirFlag struct{ flag, path string }
+	dirs := []dirFlag{{"--data-dir", o.dataDir}, {"--run-dir", o.runDir}}
+	if o.imageRAM != "auto" && imageRAMDir(o.imageRAM, o.dataDir) != "" {
+		dirs = append(dirs, dirFlag{"--image-ram-dir", o.imageRAM})
+	}
+	for i := range dirs {
+		if dirs[i].path == "" {
+			return fmt.Errorf("%s: give a directory", dirs[i].flag)
+		}
+		abs, err := filepath.Abs(dirs[i].path)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", dirs[i].flag, dirs[i].path, err)
+		}
+		dirs[i].path = abs
+	}
+	nested := func(in, out dirFlag) error {
+		return fmt.Errorf("%s %s is inside %s %s: give directories that do not nest (the server keeps files of its own in each)", in.flag, in.path, out.flag, out.path)
+	}
+	for i, a := range dirs {
+		for _, b := range dirs[i+1:] {
+			switch {
+			case a.path == b.path:
+				return fmt.Errorf("%s and %s are the same directory, %s: give each a directory of its own", a.flag, b.flag, a.path)
+			case within(b.path, a.path):
+				return nested(b, a)
+			case within(a.path, b.path):
+				return nested(a, b)
+			}
+		}
+	}
+	return nil
+}
+
+// within says whether the clean absolute path p is below dir.
+func within(p, dir string) bool {
+	return dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // providerNames are the providers --default-provider may name (those

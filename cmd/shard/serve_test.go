@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -115,6 +116,10 @@ func TestMetricsOnlyRefusesRebinding(t *testing.T) {
 func TestConfig(t *testing.T) {
 	host := hostFacts{limits: sandbox.Limits{MemoryBytes: 8 << 30, MemoryFrom: "a test host", CPUMillis: 4000, Pids: sandbox.MaxPids},
 		conntrackMax: 262144}
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defaults := func() *serveOptions {
 		o := &serveOptions{}
 		newServeCmdInto(o) // the flags' defaults
@@ -175,6 +180,23 @@ func TestConfig(t *testing.T) {
 		{"platform", func(o *serveOptions) { o.platform = "kvm" }, "--platform", nil},
 		{"allowed registry a URL", func(o *serveOptions) { o.allowed = []string{"http://x"} }, "--allowed-registry", nil},
 		{"insecure registry a path", func(o *serveOptions) { o.insecure = []string{"a/b"} }, "--insecure-registry", nil},
+		{"run dir in the data dir", func(o *serveOptions) { o.dataDir, o.runDir = "/srv/shard", "/srv/shard/run" },
+			"--run-dir /srv/shard/run is inside --data-dir /srv/shard", nil},
+		{"run dir is the data dir", func(o *serveOptions) { o.dataDir, o.runDir = "/srv/shard", "/srv/shard/" },
+			"--data-dir and --run-dir are the same directory, /srv/shard", nil},
+		{"data dir in the run dir", func(o *serveOptions) { o.dataDir = "/run/shard/data" },
+			"--data-dir /run/shard/data is inside --run-dir /run/shard", nil},
+		{"data dir in the run dir, relative", func(o *serveOptions) { o.runDir, o.dataDir = "x", "x/../x/data" },
+			"--data-dir " + cwd + "/x/data is inside --run-dir " + cwd + "/x", nil},
+		{"image ram dir in the data dir", func(o *serveOptions) { o.imageRAM = "/var/lib/shard/ram" },
+			"--image-ram-dir /var/lib/shard/ram is inside --data-dir /var/lib/shard", nil},
+		{"image ram dir holds the run dir", func(o *serveOptions) { o.imageRAM = "/run" },
+			"--run-dir /run/shard is inside --image-ram-dir /run", nil},
+		{"image ram dir is the root", func(o *serveOptions) { o.imageRAM = "/" }, "is inside --image-ram-dir /", nil},
+		{"dirs side by side", func(o *serveOptions) {
+			o.dataDir, o.runDir, o.imageRAM = "/srv/shard", "/srv/shard-run", "/dev/shm/shard"
+		}, "", nil},
+		{"image ram dir none", func(o *serveOptions) { o.imageRAM = "none" }, "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -93,7 +93,9 @@ type Server struct {
 // LedgerReader is what the ledger's and the projects' handlers read.
 type LedgerReader interface {
 	Sessions(ctx context.Context) ([]*store.Session, error)
-	GetSession(ctx context.Context, name string) (*store.Session, error)
+	// FindSession finds a session by its name, or by its sandbox's name
+	// or id: every route that takes a session takes either.
+	FindSession(ctx context.Context, ref string) (*store.Session, error)
 	Events(ctx context.Context, session string, after int64, limit int) ([]store.Event, error)
 	// Changed is closed at the next event appended to any session.
 	Changed() <-chan struct{}

@@ -65,8 +65,15 @@ func (s *Server) listSessions(r *http.Request) (any, int, error) {
 	return map[string]any{"sessions": out}, 200, nil
 }
 
+// session is the session the path's {name} names: a session's name, or
+// its sandbox's name or id (store.FindSession), so `shard ledger FORKNAME`
+// finds fork-PARENT-ID.
+func (s *Server) session(r *http.Request) (*store.Session, error) {
+	return s.Ledger.FindSession(r.Context(), r.PathValue("name"))
+}
+
 func (s *Server) getSession(r *http.Request) (any, int, error) {
-	ss, err := s.Ledger.GetSession(r.Context(), r.PathValue("name"))
+	ss, err := s.session(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -105,17 +112,18 @@ func eventsQuery(r *http.Request) (after, limit int64, follow bool, err error) {
 // streams them as NDJSON as they are appended, until the session's sandbox
 // is removed or the client leaves.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
 	after, limit, follow, err := eventsQuery(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	st := s.Ledger
-	if _, err := st.GetSession(r.Context(), name); err != nil {
+	ss, err := s.session(r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	name := ss.Name
 	if !follow {
 		evs, err := st.Events(r.Context(), name, after, int(limit)+1)
 		if err != nil {
@@ -161,7 +169,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(evs) == 0 && after > 0 {
 			// Followed from past the sandbox's removal: nothing more comes.
-			if ss, err := st.GetSession(r.Context(), name); err == nil && ss.LastType == ledger.Removed {
+			if ss, err := st.FindSession(r.Context(), name); err == nil && ss.LastType == ledger.Removed {
 				return
 			}
 		}
@@ -188,7 +196,11 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 	// The new sandbox carries the grants and policy of the session's
 	// checkpoints and of its later events: their scopes are needed, as for
 	// a fork.
-	res, err := s.Sessions.Resume(r.Context(), r.PathValue("name"), name, carried(r))
+	ss, err := s.session(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := s.Sessions.Resume(r.Context(), ss.Name, name, carried(r))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -205,9 +217,12 @@ func (s *Server) resumeSession(r *http.Request) (any, int, error) {
 // removeSession removes a session and its events, once its sandbox and
 // its checkpoints are gone (409 before: see store.DeleteSession).
 func (s *Server) removeSession(r *http.Request) (any, int, error) {
-	name := r.PathValue("name")
-	if err := s.Sessions.RemoveSession(r.Context(), name); err != nil {
+	ss, err := s.session(r)
+	if err != nil {
 		return nil, 0, err
 	}
-	return map[string]string{"removed": name}, 200, nil
+	if err := s.Sessions.RemoveSession(r.Context(), ss.Name); err != nil {
+		return nil, 0, err
+	}
+	return map[string]string{"removed": ss.Name}, 200, nil
 }

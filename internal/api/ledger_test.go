@@ -15,20 +15,25 @@ import (
 	"github.com/useshards/shard/internal/store"
 )
 
-// fakeLedger is a LedgerReader of one session's events.
+// fakeLedger is a LedgerReader of one session's events, of the sandbox
+// named sandbox.
 type fakeLedger struct {
 	session string
+	sandbox string
 	events  []store.Event
 }
 
 func (f fakeLedger) Sessions(context.Context) ([]*store.Session, error) { return nil, nil }
-func (f fakeLedger) GetSession(_ context.Context, name string) (*store.Session, error) {
-	if name != f.session {
-		return nil, errdefs.NotFound(client.CodeSessionNotFound, "no ledger session %s", name)
+func (f fakeLedger) FindSession(_ context.Context, ref string) (*store.Session, error) {
+	if ref != f.session && (ref != f.sandbox || f.sandbox == "") {
+		return nil, errdefs.NotFound(client.CodeSessionNotFound, "no ledger session %s", ref)
 	}
-	return &store.Session{Name: name}, nil
+	return &store.Session{Name: f.session}, nil
 }
-func (f fakeLedger) Events(_ context.Context, _ string, after int64, limit int) ([]store.Event, error) {
+func (f fakeLedger) Events(_ context.Context, session string, after int64, limit int) ([]store.Event, error) {
+	if session != f.session {
+		return nil, nil // as the store: no events of a session that is not there
+	}
 	var out []store.Event
 	for _, e := range f.events {
 		if e.Seq > after && len(out) < limit {
@@ -77,5 +82,11 @@ func TestSessionEventsPages(t *testing.T) {
 	}
 	if w, _ = get(auth.Socket, "/v0/ledger/sessions/nope/events"); w.Code != 404 {
 		t.Fatalf("a missing session: %d %s", w.Code, w.Body)
+	}
+	// The session by its sandbox's name: a fork's is fork-PARENT-ID.
+	f.sandbox = "web-box"
+	h = (&Server{Log: slog.New(slog.DiscardHandler), Ledger: f}).Handler()
+	if w, page = get(auth.Socket, "/v0/ledger/sessions/web-box/events"); w.Code != 200 || len(page.Events) != 3 {
+		t.Fatalf("the session by its sandbox's name: %d %+v", w.Code, page)
 	}
 }

@@ -246,8 +246,25 @@ func killCgroups(id string) int {
 	return len(seen)
 }
 
-// destroy removes every piece of a sandbox and its record.
+// destroy removes every piece of a sandbox and its record, and writes its
+// removal to its ledger session, which outlives it.
 func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
+	return s.teardown(ctx, sb, log, func() error {
+		return s.cfg.Store.DeleteSandbox(ctx, sb.ID, &store.EventSpec{Type: ledger.Removed})
+	})
+}
+
+// discard removes every piece of a sandbox that never ran: the undo of a
+// create, fork or restore that failed or was refused, or of one a crash
+// interrupted. Its record goes with the events it wrote and the ledger
+// session it started: what never was leaves no history (the caller's
+// error says why).
+func (s *Service) discard(ctx context.Context, sb *store.Sandbox, log *slog.Logger) error {
+	return s.teardown(ctx, sb, log, func() error { return s.cfg.Store.DiscardSandbox(ctx, sb.ID) })
+}
+
+// teardown removes every piece of a sandbox, then its record with drop.
+func (s *Service) teardown(ctx context.Context, sb *store.Sandbox, log *slog.Logger, drop func() error) error {
 	s.halt(ctx, sb, false)
 	s.execs.end(sb.ID, "sandbox "+sb.Name+" was removed while the command ran")
 	var errs []error
@@ -262,7 +279,7 @@ func (s *Service) destroy(ctx context.Context, sb *store.Sandbox, log *slog.Logg
 	if err := os.RemoveAll(s.runDir(sb.ID)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.cfg.Store.DeleteSandbox(ctx, sb.ID, &store.EventSpec{Type: ledger.Removed}); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
+	if err := drop(); err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -137,7 +137,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	bg := context.WithoutCancel(ctx)
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { s.destroy(bg, sb, log) })
+	r.Add(func() { s.discard(bg, sb, log) })
 	if snap != nil {
 		err = s.saved.filesFromSnapshot(ctx, snap, sb)
 	} else {

@@ -14,7 +14,8 @@
 //     image, its shape, Create. records.go: records in state creating (an
 //     address each, from the network.Pool), state moves (state.go: which
 //     are allowed). boot.go: the boot pipeline: stage (rootfs, netns,
-//     spec), launch (the runtime, then the agent), halt, destroy. spec.go:
+//     spec), launch (the runtime, then the agent), halt, destroy (discard:
+//     of one that never ran, its ledger session too). spec.go:
 //     the OCI spec of an instance, with the runtime's provider.Guest hook
 //     for its bounds. lifecycle.go: Stop, Start, Remove, Get, List, under
 //     the sandbox's lock (locks.go: the keyed locks and the checkpoints'

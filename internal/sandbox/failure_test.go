@@ -37,6 +37,12 @@ func TestForkFailures(t *testing.T) {
 				return nil
 			}
 		}},
+		{name: "the store refuses the checkpoint's room", count: 2, code: "insufficient_storage", setup: func(f *fakes) {
+			f.fs.fail = failOn("reserve", noSpace())
+		}},
+		{name: "the store refuses a fork's disk", count: 2, code: "insufficient_storage", setup: func(f *fakes) {
+			f.fs.fail = failOn("createFrom", noSpace())
+		}},
 		{name: "freeze times out", count: 2, code: "freeze_timeout", setup: func(f *fakes) {
 			f.svc.cfg.FreezeTimeout = 100 * time.Millisecond
 			f.p.checkpointHook = func(ctx context.Context, _ string) error {
@@ -67,14 +73,16 @@ func TestForkFailures(t *testing.T) {
 				t.Errorf("%d pauses, %d resumes: the source was left frozen", f.p.pauses, f.p.resumes)
 			}
 			f.only("src")
+			f.sessions("src")
 			f.checkpoints(0)
 			// And the source forks again once the fault is gone.
-			f.p.checkpointHook, f.p.restoreHook = nil, nil
+			f.p.checkpointHook, f.p.restoreHook, f.fs.fail = nil, nil, nil
 			f.svc.cfg.FreezeTimeout = DefaultFreezeTimeout
 			if _, err := f.svc.Fork(own(), "src", ForkRequest{Name: "again"}); err != nil {
 				t.Fatalf("Fork after the failure: %v", err)
 			}
 			f.only("src", "again")
+			f.sessions("src", "fork-src")
 			f.checkpoints(1)
 		})
 	}
@@ -149,12 +157,44 @@ func TestRestoreFails(t *testing.T) {
 		t.Fatal("Restore succeeded, want the runtime's error")
 	}
 	f.only("src")
+	f.sessions("src")
 	f.checkpoints(1)
 	f.p.restoreHook = nil
 	if _, err := f.svc.Saved().Restore(own(), ck.ID, RestoreOptions{Name: "back"}); err != nil {
 		t.Fatalf("Restore after the failure: %v", err)
 	}
 	f.only("src", "back")
+	f.sessions("src", "back") // not back-2: the failed one left no session
+}
+
+// A create the store refuses once its record is written leaves nothing:
+// no sandbox, no ledger session.
+func TestCreateFails(t *testing.T) {
+	f := newFakeService(t)
+	f.fs.fail = failOn("create", noSpace())
+	_, err := f.svc.Create(own(), CreateRequest{Name: "sb", Image: fakeImage})
+	if errdefs.CodeOf(err) != "insufficient_storage" {
+		t.Fatalf("Create = %v, want insufficient_storage", err)
+	}
+	f.only()
+	f.sessions()
+	f.fs.fail = nil
+	f.create("sb")
+	f.sessions("sb") // not sb-2
+}
+
+// failOn is a fakeStorage.fail that fails op with err.
+func failOn(op string, err error) func(string) error {
+	return func(o string) error {
+		if o == op {
+			return err
+		}
+		return nil
+	}
+}
+
+func noSpace() error {
+	return errdefs.New(errdefs.KindNoSpace, "insufficient_storage", "the store is full")
 }
 
 // Reconcile after a crash: each half-done state ends where it must.
@@ -164,8 +204,8 @@ func TestReconcileHalfDone(t *testing.T) {
 		runtime provider.Status // the runtime's word after the crash
 		want    string          // the record's state after; "" removed
 	}{
-		{StateCreating, provider.StatusRunning, ""},
-		{StateRemoving, provider.StatusRunning, ""},
+		{StateCreating, provider.StatusRunning, ""}, // and its session: it never was
+		{StateRemoving, provider.StatusRunning, ""}, // its session stays
 		{StateRemoving, provider.StatusAbsent, ""},
 		{StateFreezing, provider.StatusPaused, StateRunning}, // thawed
 		{StateFreezing, provider.StatusAbsent, StateStopped},
@@ -192,6 +232,11 @@ func TestReconcileHalfDone(t *testing.T) {
 			}
 			if tt.want == "" {
 				f.only()
+				if tt.state == StateCreating {
+					f.sessions()
+				} else {
+					f.sessions("sb")
+				}
 				return
 			}
 			if got := f.state("sb"); got != tt.want {

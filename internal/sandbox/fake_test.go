@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,6 +108,29 @@ func (f *fakes) only(names ...string) {
 		if !slices.Equal(have, ids) {
 			f.t.Errorf("%s %v, want the sandboxes' %v", what, have, ids)
 		}
+	}
+}
+
+// sessions checks that exactly the ledger sessions named are there; a
+// fork's, fork-SOURCE-ID, is named fork-SOURCE.
+func (f *fakes) sessions(names ...string) {
+	f.t.Helper()
+	all, err := f.st.Sessions(own())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var got []string
+	for _, ss := range all {
+		n := ss.Name
+		if strings.HasPrefix(n, "fork-") {
+			n = n[:strings.LastIndex(n, "-")]
+		}
+		got = append(got, n)
+	}
+	slices.Sort(got)
+	slices.Sort(names)
+	if !slices.Equal(got, names) {
+		f.t.Errorf("ledger sessions %v, want %v", got, names)
 	}
 }
 
@@ -262,6 +286,20 @@ type fakeStorage struct {
 	mu    sync.Mutex
 	disks map[string]bool
 	saved map[string]bool
+	// fail, read under mu, makes a call fail: op is "create", "createFrom"
+	// or "reserve". nil: succeed.
+	fail func(op string) error
+}
+
+// failed is what fail says of op.
+func (s *fakeStorage) failed(op string) error {
+	s.mu.Lock()
+	fail := s.fail
+	s.mu.Unlock()
+	if fail == nil {
+		return nil
+	}
+	return fail(op)
 }
 
 func newFakeStorage() *fakeStorage {
@@ -285,10 +323,16 @@ func (s *fakeStorage) has(m map[string]bool, k string) bool {
 func (s *fakeStorage) ids() []string { return sortedKeys(&s.mu, s.disks) }
 
 func (s *fakeStorage) Create(_ context.Context, id string, _ int64) error {
+	if err := s.failed("create"); err != nil {
+		return err
+	}
 	s.put(s.disks, id, true)
 	return nil
 }
 func (s *fakeStorage) CreateFrom(key, id string) error {
+	if err := s.failed("createFrom"); err != nil {
+		return err
+	}
 	if !s.has(s.saved, key) {
 		return errors.New("no saved copy " + key)
 	}
@@ -338,6 +382,9 @@ func (s *fakeStorage) TemplateUsage() (int, int64)  { return 0, 0 }
 func (s *fakeStorage) Size() (int64, int64)         { return 0, 0 }
 
 func (s *fakeStorage) Reserve(map[string]int64, string) (*rootfs.Reservation, error) {
+	if err := s.failed("reserve"); err != nil {
+		return nil, err
+	}
 	return &rootfs.Reservation{}, nil
 }
 

@@ -253,12 +253,13 @@ func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
 	return nil
 }
 
-// destroyForks removes every piece of the forks, records included.
+// destroyForks removes every piece of the forks, records and ledger
+// sessions included: a fork that failed never was.
 func (f *forkOp) destroyForks() {
 	var wg sync.WaitGroup
 	for _, fk := range f.forks {
 		wg.Add(1)
-		go func() { defer wg.Done(); f.s.destroy(f.ctx, fk, f.log) }()
+		go func() { defer wg.Done(); f.s.discard(f.ctx, fk, f.log) }()
 	}
 	wg.Wait()
 }

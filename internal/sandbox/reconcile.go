@@ -53,8 +53,11 @@ type reconciler struct{ s *Service }
 func (rc *reconciler) reconcileOne(ctx context.Context, sb *store.Sandbox) {
 	log := rc.s.cfg.Log.With("sandbox", sb.ID, "name", sb.Name)
 	switch sb.State {
-	case StateCreating, StateRemoving:
-		log.Info("reconcile: finishing an interrupted create or remove")
+	case StateCreating:
+		log.Info("reconcile: undoing an interrupted create")
+		rc.s.discard(ctx, sb, log)
+	case StateRemoving:
+		log.Info("reconcile: finishing an interrupted remove")
 		rc.s.destroy(ctx, sb, log)
 	case StateFreezing:
 		// The server died mid-fork: thaw the source; the forks (still

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/ledger"
 	"github.com/useshards/shard/internal/store"
 )
@@ -99,7 +100,8 @@ func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, cr
 // sandboxes, so they leave no ledger session behind either.
 func (s *Service) undoRecords(ctx context.Context, recs []*store.Sandbox, err error) ([]*store.Sandbox, error) {
 	for _, r := range recs {
-		if derr := s.cfg.Store.DiscardSandbox(context.WithoutCancel(ctx), r.ID); derr != nil {
+		// (An undo that tore a record down already leaves none to find.)
+		if derr := s.cfg.Store.DiscardSandbox(context.WithoutCancel(ctx), r.ID); derr != nil && !errdefs.Is(derr, errdefs.KindNotFound) {
 			s.cfg.Log.Warn("discard a record of a failed batch", "sandbox", r.ID, "err", derr)
 		}
 	}

@@ -123,7 +123,7 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	log := sv.s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { sv.s.destroy(bg, rec, log) })
+	r.Add(func() { sv.s.discard(bg, rec, log) })
 	if err := sv.restoreInto(bg, ck, rec, img.Layers); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}

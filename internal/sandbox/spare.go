@@ -248,7 +248,7 @@ func (sv *Saved) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Chec
 	log := sv.s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	r := revert.New()
 	defer r.Fail()
-	r.Add(func() { sv.s.destroy(bg, rec, log) })
+	r.Add(func() { sv.s.discard(bg, rec, log) })
 	// The hostname files were written for the spare's id.
 	if rec.Name != rec.ID {
 		sv.rewriteHostFiles(rec)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/agent/proto"
+	"github.com/useshards/shard/internal/envlist"
 
 	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
@@ -60,9 +61,16 @@ func (s *Service) instance(sb *store.Sandbox, rootfsDir, nsPath string) (*provid
 	if err != nil {
 		return nil, err
 	}
+	agentEnv := []string{proto.EnvToken + "=" + sb.Token, proto.EnvIdentity + "=" + string(idJSON)}
+	if envlist.Has(sb.Env, "HOME") {
+		// The runtime sets HOME (root's) when the spec does not: tell the
+		// agent which HOME it holds, so a command run as a user gets that
+		// user's home rather than root's.
+		agentEnv = append(agentEnv, proto.EnvOwnHome+"=1")
+	}
 	spec := oci.Build(oci.Options{
 		Rootfs: rootfsDir, Hostname: hostname, Env: sb.Env,
-		AgentEnv: []string{proto.EnvToken + "=" + sb.Token, proto.EnvIdentity + "=" + string(idJSON)},
+		AgentEnv: agentEnv,
 		AgentDir: agentDir, Netns: nsPath, CgroupsPath: oci.CgroupsPath(sb.ID),
 		MemoryLimit: cgroupLimit, CPUMillis: sb.CPUMillis, Pids: pids,
 		ResolvConf: filepath.Join(dir, "resolv.conf"), Hosts: filepath.Join(dir, "hosts"), HostnameF: filepath.Join(dir, "hostname"),

@@ -268,33 +268,74 @@ const sessionSummary = `SELECT s.project, s.name, s.sandbox_id, s.created_at,
 
 // Sessions lists every ledger session, oldest first.
 func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
-	if err := project.Require(ctx); err != nil {
-		return nil, err
-	}
-	cond, args := scope(ctx)
-	rows, err := s.db.QueryContext(ctx, sessionSummary+strings.ReplaceAll(cond, "project", "s.project")+` ORDER BY s.created_at, s.name`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Session
-	for rows.Next() {
-		ss, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ss)
-	}
-	return out, rows.Err()
+	return s.querySessions(ctx, "", ` ORDER BY s.created_at, s.name`)
 }
 
 // GetSession returns one session.
 func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
+	found, err := s.sessionsWhere(ctx, ` AND s.name = ?`, name)
+	if err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, errdefs.NotFound(client.CodeSessionNotFound, "ledger session %s not found (shard ledger ls lists them)", name)
+	case 1:
+		return found[0], nil
+	}
+	return nil, ambiguous("ledger session", name)
+}
+
+// FindSession returns the session ref names: the session of that name,
+// else the session of the sandbox of that name or id, else that of the
+// removed sandbox of that id. A session's exact name wins, as one may
+// outlive its sandbox while a new sandbox takes the name (NAME-2).
+func (s *Store) FindSession(ctx context.Context, ref string) (*Session, error) {
+	ss, err := s.GetSession(ctx, ref)
+	if !errdefs.Is(err, errdefs.KindNotFound) {
+		return ss, err
+	}
+	sb, err := s.GetSandbox(ctx, ref)
+	if err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
+		return nil, err
+	}
+	if sb != nil {
+		found, err := s.sessionsWhere(ctx, ` AND s.project = ? AND s.name = ?`, sb.Project, sb.Session)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 1 {
+			return found[0], nil
+		}
+	}
+	found, err := s.sessionsWhere(ctx, ` AND s.sandbox_id = ?`, ref)
+	if err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, errdefs.NotFound(client.CodeSessionNotFound,
+			"ledger session %s not found, nor a sandbox of that name or id (a removed sandbox's by id): shard ledger ls lists sessions", ref)
+	case 1:
+		return found[0], nil
+	}
+	return nil, ambiguous("the ledger session of sandbox", ref)
+}
+
+// sessionsWhere is at most two sessions of ctx's projects matching cond
+// (" AND ...", over sessions s) with args: two say it is ambiguous.
+func (s *Store) sessionsWhere(ctx context.Context, cond string, args ...any) ([]*Session, error) {
+	return s.querySessions(ctx, cond, ` LIMIT 2`, args...)
+}
+
+// querySessions is the sessions of ctx's projects matching cond (" AND
+// ...", over sessions s) with args, then tail (an order, a limit).
+func (s *Store) querySessions(ctx context.Context, cond, tail string, args ...any) ([]*Session, error) {
 	if err := project.Require(ctx); err != nil {
 		return nil, err
 	}
-	cond, args := scope(ctx)
-	rows, err := s.db.QueryContext(ctx, sessionSummary+` AND s.name = ?`+strings.ReplaceAll(cond, "project", "s.project")+` LIMIT 2`, append([]any{name}, args...)...)
+	pcond, pargs := scope(ctx)
+	rows, err := s.db.QueryContext(ctx, sessionSummary+cond+strings.ReplaceAll(pcond, "project", "s.project")+tail, append(args, pargs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -307,16 +348,7 @@ func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
 		}
 		found = append(found, ss)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	switch len(found) {
-	case 0:
-		return nil, errdefs.NotFound(client.CodeSessionNotFound, "ledger session %s not found (shard ledger ls lists them)", name)
-	case 1:
-		return found[0], nil
-	}
-	return nil, ambiguous("ledger session", name)
+	return found, rows.Err()
 }
 
 func scanSession(row interface{ Scan(...any) error }) (*Session, error) {

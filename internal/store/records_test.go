@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,53 @@ func sessionNames(t *testing.T, s *Store) []string {
 		out = append(out, ss.Name)
 	}
 	return out
+}
+
+// FindSession takes a session's name, or a sandbox's name or id (a removed
+// one's by id); a session's exact name wins over a sandbox's name.
+func TestFindSession(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := own()
+	add := func(id, name, session string) {
+		sb := sample(id, name)
+		sb.Session = session
+		mustCreate(t, s, sb, &EventSpec{Type: "sandbox.created"})
+	}
+	rm := func(id string) {
+		if err := s.DeleteSandbox(ctx, id, &EventSpec{Type: "sandbox.removed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("aaaaaaaaaaaa", "web", "web")
+	rm("aaaaaaaaaaaa")
+	add("bbbbbbbbbbbb", "web", "web") // its session is web-2
+	add("cccccccccccc", "kid", "fork-web-cccccc")
+	add("dddddddddddd", "gone", "fork-web-dddddd")
+	rm("dddddddddddd")
+	tests := []struct{ ref, want string }{
+		{"web", "web"}, // the session named web, not the sandbox's web-2
+		{"web-2", "web-2"},
+		{"bbbbbbbbbbbb", "web-2"},
+		{"aaaaaaaaaaaa", "web"}, // a removed sandbox, by id
+		{"kid", "fork-web-cccccc"},
+		{"cccccccccccc", "fork-web-cccccc"},
+		{"fork-web-cccccc", "fork-web-cccccc"},
+		{"dddddddddddd", "fork-web-dddddd"},
+		{"gone", ""}, // a removed sandbox's name is not kept
+		{"nothing", ""},
+	}
+	for _, tt := range tests {
+		ss, err := s.FindSession(ctx, tt.ref)
+		if tt.want == "" {
+			if errdefs.CodeOf(err) != "session_not_found" || !strings.Contains(err.Error(), tt.ref) || !strings.Contains(err.Error(), "shard ledger ls") {
+				t.Errorf("FindSession(%q) = %+v, %v; want session_not_found naming it and shard ledger ls", tt.ref, ss, err)
+			}
+			continue
+		}
+		if err != nil || ss.Name != tt.want {
+			t.Errorf("FindSession(%q) = %+v, %v; want session %s", tt.ref, ss, err, tt.want)
+		}
+	}
 }
 
 // A name that comes back gets a session of its own: NAME, NAME-2, NAME-3.

@@ -206,3 +206,49 @@ func (r *chanReader) Read(p []byte) (int, error) {
 	r.buf = r.buf[n:]
 	return n, nil
 }
+
+// TestExecUserHome: a command run as a user has that user's home from the
+// sandbox's /etc/passwd (as podman gives it), not the root's HOME the
+// runtime gave the agent; a HOME the sandbox was created with, or the exec
+// sets, stays.
+func TestExecUserHome(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			plain := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			own := create(t, client.CreateRequest{Image: busybox, Provider: prov, Env: []byte(`["HOME=/work"]`)})
+			nobodyHome := strings.TrimSpace(execOK(t, plain.ID, "sh", "-c", "grep '^nobody:' /etc/passwd | cut -d: -f6"))
+			if nobodyHome == "" || nobodyHome == "/root" {
+				t.Fatalf("nobody's home in the image's /etc/passwd is %q: pick a user whose home is not root's", nobodyHome)
+			}
+			tests := []struct {
+				sb         *client.Sandbox
+				user, home string
+				env        []string
+				want       string
+			}{
+				{sb: plain, user: "nobody", want: nobodyHome},
+				{sb: plain, user: "65534", want: nobodyHome},
+				{sb: plain, user: "4242", want: "/"},
+				{sb: plain, user: "", want: "/root"},
+				{sb: plain, user: "nobody", env: []string{"HOME=/tmp"}, want: "/tmp"},
+				{sb: own, user: "nobody", want: "/work"},
+				{sb: own, user: "", want: "/work"},
+			}
+			for _, tt := range tests {
+				args := []string{"exec"}
+				if tt.user != "" {
+					args = append(args, "--user", tt.user)
+				}
+				for _, kv := range tt.env {
+					args = append(args, "--env", kv)
+				}
+				args = append(args, tt.sb.ID, "sh", "-c", `echo "$HOME"`)
+				out, errOut, code := e.cli(t, "", args...)
+				if code != 0 || out != tt.want+"\n" {
+					t.Errorf("shard %s: exit %d, %q (stderr %q); want HOME %q", strings.Join(args, " "), code, out, errOut, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,6 +136,7 @@ func TestDiskAdmission(t *testing.T) {
 	if _, err := e.c.Get(ctxT(t), "too-big"); err == nil {
 		t.Error("a refused create left a sandbox")
 	}
+	noSessions(t, "a refused create", "too-big")
 	tmpl, _ := filepath.Glob(filepath.Join(e.dataDir, "storage", "templates", "*"))
 	for _, p := range tmpl {
 		if strings.HasPrefix(filepath.Base(p), "109951162777600") {
@@ -155,6 +157,26 @@ func TestDiskAdmission(t *testing.T) {
 		t.Fatalf("fork of a sandbox whose disk does not fit twice: %v, want 507 insufficient_storage", err)
 	}
 	execOK(t, src.ID, "true")
+	_, err = e.c.ForkMany(ctxT(t), src.ID, client.ForkRequest{Count: 3})
+	if !errors.As(err, &ce) || ce.Status != 507 || ce.Code != "insufficient_storage" {
+		t.Fatalf("fork --count 3 of a sandbox whose disk does not fit twice: %v, want 507 insufficient_storage", err)
+	}
+	noSessions(t, "a refused fork", "fork-half-store-")
+	// A restore of its checkpoint is refused once its record is written
+	// (when its disk is copied): it leaves nothing either.
+	ck, err := e.c.Checkpoint(ctxT(t), src.ID, client.CheckpointRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.RemoveCheckpoint(context.Background(), ck.ID) })
+	_, err = e.c.RestoreCheckpoint(ctxT(t), ck.ID, client.RestoreRequest{Name: "half-back"})
+	if !errors.As(err, &ce) || ce.Status != 507 || ce.Code != "insufficient_storage" {
+		t.Fatalf("restore of a checkpoint whose disk does not fit beside its source: %v, want 507 insufficient_storage", err)
+	}
+	noSessions(t, "a refused restore", "half-back")
+	if got := listNames(t); slices.ContainsFunc(got, func(n string) bool { return n != "half-store" && strings.HasPrefix(n, "half-") }) {
+		t.Errorf("a refused fork or restore left sandboxes: %q", got)
+	}
 	after, err := e.c.DiskUsage(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -434,4 +456,43 @@ func TestStopWedgedSandbox(t *testing.T) {
 	if err != nil || got.State != "stopped" {
 		t.Fatalf("after the stop: %+v %v", got, err)
 	}
+}
+
+// noSessions fails t if a ledger session's name starts with prefix: what was
+// refused leaves no history of a sandbox that never was, as `shard ledger
+// ls` and GET /v0/sessions show it.
+func noSessions(t *testing.T, what, prefix string) {
+	t.Helper()
+	sessions, err := need(t).c.Sessions(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if strings.HasPrefix(s.Name, prefix) {
+			t.Errorf("%s left ledger session %s (%d events, the last %s)", what, s.Name, s.Events, s.LastEvent)
+		}
+	}
+	out, errOut, code := need(t).cli(t, "", "ledger", "ls")
+	if code != 0 {
+		t.Fatalf("shard ledger ls: exit %d: %s", code, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			t.Errorf("%s: shard ledger ls lists %q", what, l)
+		}
+	}
+}
+
+// listNames is the names of the sandboxes there are.
+func listNames(t *testing.T) []string {
+	t.Helper()
+	sbs, err := need(t).c.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, sb := range sbs {
+		out = append(out, sb.Name)
+	}
+	return out
 }

@@ -11,14 +11,7 @@ import (
 // message, a non-zero exit).
 func TestSavedCLI(t *testing.T) {
 	e := need(t)
-	sh := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := e.cli(t, "", args...)
-		if code != 0 {
-			t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
 	fails := func(part string, args ...string) {
 		t.Helper()
 		_, errOut, code := e.cli(t, "", args...)
@@ -99,4 +92,71 @@ func TestSavedCLI(t *testing.T) {
 	}
 	sh("env", "rm", "cli-env")
 	fails("not found", "env", "inspect", "cli-env")
+}
+
+// TestLedgerBySandbox: where a ledger session is asked for (shard ledger,
+// shard resume, the API's session routes), a sandbox's name or id finds its
+// session: a fork's, fork-PARENT-ID, by the fork's name; a removed
+// sandbox's by its id. A session's own name wins over a sandbox's, and one
+// found by neither says what was tried and where sessions are listed.
+func TestLedgerBySandbox(t *testing.T) {
+	e := need(t)
+	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
+	t.Cleanup(func() { e.cli(t, "", "remove", "--force", "lg-src", "lg-kid", "lg-back", "lg-dup") })
+	sh("create", "--name", "lg-src", "--provider", "gvisor", busybox)
+	sh("exec", "lg-src", "sh", "-c", "echo one > /root/one")
+	kid := sh("fork", "--name", "lg-kid", "lg-src")
+	ss, err := e.c.GetSession(ctxT(t), "lg-kid")
+	if err != nil || !strings.HasPrefix(ss.Name, "fork-lg-src-") || ss.SandboxID != kid {
+		t.Fatalf("GET /v0/ledger/sessions/lg-kid: %+v, %v; want the fork's session fork-lg-src-...", ss, err)
+	}
+	for _, ref := range []string{"lg-kid", kid, ss.Name} {
+		if out := sh("ledger", "--json", ref); !strings.Contains(out, `"session":"`+ss.Name+`"`) || !strings.Contains(out, "sandbox.created") {
+			t.Fatalf("shard ledger %s:\n%s", ref, out)
+		}
+	}
+	sh("exec", "lg-kid", "sh", "-c", "echo two > /root/two")
+	sh("resume", "--name", "lg-back", "lg-kid")
+	if got := strings.Join(strings.Fields(sh("exec", "lg-back", "ls", "/root")), " "); got != "one two" {
+		t.Fatalf("resumed from the fork's name: /root has %q", got)
+	}
+	// Removed, the fork is found by its id only (its name may be taken
+	// again).
+	sh("remove", "--force", "lg-kid")
+	if out := sh("ledger", kid); !strings.Contains(out, "sandbox.removed") {
+		t.Fatalf("shard ledger of a removed fork's id:\n%s", out)
+	}
+	_, errOut, code := e.cli(t, "", "ledger", "lg-kid")
+	if code == 0 || !strings.Contains(errOut, "lg-kid") || !strings.Contains(errOut, "sandbox of that name or id") || !strings.Contains(errOut, "shard ledger ls") {
+		t.Fatalf("shard ledger of a removed sandbox's name: exit %d, %q; want a failure naming what was tried and shard ledger ls", code, errOut)
+	}
+	// The session lg-dup (of a removed sandbox) wins over the sandbox
+	// lg-dup of now, whose session is lg-dup-2.
+	first := sh("create", "--name", "lg-dup", "--provider", "runc", busybox)
+	sh("remove", "--force", "lg-dup")
+	second := sh("create", "--name", "lg-dup", "--provider", "runc", busybox)
+	if out := sh("ledger", "--json", "lg-dup"); !strings.Contains(out, `"sandbox_id":"`+first+`"`) || strings.Contains(out, second) {
+		t.Fatalf("shard ledger lg-dup shows another session than lg-dup's:\n%s", out)
+	}
+	if out := sh("ledger", "--json", second); !strings.Contains(out, `"session":"lg-dup-2"`) {
+		t.Fatalf("shard ledger by the second lg-dup's id:\n%s", out)
+	}
+	e.cli(t, "", "remove", "--force", "lg-dup")
+	sh("ledger", "rm", first)
+	if ss, err := e.c.GetSession(ctxT(t), "lg-dup"); err == nil {
+		t.Fatalf("shard ledger rm by a removed sandbox's id left its session: %+v", ss)
+	}
+	if _, err := e.c.GetSession(ctxT(t), "lg-dup-2"); err != nil {
+		t.Fatalf("shard ledger rm %s took another session: %v", first, err)
+	}
+}
+
+// cliOK runs the CLI and returns its stdout, trimmed; a failure fails t.
+func cliOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := need(t).cli(t, "", args...)
+	if code != 0 {
+		t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
+	}
+	return strings.TrimSpace(out)
 }

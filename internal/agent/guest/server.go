@@ -47,6 +47,7 @@ type Server struct {
 	pidsTasks string          // EnvPidsTasks
 	tmpOnDisk bool            // EnvTmpOnDisk
 	identity  *proto.Identity // EnvIdentity: written to ForkFile at boot
+	ownHome   bool            // EnvOwnHome: baseEnv's HOME is the sandbox's, not the runtime's
 }
 
 // NewServerFromEnv builds the agent from its process environment.
@@ -71,6 +72,8 @@ func NewServerFromEnv(log *slog.Logger) (*Server, error) {
 			s.pids = n
 		case proto.EnvTmpOnDisk:
 			s.tmpOnDisk = v == "1"
+		case proto.EnvOwnHome:
+			s.ownHome = v == "1"
 		case proto.EnvPidsTasks:
 			s.pidsTasks = v
 		case proto.EnvIdentity:
@@ -787,18 +790,27 @@ func startErr(code, format string, args ...any) *proto.ErrorInfo {
 	return &proto.ErrorInfo{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// execEnv is a command's environment: the sandbox's, then the request's,
+// and HOME the home of the user it runs as unless the request or the
+// sandbox's own environment sets it (as podman does; the HOME the runtime
+// gave the agent is root's, which is no one else's).
+func (s *Server) execEnv(reqEnv []string, home string) []string {
+	env := envlist.Merge(s.baseEnv, reqEnv)
+	if envlist.Has(reqEnv, "HOME") || (s.ownHome && envlist.Has(s.baseEnv, "HOME")) {
+		return env
+	}
+	return envlist.Merge(env, []string{"HOME=" + home})
+}
+
 func (s *Server) start(req *proto.Request) (*proc, *proto.ErrorInfo) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, startErr(client.CodeInvalidArgument, "no command given")
 	}
-	env := envlist.Merge(s.baseEnv, req.Env)
 	cred, home, err := lookupUser(req.User)
 	if err != nil {
 		return nil, startErr(client.CodeInvalidArgument, "%v", err)
 	}
-	if home != "" && !envlist.Has(env, "HOME") {
-		env = envlist.Merge(env, []string{"HOME=" + home})
-	}
+	env := s.execEnv(req.Env, home)
 	path, err := lookPath(req.Argv[0], envlist.Value(env, "PATH"))
 	if err != nil {
 		return nil, startErr(client.CodeCommandNotFound, "%v", err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -264,6 +265,67 @@ func TestExecAsUser(t *testing.T) {
 		r := run(t, c, proto.Request{Argv: sh("echo $(id -u) $(id -g)"), User: tt.user})
 		if r.stdout != tt.want || r.exit.Code != 0 {
 			t.Errorf("Exec(id, User %q) = %q, exit %+v; want %q, exit 0 (stderr %q)", tt.user, r.stdout, r.exit, tt.want, r.stderr)
+		}
+	}
+}
+
+// TestExecAsUserHome: a command run as a user has that user's home from
+// the sandbox's /etc/passwd ("/" for a uid it does not list), not the
+// agent's own HOME (the runtime's, root's), unless the request sets HOME.
+func TestExecAsUserHome(t *testing.T) {
+	testenv.RequireRoot(t, "to switch users")
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testAgent(t)
+	tests := []struct {
+		user string
+		env  []string
+		want string
+	}{
+		{"nobody", nil, nobody.HomeDir},
+		{nobody.Uid, nil, nobody.HomeDir},
+		{"nobody:" + nobody.Gid, nil, nobody.HomeDir},
+		{"4242", nil, "/"},
+		{"root", nil, "/root"},
+		{"", nil, "/root"},
+		{"nobody", []string{"HOME=/tmp"}, "/tmp"},
+	}
+	for _, tt := range tests {
+		r := run(t, c, proto.Request{Argv: sh(`echo "$HOME"`), User: tt.user, Env: tt.env})
+		if r.stdout != tt.want+"\n" || r.exit.Code != 0 {
+			t.Errorf("Exec(echo $HOME, User %q, Env %q) = %q, exit %+v; want %q (stderr %q)", tt.user, tt.env, r.stdout, r.exit, tt.want, r.stderr)
+		}
+	}
+}
+
+// TestExecEnvHome: HOME is the user's home unless the request sets it, or
+// the sandbox's own environment does (EnvOwnHome); a HOME the runtime gave
+// the agent is not the sandbox's.
+func TestExecEnvHome(t *testing.T) {
+	tests := []struct {
+		name    string
+		base    []string
+		ownHome bool
+		req     []string
+		want    string
+	}{
+		{"the runtime's HOME", []string{"HOME=/root", "A=1"}, false, nil, "/home/u"},
+		{"no HOME at all", []string{"A=1"}, false, nil, "/home/u"},
+		{"the sandbox's own HOME", []string{"HOME=/work", "A=1"}, true, nil, "/work"},
+		{"own, but none there", []string{"A=1"}, true, nil, "/home/u"},
+		{"the request's HOME", []string{"HOME=/root"}, false, []string{"HOME=/req"}, "/req"},
+		{"the request's over the sandbox's", []string{"HOME=/work"}, true, []string{"HOME=/req"}, "/req"},
+	}
+	for _, tt := range tests {
+		s := &Server{baseEnv: tt.base, ownHome: tt.ownHome}
+		env := s.execEnv(tt.req, "/home/u")
+		if got := envlist.Value(env, "HOME"); got != tt.want {
+			t.Errorf("%s: execEnv HOME = %q, want %q (env %q)", tt.name, got, tt.want, env)
+		}
+		if envlist.Value(env, "A") != envlist.Value(tt.base, "A") {
+			t.Errorf("%s: execEnv lost the sandbox's A: %q", tt.name, env)
 		}
 	}
 }

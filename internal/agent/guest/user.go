@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,13 +34,26 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 	return cred, home, nil
 }
 
+// maxColonFile bounds what a lookup reads of /etc/passwd or /etc/group.
+// The sandbox controls both: far more than any real one holds, and a file
+// past it is read no further.
+const maxColonFile = 4 << 20
+
+// readColonFile calls fn with each entry of path (a file of the sandbox's
+// own, opened inside it: the agent's root is the sandbox's) until fn says
+// it is done. A file that is missing, or not a regular file (a FIFO that
+// would block, a device that never ends), has no entries.
 func readColonFile(path string, fn func(f []string) bool) {
-	fh, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO does not wait for a writer.
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return
 	}
 	defer fh.Close()
-	sc := bufio.NewScanner(fh)
+	if st, err := fh.Stat(); err != nil || !st.Mode().IsRegular() {
+		return
+	}
+	sc := bufio.NewScanner(io.LimitReader(fh, maxColonFile))
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -64,7 +78,11 @@ func resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
 		if e1 != nil || e2 != nil {
 			return false
 		}
-		uid, gid, home, name, found = uint32(a), uint32(b), f[5], f[0], true
+		home = f[5]
+		if home == "" {
+			home = "/"
+		}
+		uid, gid, name, found = uint32(a), uint32(b), f[0], true
 		return true
 	})
 	if found {

@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // mkfile creates path with mode and returns it.
@@ -156,6 +158,49 @@ func TestLookupUserErrors(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("lookupUser(%q) error = %q, want it to contain %q", tt.spec, err, tt.wantErr)
+		}
+	}
+}
+
+// TestReadColonFileBounded: the sandbox controls /etc/passwd and
+// /etc/group; a lookup neither waits on one that is a FIFO nor reads one
+// past maxColonFile.
+func TestReadColonFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	far := strings.Repeat("#"+strings.Repeat("x", 1000)+"\n", maxColonFile/1000) + "far:x:7:7::/far:/bin/sh\n"
+	if err := os.WriteFile(big, []byte("near:x:6:6::/near:/bin/sh\n"+far), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path string
+		want []string
+	}{
+		{fifo, nil},
+		{"/dev/zero", nil},
+		{big, []string{"near"}},
+	}
+	for _, tt := range tests {
+		done := make(chan []string, 1)
+		go func() {
+			var got []string
+			readColonFile(tt.path, func(f []string) bool {
+				got = append(got, f[0])
+				return false
+			})
+			done <- got
+		}()
+		select {
+		case got := <-done:
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("readColonFile(%s) read entries %q, want %q", tt.path, got, tt.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("readColonFile(%s) still reading after 10s", tt.path)
 		}
 	}
 }

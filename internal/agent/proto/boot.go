@@ -8,6 +8,11 @@ package proto
 const (
 	EnvToken       = "SHARD_AGENT_TOKEN"
 	EnvMemoryLimit = "SHARD_AGENT_MEMORY_LIMIT" // bytes; enables the in-sandbox OOM guard (gVisor)
+	// EnvOwnHome, "1": the sandbox's own environment (its image's or its
+	// creator's) sets HOME. Without it, the agent's HOME is the runtime's
+	// default for root, and a command run as a user gets that user's home
+	// instead.
+	EnvOwnHome = "SHARD_AGENT_OWN_HOME"
 )
 
 // Bounds the agent sets up inside a gVisor sandbox when it boots (see
