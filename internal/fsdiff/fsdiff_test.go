@@ -1,11 +1,15 @@
 package fsdiff
 
 import (
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,4 +150,80 @@ func slicesContains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestPatchApplies: the patches of names with a space, a tab, a quote, a
+// backslash and a non-ASCII letter, a file added and one removed, applied
+// by GNU patch -p1 and by git apply to a copy of A, make it B.
+func TestPatchApplies(t *testing.T) {
+	names := []string{"d/my file", "d/tab\tq\"", `d/back\slash`, "d/café", "plain"}
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, n := range names {
+		write(t, a, n, "old "+n+"\n")
+		write(t, b, n, "new "+n+"\n")
+	}
+	write(t, a, "d/rm me", "gone\n")
+	write(t, b, "d/new file", "hello\n")
+	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch strings.Builder
+	for _, c := range res.Changes {
+		patch.WriteString(c.Patch)
+	}
+	for _, tool := range [][]string{{"patch", "-p1", "--batch"}, {"git", "apply", "--unsafe-paths"}} {
+		if _, err := exec.LookPath(tool[0]); err != nil {
+			if testenv.Strict() {
+				t.Fatalf("%s is not installed: scripts/install-deps.sh installs it", tool[0])
+			}
+			t.Skipf("%s is not installed", tool[0])
+		}
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS(a)); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(tool[0], tool[1:]...)
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(patch.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s\nthe patch:\n%s", strings.Join(tool, " "), err, out, patch.String())
+		}
+		if got, want := treeOf(t, dir), treeOf(t, b); got != want {
+			t.Errorf("%s made\n%s\nwant\n%s\nthe patch:\n%s", strings.Join(tool, " "), got, want, patch.String())
+		}
+	}
+}
+
+// treeOf lists the files under dir with their contents, one a line.
+func treeOf(t *testing.T, dir string) string {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, strconv.Quote(rel)+" "+strconv.Quote(string(body)))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestHeaderName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a/plain", "a/plain"},
+		{"/dev/null", "/dev/null"},
+		{"a/my file", "a/my file\t"},
+		{"a/tab\tq\"", `"a/tab\tq\""`},
+		{`a/back\slash x`, `"a/back\\slash x"`},
+		{"a/café", `"a/caf\303\251"`},
+		{"a/bell\a\x7f\xff", `"a/bell\a\177\377"`},
+	} {
+		if got := headerName(tc.in); got != tc.want {
+			t.Errorf("headerName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
