@@ -59,8 +59,10 @@ type Result struct {
 
 // Options bound a diff.
 type Options struct {
-	// Skip are paths (absolute) left out, with what is below them: what
-	// the server itself puts in every sandbox.
+	// Skip are paths (absolute) left out, each by itself: what is below
+	// a directory named here is compared still. They are what the server
+	// itself puts in every sandbox; a file of the sandbox's own beside
+	// them must show.
 	Skip       []string
 	Patch      bool  // text diffs of changed text files
 	MaxChanges int   // 0: DefaultMaxChanges
@@ -309,9 +311,6 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 }
 
 func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
-	if slices.Contains(d.o.Skip, "/"+rel) {
-		return nil
-	}
 	ea, inA := d.side(d.a, rel, hiddenA)
 	eb, inB := d.side(d.b, rel, hiddenB)
 	if !inA && !inB && hiddenA == hiddenB {
@@ -370,9 +369,6 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 	slices.Sort(ns)
 	for _, n := range ns {
 		r := path.Join(rel, n)
-		if slices.Contains(d.o.Skip, "/"+r) {
-			continue
-		}
 		c := side(r)
 		if c == nil {
 			continue
@@ -397,6 +393,9 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 }
 
 func (d *differ) add(c Change, a, b *entry) error {
+	if slices.Contains(d.o.Skip, c.Path) {
+		return nil
+	}
 	if len(d.res.Changes) >= d.o.MaxChanges {
 		d.res.Truncated = true
 		return errFull

@@ -227,3 +227,30 @@ func TestHeaderName(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipIsExact: a path in Skip is left out by itself, not what is below
+// it: a file beside the skipped ones, in a skipped directory both sides
+// have or in one only B has, is listed.
+func TestSkipIsExact(t *testing.T) {
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	write(t, lower, "run/shard/fork", "image\n")
+	write(t, a, "run/shard/fork", "a\n")
+	write(t, b, "run/shard/fork", "b\n")
+	write(t, b, "run/shard/hidden", "mine\n")
+	write(t, b, ".shard/x", "mine\n")
+	write(t, b, ".shard/shard", "agent\n")
+	write(t, b, "etc/hosts", "hosts\n")
+	skip := []string{"/.shard", "/.shard/shard", "/etc/hosts", "/run/shard", "/run/shard/fork"}
+	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: skip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range res.Changes {
+		got = append(got, c.Kind+" "+c.Path)
+	}
+	want := []string{"added /.shard/x", "added /etc", "added /run/shard/hidden"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || res.Added != 3 {
+		t.Errorf("changes (%d added):\n%s\nwant:\n%s", res.Added, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -2,6 +2,11 @@ package integration
 
 import (
 	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +107,114 @@ func TestDiff(t *testing.T) {
 	other := create(t, client.CreateRequest{Image: busybox, Name: "diff-other"})
 	_, err = e.c.Diff(ctxT(t), other.ID, a.ID, false)
 	wantCode(t, "a diff across images", err, 400, "different_images", "one image")
+}
+
+// TestDiffPatchApplies: a fork edits, adds and removes files whose names
+// have a space, a tab, a quote and a non-ASCII letter; what shard diff
+// --stat --patch prints (the counts, a blank line, the patches), applied by
+// GNU patch -p1 and by git apply to a copy of the source's files, gives the
+// fork's.
+func TestDiffPatchApplies(t *testing.T) {
+	e := need(t)
+	base := create(t, client.CreateRequest{Image: busybox, Name: "patch-base"})
+	execOK(t, base.ID, "sh", "-c", `mkdir -p /app && cd /app && printf '1\n' > 'my file' && printf 'q\n' > "$(printf 'tab\tq"')" &&
+		printf 'c\n' > "$(printf 'caf\303\251')" && printf 'gone\n' > 'rm me' && printf 'p\n' > plain`)
+	fork, err := e.c.Fork(ctxT(t), base.ID, client.ForkRequest{Name: "patch-fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), fork.ID, true) })
+	execOK(t, fork.ID, "sh", "-c", `cd /app && printf '2\n' > 'my file' && printf 'Q\n' > "$(printf 'tab\tq"')" &&
+		printf 'C\n' > "$(printf 'caf\303\251')" && rm 'rm me' && printf 'new\n' > 'new file'`)
+	patch, errOut, code := e.cli(t, "", "diff", "--stat", "--patch", fork.Name)
+	if code != 0 || !strings.Contains(patch, "1 added, 1 removed, 3 changed") || !strings.Contains(patch, " less)\n\n--- ") {
+		t.Fatalf("shard diff --stat --patch: exit %d %s\n%s", code, errOut, patch)
+	}
+	want := filesOf(t, fork.Name, "/app")
+	for _, tool := range [][]string{{"patch", "-p1", "--batch"}, {"git", "apply"}} {
+		dir := t.TempDir()
+		if _, errOut, code := e.cli(t, "", "cp", base.Name+":/app", dir); code != 0 {
+			t.Fatalf("shard cp: %s", errOut)
+		}
+		cmd := exec.Command(tool[0], tool[1:]...)
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(patch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s\nthe patch:\n%s", tool[0], err, out, patch)
+		}
+		if got := treeOf(t, filepath.Join(dir, "app")); got != want {
+			t.Errorf("%s made\n%s\nwant (the fork's)\n%s\nthe patch:\n%s", tool[0], got, want, patch)
+		}
+	}
+}
+
+// filesOf copies dir of a sandbox to the host and lists it (treeOf).
+func filesOf(t *testing.T, sb, dir string) string {
+	host := t.TempDir()
+	if _, errOut, code := need(t).cli(t, "", "cp", sb+":"+dir, host); code != 0 {
+		t.Fatalf("shard cp %s:%s: %s", sb, dir, errOut)
+	}
+	return treeOf(t, filepath.Join(host, filepath.Base(dir)))
+}
+
+// treeOf lists the files under dir with their contents, one a line.
+func treeOf(t *testing.T, dir string) string {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, strconv.Quote(rel)+" "+strconv.Quote(string(body)))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestDiffShowsFilesBesideTheServers: a file a sandbox keeps under
+// /run/shard (written inside) or /.shard (copied in while it is stopped,
+// where its running self cannot see it) is in its diff, stopped and
+// running; the files the server itself puts there are not.
+func TestDiffShowsFilesBesideTheServers(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "diff-hidden-" + prov})
+			execOK(t, sb.ID, "sh", "-c", "echo mine > /run/shard/hidden")
+			if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.WriteFile(ctxT(t), sb.ID, "/.shard/x", strings.NewReader("mine\n"), nil); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string) {
+				t.Helper()
+				d, err := e.c.Diff(ctxT(t), sb.ID, "", false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ch := changesOf(d)
+				for _, p := range []string{"/run/shard/hidden", "/.shard/x"} {
+					if ch[p].Kind != "added" {
+						t.Errorf("%s: %s is not in the diff: %+v", when, p, d.Changes)
+					}
+				}
+				for _, p := range []string{"/.shard", "/.shard/shard", "/run/shard", "/run/shard/fork", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
+					if c, ok := ch[p]; ok {
+						t.Errorf("%s: the server's own %s is in the diff: %+v", when, p, c)
+					}
+				}
+			}
+			check("stopped")
+			if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			check("running")
+		})
+	}
 }
 
 // TestTree: the lineage of a source, its forks, a fork of a fork, a
