@@ -219,7 +219,9 @@ func TestDiffShowsFilesBesideTheServers(t *testing.T) {
 
 // TestTree: the lineage of a source, its forks, a fork of a fork, a
 // checkpoint and a restore from it; a removed fork leaves it unless --all,
-// where it keeps its name; the CLI draws it.
+// where it keeps its name, and is named by its checkpoint otherwise (a
+// kept checkpoint whose only fork was removed says so); a fork is never
+// earlier than its checkpoint; the CLI draws it.
 func TestTree(t *testing.T) {
 	e := need(t)
 	base := create(t, client.CreateRequest{Image: busybox, Name: "tree-base"})
@@ -247,6 +249,14 @@ func TestTree(t *testing.T) {
 	if err := e.c.Remove(ctxT(t), forks[1].ID, true); err != nil {
 		t.Fatal(err)
 	}
+	// tree-base's resume starts from this one's checkpoint: kept.
+	lone, err := e.c.Fork(ctxT(t), base.ID, client.ForkRequest{Name: "tree-lone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Remove(ctxT(t), lone.ID, true); err != nil {
+		t.Fatal(err)
+	}
 	roots, err := e.c.Tree(ctxT(t), deep.Name, false)
 	if err != nil {
 		t.Fatal(err)
@@ -257,8 +267,10 @@ func TestTree(t *testing.T) {
 	got := drawTree(roots[0], "")
 	// The first fork's checkpoint is gone (docs/saved.md): tree-base resumes
 	// from its later checkpoint, tree-1 from its own fork's, tree-2 was
-	// removed. The tree still shows where tree-1 came from.
-	want := "sandbox tree-base\n checkpoint fork (removed)\n  sandbox tree-1\n   checkpoint fork\n    sandbox tree-deep\n checkpoint checkpoint\n  sandbox tree-restored\n"
+	// removed. The tree still shows where tree-1 came from. tree-lone's
+	// checkpoint, kept, names it.
+	want := "sandbox tree-base\n checkpoint fork (removed) removed since: fork tree-2\n  sandbox tree-1\n   checkpoint fork\n    sandbox tree-deep\n" +
+		" checkpoint checkpoint\n  sandbox tree-restored\n checkpoint fork removed since: fork tree-lone\n"
 	if got != want {
 		t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
 	}
@@ -266,19 +278,33 @@ func TestTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := drawTree(all[0], ""); !strings.Contains(got, "sandbox tree-2 (removed)") {
+	if got := drawTree(all[0], ""); !strings.Contains(got, "sandbox tree-2 (removed)") || !strings.Contains(got, "sandbox tree-lone (removed)") || strings.Contains(got, "removed since") {
 		t.Fatalf("--all:\n%s", got)
 	}
+	forksAfterCheckpoints(t, all[0])
 	out, errOut, code := e.cli(t, "", "tree", deep.Name)
-	if code != 0 || !strings.Contains(out, "└─ tree-deep ("+deep.ID+") *") || !strings.Contains(out, "checkpoint "+ck.ID+" mark") {
+	if code != 0 || !strings.Contains(out, "└─ tree-deep ("+deep.ID+") *") || !strings.Contains(out, "checkpoint "+ck.ID+" mark") ||
+		!strings.Contains(out, "(removed since: fork tree-lone)") {
 		t.Fatalf("shard tree: exit %d %s\n%s", code, errOut, out)
 	}
 	_, err = e.c.Tree(ctxT(t), "no-such-sandbox", false)
 	wantCode(t, "the tree of no sandbox", err, 404, "sandbox_not_found", "no-such-sandbox")
 }
 
-// drawTree writes kind, name (a checkpoint's kind) and removed, one node a
-// line, indented by depth.
+// forksAfterCheckpoints checks that no fork below n is earlier than the
+// checkpoint it came from.
+func forksAfterCheckpoints(t *testing.T, n client.TreeNode) {
+	t.Helper()
+	for _, c := range n.Children {
+		if n.Kind == "checkpoint" && c.Via == "fork" && c.At.Before(n.At) {
+			t.Errorf("fork %s at %s, %s before its checkpoint %s", c.Name, c.At.Format(time.RFC3339Nano), n.At.Sub(c.At), n.ID)
+		}
+		forksAfterCheckpoints(t, c)
+	}
+}
+
+// drawTree writes kind, name (a checkpoint's kind), removed and the
+// removed sandboxes it names, one node a line, indented by depth.
 func drawTree(n client.TreeNode, indent string) string {
 	name := n.Name
 	if n.Kind == "checkpoint" {
@@ -287,6 +313,13 @@ func drawTree(n client.TreeNode, indent string) string {
 	s := indent + n.Kind + " " + name
 	if n.Removed {
 		s += " (removed)"
+	}
+	if len(n.RemovedSandboxes) > 0 {
+		var names []string
+		for _, g := range n.RemovedSandboxes {
+			names = append(names, g.Via+" "+g.Name)
+		}
+		s += " removed since: " + strings.Join(names, ", ")
 	}
 	s += "\n"
 	for _, c := range n.Children {
