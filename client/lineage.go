@@ -18,6 +18,11 @@ type TreeNode struct {
 	Image    string     `json:"image,omitempty"`
 	Provider string     `json:"provider,omitempty"`
 	Children []TreeNode `json:"children,omitempty"`
+	// RemovedSandboxes are the removed sandboxes that came straight from
+	// it, left out of a tree asked for without all (nothing live is below
+	// them): why a kept checkpoint whose forks or restores were all
+	// removed is there.
+	RemovedSandboxes []TreeNode `json:"removed_sandboxes,omitempty"`
 }
 
 // Tree is the fork tree of the project: with sandbox, the lineage it is in;

@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/termsafe"
 )
 
@@ -23,8 +24,10 @@ compared, never the whole image.
 
   A path  added (+), removed (-) or changed (M: content, mode, owner,
   type, target), one per line;
-  --stat  the counts and bytes;
-  --patch unified diffs of the text files.
+  --stat  the counts and bytes instead of the paths;
+  --patch unified diffs of the text files (after the paths, or after
+          the counts and a blank line with --stat, as git prints them),
+          which GNU patch -p1 and git apply apply.
 
   shard diff try-a try-b      # what try-b has that try-a has not
   shard diff --patch try-a    # what try-a did since its fork`,
@@ -46,17 +49,12 @@ compared, never the whole image.
 				return printJSON(d)
 			}
 			if stat {
-				var grew, shrank int64
-				for _, ch := range d.Changes {
-					if ch.SizeB > ch.SizeA {
-						grew += ch.SizeB - ch.SizeA
-					} else {
-						shrank += ch.SizeA - ch.SizeB
-					}
+				printDiffStat(d)
+				if patch {
+					// As git diff --stat --patch: the counts, a blank line, the patches.
+					os.Stdout.WriteString("\n")
+					printPatches(d)
 				}
-				termsafe.Printf("%d added, %d removed, %d changed (%s: %s of files' bytes more, %s less)\n",
-					d.Added, d.Removed, d.Changed, d.From.Kind+" "+sideName(d.From.Name, d.From.ID)+" → "+sideName(d.To.Name, d.To.ID),
-					humanSize(grew), humanSize(shrank))
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', 0)
@@ -73,17 +71,36 @@ compared, never the whole image.
 				termsafe.Fprintf(os.Stderr, "(more changes than listed: the diff stops at %d)\n", len(d.Changes))
 			}
 			if patch {
-				for _, ch := range d.Changes {
-					printPatch(ch.Patch)
-				}
+				printPatches(d)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&stat, "stat", false, "print only the counts")
+	cmd.Flags().BoolVar(&stat, "stat", false, "print the counts instead of the paths (with --patch: then the patches)")
 	cmd.Flags().BoolVarP(&patch, "patch", "p", false, "print unified diffs of changed text files")
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
 	return cmd
+}
+
+// printDiffStat prints the counts of d and the bytes its files grew and shrank by.
+func printDiffStat(d *client.Diff) {
+	var grew, shrank int64
+	for _, ch := range d.Changes {
+		if ch.SizeB > ch.SizeA {
+			grew += ch.SizeB - ch.SizeA
+		} else {
+			shrank += ch.SizeA - ch.SizeB
+		}
+	}
+	termsafe.Printf("%d added, %d removed, %d changed (%s: %s of files' bytes more, %s less)\n",
+		d.Added, d.Removed, d.Changed, d.From.Kind+" "+sideName(d.From.Name, d.From.ID)+" → "+sideName(d.To.Name, d.To.ID),
+		humanSize(grew), humanSize(shrank))
+}
+
+func printPatches(d *client.Diff) {
+	for _, ch := range d.Changes {
+		printPatch(ch.Patch)
+	}
 }
 
 func sideName(name, id string) string {

@@ -23,7 +23,11 @@ snapshot started. With SANDBOX, the tree it is in; without, every tree of
 the project.
 
 What was removed is shown (greyed on a terminal, and marked "removed") where
-something that still exists came from it; --all shows every removed one.`,
+something that still exists came from it; --all shows every removed one.
+Otherwise a removed sandbox is named on the line of what it came from, as
+"(removed since: fork try-2)": a kept checkpoint whose forks or restores
+were all removed says what it was for. A fork's time is when it ran, after
+its checkpoint's.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client()
@@ -68,14 +72,10 @@ func (p treePrinter) print(n client.TreeNode, lead, indent string) {
 	if n.Removed {
 		line += "  (removed)"
 	}
-	dim := n.Removed && p.color
 	termsafe.Printf("%s", lead)
-	if dim {
-		os.Stdout.WriteString("\x1b[2m") // our own escape: not escaped
-	}
-	termsafe.Printf("%s", line)
-	if dim {
-		os.Stdout.WriteString("\x1b[0m")
+	p.write(line, n.Removed)
+	if gone := removedSince(n.RemovedSandboxes); gone != "" {
+		p.write("  "+gone, true)
 	}
 	os.Stdout.WriteString("\n")
 	for i, ch := range n.Children {
@@ -85,6 +85,39 @@ func (p treePrinter) print(n client.TreeNode, lead, indent string) {
 			p.print(ch, indent+"├─ ", indent+"│  ")
 		}
 	}
+}
+
+// write prints s, greyed on a terminal if dim.
+func (p treePrinter) write(s string, dim bool) {
+	dim = dim && p.color
+	if dim {
+		os.Stdout.WriteString("\x1b[2m") // our own escape: not escaped
+	}
+	termsafe.Printf("%s", s)
+	if dim {
+		os.Stdout.WriteString("\x1b[0m")
+	}
+}
+
+// maxRemovedNamed bounds the removed sandboxes a line names.
+const maxRemovedNamed = 3
+
+// removedSince names the removed sandboxes that came from a node and that
+// the tree leaves out ("" if none): why a checkpoint with nothing below it
+// is there.
+func removedSince(gone []client.TreeNode) string {
+	if len(gone) == 0 {
+		return ""
+	}
+	var names []string
+	for _, g := range gone[:min(len(gone), maxRemovedNamed)] {
+		names = append(names, strings.TrimSpace(g.Via+" "+g.Name))
+	}
+	s := "(removed since: " + strings.Join(names, ", ")
+	if more := len(gone) - maxRemovedNamed; more > 0 {
+		s += fmt.Sprintf(", and %d more; --all shows them", more)
+	}
+	return s + ")"
 }
 
 func (p treePrinter) label(n client.TreeNode) string {

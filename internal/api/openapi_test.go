@@ -17,6 +17,7 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/lineage"
 	"github.com/useshards/shard/internal/provider"
 )
 
@@ -371,6 +372,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
 		"ExecStarted":  ExecStarted{}, "ExecExit": ExecExit{}, "ExecResize": ExecResize{}, "ExecSignal": ExecSignal{},
+		"TreeNode": lineage.Node{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {

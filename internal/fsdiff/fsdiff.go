@@ -14,6 +14,7 @@ package fsdiff
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"unicode/utf8"
 
@@ -57,8 +59,10 @@ type Result struct {
 
 // Options bound a diff.
 type Options struct {
-	// Skip are paths (absolute) left out, with what is below them: what
-	// the server itself puts in every sandbox.
+	// Skip are paths (absolute) left out, each by itself: what is below
+	// a directory named here is compared still. They are what the server
+	// itself puts in every sandbox; a file of the sandbox's own beside
+	// them must show.
 	Skip       []string
 	Patch      bool  // text diffs of changed text files
 	MaxChanges int   // 0: DefaultMaxChanges
@@ -307,9 +311,6 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 }
 
 func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
-	if slices.Contains(d.o.Skip, "/"+rel) {
-		return nil
-	}
 	ea, inA := d.side(d.a, rel, hiddenA)
 	eb, inB := d.side(d.b, rel, hiddenB)
 	if !inA && !inB && hiddenA == hiddenB {
@@ -368,9 +369,6 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 	slices.Sort(ns)
 	for _, n := range ns {
 		r := path.Join(rel, n)
-		if slices.Contains(d.o.Skip, "/"+r) {
-			continue
-		}
 		c := side(r)
 		if c == nil {
 			continue
@@ -395,6 +393,9 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 }
 
 func (d *differ) add(c Change, a, b *entry) error {
+	if slices.Contains(d.o.Skip, c.Path) {
+		return nil
+	}
 	if len(d.res.Changes) >= d.o.MaxChanges {
 		d.res.Truncated = true
 		return errFull
@@ -505,9 +506,6 @@ func (d *differ) patch(p string, a, b *entry) string {
 	}
 	ta, okA := read(a)
 	tb, okB := read(b)
-	if !okA || !okB {
-		return "Binary files a" + p + " and b" + p + " differ\n"
-	}
 	from, to := "a"+p, "b"+p
 	if a == nil {
 		from = "/dev/null"
@@ -515,10 +513,55 @@ func (d *differ) patch(p string, a, b *entry) string {
 	if b == nil {
 		to = "/dev/null"
 	}
-	out := udiff.Unified(from, to, ta, tb)
+	if !okA || !okB {
+		return "Binary files " + quoteName(from) + " and " + quoteName(to) + " differ\n"
+	}
+	out := udiff.Unified(headerName(from), headerName(to), ta, tb)
 	if d.patchBytes+int64(len(out)) > maxPatchTotal {
 		return "(diff left out: the diff's patches are past " + strconv.Itoa(maxPatchTotal>>20) + " MiB)\n"
 	}
 	d.patchBytes += int64(len(out))
 	return out
+}
+
+// headerName is a file's name on a patch's ---/+++ line, as git writes it:
+// quoted (quoteName) if it must be, else followed by a tab if it has a
+// space, since GNU patch reads an unquoted name up to a tab, or up to the
+// first space when the line has no tab, and would patch "a/my" for
+// "a/my file". git apply reads both forms.
+func headerName(name string) string {
+	if q := quoteName(name); q != name {
+		return q
+	}
+	if strings.ContainsRune(name, ' ') {
+		return name + "\t"
+	}
+	return name
+}
+
+// quoteName is name as git quotes a path (quote_c_style, core.quotePath
+// on): as it is unless it has a control character, a double quote, a
+// backslash or a byte past ASCII; then in double quotes, C escapes for
+// those, octal for the rest. GNU patch (2.7 on) and git apply read it.
+func quoteName(name string) string {
+	if !strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == '"' || r == '\\' || r >= 0x7f }) {
+		return name // (a byte that is not UTF-8 reads as U+FFFD: quoted)
+	}
+	const special, letter = "\a\b\t\n\v\f\r\"\\", "abtnvfr\"\\"
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch k := strings.IndexByte(special, c); {
+		case k >= 0:
+			b.WriteByte('\\')
+			b.WriteByte(letter[k])
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -2,10 +2,12 @@ package fsdiff
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/useshards/shard/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,4 +148,89 @@ func slicesContains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestPatchApplies: the patches of names with a space, a tab, a quote, a
+// backslash and a non-ASCII letter, a file added and one removed, applied
+// by GNU patch -p1 and by git apply to a copy of A, make it B.
+func TestPatchApplies(t *testing.T) {
+	names := []string{"d/my file", "d/tab\tq\"", `d/back\slash`, "d/café", "plain"}
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, n := range names {
+		write(t, a, n, "old "+n+"\n")
+		write(t, b, n, "new "+n+"\n")
+	}
+	write(t, a, "d/rm me", "gone\n")
+	write(t, b, "d/new file", "hello\n")
+	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch strings.Builder
+	for _, c := range res.Changes {
+		patch.WriteString(c.Patch)
+	}
+	for _, tool := range [][]string{{"patch", "-p1", "--batch"}, {"git", "apply"}} {
+		if _, err := exec.LookPath(tool[0]); err != nil {
+			if testenv.Strict() {
+				t.Fatalf("%s is not installed: scripts/install-deps.sh installs it", tool[0])
+			}
+			t.Skipf("%s is not installed", tool[0])
+		}
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS(a)); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(tool[0], tool[1:]...)
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(patch.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s\nthe patch:\n%s", strings.Join(tool, " "), err, out, patch.String())
+		}
+		if out, err := exec.Command("diff", "-r", dir, b).CombinedOutput(); err != nil {
+			t.Errorf("%s did not make B: %v\n%s\nthe patch:\n%s", strings.Join(tool, " "), err, out, patch.String())
+		}
+	}
+}
+
+func TestHeaderName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a/plain", "a/plain"},
+		{"/dev/null", "/dev/null"},
+		{"a/my file", "a/my file\t"},
+		{"a/tab\tq\"", `"a/tab\tq\""`},
+		{`a/back\slash x`, `"a/back\\slash x"`},
+		{"a/café", `"a/caf\303\251"`},
+		{"a/bell\a\x7f\xff", `"a/bell\a\177\377"`},
+	} {
+		if got := headerName(tc.in); got != tc.want {
+			t.Errorf("headerName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestSkipIsExact: a path in Skip is left out by itself, not what is below
+// it: a file beside the skipped ones, in a skipped directory both sides
+// have or in one only B has, is listed.
+func TestSkipIsExact(t *testing.T) {
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	write(t, lower, "run/shard/fork", "image\n")
+	write(t, a, "run/shard/fork", "a\n")
+	write(t, b, "run/shard/fork", "b\n")
+	write(t, b, "run/shard/hidden", "mine\n")
+	write(t, b, ".shard/x", "mine\n")
+	write(t, b, ".shard/shard", "agent\n")
+	write(t, b, "etc/hosts", "hosts\n")
+	skip := []string{"/.shard", "/.shard/shard", "/etc/hosts", "/run/shard", "/run/shard/fork"}
+	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: skip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range res.Changes {
+		got = append(got, c.Kind+" "+c.Path)
+	}
+	want := []string{"added /.shard/x", "added /etc", "added /run/shard/hidden"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || res.Added != 3 {
+		t.Errorf("changes (%d added):\n%s\nwant:\n%s", res.Added, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

@@ -28,9 +28,10 @@ type Node struct {
 	Name string `json:"name,omitempty"` // a sandbox's or snapshot's name; a checkpoint's tag
 	// State is a sandbox's state, or "removed"; "kept" or "removed" for
 	// the other kinds.
-	State   string    `json:"state"`
-	Removed bool      `json:"removed"`
-	At      time.Time `json:"at"`
+	State   string `json:"state"`
+	Removed bool   `json:"removed"`
+	// At is when it was made; a fork's, when it ran (after its checkpoint).
+	At time.Time `json:"at"`
 	// Via says how it came from its parent: fork, restore, environment,
 	// resume or snapshot for a sandbox; a checkpoint's kind (fork,
 	// checkpoint, environment); snapshot; environment.
@@ -38,6 +39,11 @@ type Node struct {
 	Image    string  `json:"image,omitempty"`
 	Provider string  `json:"provider,omitempty"`
 	Children []*Node `json:"children,omitempty"`
+	// RemovedSandboxes are the removed sandboxes that came straight from
+	// it and that Prune left out (nothing live is below them), without
+	// what was below them: why a kept checkpoint whose forks or restores
+	// were all removed is there.
+	RemovedSandboxes []*Node `json:"removed_sandboxes,omitempty"`
 
 	parent *Node
 	seq    int64
@@ -56,9 +62,9 @@ type key struct{ kind, id string }
 
 type builder struct {
 	nodes   map[key]*Node
-	session map[string]*Node  // a session's sandbox
-	named   map[string]string // a fork's id → its name, from its source's forked event
-	created []created         // sandboxes whose origin is linked last
+	session map[string]*Node       // a session's sandbox
+	forked  map[string]store.Event // a fork's id → its source's sandbox.forked event
+	created []created              // sandboxes whose origin is linked last
 }
 
 func (b *builder) node(kind, id string) *Node {
@@ -89,7 +95,7 @@ func (b *builder) link(child, parent *Node) {
 // Build makes the forest: every root (a node with no parent) with what
 // came from it. Removed nodes are in it; Prune leaves them out.
 func Build(in Input) []*Node {
-	b := &builder{nodes: map[key]*Node{}, session: map[string]*Node{}, named: map[string]string{}}
+	b := &builder{nodes: map[key]*Node{}, session: map[string]*Node{}, forked: map[string]store.Event{}}
 	for _, e := range in.Events {
 		b.event(e)
 	}
@@ -102,8 +108,19 @@ func Build(in Input) []*Node {
 		if n.Kind != KindSandbox {
 			continue
 		}
-		if nm := b.named[n.ID]; nm != "" && n.Removed {
-			n.Name = nm
+		var fk ledger.ForkedData
+		if e, ok := b.forked[n.ID]; ok && ledger.Decode(e, &fk) == nil {
+			if fk.Name != "" && n.Removed {
+				n.Name = fk.Name
+			}
+			// A fork's own sandbox.created is written before its source
+			// is frozen (its name is taken first), so before the
+			// checkpoint it came from: it came to be when it ran, which
+			// its source's sandbox.forked says.
+			n.At = e.At
+		}
+		if p := n.parent; n.Via == "fork" && p != nil && p.Kind == KindCheckpoint && n.At.Before(p.At) {
+			n.At = p.At // the source's session, and its forked event, are gone
 		}
 		if n.Name == "" {
 			n.Name = n.ID
@@ -160,10 +177,11 @@ func (b *builder) event(e store.Event) {
 		sn.Name, sn.At, sn.Via, sn.seq = d.Name, e.At, "snapshot", e.Seq
 		b.link(sn, b.node(KindSandbox, e.SandboxID))
 	case ledger.Forked:
-		// The source's record of a fork names it (its session may not).
+		// The source's record of a fork names it (its session may not),
+		// and says when it ran.
 		var d ledger.ForkedData
-		if ledger.Decode(e, &d) == nil && d.Fork != "" && d.Name != "" {
-			b.named[d.Fork] = d.Name
+		if ledger.Decode(e, &d) == nil && d.Fork != "" {
+			b.forked[d.Fork] = e
 		}
 	case ledger.Removed:
 		n := b.node(KindSandbox, e.SandboxID)
@@ -266,16 +284,33 @@ func sortNodes(ns []*Node) {
 }
 
 // Prune leaves out what is removed and has nothing live below it (a
-// removed node that something live came from stays, marked removed).
+// removed node that something live came from stays, marked removed). A
+// removed sandbox it leaves out is named in its parent's RemovedSandboxes.
 func Prune(ns []*Node) []*Node {
 	var out []*Node
 	for _, n := range ns {
-		n.Children = Prune(n.Children)
-		if !n.Removed || len(n.Children) > 0 {
+		if n.prune() {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// prune prunes what is below n and says whether n stays.
+func (n *Node) prune() bool {
+	var kept []*Node
+	for _, c := range n.Children {
+		switch {
+		case c.prune():
+			kept = append(kept, c)
+		case c.Kind == KindSandbox:
+			gone := *c
+			gone.Children, gone.RemovedSandboxes = nil, nil
+			n.RemovedSandboxes = append(n.RemovedSandboxes, &gone)
+		}
+	}
+	n.Children = kept
+	return !n.Removed || len(n.Children) > 0
 }
 
 // Find is the node of kind and id in the forest, or nil.

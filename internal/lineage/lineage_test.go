@@ -90,3 +90,85 @@ sandbox:loop(running) via fork
 		t.Fatalf("grand: %+v", g)
 	}
 }
+
+// TestForkTime: a fork's sandbox.created is written before its source is
+// frozen, so before its checkpoint's event; in the tree a fork is never
+// earlier than its checkpoint: it is when its source's sandbox.forked says
+// it ran, or, that event gone, its checkpoint's time.
+func TestForkTime(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forked bool // the source's sandbox.forked event is there
+		want   int64
+	}{
+		{"forked event", true, 4},
+		{"source's session swept", false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ev events
+			ev.add(ledger.Created, "base", "b1", ledger.CreatedData{Image: "busybox"})
+			ev.add(ledger.Created, "fork-base-f1", "f1", ledger.CreatedData{ForkedFrom: "b1", Checkpoint: "ck1"})
+			ev.add(ledger.CheckpointCreated, "base", "b1", ledger.CheckpointData{Checkpoint: "ck1", Kind: "fork"})
+			ev.add(ledger.Forked, "base", "b1", ledger.ForkedData{Fork: "f1", Name: "try", Checkpoint: "ck1"})
+			in := Input{Events: ev.out, Sandboxes: []*store.Sandbox{{ID: "b1", Name: "base"}, {ID: "f1", Name: "try"}}}
+			if !tc.forked {
+				in.Events = []store.Event{ev.out[1]} // only the fork's own
+				in.Checkpoints = []*store.Checkpoint{{ID: "ck1", Kind: "fork", SandboxID: "b1", CreatedAt: time.Unix(3, 0)}}
+			}
+			f := Find(Build(in), KindSandbox, "f1")
+			if f == nil || f.Parent() == nil || f.Parent().ID != "ck1" {
+				t.Fatalf("fork: %+v", f)
+			}
+			if ck := f.Parent(); f.At.Before(ck.At) || f.At.Unix() != tc.want {
+				t.Errorf("fork at %d, its checkpoint at %d; want the fork at %d", f.At.Unix(), ck.At.Unix(), tc.want)
+			}
+		})
+	}
+}
+
+// TestPruneNamesRemovedSandboxes: a kept checkpoint whose forks were
+// removed names them, so it is no unexplained leaf; with all they are its
+// children.
+func TestPruneNamesRemovedSandboxes(t *testing.T) {
+	var ev events
+	ev.add(ledger.Created, "base", "b1", ledger.CreatedData{Image: "busybox"})
+	ev.add(ledger.Created, "fork-base-f1", "f1", ledger.CreatedData{ForkedFrom: "b1", Checkpoint: "ck1"})
+	ev.add(ledger.Created, "fork-base-f2", "f2", ledger.CreatedData{ForkedFrom: "b1", Checkpoint: "ck1"})
+	ev.add(ledger.CheckpointCreated, "base", "b1", ledger.CheckpointData{Checkpoint: "ck1", Kind: "fork"})
+	ev.add(ledger.Forked, "base", "b1", ledger.ForkedData{Fork: "f1", Name: "try-1", Checkpoint: "ck1"})
+	ev.add(ledger.Forked, "base", "b1", ledger.ForkedData{Fork: "f2", Name: "try-2", Checkpoint: "ck1"})
+	ev.add(ledger.CheckpointCreated, "fork-base-f2", "f2", ledger.CheckpointData{Checkpoint: "ck2", Kind: "fork"})
+	ev.add(ledger.Created, "fork-try-2-g1", "g1", ledger.CreatedData{ForkedFrom: "f2", Checkpoint: "ck2"})
+	ev.add(ledger.Removed, "fork-try-2-g1", "g1", nil)
+	ev.add(ledger.Removed, "fork-base-f1", "f1", nil)
+	ev.add(ledger.Removed, "fork-base-f2", "f2", nil)
+	ev.add(ledger.Created, "restored", "r1", ledger.CreatedData{Checkpoint: "ck1", RestoredFrom: "ck1"})
+	ev.add(ledger.Removed, "restored", "r1", nil)
+	in := Input{
+		Events:      ev.out,
+		Sandboxes:   []*store.Sandbox{{ID: "b1", Name: "base", State: "running"}},
+		Checkpoints: []*store.Checkpoint{{ID: "ck1", Kind: "fork"}},
+	}
+	pruned := Prune(Build(in))
+	ck := Find(pruned, KindCheckpoint, "ck1")
+	if ck == nil || len(ck.Children) != 0 {
+		t.Fatalf("the kept checkpoint: %+v", ck)
+	}
+	var got []string
+	for _, g := range ck.RemovedSandboxes {
+		got = append(got, g.Name+" "+g.Via+" "+g.State)
+		if len(g.Children) != 0 || len(g.RemovedSandboxes) != 0 {
+			t.Errorf("%s carries what was below it: %+v", g.Name, g)
+		}
+	}
+	if want := "try-1 fork removed,try-2 fork removed,restored restore removed"; strings.Join(got, ",") != want {
+		t.Errorf("removed sandboxes of the checkpoint: %q, want %q", strings.Join(got, ","), want)
+	}
+	if b := Find(pruned, KindSandbox, "b1"); len(b.RemovedSandboxes) != 0 {
+		t.Errorf("the source names what its checkpoints did: %+v", b.RemovedSandboxes)
+	}
+	all := Find(Build(in), KindCheckpoint, "ck1")
+	if len(all.Children) != 3 || len(all.RemovedSandboxes) != 0 {
+		t.Errorf("all: the removed sandboxes are children: %d children, %d named", len(all.Children), len(all.RemovedSandboxes))
+	}
+}

@@ -5,19 +5,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/agent/proto"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/fsdiff"
 	"github.com/useshards/shard/internal/ledger"
+	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/store"
 )
 
-// serverPaths are what the server puts in every sandbox's files, left out
-// of diffs: the agent's mount point, the host files it binds over, and
-// /run/shard (each fork's own identity, different by design).
-var serverPaths = []string{"/.shard", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/shard"}
+// serverPaths are what the server itself puts in every sandbox's files,
+// left out of diffs by exact path: the agent's mount point and binary, the
+// host files it binds over, and the fork contract's file with its
+// directory (each fork's own identity, different by design). Anything else
+// under /.shard or /run/shard is the sandbox's own, and shows: it persists
+// across stop and start and reaches forks and snapshots like any file.
+var serverPaths = []string{oci.AgentDir, oci.AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", path.Dir(proto.ForkFile), proto.ForkFile}
 
 // DiffSide names one side of a diff.
 type DiffSide struct {

@@ -10,7 +10,8 @@ import (
 
 // Tree is the fork tree of the caller's project (lineage.Build): every
 // lineage, or with idOrName the one that sandbox is in. Without all,
-// what was removed and has nothing live below it is left out.
+// what was removed and has nothing live below it is left out (a removed
+// sandbox is named by what it came from: lineage.Prune).
 func (f *Files) Tree(ctx context.Context, idOrName string, all bool) ([]*lineage.Node, error) {
 	st := f.s.cfg.Store
 	var in lineage.Input

@@ -433,6 +433,23 @@ func TestConsole(t *testing.T) {
 	if _, err := e.c.Get(ctxT(t), fork); err == nil {
 		t.Error("the fork removed from the console is still there")
 	}
+
+	// A fork made and removed leaves its checkpoint, kept (the base's
+	// resume starts there): the node says which fork it was for.
+	lone, err := e.c.Fork(ctxT(t), sb.ID, client.ForkRequest{Name: "console-lone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Remove(ctxT(t), lone.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, "a kept checkpoint names its removed fork", 30*time.Second,
+		nav(ui+"tree/"+sb.ID),
+		until(`[...document.querySelectorAll('svg.lineage g.node[data-kind="checkpoint"]')].some(g =>
+			g.querySelector('text.sub').textContent === 'fork checkpoint · console-l… removed' &&
+			g.querySelector('title').textContent.includes('removed since: fork console-lone'))`),
+		screenshot(t, "tree-removed-fork"),
+	)
 	if errs := errs.list(); len(errs) > 0 {
 		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,9 +106,95 @@ func TestDiff(t *testing.T) {
 	wantCode(t, "a diff across images", err, 400, "different_images", "one image")
 }
 
+// TestDiffPatchApplies: a fork edits, adds and removes files whose names
+// have a space, a tab, a quote and a non-ASCII letter; what shard diff
+// --stat --patch prints (the counts, a blank line, the patches), applied by
+// GNU patch -p1 and by git apply to a copy of the source's files, gives the
+// fork's.
+func TestDiffPatchApplies(t *testing.T) {
+	e := need(t)
+	base := create(t, client.CreateRequest{Image: busybox, Name: "patch-base"})
+	execOK(t, base.ID, "sh", "-c", `mkdir -p /app && cd /app && printf '1\n' > 'my file' && printf 'q\n' > "$(printf 'tab\tq"')" &&
+		printf 'c\n' > "$(printf 'caf\303\251')" && printf 'gone\n' > 'rm me' && printf 'p\n' > plain`)
+	fork, err := e.c.Fork(ctxT(t), base.ID, client.ForkRequest{Name: "patch-fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.c.Remove(context.Background(), fork.ID, true) })
+	execOK(t, fork.ID, "sh", "-c", `cd /app && printf '2\n' > 'my file' && printf 'Q\n' > "$(printf 'tab\tq"')" &&
+		printf 'C\n' > "$(printf 'caf\303\251')" && rm 'rm me' && printf 'new\n' > 'new file'`)
+	patch, errOut, code := e.cli(t, "", "diff", "--stat", "--patch", fork.Name)
+	if code != 0 || !strings.Contains(patch, "1 added, 1 removed, 3 changed") || !strings.Contains(patch, " less)\n\n--- ") {
+		t.Fatalf("shard diff --stat --patch: exit %d %s\n%s", code, errOut, patch)
+	}
+	want := t.TempDir()
+	if _, errOut, code := e.cli(t, "", "cp", fork.Name+":/app", want); code != 0 {
+		t.Fatalf("shard cp: %s", errOut)
+	}
+	for _, tool := range [][]string{{"patch", "-p1", "--batch"}, {"git", "apply"}} {
+		dir := t.TempDir()
+		if _, errOut, code := e.cli(t, "", "cp", base.Name+":/app", dir); code != 0 {
+			t.Fatalf("shard cp: %s", errOut)
+		}
+		cmd := exec.Command(tool[0], tool[1:]...)
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(patch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s\nthe patch:\n%s", tool[0], err, out, patch)
+		}
+		if out, err := exec.Command("diff", "-r", filepath.Join(dir, "app"), filepath.Join(want, "app")).CombinedOutput(); err != nil {
+			t.Errorf("%s did not make the fork's files: %v\n%s\nthe patch:\n%s", tool[0], err, out, patch)
+		}
+	}
+}
+
+// TestDiffShowsFilesBesideTheServers: a file a sandbox keeps under
+// /run/shard (written inside) or /.shard (copied in while it is stopped,
+// where its running self cannot see it) is in its diff, stopped and
+// running; the files the server itself puts there are not.
+func TestDiffShowsFilesBesideTheServers(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "diff-hidden-" + prov})
+			execOK(t, sb.ID, "sh", "-c", "echo mine > /run/shard/hidden")
+			if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.WriteFile(ctxT(t), sb.ID, "/.shard/x", strings.NewReader("mine\n"), nil); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string) {
+				t.Helper()
+				d, err := e.c.Diff(ctxT(t), sb.ID, "", false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ch := changesOf(d)
+				for _, p := range []string{"/run/shard/hidden", "/.shard/x"} {
+					if ch[p].Kind != "added" {
+						t.Errorf("%s: %s is not in the diff: %+v", when, p, d.Changes)
+					}
+				}
+				for _, p := range []string{"/.shard", "/.shard/shard", "/run/shard", "/run/shard/fork", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
+					if c, ok := ch[p]; ok {
+						t.Errorf("%s: the server's own %s is in the diff: %+v", when, p, c)
+					}
+				}
+			}
+			check("stopped")
+			if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			check("running")
+		})
+	}
+}
+
 // TestTree: the lineage of a source, its forks, a fork of a fork, a
 // checkpoint and a restore from it; a removed fork leaves it unless --all,
-// where it keeps its name; the CLI draws it.
+// where it keeps its name, and is named by its checkpoint otherwise (a
+// kept checkpoint whose only fork was removed says so); a fork is never
+// earlier than its checkpoint; the CLI draws it.
 func TestTree(t *testing.T) {
 	e := need(t)
 	base := create(t, client.CreateRequest{Image: busybox, Name: "tree-base"})
@@ -134,6 +222,14 @@ func TestTree(t *testing.T) {
 	if err := e.c.Remove(ctxT(t), forks[1].ID, true); err != nil {
 		t.Fatal(err)
 	}
+	// tree-base's resume starts from this one's checkpoint: kept.
+	lone, err := e.c.Fork(ctxT(t), base.ID, client.ForkRequest{Name: "tree-lone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Remove(ctxT(t), lone.ID, true); err != nil {
+		t.Fatal(err)
+	}
 	roots, err := e.c.Tree(ctxT(t), deep.Name, false)
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +240,10 @@ func TestTree(t *testing.T) {
 	got := drawTree(roots[0], "")
 	// The first fork's checkpoint is gone (docs/saved.md): tree-base resumes
 	// from its later checkpoint, tree-1 from its own fork's, tree-2 was
-	// removed. The tree still shows where tree-1 came from.
-	want := "sandbox tree-base\n checkpoint fork (removed)\n  sandbox tree-1\n   checkpoint fork\n    sandbox tree-deep\n checkpoint checkpoint\n  sandbox tree-restored\n"
+	// removed. The tree still shows where tree-1 came from. tree-lone's
+	// checkpoint, kept, names it.
+	want := "sandbox tree-base\n checkpoint fork (removed) removed since: fork tree-2\n  sandbox tree-1\n   checkpoint fork\n    sandbox tree-deep\n" +
+		" checkpoint checkpoint\n  sandbox tree-restored\n checkpoint fork removed since: fork tree-lone\n"
 	if got != want {
 		t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
 	}
@@ -153,19 +251,33 @@ func TestTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := drawTree(all[0], ""); !strings.Contains(got, "sandbox tree-2 (removed)") {
+	if got := drawTree(all[0], ""); !strings.Contains(got, "sandbox tree-2 (removed)") || !strings.Contains(got, "sandbox tree-lone (removed)") || strings.Contains(got, "removed since") {
 		t.Fatalf("--all:\n%s", got)
 	}
+	forksAfterCheckpoints(t, all[0])
 	out, errOut, code := e.cli(t, "", "tree", deep.Name)
-	if code != 0 || !strings.Contains(out, "└─ tree-deep ("+deep.ID+") *") || !strings.Contains(out, "checkpoint "+ck.ID+" mark") {
+	if code != 0 || !strings.Contains(out, "└─ tree-deep ("+deep.ID+") *") || !strings.Contains(out, "checkpoint "+ck.ID+" mark") ||
+		!strings.Contains(out, "(removed since: fork tree-lone)") {
 		t.Fatalf("shard tree: exit %d %s\n%s", code, errOut, out)
 	}
 	_, err = e.c.Tree(ctxT(t), "no-such-sandbox", false)
 	wantCode(t, "the tree of no sandbox", err, 404, "sandbox_not_found", "no-such-sandbox")
 }
 
-// drawTree writes kind, name (a checkpoint's kind) and removed, one node a
-// line, indented by depth.
+// forksAfterCheckpoints checks that no fork below n is earlier than the
+// checkpoint it came from.
+func forksAfterCheckpoints(t *testing.T, n client.TreeNode) {
+	t.Helper()
+	for _, c := range n.Children {
+		if n.Kind == "checkpoint" && c.Via == "fork" && c.At.Before(n.At) {
+			t.Errorf("fork %s at %s, %s before its checkpoint %s", c.Name, c.At.Format(time.RFC3339Nano), n.At.Sub(c.At), n.ID)
+		}
+		forksAfterCheckpoints(t, c)
+	}
+}
+
+// drawTree writes kind, name (a checkpoint's kind), removed and the
+// removed sandboxes it names, one node a line, indented by depth.
 func drawTree(n client.TreeNode, indent string) string {
 	name := n.Name
 	if n.Kind == "checkpoint" {
@@ -174,6 +286,13 @@ func drawTree(n client.TreeNode, indent string) string {
 	s := indent + n.Kind + " " + name
 	if n.Removed {
 		s += " (removed)"
+	}
+	if len(n.RemovedSandboxes) > 0 {
+		var names []string
+		for _, g := range n.RemovedSandboxes {
+			names = append(names, g.Via+" "+g.Name)
+		}
+		s += " removed since: " + strings.Join(names, ", ")
 	}
 	s += "\n"
 	for _, c := range n.Children {

@@ -105,6 +105,16 @@ class TreeTest(Base):
         self.assertIs(root.find(FORK["id"]), ck.children[0])
         self.assertIsNone(root.find("nope"))
 
+    def test_removed_sandboxes_decoded(self) -> None:
+        # Without all, a kept checkpoint names the removed forks left out below it.
+        gone = node("sandbox", "333333333333", name="try-c", via="fork", state="removed", removed=True)
+        lone = node("sandbox", SB["id"], name="base", children=[node("checkpoint", "c0ffee000002", via="fork", removed_sandboxes=[gone])])
+        self.fake.route("GET", PATH + "/tree", body={"roots": [lone]})
+        (ck,) = self.sb.tree().children
+        self.assertEqual(ck.children, [])
+        self.assertEqual([(g.name, g.via, g.removed) for g in ck.removed_sandboxes], [("try-c", "fork", True)])
+        self.assertEqual(self.sb.tree().removed_sandboxes, [])
+
     def test_errors(self) -> None:
         self.fake.route("GET", "/sandboxes/nope/tree", status=404, body={"code": "sandbox_not_found", "message": "sandbox nope not found"})
         with self.assertRaises(ShardError) as cm:

@@ -539,7 +539,7 @@ export interface TreeNode {
   /** A sandbox's state, or "removed"; "kept" or "removed" for the other kinds. */
   state: SandboxState | "kept" | "removed" | string;
   removed: boolean;
-  /** When it was made (RFC 3339). */
+  /** When it was made (RFC 3339); a fork's, when it ran (after its checkpoint). */
   at: string;
   /**
    * How it came from its parent: "fork", "restore", "environment", "resume"
@@ -551,6 +551,13 @@ export interface TreeNode {
   provider?: string;
   /** What came from it, oldest first; absent when nothing did. */
   children?: TreeNode[];
+  /**
+   * Without `all`: the removed sandboxes that came straight from it and have
+   * nothing that exists below them, left out of `children` (each without
+   * what was below it). Why a kept checkpoint whose forks or restores were
+   * all removed is there.
+   */
+  removed_sandboxes?: TreeNode[];
 }
 
 /** The answer of GET /v0/tree and GET /v0/sandboxes/{id}/tree. */

@@ -11,15 +11,36 @@ import { Loaded, Section, Mono } from '../ui.jsx';
 const DX = 48; // between siblings: a label above each node, a line below
 const DY = 190; // between generations
 
+function cut(s, max) {
+  return s.length > max ? s.slice(0, max - 1) + '…' : s;
+}
+
 function label(n) {
-  const s = n.kind === 'checkpoint' ? n.name || n.id.slice(0, 8) : n.name || n.id;
-  return s.length > 22 ? s.slice(0, 21) + '…' : s;
+  return cut(n.kind === 'checkpoint' ? n.name || n.id.slice(0, 8) : n.name || n.id, 22);
+}
+
+// gone says which removed sandboxes came from n and are left out of the
+// tree (removed_sandboxes): why a kept checkpoint with nothing below it is
+// there. '' if none.
+function gone(n) {
+  const g = n.removed_sandboxes || [];
+  if (g.length === 0) return '';
+  return g.length === 1 ? `${cut(g[0].name || g[0].id, 10)} removed` : `${g.length} removed`;
 }
 
 function sub(n) {
-  if (n.kind === 'sandbox') return n.state;
-  if (n.kind === 'checkpoint') return n.via && n.via !== 'checkpoint' ? `${n.via} checkpoint` : 'checkpoint';
-  return n.kind + (n.removed ? ', removed' : '');
+  let s;
+  if (n.kind === 'sandbox') s = n.state;
+  else if (n.kind === 'checkpoint') s = n.via && n.via !== 'checkpoint' ? `${n.via} checkpoint` : 'checkpoint';
+  else s = n.kind + (n.removed ? ', removed' : '');
+  const g = gone(n);
+  return g ? `${s} · ${g}` : s;
+}
+
+// removedSince lists the removed sandboxes n names, for its tooltip.
+function removedSince(n) {
+  const g = n.removed_sandboxes || [];
+  return g.length ? '\nremoved since: ' + g.map((s) => `${s.via ? s.via + ' ' : ''}${s.name || s.id}`).join(', ') : '';
 }
 
 // target is where a click on a node goes.
@@ -103,7 +124,7 @@ function Lineage({ root }) {
             onKeyDown={(e) => (e.key === 'Enter' ? go() : null)}
           >
             <title>
-              {`${n.kind} ${n.name ? n.name + ' ' : ''}${n.id}\n${n.state}${n.via ? ', via ' + n.via : ''}\n${time(n.at)}${n.image ? '\n' + n.image : ''}${n.provider ? ' on ' + n.provider : ''}`}
+              {`${n.kind} ${n.name ? n.name + ' ' : ''}${n.id}\n${n.state}${n.via ? ', via ' + n.via : ''}\n${time(n.at)}${n.image ? '\n' + n.image : ''}${n.provider ? ' on ' + n.provider : ''}${removedSince(n)}`}
             </title>
             {/* The whole node answers a click, not only its shape and text. */}
             <rect class="hit" x="-10" y="-24" width={DY - 40} height="46" />

@@ -751,7 +751,10 @@ class TreeNode:
     ``via`` says how it came from its parent: ``fork``, ``restore``,
     ``environment``, ``resume`` or ``snapshot`` for a sandbox, a
     checkpoint's kind for a checkpoint; None on a root. ``children`` is what
-    came from it, oldest first.
+    came from it, oldest first. ``removed_sandboxes`` (in a tree asked for
+    without ``all``) are the removed sandboxes that came straight from it
+    and have nothing that exists below them, left out of ``children``: why
+    a kept checkpoint whose forks or restores were all removed is there.
     """
 
     kind: str
@@ -759,12 +762,13 @@ class TreeNode:
     state: str
     removed: bool
     at: Optional[datetime]
-    """When it was made."""
+    """When it was made; a fork's, when it ran (after its checkpoint)."""
     name: Optional[str] = None
     via: Optional[str] = None
     image: Optional[str] = None
     provider: Optional[str] = None
     children: List["TreeNode"] = field(default_factory=lambda: [])
+    removed_sandboxes: List["TreeNode"] = field(default_factory=lambda: [])
     raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
 
     def walk(self) -> Iterator["TreeNode"]:
@@ -794,6 +798,7 @@ class TreeNode:
             image=_opt_str(d, "image"),
             provider=_opt_str(d, "provider"),
             children=[TreeNode.from_json(c) for c in objects(d.get("children"))],
+            removed_sandboxes=[TreeNode.from_json(c) for c in objects(d.get("removed_sandboxes"))],
             raw=dict(d),
         )
 
