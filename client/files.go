@@ -109,7 +109,8 @@ func (c *Client) ReadFile(ctx context.Context, sandbox, path string) (io.ReadClo
 
 // ReadArchive streams a tar of path in a sandbox: a directory with what it
 // holds (or one file), its entries named from path's last element. With
-// followLink a symlink at path is archived as what it names.
+// followLink, or a path that ends in / or /., a symlink at path is
+// archived as what it names.
 func (c *Client) ReadArchive(ctx context.Context, sandbox, path string, followLink bool) (io.ReadCloser, *FileInfo, error) {
 	return c.read(ctx, sandbox, path, true, followLink)
 }

@@ -42,10 +42,11 @@ a tar stream on stdin (unpacked into the sandbox directory DEST) or stdout
                              in /. its contents go into DEST
     DEST is a file           an error
 
-A symlink in SRC is copied as a symlink; with -L a SRC that is a symlink is
-copied as what it names. Nothing from a sandbox lands outside DEST: entries
-that lead out are refused, device nodes are skipped and setuid bits removed
-(each said on stderr).
+A symlink in SRC is copied as a symlink; with -L, or a SRC that ends in / or
+/., a SRC that is a symlink is copied as what it names (a sandbox's resolved
+in the sandbox). Nothing from a sandbox lands outside DEST: entries that lead
+out are refused, device nodes are skipped and setuid bits removed (each said
+on stderr).
 
   shard cp ./app box:/srv/app
   shard cp box:/var/log/app.log .

@@ -279,3 +279,14 @@ func TestUnpackNothingThroughItsOwnSymlink(t *testing.T) {
 		t.Fatal("an entry went through the archive's own symlink, out of the destination")
 	}
 }
+
+func TestNamesDir(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/t/lnkdir/": true, "/t/lnkdir/.": true, "/t/lnkdir/./": true,
+		"/t/lnkdir": false, "/t/lnkdir/..": false, "/": false, "/t/x.": false,
+	} {
+		if got := NamesDir(p); got != want {
+			t.Errorf("NamesDir(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -352,10 +352,11 @@ func (f *Files) fileError(sb *store.Sandbox, res files.Result) error {
 	return errdefs.New(errdefs.KindFailed, code, "sandbox %s: %s", sb.Name, msg)
 }
 
-// StatFile describes a file of a sandbox (what a symlink names, with follow).
+// StatFile describes a file of a sandbox (what a symlink names, with
+// follow, or when path ends in / or /.).
 func (f *Files) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
 	args := []string{files.OpStat, path}
-	if follow {
+	if follow || files.NamesDir(path) {
 		args = append(args, "--follow")
 	}
 	_, res, err := f.ask(ctx, idOrName, "read", path, args)
@@ -435,8 +436,9 @@ func (f *FileStream) Close() error {
 }
 
 // ReadFiles starts a read of path in a sandbox: the file's bytes, or with
-// asTar a tar of it (a directory with what it holds). With follow a
-// symlink at path is read as what it names.
+// asTar a tar of it (a directory with what it holds). With follow, or a
+// path that ends in / or /., a symlink at path is read as what it names
+// (resolved in the sandbox, as every path is).
 func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*FileStream, error) {
 	if _, err := files.CheckPath(path); err != nil {
 		return nil, pathError(err)
@@ -445,7 +447,7 @@ func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, asTar, fol
 	if asTar {
 		args = append(args, "--tar")
 	}
-	if follow {
+	if follow || files.NamesDir(path) {
 		args = append(args, "--follow")
 	}
 	sb, h, err := f.helper(ctx, idOrName, "read", args, false)
