@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/useshards/shard/client"
 )
 
 // Extents are a sparse file's data regions, [offset, length] each, in order.
@@ -126,21 +128,15 @@ const block = 4096
 
 // Scan reads the regions ext of f and gives those of its blocks that hold
 // a byte other than zero: the data of a file whose file system reports its
-// holes as data. buf's length is how much is read at once (a multiple of
-// block). A file that shrank meanwhile ends where it ends.
+// holes as data. buf's length is how much is read at once. A file that
+// shrank meanwhile ends where it ends.
 func Scan(f *os.File, ext Extents, buf []byte) (Extents, error) {
 	var b builder
 	zero := make([]byte, block)
 	for _, x := range ext {
 		for off, end := x[0], x[0]+x[1]; off < end; {
 			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
-			for i := 0; i < n; {
-				k := min(n-i, block-int((off+int64(i))%block)) // to the next block's start
-				if !bytes.Equal(buf[i:i+k], zero[:k]) {
-					b.add(off+int64(i), int64(k))
-				}
-				i += k
-			}
+			dataRuns(buf[:n], off, zero, func(i, j int) { b.add(off+int64(i), int64(j-i)) })
 			off += int64(n)
 			if err == io.EOF || (err == nil && n == 0) {
 				break
@@ -152,6 +148,58 @@ func Scan(f *os.File, ext Extents, buf []byte) (Extents, error) {
 	}
 	return b.ext, nil
 }
+
+// dataRuns calls data(i, j) for each run p[i:j] that holds a byte other
+// than zero, p being at offset off of its file: what is left out are its
+// blocks of zeros (whole, or the part of one at p's ends). zero is a block
+// of zeros.
+func dataRuns(p []byte, off int64, zero []byte, data func(i, j int)) {
+	start := 0 // of the run of data so far
+	for i := 0; i < len(p); {
+		k := min(len(p)-i, block-int((off+int64(i))%block)) // to the next block's start
+		if bytes.Equal(p[i:i+k], zero[:k]) {
+			if start < i {
+				data(start, i)
+			}
+			start = i + k
+		}
+		i += k
+	}
+	if start < len(p) {
+		data(start, len(p))
+	}
+}
+
+// HoleWriter writes a new file from its start, leaving its blocks of
+// zeros holes: they are seeked past, never written, so what it writes is
+// the data, whatever the size.
+type HoleWriter struct {
+	f    *os.File
+	n    int64 // where the next write goes
+	zero []byte
+}
+
+// NewHoleWriter writes f, which is empty.
+func NewHoleWriter(f *os.File) *HoleWriter {
+	return &HoleWriter{f: f, zero: make([]byte, block)}
+}
+
+func (w *HoleWriter) Write(p []byte) (int, error) {
+	var err error
+	dataRuns(p, w.n, w.zero, func(i, j int) {
+		if err == nil {
+			_, err = w.f.WriteAt(p[i:j], w.n+int64(i))
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// Close sets the file's size to what was written (it may end in a hole).
+func (w *HoleWriter) Close() error { return w.f.Truncate(w.n) }
 
 // WriteExtents writes the extents' data, read in order from r, into f and
 // sets its size: what is not in an extent is a hole.
@@ -177,8 +225,8 @@ func ReadExtents(f *os.File, ext Extents, w io.Writer) error {
 // The PAX records of a sparse file's tar entry, whose data are its
 // extents' bytes in order: the file's size, and its extents (String).
 const (
-	RecordSize    = "SHARD.size"
-	RecordExtents = "SHARD.extents"
+	RecordSize    = client.SparseSizeRecord
+	RecordExtents = client.SparseExtentsRecord
 )
 
 // Header makes hdr the entry of a sparse file of size bytes whose data are

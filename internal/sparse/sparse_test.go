@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -148,6 +149,39 @@ func TestFromHeader(t *testing.T) {
 	} {
 		if _, _, _, err := FromHeader(&tar.Header{Name: name, Size: 3, PAXRecords: rec}); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestHoleWriter: what is written reads back the same, however the writes
+// fall; its blocks of zeros take no room.
+func TestHoleWriter(t *testing.T) {
+	const size = 8<<20 + 100 // ends inside a block of zeros
+	want := make([]byte, size)
+	copy(want[5000:], "data at 5000")
+	copy(want[3<<20:], bytes.Repeat([]byte("y"), 10000))
+	for _, chunk := range []int{1000, 4096, 1 << 20} {
+		f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := NewHoleWriter(f)
+		for p := want; len(p) > 0; p = p[min(chunk, len(p)):] {
+			if n, err := w.Write(p[:min(chunk, len(p))]); err != nil || n != min(chunk, len(p)) {
+				t.Fatalf("write: %d %v", n, err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(f.Name())
+		fi, _ := f.Stat()
+		f.Close()
+		if !bytes.Equal(got, want) {
+			t.Fatalf("chunks of %d: the file differs", chunk)
+		}
+		if room := fi.Sys().(*syscall.Stat_t).Blocks * 512; room > 64<<10 {
+			t.Errorf("chunks of %d: 16 KiB of data take %d bytes", chunk, room)
 		}
 	}
 }
