@@ -279,8 +279,8 @@ func (t *tarWriter) addData(f *os.File, hdr *tar.Header, ext sparse.Extents) err
 // sent whole. A file that takes less room on its disk than its size
 // (st_blocks) has holes, which SEEK_DATA finds; where they are not found so
 // (a file system that takes holes for data) or with readHoles (neither
-// says anything: inside gVisor), the file's blocks of zeros are found by
-// reading it, and are not sent.
+// says anything: inside gVisor) and a probe finds zeros, the file's blocks
+// of zeros are found by reading it, and are not sent.
 func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse.Extents, holes bool, err error) {
 	size := fi.Size()
 	alloc := size // not known: as a file without holes
@@ -289,6 +289,9 @@ func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse
 	}
 	switch {
 	case readHoles && size >= minReadHoles:
+		if worth, err := sparse.Probe(f, size, holeProbes); err != nil || !worth {
+			return nil, false, err
+		}
 		ext = sparse.Extents{{0, size}}
 	case alloc < size:
 		if ext, err = sparse.Find(f, size); err != nil {
@@ -309,3 +312,7 @@ func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse
 // minReadHoles is the least size of a file whose holes are found by
 // reading it: reading a small file twice costs more than its zeros.
 const minReadHoles = 1 << 20
+
+// holeProbes is how many blocks of a file are read to tell whether it is
+// worth reading all of it to find its holes (sparse.Probe).
+const holeProbes = 64

@@ -250,3 +250,20 @@ func TestReadHoles(t *testing.T) {
 		sameFile(t, filepath.Join(src, "zeros"), filepath.Join(dst, "top", "zeros"))
 	}
 }
+
+// TestReadHolesDense: a file without blocks of zeros is sent whole, read
+// once (its probes find no zeros).
+func TestReadHolesDense(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "dense")
+	body := make([]byte, 4<<20)
+	rand.Read(body)
+	os.WriteFile(src, body, 0o644)
+	var b bytes.Buffer
+	if err := WriteTar(&b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := tar.NewReader(&b).Next()
+	if _, _, isSparse, _ := sparse.FromHeader(hdr); err != nil || isSparse || hdr.Size != int64(len(body)) {
+		t.Fatalf("a dense file: %+v %v", hdr, err)
+	}
+}

@@ -3,6 +3,7 @@ package sparse
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -182,6 +183,32 @@ func TestHoleWriter(t *testing.T) {
 		}
 		if room := fi.Sys().(*syscall.Stat_t).Blocks * 512; room > 64<<10 {
 			t.Errorf("chunks of %d: 16 KiB of data take %d bytes", chunk, room)
+		}
+	}
+}
+
+// TestProbe: a file without blocks of zeros passes every probe; one of
+// which they are half (or all, or a hole) does not.
+func TestProbe(t *testing.T) {
+	dense := make([]byte, 4<<20)
+	rand.Read(dense)
+	half := bytes.Clone(dense)
+	for i := 0; i < len(half); i += 2 * block {
+		clear(half[i : i+block])
+	}
+	for name, tc := range map[string]struct {
+		data []byte
+		want bool
+	}{
+		"dense": {dense, false}, "half zeros": {half, true}, "all zeros": {make([]byte, 4<<20), true},
+	} {
+		p := filepath.Join(t.TempDir(), "f")
+		os.WriteFile(p, tc.data, 0o644)
+		f, _ := os.Open(p)
+		got, err := Probe(f, int64(len(tc.data)), 64)
+		f.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Probe = %v %v, want %v", name, got, err, tc.want)
 		}
 	}
 }
