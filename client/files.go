@@ -104,21 +104,46 @@ func (c *Client) RemoveFile(ctx context.Context, sandbox, path string, recursive
 // is followed). The caller closes the reader; a read that broke off ends
 // in an error, never in a clean io.EOF.
 func (c *Client) ReadFile(ctx context.Context, sandbox, path string) (io.ReadCloser, *FileInfo, error) {
-	return c.read(ctx, sandbox, path, false, false)
+	return c.read(ctx, sandbox, path, false, url.Values{})
 }
 
 // ReadArchive streams a tar of path in a sandbox: a directory with what it
 // holds (or one file), its entries named from path's last element. With
-// followLink a symlink at path is archived as what it names.
+// followLink, or a path that ends in / or /., a symlink at path is
+// archived as what it names.
 func (c *Client) ReadArchive(ctx context.Context, sandbox, path string, followLink bool) (io.ReadCloser, *FileInfo, error) {
-	return c.read(ctx, sandbox, path, true, followLink)
+	return c.read(ctx, sandbox, path, true, linkQuery(followLink))
 }
 
-func (c *Client) read(ctx context.Context, sandbox, path string, asTar, follow bool) (io.ReadCloser, *FileInfo, error) {
-	q := url.Values{"path": {path}}
+// ReadSparseArchive is ReadArchive with each file that has holes sent as
+// its data, which is what shard cp unpacks: the entry of such a file holds
+// the bytes of its data regions in order, and two PAX records say where
+// they go, SparseSizeRecord (the file's size) and SparseExtentsRecord (its
+// data regions, "offset:length" comma-separated, in order); the rest of
+// the file is holes. Other tar tools do not know these records. A running
+// sandbox started by an older shard sends every file whole.
+func (c *Client) ReadSparseArchive(ctx context.Context, sandbox, path string, followLink bool) (io.ReadCloser, *FileInfo, error) {
+	q := linkQuery(followLink)
+	q.Set("sparse", "true")
+	return c.read(ctx, sandbox, path, true, q)
+}
+
+// The PAX records of a sparse file's tar entry (ReadSparseArchive).
+const (
+	SparseSizeRecord    = "SHARD.size"
+	SparseExtentsRecord = "SHARD.extents"
+)
+
+func linkQuery(follow bool) url.Values {
+	q := url.Values{}
 	if follow {
 		q.Set("follow_link", "true")
 	}
+	return q
+}
+
+func (c *Client) read(ctx context.Context, sandbox, path string, asTar bool, q url.Values) (io.ReadCloser, *FileInfo, error) {
+	q.Set("path", path)
 	req, err := c.newRequest(ctx, "GET", filesPath(sandbox, "", q), nil)
 	if err != nil {
 		return nil, nil, err
@@ -145,6 +170,22 @@ func (c *Client) read(ctx context.Context, sandbox, path string, asTar, follow b
 // replacing a file there whole: nothing is written unless all of r
 // arrives. r is streamed, never held in memory.
 func (c *Client) WriteFile(ctx context.Context, sandbox, path string, r io.Reader, o *WriteFileOptions) (*WriteResult, error) {
+	return c.write(ctx, sandbox, fileQuery(path, o), r, "application/octet-stream")
+}
+
+// WriteSparseFile is WriteFile for a file sent as a tar of it: one regular
+// entry, which may be sparse (as ReadSparseArchive sends one), whose holes
+// stay holes. Only the entry's data is used: o gives the file's mode,
+// owner and time, as to WriteFile. A running sandbox started by an older
+// shard refuses it (CodeUnsupported): send the file whole there.
+func (c *Client) WriteSparseFile(ctx context.Context, sandbox, path string, r io.Reader, o *WriteFileOptions) (*WriteResult, error) {
+	q := fileQuery(path, o)
+	q.Set("sparse", "true")
+	return c.write(ctx, sandbox, q, r, "application/octet-stream")
+}
+
+// fileQuery is the query of a file's write.
+func fileQuery(path string, o *WriteFileOptions) url.Values {
 	q := url.Values{"path": {path}}
 	if o != nil {
 		if o.Mode != nil {
@@ -163,7 +204,7 @@ func (c *Client) WriteFile(ctx context.Context, sandbox, path string, r io.Reade
 			q.Set("parents", "true")
 		}
 	}
-	return c.write(ctx, sandbox, q, r, "application/octet-stream")
+	return q
 }
 
 // WriteArchive unpacks the tar r into the directory dir of a sandbox (made
@@ -172,6 +213,14 @@ func (c *Client) WriteFile(ctx context.Context, sandbox, path string, r io.Reade
 // setuid bits removed (said in the result's Notes).
 func (c *Client) WriteArchive(ctx context.Context, sandbox, dir string, r io.Reader) (*WriteResult, error) {
 	return c.write(ctx, sandbox, url.Values{"path": {dir}}, r, TarMediaType)
+}
+
+// WriteSparseArchive is WriteArchive for a tar that may hold sparse
+// entries (as ReadSparseArchive sends them), whose holes stay holes. A
+// running sandbox started by an older shard refuses it (CodeUnsupported):
+// send the tar with whole files there.
+func (c *Client) WriteSparseArchive(ctx context.Context, sandbox, dir string, r io.Reader) (*WriteResult, error) {
+	return c.write(ctx, sandbox, url.Values{"path": {dir}, "sparse": {"true"}}, r, TarMediaType)
 }
 
 func (c *Client) write(ctx context.Context, sandbox string, q url.Values, r io.Reader, ctype string) (*WriteResult, error) {

@@ -42,10 +42,13 @@ a tar stream on stdin (unpacked into the sandbox directory DEST) or stdout
                              in /. its contents go into DEST
     DEST is a file           an error
 
-A symlink in SRC is copied as a symlink; with -L a SRC that is a symlink is
-copied as what it names. Nothing from a sandbox lands outside DEST: entries
-that lead out are refused, device nodes are skipped and setuid bits removed
-(each said on stderr).
+A symlink in SRC is copied as a symlink; with -L, or a SRC that ends in / or
+/., a SRC that is a symlink is copied as what it names (a sandbox's resolved
+in the sandbox). Nothing from a sandbox lands outside DEST: entries that lead
+out are refused, device nodes are skipped and setuid bits removed (each said
+on stderr). A sparse file's holes are not sent and stay holes, both ways; out
+of a sandbox, blocks of zeros are written as holes too, so a copy takes here
+no more than the data it carries (a tar on stdout has whole files).
 
   shard cp ./app box:/srv/app
   shard cp box:/var/log/app.log .
@@ -106,9 +109,17 @@ func printNotes(notes []string) {
 	}
 }
 
-// copyOut copies srcPath of sandbox sb to the local dst.
+// copyOut copies srcPath of sandbox sb to the local dst. Its files that
+// have holes come as their data and are written with the same holes, and
+// blocks of zeros of those sent whole are left holes: what the copy writes
+// here is the data it carries, whatever size the sandbox claims. A tar on
+// stdout, for other tools, has whole files.
 func copyOut(ctx context.Context, c *client.Client, sb, srcPath, dst string, follow bool) error {
-	rc, info, err := c.ReadArchive(ctx, sb, srcPath, follow)
+	read := c.ReadSparseArchive
+	if dst == "-" {
+		read = c.ReadArchive
+	}
+	rc, info, err := read(ctx, sb, srcPath, follow)
 	if err != nil {
 		return err
 	}
@@ -153,6 +164,7 @@ func copyOut(ctx context.Context, c *client.Client, sb, srcPath, dst string, fol
 	res := files.Unpack(rc, into, files.UnpackOptions{
 		KeepOwner: os.Geteuid() == 0,
 		Rename:    renameTop(top, as),
+		Holes:     true,
 	})
 	printNotes(res.Notes)
 	if !res.OK {
@@ -276,19 +288,26 @@ func isNotFound(err error) bool {
 	return errors.As(err, &ce) && ce.Code == files.CodeNotFound
 }
 
-// writeOne copies one regular file, with its mode, owner and time.
+// writeOne copies one regular file, with its mode, owner and time; one
+// that has holes as its data (they stay holes in the sandbox).
 func writeOne(ctx context.Context, c *client.Client, sb, dstPath, src string, fi fs.FileInfo) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	mode := uint32(fi.Mode().Perm())
 	o := &client.WriteFileOptions{Mode: &mode, MTime: fi.ModTime()}
 	if uid, gid, ok := owner(fi); ok {
 		o.UID, o.GID = &uid, &gid
 	}
-	res, err := c.WriteFile(ctx, sb, dstPath, f, o)
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	holes := ok && st.Blocks*512 < fi.Size()
+	var res *client.WriteResult
+	var err error
+	if holes {
+		res, err = pipeTar(src, filepath.Base(src), files.TarOptions{Sparse: true}, func(r io.Reader) (*client.WriteResult, error) {
+			return c.WriteSparseFile(ctx, sb, dstPath, r, o)
+		})
+	}
+	if !holes || sentWhole(err) {
+		res, err = writeWhole(ctx, c, sb, dstPath, src, o)
+	}
 	if err != nil {
 		return err
 	}
@@ -296,18 +315,55 @@ func writeOne(ctx context.Context, c *client.Client, sb, dstPath, src string, fi
 	return nil
 }
 
+func writeWhole(ctx context.Context, c *client.Client, sb, dstPath, src string, o *client.WriteFileOptions) (*client.WriteResult, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return c.WriteFile(ctx, sb, dstPath, f, o)
+}
+
 // sendTar streams a tar of root (named name, or its contents) into the
-// sandbox directory dir.
+// sandbox directory dir, its files that have holes as their data.
 func sendTar(ctx context.Context, c *client.Client, sb, dir, root, name string, contents bool) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(files.WriteTar(pw, root, name, contents)) }()
-	res, err := c.WriteArchive(ctx, sb, dir, pr)
-	pr.CloseWithError(errors.New("the upload ended"))
+	o := files.TarOptions{ContentsOnly: contents, Sparse: true}
+	res, err := pipeTar(root, name, o, func(r io.Reader) (*client.WriteResult, error) {
+		return c.WriteSparseArchive(ctx, sb, dir, r)
+	})
+	if sentWhole(err) {
+		o.Sparse = false
+		res, err = pipeTar(root, name, o, func(r io.Reader) (*client.WriteResult, error) {
+			return c.WriteArchive(ctx, sb, dir, r)
+		})
+	}
 	if err != nil {
 		return err
 	}
 	printNotes(res.Notes)
 	return nil
+}
+
+// sentWhole reports a refusal of files sent as their data by a sandbox
+// whose files helper is an older shard's: they are sent again whole.
+func sentWhole(err error) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Code == client.CodeUnsupported
+}
+
+// pipeTar sends a tar of root (files.WriteTar) through send, which reads
+// it as it is written.
+func pipeTar(root, name string, o files.TarOptions, send func(io.Reader) (*client.WriteResult, error)) (*client.WriteResult, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pw.CloseWithError(files.WriteTar(pw, root, name, o))
+	}()
+	res, err := send(pr)
+	pr.CloseWithError(errors.New("the upload ended"))
+	<-done
+	return res, err
 }
 
 // owner is fi's numeric owner.

@@ -22,11 +22,11 @@ import (
 // sandbox's files. It speaks files' protocol on its stdio.
 func newFilesHelperCmd() *cobra.Command {
 	var (
-		root                        string
-		follow, asTar, parents, rec bool
-		mode                        string
-		uid, gid, limit             int
-		size, mtime                 int64
+		root                                           string
+		follow, asTar, parents, rec, sparse, readHoles bool
+		mode                                           string
+		uid, gid, limit                                int
+		size, mtime                                    int64
 	)
 	cmd := &cobra.Command{
 		Use:    files.HelperCommand + " stat|list|get|put|rm PATH",
@@ -61,14 +61,14 @@ func newFilesHelperCmd() *cobra.Command {
 			case files.OpRemove:
 				return files.WriteResult(out, files.Remove(p, rec))
 			case files.OpGet:
-				if err := files.Get(out, p, asTar, follow); err != nil {
+				if err := files.Get(out, p, files.GetOptions{Tar: asTar, Follow: follow, Sparse: sparse, ReadHoles: readHoles}); err != nil {
 					out.Flush()
 					termsafe.Fprintln(os.Stderr, err)
 					os.Exit(2)
 				}
 				return nil
 			case files.OpPut:
-				o := files.PutOptions{Tar: asTar, Mode: -1, UID: uid, GID: gid, Size: size, Parents: parents}
+				o := files.PutOptions{Tar: asTar, Mode: -1, UID: uid, GID: gid, Size: size, Parents: parents, Sparse: sparse}
 				if mode != "" {
 					m, err := strconv.ParseUint(mode, 8, 32)
 					if err != nil || m > 0o7777 {
@@ -100,6 +100,8 @@ func newFilesHelperCmd() *cobra.Command {
 	f.BoolVar(&follow, "follow", false, "follow PATH when it is a symlink")
 	f.BoolVar(&asTar, "tar", false, "get: a tar of PATH; put: unpack a tar into the directory PATH")
 	f.BoolVar(&parents, "parents", false, "put: make missing parent directories")
+	f.BoolVar(&sparse, "sparse", false, "get: send a tar's files that have holes as their data; put: a file's input is a tar of it, which may be sparse")
+	f.BoolVar(&readHoles, "read-holes", false, "get --sparse: find holes by reading files (where the file system does not say where they are)")
 	f.BoolVar(&rec, "recursive", false, "rm: a directory with what it holds")
 	f.StringVar(&mode, "mode", "", "put: the file's mode (octal)")
 	f.IntVar(&uid, "uid", -1, "put: the file's owner")

@@ -106,7 +106,7 @@ type LedgerReader interface {
 // FileService is what the files handlers use of sandboxes' files
 // (sandbox.Files).
 type FileService interface {
-	ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*sandbox.FileStream, error)
+	ReadFiles(ctx context.Context, idOrName, path string, o files.GetOptions) (*sandbox.FileStream, error)
 	WriteFiles(ctx context.Context, idOrName, path string, body io.Reader, o sandbox.WriteOptions) (*sandbox.WriteResult, error)
 	StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error)
 	ListFiles(ctx context.Context, idOrName, path string, limit int) (entries []files.Info, truncated bool, err error)

@@ -42,17 +42,16 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	follow, err := boolQuery(r, "follow_link")
+	o, err := readOptions(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	asTar := acceptsMedia(r, TarMediaType)
 	if err := s.mayReadContents(r, r.PathValue("id")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	st, err := s.Files.ReadFiles(r.Context(), r.PathValue("id"), p, asTar, follow)
+	st, err := s.Files.ReadFiles(r.Context(), r.PathValue("id"), p, o)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -62,7 +61,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set(FileStatHeader, base64.StdEncoding.EncodeToString(info))
 	h.Set("Last-Modified", st.Info.MTime.UTC().Format(http.TimeFormat))
-	if asTar {
+	if o.Tar {
 		h.Set("Content-Type", TarMediaType)
 	} else {
 		h.Set("Content-Type", "application/octet-stream")
@@ -85,6 +84,22 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		// learns the bytes are not whole (a tar has no length to check).
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// readOptions reads what a read asks for: a tar (by its Accept), a
+// symlink followed, sparse files as their data.
+func readOptions(r *http.Request) (o files.GetOptions, err error) {
+	o.Tar = acceptsMedia(r, TarMediaType)
+	if o.Follow, err = boolQuery(r, "follow_link"); err != nil {
+		return o, err
+	}
+	if o.Sparse, err = boolQuery(r, "sparse"); err != nil {
+		return o, err
+	}
+	if o.Sparse && !o.Tar {
+		return o, errdefs.Invalid("sparse=true is for a tar: ask for one (Accept: %s)", TarMediaType)
+	}
+	return o, nil
 }
 
 // acceptsMedia reports whether the request's Accept names typ.
@@ -148,11 +163,14 @@ func (s *Server) writeFiles(r *http.Request) (any, int, error) {
 	if o.Parents, err = boolQuery(r, "parents"); err != nil {
 		return nil, 0, err
 	}
+	if o.Sparse, err = boolQuery(r, "sparse"); err != nil {
+		return nil, 0, err
+	}
 	if o.Tar && (o.Mode >= 0 || o.UID >= 0 || o.GID >= 0 || !o.MTime.IsZero()) {
 		return nil, 0, errdefs.Invalid("mode, uid, gid and mtime are a file's: a tar's entries carry their own")
 	}
-	if o.Tar {
-		o.Size = -1
+	if o.Tar || o.Sparse {
+		o.Size = -1 // a tar's length, not a file's (a sparse file's body is a tar of it)
 	}
 	res, err := s.Files.WriteFiles(r.Context(), r.PathValue("id"), p, r.Body, o)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 type fakeFiles struct {
 	calls []string // "verb sandbox path"
 	write sandbox.WriteOptions
+	read  files.GetOptions
 	body  string
 	limit int
 	flag  bool // follow (stat) or recursive (remove)
@@ -31,8 +32,9 @@ type fakeFiles struct {
 
 func (f *fakeFiles) call(verb, id, path string) { f.calls = append(f.calls, verb+" "+id+" "+path) }
 
-func (f *fakeFiles) ReadFiles(_ context.Context, id, path string, _, _ bool) (*sandbox.FileStream, error) {
+func (f *fakeFiles) ReadFiles(_ context.Context, id, path string, o files.GetOptions) (*sandbox.FileStream, error) {
 	f.call("read", id, path)
+	f.read = o
 	return nil, f.err
 }
 
@@ -119,6 +121,31 @@ func TestFileHandlers(t *testing.T) {
 			t.Fatalf("the service got %+v, want %+v", f.write, want)
 		}
 	})
+	t.Run("sparse", func(t *testing.T) {
+		f := &fakeFiles{}
+		// A file sent as a tar of it: its body is not its length, and the
+		// file's attributes are the query's.
+		if w := do(t, f, writer, http.MethodPut, "/v0/sandboxes/web/files?path=/app/disk.img&sparse=true&mode=600", "", "tar"); w.Code != 200 {
+			t.Fatalf("sparse write: %d %s", w.Code, w.Body)
+		}
+		if want := (sandbox.WriteOptions{Sparse: true, Mode: 0o600, UID: -1, GID: -1, Size: -1}); f.write != want {
+			t.Fatalf("the service got %+v, want %+v", f.write, want)
+		}
+		if w := do(t, f, writer, http.MethodPut, "/v0/sandboxes/web/files?path=/app&sparse=true", TarMediaType, "tar"); w.Code != 200 {
+			t.Fatalf("sparse tar write: %d %s", w.Code, w.Body)
+		}
+		if want := (sandbox.WriteOptions{Tar: true, Sparse: true, Mode: -1, UID: -1, GID: -1, Size: -1}); f.write != want {
+			t.Fatalf("the service got %+v, want %+v", f.write, want)
+		}
+		f.err = errdefs.NotFound(files.CodeNotFound, "sandbox web: /app: no such file")
+		r := httptest.NewRequest(http.MethodGet, "/v0/sandboxes/web/files?path=/app/&sparse=true", nil)
+		r.Header.Set("Accept", TarMediaType)
+		rw := &auth.Principal{Name: "rw", Scopes: []string{auth.SandboxRead, auth.SandboxWrite}, Project: "default"}
+		(&Server{Log: slog.New(slog.DiscardHandler), Files: f}).Handler().ServeHTTP(httptest.NewRecorder(), r.WithContext(auth.WithPrincipal(r.Context(), rw)))
+		if want := (files.GetOptions{Tar: true, Sparse: true}); f.read != want {
+			t.Fatalf("the service got %+v, want %+v", f.read, want)
+		}
+	})
 	// Refused before the service is asked anything.
 	for _, tt := range []struct {
 		name, method, uri, ctype string
@@ -132,6 +159,8 @@ func TestFileHandlers(t *testing.T) {
 		{"uid past the range", http.MethodPut, "/v0/sandboxes/web/files?path=/a&uid=-2", "", writer, 400, client.CodeInvalidArgument},
 		{"write without sandbox:write", http.MethodPut, "/v0/sandboxes/web/files?path=/a", "", reader, 403, client.CodeMissingScope},
 		{"list limit 0", http.MethodGet, "/v0/sandboxes/web/files/list?path=/&limit=0", "", reader, 400, client.CodeInvalidArgument},
+		{"sparse without a tar", http.MethodGet, "/v0/sandboxes/web/files?path=/a&sparse=true", "", reader, 400, client.CodeInvalidArgument},
+		{"sparse=maybe", http.MethodPut, "/v0/sandboxes/web/files?path=/a&sparse=maybe", "", writer, 400, client.CodeInvalidArgument},
 		{"stat follow_link=maybe", http.MethodGet, "/v0/sandboxes/web/files/stat?path=/&follow_link=maybe", "", reader, 400, client.CodeInvalidArgument},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

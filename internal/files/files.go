@@ -154,6 +154,13 @@ func CheckPath(p string) (string, error) {
 	return path.Clean(p), nil
 }
 
+// NamesDir reports a path written as a directory, ending in / or /.: as
+// the kernel resolves such a path (and as docker cp copies it), a symlink
+// there is taken as the directory it leads to.
+func NamesDir(p string) bool {
+	return len(p) > 1 && (strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/."))
+}
+
 // infoOf describes fi, found at p.
 func infoOf(p string, fi fs.FileInfo) Info {
 	in := Info{Name: fi.Name(), Path: p, Size: fi.Size(), Mode: unixMode(fi.Mode()), MTime: fi.ModTime().UTC()}

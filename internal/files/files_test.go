@@ -122,7 +122,7 @@ func TestUnpackRename(t *testing.T) {
 	os.Symlink("sub/f", filepath.Join(src, "top", "l"))
 	os.Link(filepath.Join(src, "top", "sub", "f"), filepath.Join(src, "top", "hl"))
 	var b bytes.Buffer
-	if err := WriteTar(&b, filepath.Join(src, "top"), "top", false); err != nil {
+	if err := WriteTar(&b, filepath.Join(src, "top"), "top", TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
@@ -229,7 +229,7 @@ func TestPathsAndErrors(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := Get(&b, dir, false, false); err != nil {
+	if err := Get(&b, dir, GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := ReadResult(bufio.NewReader(&b)); err != nil || res.Code != CodeIsDir {
@@ -277,5 +277,16 @@ func TestUnpackNothingThroughItsOwnSymlink(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(into, "pwned")); err == nil {
 		t.Fatal("an entry went through the archive's own symlink, out of the destination")
+	}
+}
+
+func TestNamesDir(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/t/lnkdir/": true, "/t/lnkdir/.": true, "/t/lnkdir/./": true,
+		"/t/lnkdir": false, "/t/lnkdir/..": false, "/": false, "/t/x.": false,
+	} {
+		if got := NamesDir(p); got != want {
+			t.Errorf("NamesDir(%q) = %v, want %v", p, got, want)
+		}
 	}
 }

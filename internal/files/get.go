@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/useshards/shard/internal/sparse"
 )
 
 func sortInfos(in []Info) {
@@ -22,21 +24,30 @@ func sortInfos(in []Info) {
 // few trips through a gVisor Sentry, and a bounded amount in flight.
 const copyBuf = 1 << 20
 
+// GetOptions say what Get writes.
+type GetOptions struct {
+	Tar    bool // a tar of the path, not a file's bytes
+	Follow bool // a tar's path that is a symlink is archived as what it names
+	Sparse bool // a tar's files that have holes are sent as their data (TarOptions)
+	// ReadHoles finds a tar's files' holes by reading them (TarOptions).
+	ReadHoles bool
+}
+
 // Get writes to w the Result line, then the bytes of file p (following
-// symlinks, as cat does) or, with asTar, a tar of p: a directory with all
+// symlinks, as cat does) or, with o.Tar, a tar of p: a directory with all
 // it holds, named from p's last element. A symlink is archived as one,
-// except p itself with follow. A failure before the first byte is a failed
-// Result (and Get returns nil); the error it returns is one that came after
-// the bytes began, or a write to w that failed.
-func Get(w io.Writer, p string, asTar, follow bool) error {
+// except p itself with o.Follow. A failure before the first byte is a
+// failed Result (and Get returns nil); the error it returns is one that
+// came after the bytes began, or a write to w that failed.
+func Get(w io.Writer, p string, o GetOptions) error {
 	p, err := CheckPath(p)
 	if err != nil {
 		return WriteResult(w, Failed(err))
 	}
-	if !asTar {
+	if !o.Tar {
 		return getFile(w, p)
 	}
-	return getTar(w, p, follow)
+	return getTar(w, p, o)
 }
 
 func getFile(w io.Writer, p string) error {
@@ -77,9 +88,9 @@ func getFile(w io.Writer, p string) error {
 	return err
 }
 
-func getTar(w io.Writer, p string, follow bool) error {
+func getTar(w io.Writer, p string, o GetOptions) error {
 	fi, err := os.Lstat(p)
-	if err == nil && follow && fi.Mode()&fs.ModeSymlink != 0 {
+	if err == nil && o.Follow && fi.Mode()&fs.ModeSymlink != 0 {
 		fi, err = os.Stat(p)
 	}
 	if err != nil {
@@ -92,7 +103,7 @@ func getTar(w io.Writer, p string, follow bool) error {
 	// With follow the walk starts where p leads, and its entries are
 	// named from p.
 	root := p
-	if follow {
+	if o.Follow {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			root = r
 		}
@@ -101,19 +112,33 @@ func getTar(w io.Writer, p string, follow bool) error {
 	if p == "/" {
 		base = "."
 	}
-	return WriteTar(w, root, base, false)
+	return WriteTar(w, root, base, TarOptions{Sparse: o.Sparse, ReadHoles: o.ReadHoles})
+}
+
+// TarOptions say how WriteTar archives.
+type TarOptions struct {
+	// ContentsOnly leaves root itself out: what it holds is named from
+	// "." (a copy of its contents).
+	ContentsOnly bool
+	// Sparse sends a file that has holes as its data, in the sparse form
+	// of package sparse, which only shard unpacks (Unpack): its holes are
+	// neither read nor sent, and stay holes where it is unpacked.
+	Sparse bool
+	// ReadHoles finds the holes of a sparse file by reading it, where
+	// neither SEEK_DATA nor st_blocks say where they are (inside gVisor):
+	// blocks of zeros are holes then.
+	ReadHoles bool
 }
 
 // WriteTar writes a tar of root (a directory with all it holds, or one
-// file; a symlink as one) to w, its entries named from base; with
-// contentsOnly, root itself is left out and what it holds is named from
-// "." (a copy of its contents). Owners are numeric only; a file that has
-// several links is archived once, the others as hard links to it.
-func WriteTar(w io.Writer, root, base string, contentsOnly bool) error {
-	if contentsOnly {
+// file; a symlink as one) to w, its entries named from base. Owners are
+// numeric only; a file that has several links is archived once, the
+// others as hard links to it.
+func WriteTar(w io.Writer, root, base string, o TarOptions) error {
+	if o.ContentsOnly {
 		base = "."
 	}
-	tw := &tarWriter{tw: tar.NewWriter(w), links: map[fileKey]string{}, buf: make([]byte, copyBuf)}
+	tw := &tarWriter{tw: tar.NewWriter(w), links: map[fileKey]string{}, buf: make([]byte, copyBuf), opts: o}
 	err := filepath.WalkDir(root, func(fp string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && fp != root {
@@ -121,7 +146,7 @@ func WriteTar(w io.Writer, root, base string, contentsOnly bool) error {
 			}
 			return err
 		}
-		if contentsOnly && fp == root {
+		if o.ContentsOnly && fp == root {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, fp)
@@ -165,6 +190,7 @@ type tarWriter struct {
 	tw    *tar.Writer
 	links map[fileKey]string // a file with more than one link: its first name
 	buf   []byte
+	opts  TarOptions
 }
 
 func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
@@ -207,23 +233,86 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 		return err
 	}
 	defer f.Close()
-	if err := t.tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	n, err := copyFull(t.tw, io.LimitReader(f, hdr.Size), t.buf)
-	if err != nil {
-		return err
-	}
-	// A file that shrank while it was read is padded with zeros: the
-	// header promised its size.
-	for n < hdr.Size {
-		k := min(int64(len(t.buf)), hdr.Size-n)
-		clear(t.buf[:k])
-		m, err := t.tw.Write(t.buf[:k])
+	if t.opts.Sparse {
+		ext, holes, err := holesOf(f, fi, t.buf, t.opts.ReadHoles)
 		if err != nil {
 			return err
 		}
-		n += int64(m)
+		if holes {
+			return t.addData(f, hdr, ext)
+		}
+	}
+	return t.addData(f, hdr, sparse.Extents{{0, hdr.Size}})
+}
+
+// addData writes the entry of a regular file whose data are ext: all of it
+// (one extent from 0 to its size), or with holes between them, as sparse
+// records say.
+func (t *tarWriter) addData(f *os.File, hdr *tar.Header, ext sparse.Extents) error {
+	if len(ext) != 1 || ext[0] != [2]int64{0, hdr.Size} {
+		sparse.Header(hdr, hdr.Size, ext)
+	}
+	if err := t.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	for _, x := range ext {
+		n, err := copyFull(t.tw, io.NewSectionReader(f, x[0], x[1]), t.buf)
+		if err != nil {
+			return err
+		}
+		// A file that shrank while it was read is padded with zeros: the
+		// header promised its data.
+		for n < x[1] {
+			k := min(int64(len(t.buf)), x[1]-n)
+			clear(t.buf[:k])
+			m, err := t.tw.Write(t.buf[:k])
+			if err != nil {
+				return err
+			}
+			n += int64(m)
+		}
 	}
 	return nil
 }
+
+// holesOf finds the data of a file that has holes; holes is false for one
+// sent whole. A file that takes less room on its disk than its size
+// (st_blocks) has holes, which SEEK_DATA finds; where they are not found so
+// (a file system that takes holes for data) or with readHoles (neither
+// says anything: inside gVisor) and a probe finds zeros, the file's blocks
+// of zeros are found by reading it, and are not sent.
+func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse.Extents, holes bool, err error) {
+	size := fi.Size()
+	alloc := size // not known: as a file without holes
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		alloc = st.Blocks * 512
+	}
+	switch {
+	case readHoles && size >= minReadHoles:
+		if worth, err := sparse.Probe(f, size, holeProbes); err != nil || !worth {
+			return nil, false, err
+		}
+		ext = sparse.Extents{{0, size}}
+	case alloc < size:
+		if ext, err = sparse.Find(f, size); err != nil {
+			ext = sparse.Extents{{0, size}} // no SEEK_DATA here
+		}
+		if ext.Bytes() <= alloc {
+			return ext, true, nil
+		}
+	default:
+		return nil, false, nil
+	}
+	if ext, err = sparse.Scan(f, ext, buf); err != nil {
+		return nil, false, err
+	}
+	return ext, len(ext) != 1 || ext[0] != [2]int64{0, size}, nil
+}
+
+// minReadHoles is the least size of a file whose holes are found by
+// reading it: reading a small file twice costs more than its zeros.
+const minReadHoles = 1 << 20
+
+// holeProbes is how many blocks of a file are read to tell whether it is
+// worth reading all of it to find its holes (sparse.Probe).
+const holeProbes = 64

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/useshards/shard/internal/sparse"
 )
 
 // PutOptions say how Put writes.
@@ -24,6 +26,10 @@ type PutOptions struct {
 	MTime   time.Time // a file's modification time; zero: now
 	Size    int64     // the input's length when known (-1): a shorter input writes nothing
 	Parents bool      // make a file's missing parent directories
+	// Sparse: the input of a file is a tar of it, one entry, which may be
+	// sparse (package sparse): its holes stay holes. Only the entry's
+	// data is used; the file's mode, owner and time are as without.
+	Sparse bool
 }
 
 // maxNotes bounds the notes a Result carries.
@@ -105,7 +111,7 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 			os.Remove(tmp.Name())
 		}
 	}()
-	n, err := copyFull(tmp, r, make([]byte, copyBuf))
+	n, err := putBody(tmp, r, o.Sparse)
 	if err != nil {
 		return Failed(writeErr(p, n, err))
 	}
@@ -134,6 +140,47 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 	}
 	done = true
 	return Result{OK: true, Bytes: n, Files: 1}
+}
+
+// putBody writes the upload r into the new file f: its bytes, or with
+// tarOfOne the data of the one file the tar r holds, its holes kept.
+func putBody(f *os.File, r io.Reader, tarOfOne bool) (int64, error) {
+	buf := make([]byte, copyBuf)
+	if !tarOfOne {
+		return copyFull(f, r, buf)
+	}
+	tr := tar.NewReader(r)
+	hdr, err := tr.Next()
+	if err != nil {
+		return 0, archiveErr(err, "it holds no file")
+	}
+	if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != '\x00' {
+		return 0, fail(CodeBadArchive, "a sparse upload is a tar of one regular file: its entry %q is not one", hdr.Name)
+	}
+	n, err := writeData(f, hdr, tr, buf, false)
+	if err != nil {
+		return n, archiveErr(err, "it ends inside the file")
+	}
+	if _, err := tr.Next(); err != io.EOF {
+		return n, archiveErr(err, "it holds more than one file")
+	}
+	// Whatever follows the archive's end (padding) is read, so the sender
+	// is not left blocked.
+	io.Copy(io.Discard, r)
+	return n, nil
+}
+
+// archiveErr is why a sparse upload's tar is refused: a failure with its
+// code as it is (a cut upload, a full disk), else a bad archive.
+func archiveErr(err error, why string) error {
+	var fe *Error
+	if errors.As(err, &fe) || isErrno(err) {
+		return err
+	}
+	if err != nil && err != io.EOF {
+		why = err.Error()
+	}
+	return fail(CodeBadArchive, "a sparse upload is a tar of one regular file: %s", why)
 }
 
 // putAttrs is the mode and owner the file at target gets: those of the
@@ -250,6 +297,10 @@ type UnpackOptions struct {
 	// KeepOwner gives entries the owner the archive says (as root);
 	// otherwise they belong to whoever unpacks.
 	KeepOwner bool
+	// Holes leaves the blocks of zeros of a file sent whole holes, as a
+	// sparse entry's are: what is written is the data the archive
+	// carries, never more, whatever the sender (a sandbox) did.
+	Holes bool
 }
 
 // Unpack unpacks the tar r into the directory dest, which must exist.
@@ -416,7 +467,7 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 	if err != nil {
 		return u.entryErr(hdr, err)
 	}
-	n, err := copyFull(f, tr, u.buf)
+	n, err := writeData(f, hdr, tr, u.buf, u.opts.Holes)
 	cerr := f.Close()
 	if err == nil {
 		err = cerr
@@ -441,6 +492,39 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 		u.root.Chtimes(name, time.Time{}, hdr.ModTime)
 	}
 	return nil
+}
+
+// writeData writes an entry's data into f, a new file: a sparse entry's
+// extents where its records say, the rest left holes (package sparse), or
+// else all of it (its blocks of zeros left holes too, with holes); n is
+// the bytes written, then the file's size. What is written is the data the
+// archive carries, whatever size it claims.
+func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool) (n int64, err error) {
+	size, ext, ok, err := sparse.FromHeader(hdr)
+	if err != nil {
+		return 0, fail(CodeBadArchive, "entry %v", err)
+	}
+	if !ok && holes {
+		w := sparse.NewHoleWriter(f)
+		if n, err = copyFull(w, r, buf); err == nil {
+			err = w.Close()
+		}
+		return n, err
+	}
+	if !ok {
+		return copyFull(f, r, buf)
+	}
+	for _, x := range ext {
+		k, err := copyFull(io.NewOffsetWriter(f, x[0]), io.LimitReader(r, x[1]), buf)
+		n += k
+		if err == nil && k < x[1] {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return size, f.Truncate(size)
 }
 
 // symlink makes symlink name as written.

@@ -104,6 +104,14 @@ type Execer interface {
 	ExecCommand(id string, uid, gid int, dir string, argv []string) *exec.Cmd
 }
 
+// HoleHider is a provider whose running sandboxes do not see their files'
+// holes: inside gVisor's Sentry SEEK_DATA finds every byte data and
+// st_blocks says the size. What reads a sparse file there finds its holes
+// by reading it (files.GetOptions.ReadHoles).
+type HoleHider interface {
+	HidesHoles() bool
+}
+
 // PIDer is a provider that can name the host process whose end means the
 // sandbox ended, so the server can notice a sandbox that died on its own.
 type PIDer interface {

@@ -10,6 +10,7 @@ import (
 	"github.com/useshards/shard/internal/image"
 	"github.com/useshards/shard/internal/network"
 	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/sparse"
 )
 
 // What the service uses of its neighbours, each as small as the service's
@@ -41,7 +42,7 @@ type Storage interface {
 	RemoveSaved(key string) error
 	ListSaved() ([]string, error)
 	SavedPath(key string) string
-	Receive(key string, size int64, ext rootfs.Extents, r io.Reader) error // files another node sent
+	Receive(key string, size int64, ext sparse.Extents, r io.Reader) error // files another node sent
 	ImagePath(id string) string
 	Bound(id string) int64
 	SavedUsage(key string) int64

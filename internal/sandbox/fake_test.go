@@ -25,6 +25,7 @@ import (
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/sparse"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -364,7 +365,7 @@ func (s *fakeStorage) RemoveSaved(key string) error {
 }
 func (s *fakeStorage) ListSaved() ([]string, error) { return sortedKeys(&s.mu, s.saved), nil }
 func (s *fakeStorage) SavedPath(key string) string  { return "saved/" + key }
-func (s *fakeStorage) Receive(key string, _ int64, _ rootfs.Extents, r io.Reader) error {
+func (s *fakeStorage) Receive(key string, _ int64, _ sparse.Extents, r io.Reader) error {
 	io.Copy(io.Discard, r)
 	s.put(s.saved, key, true)
 	return nil

@@ -352,10 +352,11 @@ func (f *Files) fileError(sb *store.Sandbox, res files.Result) error {
 	return errdefs.New(errdefs.KindFailed, code, "sandbox %s: %s", sb.Name, msg)
 }
 
-// StatFile describes a file of a sandbox (what a symlink names, with follow).
+// StatFile describes a file of a sandbox (what a symlink names, with
+// follow, or when path ends in / or /.).
 func (f *Files) StatFile(ctx context.Context, idOrName, path string, follow bool) (*files.Info, error) {
 	args := []string{files.OpStat, path}
-	if follow {
+	if follow || files.NamesDir(path) {
 		args = append(args, "--follow")
 	}
 	_, res, err := f.ask(ctx, idOrName, "read", path, args)
@@ -435,18 +436,28 @@ func (f *FileStream) Close() error {
 }
 
 // ReadFiles starts a read of path in a sandbox: the file's bytes, or with
-// asTar a tar of it (a directory with what it holds). With follow a
-// symlink at path is read as what it names.
-func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, asTar, follow bool) (*FileStream, error) {
+// o.Tar a tar of it (a directory with what it holds). With o.Follow, or a
+// path that ends in / or /., a symlink at path is read as what it names
+// (resolved in the sandbox, as every path is). o.Sparse sends a tar's
+// files that have holes as their data (files.TarOptions), when the
+// sandbox's helper can (takesSparse); else they are sent whole.
+func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, o files.GetOptions) (*FileStream, error) {
 	if _, err := files.CheckPath(path); err != nil {
 		return nil, pathError(err)
 	}
 	args := []string{files.OpGet, path}
-	if asTar {
+	if o.Tar {
 		args = append(args, "--tar")
 	}
-	if follow {
+	if o.Follow || files.NamesDir(path) {
 		args = append(args, "--follow")
+	}
+	if o.Sparse && o.Tar {
+		extra, err := f.sparseArgs(ctx, idOrName)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, extra...)
 	}
 	sb, h, err := f.helper(ctx, idOrName, "read", args, false)
 	if err != nil {
@@ -464,6 +475,29 @@ func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, asTar, fol
 	return &FileStream{Info: *res.Info, sb: sb, h: h}, nil
 }
 
+// sparseArgs are the helper's arguments of a read of sparse files: none
+// for a helper that cannot (takesSparse), and holes found by reading in a
+// running sandbox whose files do not show them (provider.HoleHider).
+func (f *Files) sparseArgs(ctx context.Context, idOrName string) ([]string, error) {
+	sb, err := f.s.cfg.Store.GetSandbox(ctx, idOrName)
+	if err != nil || !f.takesSparse(sb) {
+		return nil, err
+	}
+	if hh, ok := f.s.providers[sb.Provider].(provider.HoleHider); ok && hh.HidesHoles() && sb.State == StateRunning {
+		return []string{"--sparse", "--read-holes"}, nil
+	}
+	return []string{"--sparse"}, nil
+}
+
+// takesSparse reports whether the files helper of sb takes --sparse: the
+// host's (a stopped sandbox's) and that of a sandbox this build started
+// do; that of one an older shard started and that still runs may not, and
+// would write a sparse entry's data as a whole file. (A sandbox that
+// starts meanwhile gets this build's.)
+func (f *Files) takesSparse(sb *store.Sandbox) bool {
+	return sb.State != StateRunning || sb.AgentDir == "" || sb.AgentDir == f.s.agentDir
+}
+
 // WriteOptions say how WriteFiles writes.
 type WriteOptions struct {
 	Tar     bool      // body is a tar to unpack into the directory path
@@ -473,6 +507,9 @@ type WriteOptions struct {
 	MTime   time.Time // zero: now
 	Size    int64     // the body's length when known, else -1
 	Parents bool      // make a file's missing parent directories
+	// Sparse: the body may hold sparse entries (files.PutOptions.Sparse:
+	// a file's body is then a tar of it).
+	Sparse bool
 }
 
 // WriteResult is what a write did.
@@ -497,6 +534,15 @@ func (f *Files) WriteFiles(ctx context.Context, idOrName, path string, body io.R
 	if err := f.s.adm.ledgerRoom(ctx, project.Of(ctx), "write files into sandbox "+idOrName); err != nil {
 		return nil, err
 	}
+	if o.Sparse {
+		sb, err := f.s.cfg.Store.GetSandbox(ctx, idOrName)
+		if err != nil {
+			return nil, err
+		}
+		if !f.takesSparse(sb) {
+			return nil, errdefs.Unsupported("sandbox %s runs the files helper of an older shard, which cannot write sparse files: send them whole, or stop and start the sandbox to give it this server's", sb.Name)
+		}
+	}
 	args := []string{files.OpPut, path, "--uid", strconv.Itoa(o.UID), "--gid", strconv.Itoa(o.GID), "--size", strconv.FormatInt(o.Size, 10)}
 	if o.Tar {
 		args = append(args, "--tar")
@@ -509,6 +555,9 @@ func (f *Files) WriteFiles(ctx context.Context, idOrName, path string, body io.R
 	}
 	if o.Parents {
 		args = append(args, "--parents")
+	}
+	if o.Sparse {
+		args = append(args, "--sparse")
 	}
 	sb, h, err := f.helper(ctx, idOrName, "write", args, true)
 	if err != nil {

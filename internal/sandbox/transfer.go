@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
-	"github.com/useshards/shard/internal/rootfs"
+	"github.com/useshards/shard/internal/sparse"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -97,38 +96,26 @@ func addFile(tw *tar.Writer, p, name string) error {
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", name)
 	}
-	ext, err := rootfs.FileExtents(f, st.Size())
+	ext, err := sparse.Find(f, st.Size())
 	if err != nil {
 		return err
 	}
-	hdr := &tar.Header{Name: name, Mode: 0o600, Size: ext.Bytes(), Format: tar.FormatPAX,
-		PAXRecords: map[string]string{paxSize: strconv.FormatInt(st.Size(), 10), paxExtents: ext.String()}}
+	hdr := &tar.Header{Name: name, Mode: 0o600}
+	sparse.Header(hdr, st.Size(), ext)
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	return rootfs.ReadExtents(f, ext, tw)
+	return sparse.ReadExtents(f, ext, tw)
 }
 
-// The records of a sparse file in the stream.
-const (
-	paxSize    = "SHARD.size"
-	paxExtents = "SHARD.extents"
-)
-
-// sparseOf reads a file entry's size and extents.
-func sparseOf(hdr *tar.Header) (int64, rootfs.Extents, error) {
-	size, err := strconv.ParseInt(hdr.PAXRecords[paxSize], 10, 64)
-	if err != nil || size < 0 {
-		return 0, nil, fmt.Errorf("%s: no size", hdr.Name)
+// sparseOf reads a file entry's size and extents, which every file of the
+// stream has.
+func sparseOf(hdr *tar.Header) (int64, sparse.Extents, error) {
+	size, ext, ok, err := sparse.FromHeader(hdr)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: no size", hdr.Name)
 	}
-	ext, err := rootfs.ParseExtents(hdr.PAXRecords[paxExtents], size)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", hdr.Name, err)
-	}
-	if ext.Bytes() != hdr.Size {
-		return 0, nil, fmt.Errorf("%s: extents of %d bytes, entry of %d", hdr.Name, ext.Bytes(), hdr.Size)
-	}
-	return size, ext, nil
+	return size, ext, err
 }
 
 // ImportCheckpoint reads what ExportCheckpoint wrote (another node of the
@@ -226,7 +213,7 @@ func (sv *Saved) receiveFiles(tr *tar.Reader, dir, key string) error {
 		}
 		name := path.Clean(hdr.Name)
 		var size int64
-		var ext rootfs.Extents
+		var ext sparse.Extents
 		if hdr.Typeflag == tar.TypeReg {
 			if size, ext, err = sparseOf(hdr); err != nil {
 				return bad("%v", err)
@@ -261,12 +248,12 @@ func (sv *Saved) receiveFiles(tr *tar.Reader, dir, key string) error {
 
 // writeSparse writes a new file at p of size bytes: ext's data from r, the
 // rest holes.
-func writeSparse(p string, size int64, ext rootfs.Extents, r io.Reader) error {
+func writeSparse(p string, size int64, ext sparse.Extents, r io.Reader) error {
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := rootfs.WriteExtents(f, size, ext, r); err != nil {
+	if err := sparse.WriteExtents(f, size, ext, r); err != nil {
 		f.Close()
 		return err
 	}

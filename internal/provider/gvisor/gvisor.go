@@ -74,6 +74,9 @@ func New(opts Options) *Provider {
 // Name is "gvisor".
 func (p *Provider) Name() string { return "gvisor" }
 
+// HidesHoles: the Sentry's files report no holes (provider.HoleHider).
+func (p *Provider) HidesHoles() bool { return true }
+
 // Probe checks runsc is there and recent enough to checkpoint a running
 // sandbox without stopping it.
 func (p *Provider) Probe(ctx context.Context) provider.Capabilities {
@@ -325,4 +328,5 @@ var (
 	_ provider.Checkpointer   = (*Provider)(nil)
 	_ provider.PauseTracker   = (*Provider)(nil)
 	_ provider.ImageDescriber = (*Provider)(nil)
+	_ provider.HoleHider      = (*Provider)(nil)
 )

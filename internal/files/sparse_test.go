@@ -1,0 +1,269 @@
+package files
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/useshards/shard/internal/sparse"
+)
+
+// holey makes a file of size bytes at p with data at each of offs (64 KiB
+// of random bytes each), the rest holes.
+func holey(t *testing.T, p string, size int64, offs ...int64) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := make([]byte, 64<<10)
+	for _, off := range offs {
+		rand.Read(data)
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allocated is what p takes on its disk.
+func allocated(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Blocks * 512
+}
+
+func sameFile(t *testing.T, a, b string) {
+	t.Helper()
+	x, err1 := os.ReadFile(a)
+	y, err2 := os.ReadFile(b)
+	if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+		t.Fatalf("%s and %s differ (%v %v)", a, b, err1, err2)
+	}
+}
+
+// TestSparseTarRoundTrip: a file that has holes is archived as its data
+// and unpacked with the same holes; a file without holes is archived as
+// it always was (no sparse records, which other tar tools do not know).
+func TestSparseTarRoundTrip(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "top")
+	os.Mkdir(src, 0o755)
+	const size = 256 << 20
+	holey(t, filepath.Join(src, "holes"), size, 0, 100<<20, size-(64<<10))
+	holey(t, filepath.Join(src, "empty"), size)
+	os.WriteFile(filepath.Join(src, "dense"), bytes.Repeat([]byte("d"), 100<<10), 0o644)
+	var b bytes.Buffer
+	if err := WriteTar(&b, src, "top", TarOptions{Sparse: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() > 1<<20 {
+		t.Fatalf("the archive is %d bytes: holes were sent", b.Len())
+	}
+	tr := tar.NewReader(bytes.NewReader(b.Bytes()))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		_, _, isSparse, err := sparse.FromHeader(hdr)
+		if err != nil || isSparse != (hdr.Name == "top/holes" || hdr.Name == "top/empty") {
+			t.Errorf("%s: sparse %v (%v)", hdr.Name, isSparse, err)
+		}
+	}
+	dst := t.TempDir()
+	if res := Unpack(&b, dst, UnpackOptions{}); !res.OK {
+		t.Fatalf("unpack: %+v", res)
+	}
+	for _, name := range []string{"holes", "empty", "dense"} {
+		sameFile(t, filepath.Join(src, name), filepath.Join(dst, "top", name))
+	}
+	if a := allocated(t, filepath.Join(dst, "top", "holes")); a > 1<<20 {
+		t.Errorf("the copy of a file of 192 KiB of data takes %d bytes", a)
+	}
+	if a := allocated(t, filepath.Join(dst, "top", "empty")); a != 0 {
+		t.Errorf("the copy of a file of holes takes %d bytes", a)
+	}
+}
+
+// sparseEntry is an archive of one sparse entry with the records given,
+// holding data.
+func sparseEntry(t *testing.T, name string, records map[string]string, data []byte) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	hdr := &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), Format: tar.FormatPAX, PAXRecords: records}
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	return &b
+}
+
+// TestSparseEntriesAreHostile: a sender (a sandbox) says what it likes in
+// the records. What is written is only the data the archive carries,
+// however large the size it claims; records that do not match the data
+// are refused.
+func TestSparseEntriesAreHostile(t *testing.T) {
+	dst := t.TempDir()
+	huge := strings.Repeat("x", 4096)
+	b := sparseEntry(t, "huge", map[string]string{sparse.RecordSize: "1099511627776", sparse.RecordExtents: "1099511623680:4096"}, []byte(huge))
+	if res := Unpack(b, dst, UnpackOptions{}); !res.OK {
+		t.Fatalf("a large sparse file: %+v", res)
+	}
+	p := filepath.Join(dst, "huge")
+	if fi, _ := os.Stat(p); fi.Size() != 1<<40 || allocated(t, p) > 64<<10 {
+		t.Fatalf("a file of 4 KiB of data and 1 TiB of holes: size %d, takes %d bytes", fi.Size(), allocated(t, p))
+	}
+	for name, rec := range map[string]map[string]string{
+		"more data than the extents": {sparse.RecordSize: "100", sparse.RecordExtents: "0:10"},
+		"extents past the size":      {sparse.RecordSize: "10", sparse.RecordExtents: "0:10,20:40"},
+		"no size":                    {sparse.RecordExtents: "0:50"},
+	} {
+		res := Unpack(sparseEntry(t, "bad", rec, make([]byte, 50)), dst, UnpackOptions{})
+		if res.OK || res.Code != CodeBadArchive {
+			t.Errorf("%s: %+v, want %s", name, res, CodeBadArchive)
+		}
+		if _, err := os.Lstat(filepath.Join(dst, "bad")); err == nil {
+			t.Errorf("%s: the entry was made", name)
+		}
+	}
+}
+
+// TestPutSparseFile: a file sent as a tar of it (one entry, sparse) is
+// written with its holes, replacing the old one whole and taking the
+// mode the upload gives; a tar of anything but one regular file is
+// refused and leaves the old file.
+func TestPutSparseFile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	holey(t, src, 64<<20, 1<<20, 50<<20)
+	var b bytes.Buffer
+	if err := WriteTar(&b, src, "whatever", TarOptions{Sparse: true}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "dst")
+	os.WriteFile(p, []byte("old"), 0o600)
+	put := func(r io.Reader) Result {
+		var framed bytes.Buffer
+		w := NewChunkWriter(&framed)
+		io.Copy(w, r)
+		w.Close()
+		return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: 0o640, UID: -1, GID: -1, Size: -1, Sparse: true})
+	}
+	if res := put(bytes.NewReader(b.Bytes())); !res.OK || res.Bytes != 64<<20 {
+		t.Fatalf("put: %+v", res)
+	}
+	sameFile(t, src, p)
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o640 || allocated(t, p) > 1<<20 {
+		t.Fatalf("mode %v, takes %d bytes", fi.Mode(), allocated(t, p))
+	}
+	os.WriteFile(p, []byte("old"), 0o600)
+	var two bytes.Buffer
+	tw := tar.NewWriter(&two)
+	for _, name := range []string{"a", "b"} {
+		tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+		tw.Write([]byte("x"))
+	}
+	tw.Close()
+	link := archive(t, &tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"})
+	for name, body := range map[string][]byte{
+		"two files":    two.Bytes(),
+		"a symlink":    link,
+		"not a tar":    []byte(strings.Repeat("junk", 200)),
+		"an empty tar": archive(t),
+	} {
+		if res := put(bytes.NewReader(body)); res.OK || res.Code != CodeBadArchive {
+			t.Errorf("%s: %+v, want %s", name, res, CodeBadArchive)
+		}
+		if got, _ := os.ReadFile(p); string(got) != "old" {
+			t.Errorf("%s: the file holds %q", name, got)
+		}
+	}
+}
+
+// TestUnpackHoles: with Holes, the blocks of zeros of a file sent whole
+// (by a sender that did not find its holes, or would not) are not
+// written; without, the file is written as it comes.
+func TestUnpackHoles(t *testing.T) {
+	body := make([]byte, 32<<20)
+	copy(body[10<<20:], "data")
+	tarOf := func() io.Reader {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		tw.WriteHeader(&tar.Header{Name: "zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+		tw.Write(body)
+		tw.Close()
+		return &b
+	}
+	for _, holes := range []bool{true, false} {
+		dst := t.TempDir()
+		if res := Unpack(tarOf(), dst, UnpackOptions{Holes: holes}); !res.OK || res.Bytes != int64(len(body)) {
+			t.Fatalf("holes %v: %+v", holes, res)
+		}
+		p := filepath.Join(dst, "zeros")
+		if got, _ := os.ReadFile(p); !bytes.Equal(got, body) {
+			t.Fatalf("holes %v: the file differs", holes)
+		}
+		if room := allocated(t, p); (room > 1<<20) == holes {
+			t.Errorf("holes %v: 32 MiB of which 4 bytes of data take %d bytes", holes, room)
+		}
+	}
+}
+
+// TestReadHoles: where the file system does not say where a file's holes
+// are (inside gVisor a file is all data and st_blocks its size), ReadHoles
+// finds them by reading: a file of blocks of zeros written out in full is
+// sent as its data then, and whole without.
+func TestReadHoles(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "top")
+	os.Mkdir(src, 0o755)
+	body := make([]byte, 4<<20)
+	copy(body[1<<20:], "data")
+	os.WriteFile(filepath.Join(src, "zeros"), body, 0o644)
+	os.WriteFile(filepath.Join(src, "small"), make([]byte, 64<<10), 0o644) // sent whole: under minReadHoles
+	for _, readHoles := range []bool{true, false} {
+		var b bytes.Buffer
+		if err := WriteTar(&b, src, "top", TarOptions{Sparse: true, ReadHoles: readHoles}); err != nil {
+			t.Fatal(err)
+		}
+		if (b.Len() < 128<<10) != readHoles {
+			t.Errorf("read holes %v: an archive of %d bytes", readHoles, b.Len())
+		}
+		dst := t.TempDir()
+		if res := Unpack(&b, dst, UnpackOptions{}); !res.OK {
+			t.Fatalf("unpack: %+v", res)
+		}
+		sameFile(t, filepath.Join(src, "zeros"), filepath.Join(dst, "top", "zeros"))
+	}
+}
+
+// TestReadHolesDense: a file without blocks of zeros is sent whole, read
+// once (its probes find no zeros).
+func TestReadHolesDense(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "dense")
+	body := make([]byte, 4<<20)
+	rand.Read(body)
+	os.WriteFile(src, body, 0o644)
+	var b bytes.Buffer
+	if err := WriteTar(&b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := tar.NewReader(&b).Next()
+	if _, _, isSparse, _ := sparse.FromHeader(hdr); err != nil || isSparse || hdr.Size != int64(len(body)) {
+		t.Fatalf("a dense file: %+v %v", hdr, err)
+	}
+}

@@ -1,0 +1,239 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/useshards/shard/client"
+)
+
+// TestFilesCopyFollowsDirLink: as docker cp, a sandbox path that ends in
+// / or /. and names a symlink to a directory copies the directory (its
+// contents with /.), both ways, running and stopped; without them the
+// link is copied as a link. The link is resolved in the sandbox's root:
+// one to a path that is a directory on the host too copies the sandbox's.
+func TestFilesCopyFollowsDirLink(t *testing.T) {
+	e := need(t)
+	hostDir := t.TempDir()
+	os.WriteFile(filepath.Join(hostDir, "marker"), []byte("host"), 0o644)
+	os.WriteFile(filepath.Join(hostDir, "host-only"), []byte("host"), 0o644)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-dirlink-" + prov})
+			execOK(t, sb.ID, "sh", "-c", "mkdir -p /t/real/sub /t/inreal "+hostDir+" && echo a > /t/real/a && echo b > /t/real/sub/b && ln -s real /t/lnkdir && ln -s inreal /t/lnkin && "+
+				"echo sandbox > "+hostDir+"/marker && ln -s "+hostDir+" /t/hostlnk")
+			run := func(args ...string) {
+				t.Helper()
+				if _, errOut, code := e.cli(t, "", args...); code != 0 {
+					t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
+				}
+			}
+			for _, state := range []string{"running", "stopped"} {
+				if state == "stopped" {
+					if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				local := t.TempDir()
+				// /. : the contents of the directory the link names.
+				run("cp", sb.Name+":/t/lnkdir/.", filepath.Join(local, "x"))
+				wantTree(t, state+" lnkdir/.", filepath.Join(local, "x"), "a=a\nsub/b=b\n")
+				// / : the directory, under the link's name.
+				os.Mkdir(filepath.Join(local, "y"), 0o755)
+				run("cp", sb.Name+":/t/lnkdir/", filepath.Join(local, "y"))
+				wantTree(t, state+" lnkdir/", filepath.Join(local, "y"), "lnkdir/a=a\nlnkdir/sub/b=b\n")
+				// Neither: the link itself.
+				run("cp", sb.Name+":/t/lnkdir", filepath.Join(local, "z"))
+				if l, err := os.Readlink(filepath.Join(local, "z")); err != nil || l != "real" {
+					t.Fatalf("%s: lnkdir copied as %q %v, want the symlink", state, l, err)
+				}
+				// The sandbox's directory at the host's path, never the host's.
+				run("cp", sb.Name+":/t/hostlnk/.", filepath.Join(local, "w"))
+				wantTree(t, state+" hostlnk/.", filepath.Join(local, "w"), "marker=sandbox\n")
+				// In: through the link into the directory it names.
+				os.WriteFile(filepath.Join(local, "in-"+state), []byte(state+"\n"), 0o644)
+				run("cp", filepath.Join(local, "in-"+state), sb.Name+":/t/lnkin/")
+				run("cp", filepath.Join(local, "x")+"/.", sb.Name+":/t/lnkin/.")
+			}
+			if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got := execOK(t, sb.ID, "sh", "-c", "readlink /t/lnkin; cat /t/inreal/in-running /t/inreal/in-stopped; ls /t/inreal"); got != "inreal\nrunning\nstopped\na\nin-running\nin-stopped\nsub\n" {
+				t.Fatalf("after the copies in: %q", got)
+			}
+			if b, err := os.ReadFile(filepath.Join(hostDir, "marker")); err != nil || string(b) != "host" {
+				t.Fatalf("the host's marker: %q %v", b, err)
+			}
+		})
+	}
+}
+
+// wantTree checks the regular files under dir (name=content lines, sorted)
+// and that dir and what it holds are no symlinks.
+func wantTree(t *testing.T, what, dir, want string) {
+	t.Helper()
+	var got strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symlink", p)
+		}
+		if fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			rel, _ := filepath.Rel(dir, p)
+			fmt.Fprintf(&got, "%s=%s", rel, b)
+		}
+		return nil
+	})
+	if err != nil || got.String() != want {
+		t.Fatalf("%s: %q %v, want %q", what, got.String(), err, want)
+	}
+}
+
+// smallDisk mounts a tmpfs of size on a new directory for the test: a copy
+// that wrote a sparse file's holes would fill it at once.
+func smallDisk(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// The sparse file of TestFilesCopySparse: 10 GiB, of which 3 MiB of data
+// at two places; the regions it is checked by (MiB offset and count): the
+// data, a hole, and the end.
+const sparseSize = 10 << 30
+
+var sparseRegions = [][2]int64{{100, 1}, {5000, 2}, {3000, 1}, {10239, 1}}
+
+// regionsHere hashes the regions of the local file p.
+func regionsHere(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out strings.Builder
+	for _, r := range sparseRegions {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(f, r[0]<<20, r[1]<<20)); err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString(hex.EncodeToString(h.Sum(nil)) + "\n")
+	}
+	return out.String()
+}
+
+// regionsThere hashes the regions of p in the sandbox.
+func regionsThere(t *testing.T, sb, p string) string {
+	t.Helper()
+	var script strings.Builder
+	for _, r := range sparseRegions {
+		fmt.Fprintf(&script, "dd if=%s bs=1M skip=%d count=%d 2>/dev/null | sha256sum | cut -d' ' -f1; ", p, r[0], r[1])
+	}
+	return execOK(t, sb, "sh", "-c", script.String())
+}
+
+// sizeAndRoom is a local file's size and what it takes on its disk.
+func sizeAndRoom(t *testing.T, p string) (size, room int64) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size(), fi.Sys().(*syscall.Stat_t).Blocks * 512
+}
+
+// diskUsed is what a sandbox's disk holds, in KiB, as its df says (inside
+// gVisor a file's st_blocks is its size: its file system's count is true).
+func diskUsed(t *testing.T, sb string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(strings.TrimSpace(execOK(t, sb, "sh", "-c", "df -k / | tail -1 | awk '{print $3}'")), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFilesCopySparse: shard cp keeps a sparse file's holes both ways, and
+// what a copy writes is the file's data, not its size: a file of 10 GiB
+// with 3 MiB of data copies out to a tmpfs of 64 MiB and back into a
+// sandbox whose disk is 512 MiB (taking there what its data takes), a
+// file alone and in a directory, from a running sandbox and a stopped
+// one, in seconds; its data and holes read the same at each end.
+func TestFilesCopySparse(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-sparse-" + prov, Disk: jsonRaw("512MiB")})
+			execOK(t, sb.ID, "sh", "-c", "mkdir -p /srv/dir && truncate -s 10G /srv/dir/sparse && "+
+				"dd if=/dev/urandom of=/srv/dir/sparse bs=1M seek=100 count=1 conv=notrunc 2>/dev/null && "+
+				"dd if=/dev/urandom of=/srv/dir/sparse bs=1M seek=5000 count=2 conv=notrunc 2>/dev/null")
+			want := regionsThere(t, sb.ID, "/srv/dir/sparse")
+			used := diskUsed(t, sb.ID)
+			cp := func(args ...string) {
+				t.Helper()
+				start := time.Now()
+				if _, errOut, code := e.cli(t, "", append([]string{"cp"}, args...)...); code != 0 {
+					t.Fatalf("shard cp %v: exit %d: %s", args, code, errOut)
+				}
+				took := time.Since(start)
+				t.Logf("cp %v: %v", args, took)
+				if took > time.Minute {
+					t.Errorf("cp %v took %v", args, took)
+				}
+			}
+			var copiedIn []string
+			for _, state := range []string{"running", "stopped"} {
+				if state == "stopped" {
+					if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				local := smallDisk(t, "64m")
+				cp(sb.Name+":/srv/dir/sparse", filepath.Join(local, "sparse"))
+				cp(sb.Name+":/srv/dir", filepath.Join(local, "dir"))
+				for _, p := range []string{filepath.Join(local, "sparse"), filepath.Join(local, "dir", "sparse")} {
+					if size, room := sizeAndRoom(t, p); size != sparseSize || room > 8<<20 {
+						t.Fatalf("%s: out to %s: %d bytes taking %d, want %d taking 3 MiB or so", state, p, size, room, int64(sparseSize))
+					}
+					if got := regionsHere(t, p); got != want {
+						t.Fatalf("%s: out to %s: regions hash\n%s\nwant\n%s", state, p, got, want)
+					}
+				}
+				cp(filepath.Join(local, "sparse"), sb.Name+":/srv/back-"+state)
+				cp(filepath.Join(local, "dir"), sb.Name+":/srv/dir-"+state)
+				copiedIn = append(copiedIn, "/srv/back-"+state, "/srv/dir-"+state+"/sparse")
+			}
+			if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range copiedIn {
+				if size := strings.TrimSpace(execOK(t, sb.ID, "stat", "-c", "%s", p)); size != strconv.Itoa(sparseSize) {
+					t.Fatalf("in to %s: %s bytes", p, size)
+				}
+				if got := regionsThere(t, sb.ID, p); got != want {
+					t.Fatalf("in to %s: regions hash\n%s\nwant\n%s", p, got, want)
+				}
+			}
+			if grew := diskUsed(t, sb.ID) - used; grew > 32<<10 {
+				t.Errorf("four copies in of 3 MiB of data took %d KiB of the sandbox's disk", grew)
+			}
+		})
+	}
+}
