@@ -896,6 +896,16 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 	return out.Nodes, err
 }
 
+// ServerVersion is GET /v0/version: the server's build and API version
+// (no key needed).
+func (c *Client) ServerVersion(ctx context.Context) (*Version, error) {
+	var out Version
+	if err := c.call(ctx, "GET", "/version", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Whoami tells who the client's key is: its name, project and scopes.
 func (c *Client) Whoami(ctx context.Context) (*Whoami, error) {
 	var out Whoami

@@ -28,12 +28,13 @@ const openAPIFile = "../internal/api/openapi.json"
 // this package that is its copy. Every struct type types.go declares must
 // be here (TestOpenAPIMirrorsEveryType). Schemas left out are not mirrored
 // by a named type: the list envelopes ({"sandboxes": [...]}, read into an
-// anonymous struct by each method), Version, Removed and Revoked (answers
+// anonymous struct by each method), Removed and Revoked (answers
 // the client does not read), Env (a json.RawMessage here) and ExecStarted
 // (the client does not read the pid).
 var mirrors = map[string]any{
 	"Sandbox":            Sandbox{},
 	"Whoami":             Whoami{},
+	"Version":            Version{},
 	"Node":               Node{},
 	"CreateRequest":      CreateRequest{},
 	"ExecRequest":        ExecRequest{},

@@ -156,6 +156,12 @@ type Capabilities struct {
 	ForkMemory string `json:"fork_memory,omitempty"` // how a fork's memory reaches it here
 }
 
+// Version is the server's build version and its API's.
+type Version struct {
+	Version string `json:"version"` // "dev" for a build without one
+	API     string `json:"api"`     // "v0"
+}
+
 // Error is the body of every error answer, and the error the client returns.
 type Error struct {
 	Status  int    `json:"-"`

@@ -22,7 +22,7 @@ usage() {
 }
 (($# == 2)) || usage
 kind=$1
-[[ -d $2 ]] || { echo "sdk-install.sh: $2 is not a directory" >&2; exit 1; }
+mkdir -p "$2"
 project=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

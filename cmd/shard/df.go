@@ -16,11 +16,13 @@ func newDfCmd(a *app) *cobra.Command {
 		Short: "Show the disk space images, sandboxes, snapshots, checkpoints and environments use",
 		Long: `Show how much of the server's disk each kind of thing uses. An environment's
 checkpoint counts under environments, not again under checkpoints; "server"
-is the database, the agent binaries, the empty filesystem templates and logs.
+is the database, the agent binaries, the empty filesystem templates and logs
+(the store's own image is shown below the table, as the store).
 
 Below the table, the sandbox store: an image on the host that starts at
-'shard serve --storage-size' (4GiB) and grows online, 2GiB or more at a
-time, when a sandbox does not fit, up to --storage-max; it never shrinks.
+'shard serve --storage-size' (4GiB) and grows online when a sandbox does not
+fit, by its own size (1GiB at most) or by what is missing, up to
+--storage-max; it never shrinks.
 Every sandbox's whole --disk is reserved in it, so one sandbox filling its
 disk never takes space a neighbour was promised. Then the host: the data
 directory's filesystem, and the --reserve the server leaves free of it for

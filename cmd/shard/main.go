@@ -29,12 +29,19 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 
 // app holds what every verb shares: the flags that say how to reach the server.
 type app struct {
-	socket  string
-	project string
-	json    bool
+	socket    string
+	project   string
+	json      bool
+	warnedKey bool // the SHARD_API_KEY-without-SHARD_REMOTE warning was given
 }
 
 func (a *app) client() (*client.Client, error) {
+	if _, sock := a.onSocket(); sock && os.Getenv("SHARD_API_KEY") != "" && !a.warnedKey {
+		// A key exported for a remote server, and a shell without its
+		// URL: the socket answers as administrator and the key is unused.
+		a.warnedKey = true
+		termsafe.Fprintln(os.Stderr, "shard: SHARD_API_KEY is set but SHARD_REMOTE is not: the key is not used, and this goes to the Unix socket (as its administrator); set SHARD_REMOTE to the server's --listen URL to use the key")
+	}
 	return client.New(client.Options{Socket: a.socket, Project: a.project})
 }
 
@@ -87,7 +94,7 @@ and imported images.`,
 		newImageCmd(a), newCapabilitiesCmd(a),
 		newTokenCmd(a), newSecretCmd(a), newGrantCmd(a), newUngrantCmd(a),
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
-		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newUICmd(a), newNodeCmd(a),
+		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newVersionCmd(a), newUICmd(a), newNodeCmd(a),
 	)
 	return root
 }

@@ -53,7 +53,7 @@ func (c *Cluster) Claim(ctx context.Context, sb *store.Sandbox) error {
 		var nameRev, placeRev int64
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			if string(kvs[0].Value) != p.ID {
-				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", p.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists: pick another name, or remove that sandbox first", p.Name)
 			}
 			nameRev = kvs[0].ModRevision
 		}

@@ -95,6 +95,10 @@ func (s *Storage) space() (Space, error) {
 
 // TemplateUsage is the count and bytes of the empty filesystems new
 // sandboxes are copied from (one per disk size asked for).
+// Backing is the store's image file on the host ("" when the store is a
+// filesystem of its own): disk use counts it as the store, not as the server's.
+func (s *Storage) Backing() string { return s.image }
+
 func (s *Storage) TemplateUsage() (n int, bytes int64) {
 	ents, _ := os.ReadDir(filepath.Join(s.dir, "templates"))
 	for _, e := range ents {

@@ -52,6 +52,7 @@ type Storage interface {
 	Space() (rootfs.Space, error)
 	Size() (size, most int64) // the store image's size, and the most it may grow to now
 	TemplateUsage() (n int, bytes int64)
+	Backing() string
 	View(ctx context.Context, id, key, dir string) (release func(), err error)
 }
 

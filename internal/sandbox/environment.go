@@ -273,7 +273,7 @@ func (sv *Saved) CreateFromEnvironment(ctx context.Context, env, name string, al
 func (sv *Saved) fromEnvironment(ctx context.Context, e *store.Environment, ck *store.Checkpoint, name string) (*store.Sandbox, error) {
 	if name != "" {
 		if _, err := sv.s.cfg.Store.GetSandbox(ctx, name); err == nil {
-			return nil, errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", name)
+			return nil, errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists: pick another name, or remove that sandbox first", name)
 		}
 	}
 	if sp := sv.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {

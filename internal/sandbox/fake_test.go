@@ -284,9 +284,10 @@ func (p *fakeProvider) Restore(_ context.Context, inst *provider.Instance, dir s
 
 // fakeStorage keeps the sandboxes' disks and the saved copies as names.
 type fakeStorage struct {
-	mu    sync.Mutex
-	disks map[string]bool
-	saved map[string]bool
+	backing string // the store's image file, if a test has one
+	mu      sync.Mutex
+	disks   map[string]bool
+	saved   map[string]bool
 	// fail, read under mu, makes a call fail: op is "create", "createFrom"
 	// or "reserve". nil: succeed.
 	fail func(op string) error
@@ -380,6 +381,7 @@ func (s *fakeStorage) FileUsage(string) int64       { return 0 }
 func (s *fakeStorage) Fits(int64, string) error     { return nil }
 func (s *fakeStorage) Space() (rootfs.Space, error) { return rootfs.Space{}, nil }
 func (s *fakeStorage) TemplateUsage() (int, int64)  { return 0, 0 }
+func (s *fakeStorage) Backing() string              { return s.backing }
 func (s *fakeStorage) Size() (int64, int64)         { return 0, 0 }
 
 func (s *fakeStorage) Reserve(map[string]int64, string) (*rootfs.Reservation, error) {

@@ -83,11 +83,14 @@ func (a *Admission) DiskUsage(ctx context.Context) (*DiskUsage, error) {
 		u.Server.Count++
 		u.Server.Bytes += hostdir.Blocks(filepath.Join(a.s.cfg.DataDir, d))
 	}
+	backing := a.s.cfg.Storage.Backing()
 	if ents, err := os.ReadDir(a.s.cfg.DataDir); err == nil {
 		for _, e := range ents {
-			if e.Type().IsRegular() { // the database and its journal, the key, the lock
+			// The database and its journal, the key, the lock; the store's
+			// image holds the sandboxes' disks and is shown as the store.
+			if p := filepath.Join(a.s.cfg.DataDir, e.Name()); e.Type().IsRegular() && p != backing {
 				u.Server.Count++
-				u.Server.Bytes += hostdir.Blocks(filepath.Join(a.s.cfg.DataDir, e.Name()))
+				u.Server.Bytes += hostdir.Blocks(p)
 			}
 		}
 	}

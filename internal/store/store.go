@@ -274,7 +274,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *Sandbox, ev *EventSpec) (
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, project, name, doc) VALUES(?,?,?,?)`, sb.ID, sb.Project, sb.Name, string(doc)); err != nil {
 			if uniqueViolation(err) {
-				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists: pick another name, or remove that sandbox first", sb.Name)
 			}
 			return err
 		}
@@ -318,7 +318,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET doc = ?, name = ? WHERE id = ?`, string(doc), sb.Name, sb.ID); err != nil {
 			if uniqueViolation(err) {
-				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists", sb.Name)
+				return errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists: pick another name, or remove that sandbox first", sb.Name)
 			}
 			return err
 		}

@@ -153,7 +153,7 @@ func TestForkErrors(t *testing.T) {
 	}{
 		{"fork-stopped", `{"name":"x1"}`, 409, "sandbox_not_running", "sandbox fork-stopped is stopped: fork takes a running sandbox"},
 		{"fork-runc", `{"name":"x2"}`, 409, "unsupported", "provider runc does not support fork on this host"},
-		{"fork-running", `{"name":"fork-runc"}`, 409, "name_taken", "a sandbox named fork-runc already exists"},
+		{"fork-running", `{"name":"fork-runc"}`, 409, "name_taken", "a sandbox named fork-runc already exists: pick another name, or remove that sandbox first"},
 		{"nosuch", `{}`, 404, "sandbox_not_found", "sandbox nosuch not found"},
 		{"fork-running", `{"name":"bad name"}`, 400, "invalid_argument", "not valid"},
 		{"fork-running", `{"count":1000}`, 400, "invalid_argument", "count"},
