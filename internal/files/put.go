@@ -121,19 +121,51 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 	if err := tmp.Chmod(mode); err != nil {
 		return Failed(pathErr(p, err))
 	}
-	if err := tmp.Close(); err != nil {
-		return Failed(writeErr(p, n, err))
-	}
 	if !o.MTime.IsZero() {
 		if err := os.Chtimes(tmp.Name(), time.Time{}, o.MTime); err != nil {
 			return Failed(pathErr(p, err))
 		}
 	}
+	if err := syncClose(tmp); err != nil {
+		return Failed(writeErr(p, n, err))
+	}
 	if err := os.Rename(tmp.Name(), target); err != nil {
 		return Failed(pathErr(p, err))
 	}
 	done = true
+	if err := syncDir(dir); err != nil {
+		return Failed(fail(classify(err), "%s was replaced, but the disk did not take its new name (%v): it may not be kept", p, unwrapErrno(err)))
+	}
 	return Result{OK: true, Bytes: n, Files: 1}
+}
+
+// syncClose puts f on the disk, then closes it. A write is acknowledged
+// only once it is on the disk: a sandbox's filesystem is an image in the
+// sandbox store, and a write the store cannot take (full, or an I/O error
+// under the sandbox's filesystem) fails only when it is written back. Left
+// in the page cache, it closes and renames without an error, and the file
+// then reads as zeros of its full size once the cache lets it go.
+func syncClose(f *os.File) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir puts the names in directory dir on the disk (a file's new name).
+// A filesystem that cannot sync a directory (EINVAL) keeps them anyway.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	d.Close()
+	if errors.Is(err, syscall.EINVAL) {
+		return nil
+	}
+	return err
 }
 
 // putAttrs is the mode and owner the file at target gets: those of the
@@ -213,6 +245,7 @@ type unpacker struct {
 	buf   []byte
 	notes int             // notes left out past maxNotes
 	links map[string]bool // the symlinks this archive made: nothing is made through one
+	files []string        // the regular files it wrote, to sync at the end (with Sync)
 }
 
 type dirTime struct {
@@ -235,7 +268,7 @@ func putTar(r io.Reader, p string) Result {
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return Failed(pathErr(p, err))
 	}
-	res := Unpack(r, p, UnpackOptions{KeepOwner: true})
+	res := Unpack(r, p, UnpackOptions{KeepOwner: true, Sync: true})
 	// Whatever follows the archive's end (padding) is read, so the sender
 	// is not left blocked.
 	io.Copy(io.Discard, r)
@@ -250,6 +283,10 @@ type UnpackOptions struct {
 	// KeepOwner gives entries the owner the archive says (as root);
 	// otherwise they belong to whoever unpacks.
 	KeepOwner bool
+	// Sync puts the files on the disk before the unpack says it is done
+	// (see syncClose); one that the disk did not take is removed and the
+	// unpack fails.
+	Sync bool
 }
 
 // Unpack unpacks the tar r into the directory dest, which must exist.
@@ -279,8 +316,12 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 			return u.failed(fail(CodeBadArchive, "the archive is not a valid tar after %d entries: %v", u.res.Files, err))
 		}
 		if err := u.entry(tr, hdr); err != nil {
+			u.sync()
 			return u.failed(err)
 		}
+	}
+	if err := u.sync(); err != nil {
+		return u.failed(err)
 	}
 	slices.Reverse(u.dirs) // deepest last made, first set
 	for _, d := range u.dirs {
@@ -440,7 +481,47 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 	if !hdr.ModTime.IsZero() {
 		u.root.Chtimes(name, time.Time{}, hdr.ModTime)
 	}
+	if u.opts.Sync {
+		u.files = append(u.files, name)
+	}
 	return nil
+}
+
+// sync puts the files the unpack wrote on the disk (with Sync). They are
+// synced at the end, not each as it is written: by then most are written
+// back, and one journal commit covers them all. A file the disk did not
+// take is removed (it would read as zeros), and the first such is the
+// error.
+func (u *unpacker) sync() error {
+	var first error
+	lost := 0
+	for _, name := range u.files {
+		// Not followed, and never waited on: a later entry (or the
+		// sandbox) may have put a symlink or a FIFO in its place.
+		f, err := u.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+			continue // replaced meanwhile
+		}
+		if err == nil {
+			if fi, serr := f.Stat(); serr == nil && fi.Mode().IsRegular() {
+				err = f.Sync()
+			}
+			f.Close()
+		}
+		if err == nil {
+			continue
+		}
+		u.root.Remove(name)
+		lost++
+		if first == nil {
+			first = fail(classify(err), "%s: the disk did not take it (%v): removed", path.Join(u.dest, name), unwrapErrno(err))
+		}
+	}
+	u.files = nil
+	if lost > 1 {
+		first.(*Error).Msg += fmt.Sprintf(", and %d more files like it", lost-1)
+	}
+	return first
 }
 
 // symlink makes symlink name as written.
