@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -245,7 +246,7 @@ type unpacker struct {
 	buf   []byte
 	notes int             // notes left out past maxNotes
 	links map[string]bool // the symlinks this archive made: nothing is made through one
-	files []string        // the regular files it wrote, to sync at the end (with Sync)
+	sy    *syncer         // with Sync: puts the files it writes on the disk
 }
 
 type dirTime struct {
@@ -302,6 +303,9 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 	}
 	defer root.Close()
 	u := &unpacker{root: root, dest: dest, opts: o, res: Result{OK: true}, buf: make([]byte, copyBuf), links: map[string]bool{}}
+	if o.Sync {
+		u.sy = newSyncer()
+	}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -316,7 +320,6 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 			return u.failed(fail(CodeBadArchive, "the archive is not a valid tar after %d entries: %v", u.res.Files, err))
 		}
 		if err := u.entry(tr, hdr); err != nil {
-			u.sync()
 			return u.failed(err)
 		}
 	}
@@ -334,8 +337,10 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 }
 
 // failed is the Result of an unpack that stopped at an entry: what was
-// made before it stays, and the message says how much that was.
+// made before it stays (on the disk, with Sync), and the message says how
+// much that was.
 func (u *unpacker) failed(err error) Result {
+	u.sync() // what it says of the files before is less than err
 	res := Failed(err)
 	if u.res.Files > 0 {
 		res.Message += fmt.Sprintf(" (%d entries before it were unpacked into %s)", u.res.Files, u.dest)
@@ -458,11 +463,11 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 		return u.entryErr(hdr, err)
 	}
 	n, err := copyFull(f, tr, u.buf)
-	cerr := f.Close()
-	if err == nil {
-		err = cerr
+	if err == nil && u.sy == nil {
+		err = f.Close()
 	}
 	if err != nil {
+		f.Close()
 		u.root.Remove(name)
 		var fe *Error
 		if errors.As(err, &fe) {
@@ -481,45 +486,92 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 	if !hdr.ModTime.IsZero() {
 		u.root.Chtimes(name, time.Time{}, hdr.ModTime)
 	}
-	if u.opts.Sync {
-		u.files = append(u.files, name)
+	if u.sy != nil {
+		u.sy.add(name, f)
 	}
 	return nil
 }
 
-// sync puts the files the unpack wrote on the disk (with Sync). They are
-// synced at the end, not each as it is written: by then most are written
-// back, and one journal commit covers them all. A file the disk did not
-// take is removed (it would read as zeros), and the first such is the
-// error.
-func (u *unpacker) sync() error {
-	var first error
-	lost := 0
-	for _, name := range u.files {
-		// Not followed, and never waited on: a later entry (or the
-		// sandbox) may have put a symlink or a FIFO in its place.
-		f, err := u.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
-			continue // replaced meanwhile
-		}
-		if err == nil {
-			if fi, serr := f.Stat(); serr == nil && fi.Mode().IsRegular() {
-				err = f.Sync()
+// syncer puts an unpack's files on the disk (UnpackOptions.Sync): each
+// file is handed over once written and synced in the background while the
+// unpack goes on, syncWorkers at once. Each fsync flushes the disk under the
+// sandbox's filesystem (a loop device, the store's filesystem, another loop
+// device, the host's disk): one after another they took longer than the
+// unpack, and flushes in flight together are done as one.
+type syncer struct {
+	jobs chan syncJob
+	wg   sync.WaitGroup
+	n    int // files handed over (the next one's index)
+
+	mu   sync.Mutex
+	lost []syncJob // files the disk did not take; guarded by mu
+}
+
+type syncJob struct {
+	i    int // in the order written
+	name string
+	f    *os.File
+	fi   fs.FileInfo // which file it was (a later entry may take its name)
+	err  error
+}
+
+// syncWorkers is how many files a syncer syncs at once; as many more wait,
+// open, for their turn.
+const syncWorkers = 32
+
+func newSyncer() *syncer {
+	s := &syncer{jobs: make(chan syncJob, syncWorkers)}
+	for range syncWorkers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for j := range s.jobs {
+				j.fi, _ = j.f.Stat()
+				j.err = j.f.Sync()
+				j.f.Close()
+				if j.err != nil {
+					s.mu.Lock()
+					s.lost = append(s.lost, j)
+					s.mu.Unlock()
+				}
 			}
-			f.Close()
+		}()
+	}
+	return s
+}
+
+// add hands the written file f (named name) over, to sync and close.
+func (s *syncer) add(name string, f *os.File) {
+	s.jobs <- syncJob{i: s.n, name: name, f: f}
+	s.n++
+}
+
+// sync waits until the files handed over are synced (with UnpackOptions.
+// Sync; else there are none). A file the disk did not take is removed (it
+// would read as zeros); the first in the archive's order is the error.
+func (u *unpacker) sync() error {
+	if u.sy == nil {
+		return nil
+	}
+	s := u.sy
+	u.sy = nil
+	close(s.jobs)
+	s.wg.Wait()
+	slices.SortFunc(s.lost, func(a, b syncJob) int { return a.i - b.i })
+	var first *Error
+	for _, j := range s.lost {
+		if fi, err := u.root.Lstat(j.name); err == nil && j.fi != nil && os.SameFile(fi, j.fi) {
+			u.root.Remove(j.name)
 		}
-		if err == nil {
-			continue
-		}
-		u.root.Remove(name)
-		lost++
 		if first == nil {
-			first = fail(classify(err), "%s: the disk did not take it (%v): removed", path.Join(u.dest, name), unwrapErrno(err))
+			first = fail(classify(j.err), "%s: the disk did not take it (%v): removed", path.Join(u.dest, j.name), unwrapErrno(j.err))
 		}
 	}
-	u.files = nil
-	if lost > 1 {
-		first.(*Error).Msg += fmt.Sprintf(", and %d more files like it", lost-1)
+	if first == nil {
+		return nil
+	}
+	if len(s.lost) > 1 {
+		first.Msg += fmt.Sprintf(", and %d more files like it", len(s.lost)-1)
 	}
 	return first
 }
