@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -467,12 +468,14 @@ func rtSummary(byProv map[string][]*rtTrip, problems []rtProblem, moved, crossed
 func sizeStr(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // rtCLI is the shard CLI: write (stdin a file, or a pipe fed in random
-// pieces) or cp in; cat (to a file, or a pipe read in random pieces) or
-// cp out.
+// pieces), cp in (the file, or a tar of it on stdin: the server unpacks
+// it); cat (to a file, or a pipe read in random pieces) or cp out.
 type rtCLI struct{ e *env }
 
-func (rtCLI) writeVariants() []string { return []string{"write-file", "write-pipe", "cp-in"} }
-func (rtCLI) readVariants() []string  { return []string{"cat-file", "cat-pipe", "cp-out"} }
+func (rtCLI) writeVariants() []string {
+	return []string{"write-file", "write-pipe", "cp-in", "cp-in-tar"}
+}
+func (rtCLI) readVariants() []string { return []string{"cat-file", "cat-pipe", "cp-out"} }
 
 func (c rtCLI) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.e.bin, append([]string{"--socket", c.e.socket}, args...)...)
@@ -514,6 +517,21 @@ func (c rtCLI) write(ctx context.Context, sb, path, src, variant string, seed ui
 		}()
 	case "cp-in":
 		cmd = c.cmd(ctx, "cp", src, sb+":"+path)
+	case "cp-in-tar":
+		cmd = c.cmd(ctx, "cp", "-", sb+":"+filepath.Dir(path))
+		pr, pw := io.Pipe()
+		cmd.Stdin = pr
+		go func() {
+			tw := tar.NewWriter(pw)
+			err := tw.WriteHeader(&tar.Header{Name: filepath.Base(path), Mode: 0o644, Size: fi.Size(), Typeflag: tar.TypeReg})
+			if err == nil {
+				_, err = io.Copy(tw, f)
+			}
+			if err == nil {
+				err = tw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
 	}
 	return fi.Size(), cmdErr(cmd, cmd.Run())
 }

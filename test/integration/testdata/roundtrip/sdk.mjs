@@ -41,6 +41,22 @@ function* sizes(seed, most) {
   }
 }
 
+// The file's bytes in random-sized pieces: each a new Buffer, or (reused)
+// the same one refilled.
+async function* pieces(job, reused) {
+  const fd = fs.openSync(job.src, "r");
+  try {
+    for (const n of sizes(job.seed, job.max_chunk)) {
+      const b = reused ?? Buffer.alloc(n);
+      const k = fs.readSync(fd, b, 0, n, null);
+      if (k === 0) return;
+      yield b.subarray(0, k);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 async function write(shard, job) {
   const f = shard.files(job.sandbox);
   switch (job.how) {
@@ -50,40 +66,12 @@ async function write(shard, job) {
     }
     case "bytes":
       return (await f.write(job.path, fs.readFileSync(job.src))).bytes;
-    case "chunks": {
-      async function* gen() {
-        const fd = fs.openSync(job.src, "r");
-        try {
-          for (const n of sizes(job.seed, job.max_chunk)) {
-            const b = Buffer.alloc(n);
-            const k = fs.readSync(fd, b, 0, n, null);
-            if (k === 0) return;
-            yield b.subarray(0, k);
-          }
-        } finally {
-          fs.closeSync(fd);
-        }
-      }
-      return (await f.writeStream(job.path, gen())).bytes;
-    }
-    case "reuse": {
+    case "chunks":
+      return (await f.writeStream(job.path, pieces(job, null))).bytes;
+    case "reuse":
       // One buffer for every piece: the SDK must be done with a piece
       // before it asks for the next.
-      const buf = Buffer.alloc(job.max_chunk);
-      async function* gen() {
-        const fd = fs.openSync(job.src, "r");
-        try {
-          for (const n of sizes(job.seed, job.max_chunk)) {
-            const k = fs.readSync(fd, buf, 0, n, null);
-            if (k === 0) return;
-            yield buf.subarray(0, k);
-          }
-        } finally {
-          fs.closeSync(fd);
-        }
-      }
-      return (await f.writeStream(job.path, gen())).bytes;
-    }
+      return (await f.writeStream(job.path, pieces(job, Buffer.alloc(job.max_chunk)))).bytes;
   }
   throw new Error(`write how ${job.how}`);
 }
