@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -203,6 +204,42 @@ func TestPutFileIsWholeOrNothing(t *testing.T) {
 	res = Put(context.Background(), strings.NewReader("abc"), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: 4})
 	if res.OK || res.Code != CodeShortBody {
 		t.Errorf("a short body: %+v", res)
+	}
+}
+
+// TestUnpackSyncs: with Sync, an unpack that ends, well or not, has
+// synced and closed every file it wrote, more files than it syncs at once
+// included, and what it wrote reads back whole; a name written twice
+// holds the second.
+func TestUnpackSyncs(t *testing.T) {
+	many := make([]*tar.Header, 0, 3*syncWorkers)
+	for i := range cap(many) {
+		many = append(many, reg(fmt.Sprintf("d/f%03d", i), int64(i), 0o644))
+	}
+	cases := []struct {
+		name    string
+		tar     []byte
+		code    string // "": it succeeds
+		present map[string]int
+	}{
+		{"many files", archive(t, many...), "", map[string]int{"d/f000": 0, "d/f095": 95}},
+		{"a name twice", archive(t, reg("a", 3, 0o644), reg("a", 5, 0o644)), "", map[string]int{"a": 5}},
+		{"an unsafe entry after files", archive(t, reg("a", 3, 0o644), reg("b", 4, 0o644), reg("../x", 1, 0o644)), CodeUnsafe, map[string]int{"a": 3, "b": 4}},
+		{"a tar cut after files", archive(t, reg("a", 3, 0o644), reg("b", 4, 0o644))[:1024+100], CodeBadArchive, map[string]int{"a": 3}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := t.TempDir()
+			res := Unpack(bytes.NewReader(tc.tar), dest, UnpackOptions{Sync: true})
+			if tc.code == "" && !res.OK || tc.code != "" && res.Code != tc.code {
+				t.Fatalf("got %+v, want code %q", res, tc.code)
+			}
+			for name, size := range tc.present {
+				if got, err := os.ReadFile(filepath.Join(dest, name)); err != nil || string(got) != strings.Repeat("x", size) {
+					t.Errorf("%s holds %q (%v), want %d bytes", name, got, err, size)
+				}
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -127,18 +128,21 @@ func putFile(r io.Reader, p string, o PutOptions) Result {
 	if err := tmp.Chmod(mode); err != nil {
 		return Failed(pathErr(p, err))
 	}
-	if err := tmp.Close(); err != nil {
-		return Failed(writeErr(p, n, err))
-	}
 	if !o.MTime.IsZero() {
 		if err := os.Chtimes(tmp.Name(), time.Time{}, o.MTime); err != nil {
 			return Failed(pathErr(p, err))
 		}
 	}
+	if err := syncClose(tmp); err != nil {
+		return Failed(writeErr(p, n, err))
+	}
 	if err := os.Rename(tmp.Name(), target); err != nil {
 		return Failed(pathErr(p, err))
 	}
 	done = true
+	if err := syncDir(dir); err != nil {
+		return Failed(fail(classify(err), "%s was replaced, but the disk did not take its new name (%v): it may not be kept", p, unwrapErrno(err)))
+	}
 	return Result{OK: true, Bytes: n, Files: 1}
 }
 
@@ -181,6 +185,35 @@ func archiveErr(err error, why string) error {
 		why = err.Error()
 	}
 	return fail(CodeBadArchive, "a sparse upload is a tar of one regular file: %s", why)
+}
+
+// syncClose puts f on the disk, then closes it. A write is acknowledged
+// only once it is on the disk: a sandbox's filesystem is an image in the
+// sandbox store, and a write the store cannot take (full, or an I/O error
+// under the sandbox's filesystem) fails only when it is written back. Left
+// in the page cache, it closes and renames without an error, and the file
+// then reads as zeros of its full size once the cache lets it go.
+func syncClose(f *os.File) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir puts the names in directory dir on the disk (a file's new name).
+// A filesystem that cannot sync a directory (EINVAL) keeps them anyway.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	d.Close()
+	if errors.Is(err, syscall.EINVAL) {
+		return nil
+	}
+	return err
 }
 
 // putAttrs is the mode and owner the file at target gets: those of the
@@ -260,6 +293,7 @@ type unpacker struct {
 	buf   []byte
 	notes int             // notes left out past maxNotes
 	links map[string]bool // the symlinks this archive made: nothing is made through one
+	sy    *syncer         // with Sync: puts the files it writes on the disk
 }
 
 type dirTime struct {
@@ -282,7 +316,7 @@ func putTar(r io.Reader, p string) Result {
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return Failed(pathErr(p, err))
 	}
-	res := Unpack(r, p, UnpackOptions{KeepOwner: true})
+	res := Unpack(r, p, UnpackOptions{KeepOwner: true, Sync: true})
 	// Whatever follows the archive's end (padding) is read, so the sender
 	// is not left blocked.
 	io.Copy(io.Discard, r)
@@ -301,6 +335,10 @@ type UnpackOptions struct {
 	// sparse entry's are: what is written is the data the archive
 	// carries, never more, whatever the sender (a sandbox) did.
 	Holes bool
+	// Sync puts the files on the disk before the unpack says it is done
+	// (see syncClose); one that the disk did not take is removed and the
+	// unpack fails.
+	Sync bool
 }
 
 // Unpack unpacks the tar r into the directory dest, which must exist.
@@ -316,6 +354,9 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 	}
 	defer root.Close()
 	u := &unpacker{root: root, dest: dest, opts: o, res: Result{OK: true}, buf: make([]byte, copyBuf), links: map[string]bool{}}
+	if o.Sync {
+		u.sy = newSyncer()
+	}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -333,6 +374,9 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 			return u.failed(err)
 		}
 	}
+	if err := u.sync(); err != nil {
+		return u.failed(err)
+	}
 	slices.Reverse(u.dirs) // deepest last made, first set
 	for _, d := range u.dirs {
 		root.Chtimes(d.name, time.Time{}, d.mtime)
@@ -344,8 +388,10 @@ func Unpack(r io.Reader, dest string, o UnpackOptions) Result {
 }
 
 // failed is the Result of an unpack that stopped at an entry: what was
-// made before it stays, and the message says how much that was.
+// made before it stays (on the disk, with Sync), and the message says how
+// much that was.
 func (u *unpacker) failed(err error) Result {
+	u.sync() // what it says of the files before is less than err
 	res := Failed(err)
 	if u.res.Files > 0 {
 		res.Message += fmt.Sprintf(" (%d entries before it were unpacked into %s)", u.res.Files, u.dest)
@@ -468,11 +514,11 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 		return u.entryErr(hdr, err)
 	}
 	n, err := writeData(f, hdr, tr, u.buf, u.opts.Holes)
-	cerr := f.Close()
-	if err == nil {
-		err = cerr
+	if err == nil && u.sy == nil {
+		err = f.Close()
 	}
 	if err != nil {
+		f.Close()
 		u.root.Remove(name)
 		var fe *Error
 		if errors.As(err, &fe) {
@@ -490,6 +536,9 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 	u.attrs(name, hdr, mode)
 	if !hdr.ModTime.IsZero() {
 		u.root.Chtimes(name, time.Time{}, hdr.ModTime)
+	}
+	if u.sy != nil {
+		u.sy.add(name, f)
 	}
 	return nil
 }
@@ -525,6 +574,90 @@ func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool)
 		}
 	}
 	return size, f.Truncate(size)
+}
+
+// syncer puts an unpack's files on the disk (UnpackOptions.Sync): each
+// file is handed over once written and synced in the background while the
+// unpack goes on, syncWorkers at once. Each fsync flushes the disk under the
+// sandbox's filesystem (a loop device, the store's filesystem, another loop
+// device, the host's disk): one after another they took longer than the
+// unpack, and flushes in flight together are done as one.
+type syncer struct {
+	jobs chan syncJob
+	wg   sync.WaitGroup
+	n    int // files handed over (the next one's index)
+
+	mu   sync.Mutex
+	lost []syncJob // files the disk did not take; guarded by mu
+}
+
+type syncJob struct {
+	i    int // in the order written
+	name string
+	f    *os.File
+	fi   fs.FileInfo // which file it was (a later entry may take its name)
+	err  error
+}
+
+// syncWorkers is how many files a syncer syncs at once; as many more wait,
+// open, for their turn.
+const syncWorkers = 32
+
+func newSyncer() *syncer {
+	s := &syncer{jobs: make(chan syncJob, syncWorkers)}
+	for range syncWorkers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for j := range s.jobs {
+				j.fi, _ = j.f.Stat()
+				j.err = j.f.Sync()
+				j.f.Close()
+				if j.err != nil {
+					s.mu.Lock()
+					s.lost = append(s.lost, j)
+					s.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return s
+}
+
+// add hands the written file f (named name) over, to sync and close.
+func (s *syncer) add(name string, f *os.File) {
+	s.jobs <- syncJob{i: s.n, name: name, f: f}
+	s.n++
+}
+
+// sync waits until the files handed over are synced (with UnpackOptions.
+// Sync; else there are none). A file the disk did not take is removed (it
+// would read as zeros); the first in the archive's order is the error.
+func (u *unpacker) sync() error {
+	if u.sy == nil {
+		return nil
+	}
+	s := u.sy
+	u.sy = nil
+	close(s.jobs)
+	s.wg.Wait()
+	slices.SortFunc(s.lost, func(a, b syncJob) int { return a.i - b.i })
+	var first *Error
+	for _, j := range s.lost {
+		if fi, err := u.root.Lstat(j.name); err == nil && j.fi != nil && os.SameFile(fi, j.fi) {
+			u.root.Remove(j.name)
+		}
+		if first == nil {
+			first = fail(classify(j.err), "%s: the disk did not take it (%v): removed", path.Join(u.dest, j.name), unwrapErrno(j.err))
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	if len(s.lost) > 1 {
+		first.Msg += fmt.Sprintf(", and %d more files like it", len(s.lost)-1)
+	}
+	return first
 }
 
 // symlink makes symlink name as written.

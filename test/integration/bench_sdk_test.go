@@ -196,7 +196,7 @@ func BenchmarkSDKStream(b *testing.B) {
 }
 
 // buildTypeScriptSDK runs npm ci and the build in dir unless dist/ is there.
-func buildTypeScriptSDK(b *testing.B, dir string) {
+func buildTypeScriptSDK(b testing.TB, dir string) {
 	b.Helper()
 	if _, err := os.Stat(filepath.Join(dir, "dist")); err == nil {
 		return

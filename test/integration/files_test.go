@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/client"
+	"golang.org/x/sys/unix"
 )
 
 func readAll(t *testing.T, sb, p string) []byte {
@@ -378,6 +379,99 @@ func TestFilesDiskFull(t *testing.T) {
 			execOK(t, sb.ID, "sh", "-c", "echo ok > /root/ok")
 		})
 	}
+}
+
+// TestFilesStoreFull: a write that the sandbox store cannot hold (it is
+// full: the sandbox's own disk has room, the store under it has none) is
+// refused, and the file it would have replaced reads as it was: running
+// and stopped, on both providers, one file and a tar. It was acknowledged
+// before, and then read back as zeros of the right size once the page
+// cache let go of it (a stopped sandbox's at once, when its files were
+// unmounted): the helper left the bytes in the page cache and the store
+// failed their writeback. Inside gVisor this needs runsc's fsync to report
+// the host's error (tools/runsc/patches/0004).
+func TestFilesStoreFull(t *testing.T) {
+	e := need(t)
+	old, data := bytes.Repeat([]byte("old\n"), 1<<10), make([]byte, 8<<20)
+	rand.Read(data)
+	for _, prov := range providers {
+		for _, state := range []string{"running", "stopped"} {
+			t.Run(prov+"/"+state, func(t *testing.T) {
+				sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-store-full-" + prov + "-" + state})
+				writeOK(t, sb.ID, "/root/f.bin", old, nil)
+				var arch bytes.Buffer
+				tb := newTar(&arch)
+				tb.file("t/a.bin", string(data))
+				tb.close()
+				if state == "stopped" {
+					if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				unfill := fillStore(t, sb.ID)
+				_, werr := e.c.WriteFile(ctxT(t), sb.ID, "/root/f.bin", bytes.NewReader(data), nil)
+				_, terr := e.c.WriteArchive(ctxT(t), sb.ID, "/root", bytes.NewReader(arch.Bytes()))
+				// Whatever the page cache holds of them is written back
+				// now, while the store is full, and let go of.
+				upper := filepath.Join(e.dataDir, "storage", "mnt", sb.ID)
+				if f, err := os.Open(upper); err == nil {
+					unix.Syncfs(int(f.Fd()))
+					f.Close()
+					for _, p := range []string{"root/f.bin", "root/t/a.bin"} {
+						if f, err := os.Open(filepath.Join(upper, "upper", p)); err == nil {
+							unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+							f.Close()
+						}
+					}
+				}
+				unfill()
+				if werr == nil {
+					t.Errorf("a write into a full store was acknowledged")
+				}
+				if got := readAll(t, sb.ID, "/root/f.bin"); !bytes.Equal(got, old) {
+					t.Errorf("the file reads as %d bytes (%d of them zeros), not the %d it held before the refused write", len(got), bytes.Count(got, []byte{0}), len(old))
+				}
+				if terr == nil {
+					if got := readAll(t, sb.ID, "/root/t/a.bin"); !bytes.Equal(got, data) {
+						t.Errorf("a tar unpacked into a full store was acknowledged, and its file reads as %d bytes (%d of them zeros)", len(got), bytes.Count(got, []byte{0}))
+					}
+				}
+				t.Logf("refused: %v; the tar: %v", werr, terr)
+			})
+		}
+	}
+}
+
+// fillStore takes all the sandbox store's free space (a file beside the
+// sandboxes' images), after sandbox sb's writes so far are in it; the
+// function it returns gives the space back.
+func fillStore(t *testing.T, sb string) func() {
+	t.Helper()
+	store := filepath.Join(need(t).dataDir, "storage")
+	for _, dir := range []string{filepath.Join(store, "mnt", sb), store} {
+		if f, err := os.Open(dir); err == nil {
+			unix.Syncfs(int(f.Fd()))
+			f.Close()
+		}
+	}
+	filler := filepath.Join(store, "fill-"+sb)
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Statfs_t
+	if err := unix.Statfs(store, &st); err != nil {
+		t.Fatal(err)
+	}
+	for n := int64(st.Bavail) * int64(st.Bsize); n > 0; n -= 256 << 10 {
+		if unix.Fallocate(int(f.Fd()), 0, 0, n) == nil {
+			break
+		}
+	}
+	unfill := func() { os.Remove(filler) }
+	t.Cleanup(unfill)
+	return unfill
 }
 
 // tarBuilder writes a test archive.
