@@ -11,10 +11,12 @@ import threading
 import time
 import unittest
 from typing import Any, Iterator, List, Tuple
+from unittest import mock
 
 from fakeserver import STREAM, FakeServer, Handler, Recorded, frame, sandbox_json
 
 from useshards import Chunk, Shard, ShardError
+from useshards._transport import FramedBody
 
 SB = sandbox_json()
 PATH = f"/sandboxes/{SB['id']}"
@@ -171,6 +173,27 @@ class FramedStdinTest(Base):
         self.sb.exec(["cat"], stdin="hi")
         self.assertEqual(self.last().json["stdin"], base64.b64encode(b"hi").decode())
         self.assertEqual(self.fake.connections, 1)
+
+    def test_connection_kept_when_the_answer_ends_before_the_pump_says_stdin_closed(self) -> None:
+        # The server answers X as soon as it reads the empty I frame, which
+        # can be before the pump's thread runs again (a busy CPU): the
+        # client must still end the body and keep the connection.
+        send = FramedBody.send
+
+        def slow_after_eof(body: FramedBody, typ: bytes, payload: bytes, timeout: Any = None) -> bool:
+            ok = send(body, typ, payload, timeout)
+            if typ == b"I" and not payload:
+                time.sleep(0.2)
+            return ok
+
+        self.route(echo)
+        with mock.patch.object(FramedBody, "send", slow_after_eof):
+            res = self.sb.exec(["cat"], stdin=iter([b"abc"]))
+        self.assertEqual(res.stdout, "abc")
+        rec = self.last()
+        self.sb.refresh()
+        self.assertEqual(self.fake.connections, 1, "the connection is kept")
+        self.assertTrue(rec.body_ended, "the body ended with its final chunk")
 
     def test_file_like_stdin(self) -> None:
         self.route(echo)

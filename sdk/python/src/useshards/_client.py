@@ -95,6 +95,9 @@ class _StdinPump:
         self._on_fail = on_fail
         self.error: Optional[ShardError] = None
         self.closed_stdin = threading.Event()
+        # Set before the empty I frame is sent: the answer may end as soon
+        # as the server reads it, before this thread says it was sent.
+        self.closing_stdin = False
         self._thread = threading.Thread(target=self._run, name="useshards-stdin", daemon=True)
         self._thread.start()
 
@@ -116,6 +119,7 @@ class _StdinPump:
                 for off in range(0, len(view), STDIN_CHUNK):
                     if not body.send(b"I", view[off : off + STDIN_CHUNK]):  # type: ignore[arg-type]
                         return
+            self.closing_stdin = True
             if body.send(b"I", b""):
                 self.closed_stdin.set()
         except OSError:
@@ -123,6 +127,9 @@ class _StdinPump:
 
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
 
 
 def _argv(argv: Argv) -> List[str]:
@@ -266,6 +273,11 @@ class ExecStream(Iterator[Chunk]):
         if body is None:
             self._resp.release()
             return
+        # A pump sending the empty I frame is given a moment to finish: the
+        # server may have read it and ended its answer before the pump's
+        # thread ran again, and the connection can then be kept.
+        if self._pump is not None and self._pump.closing_stdin:
+            self._pump.join(timeout=1.0)
         # A body whose stdin is still being sent (the command ended before
         # reading it all) cannot be ended here: the connection goes.
         if self._pump is not None and not self._pump.closed_stdin.is_set():
