@@ -59,6 +59,12 @@ type Change struct {
 	SizeA int64    `json:"size_a"`
 	SizeB int64    `json:"size_b"`
 	Patch string   `json:"patch,omitempty"`
+	// NotCompared is what the server could not tell ("content": the
+	// diff's read bound came first): the file may differ there or not.
+	NotCompared []string `json:"not_compared,omitempty"`
+	// PathBytes is the path's bytes when they are not UTF-8 (Path then
+	// has U+FFFD for each byte that is not).
+	PathBytes []byte `json:"path_bytes,omitempty"`
 }
 
 // Diff is what changed from From to To.
@@ -70,6 +76,9 @@ type Diff struct {
 	Removed   int      `json:"removed"`
 	Changed   int      `json:"changed"`
 	Truncated bool     `json:"truncated"`
+	// NotCompared counts the changes (of Changed) whose content was not
+	// compared: the diff's read bound came first.
+	NotCompared int `json:"not_compared"`
 }
 
 // Diff lists what changed in sandbox's files since against (another

@@ -123,6 +123,11 @@ func (d *daemon) lockDataDir(context.Context) error {
 			return err
 		}
 	}
+	// Again, now that they exist: a symbolic link that led nowhere when
+	// config checked may lead into the other directory now.
+	if err := checkDirs(&d.cfg.serveOptions, resolveDir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(d.cfg.socket), 0o711); err != nil {
 		return err
 	}

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/termsafe"
+	"golang.org/x/term"
 )
 
 func newDiffCmd(a *app) *cobra.Command {
@@ -23,11 +26,17 @@ taken at one instant. Only what either sandbox changed over the image is
 compared, never the whole image.
 
   A path  added (+), removed (-) or changed (M: content, mode, owner,
-  type, target), one per line;
+  type, target), one per line; ? for a file whose content was not
+  compared (a diff reads at most 1 GiB of files' data; holes are not
+  read), which may be the same;
   --stat  the counts and bytes instead of the paths;
   --patch unified diffs of the text files (after the paths, or after
           the counts and a blank line with --stat, as git prints them),
-          which GNU patch -p1 and git apply apply.
+          which GNU patch -p1 and git apply apply: the files' bytes as
+          they are, escaped only on a terminal.
+
+With no differences nothing is printed on stdout, as diff and git diff
+do, and a line on stderr says so; the exit status is 0 either way.
 
   shard diff try-a try-b      # what try-b has that try-a has not
   shard diff --patch try-a    # what try-a did since its fork`,
@@ -48,30 +57,44 @@ compared, never the whole image.
 			if a.json {
 				return printJSON(d)
 			}
+			// A patch is the files' bytes, for patch and git apply: escaped
+			// only where a terminal would act on them.
+			escape := term.IsTerminal(int(os.Stdout.Fd()))
+			defer printDiffNotes(d)
 			if stat {
 				printDiffStat(d)
 				if patch {
 					// As git diff --stat --patch: the counts, a blank line, the patches.
 					os.Stdout.WriteString("\n")
-					printPatches(d)
+					printPatches(os.Stdout, d, escape)
 				}
+				return nil
+			}
+			if len(d.Changes) == 0 {
+				// stdout stays empty, as diff's and git diff's: a script that
+				// saves or applies it, or tests it for emptiness, still can.
+				termsafe.Fprintf(os.Stderr, "(no differences: %s → %s)\n", d.From.Kind+" "+sideName(d.From.Name, d.From.ID), sideName(d.To.Name, d.To.ID))
 				return nil
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', 0)
 			for _, ch := range d.Changes {
 				sign := map[string]string{"added": "+", "removed": "-", "changed": "M"}[ch.Kind]
-				what := ""
-				if len(ch.What) > 0 {
-					what = "(" + strings.Join(ch.What, ", ") + ")"
+				what := slices.Clip(ch.What) // appended to: not into the answer's array
+				if len(ch.NotCompared) > 0 {
+					if len(what) == 0 {
+						sign = "?"
+					}
+					what = append(what, strings.Join(ch.NotCompared, ", ")+" not compared")
 				}
-				termsafe.Fprintf(tw, "%s\t%s\t%s\n", sign, ch.Path, what)
+				note := ""
+				if len(what) > 0 {
+					note = "(" + strings.Join(what, ", ") + ")"
+				}
+				termsafe.Fprintf(tw, "%s\t%s\t%s\n", sign, changePath(ch), note)
 			}
 			tw.Flush()
-			if d.Truncated {
-				termsafe.Fprintf(os.Stderr, "(more changes than listed: the diff stops at %d)\n", len(d.Changes))
-			}
 			if patch {
-				printPatches(d)
+				printPatches(os.Stdout, d, escape)
 			}
 			return nil
 		},
@@ -97,9 +120,28 @@ func printDiffStat(d *client.Diff) {
 		humanSize(grew), humanSize(shrank))
 }
 
-func printPatches(d *client.Diff) {
+// printDiffNotes says on stderr what d leaves out.
+func printDiffNotes(d *client.Diff) {
+	if d.Truncated {
+		termsafe.Fprintf(os.Stderr, "(more changes than listed: the diff stops at %d)\n", len(d.Changes))
+	}
+	if d.NotCompared > 0 {
+		termsafe.Fprintf(os.Stderr, "(%d files' contents not compared: the diff reached its bound of files' data read)\n", d.NotCompared)
+	}
+}
+
+// changePath is ch's path: its bytes when they are not UTF-8, which the
+// terminal sees escaped.
+func changePath(ch client.Change) string {
+	if len(ch.PathBytes) > 0 {
+		return string(ch.PathBytes)
+	}
+	return ch.Path
+}
+
+func printPatches(w io.Writer, d *client.Diff, escape bool) {
 	for _, ch := range d.Changes {
-		printPatch(ch.Patch)
+		printPatch(w, ch.Patch, escape)
 	}
 }
 
@@ -110,17 +152,23 @@ func sideName(name, id string) string {
 	return id
 }
 
-// printPatch prints a unified diff: file content, printed as it is but for
-// a line with a rune a terminal would act on (tabs aside), which is escaped.
-func printPatch(p string) {
+// printPatch prints a unified diff, which is file content: as it is, but
+// with escape (a terminal) a line with a rune a terminal would act on
+// (tabs aside) is escaped. Saved or piped, the patch must give the files'
+// bytes back: a CRLF file's \r is its own.
+func printPatch(w io.Writer, p string, escape bool) {
+	if !escape {
+		io.WriteString(w, p)
+		return
+	}
 	for _, line := range strings.SplitAfter(p, "\n") {
 		body := strings.TrimSuffix(line, "\n")
 		if termsafe.Escape(strings.ReplaceAll(body, "\t", " ")) != strings.ReplaceAll(body, "\t", " ") {
 			body = termsafe.Escape(body)
 		}
-		os.Stdout.WriteString(body)
+		io.WriteString(w, body)
 		if strings.HasSuffix(line, "\n") {
-			os.Stdout.WriteString("\n")
+			io.WriteString(w, "\n")
 		}
 	}
 }

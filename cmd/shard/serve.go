@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -212,11 +213,14 @@ type hostFacts struct {
 	limits       sandbox.Limits // sandbox.HostLimits
 	conntrackMax int            // nf_conntrack_max; 0: unknown
 	conntrackErr error
+	// resolve says where a directory flag leads (resolveDir); nil: the
+	// path as given, made absolute.
+	resolve func(string) (string, error)
 }
 
 func readHostFacts() hostFacts {
 	n, err := network.ReadConntrack(network.ConntrackMaxPath)
-	return hostFacts{limits: sandbox.HostLimits(), conntrackMax: n, conntrackErr: err}
+	return hostFacts{limits: sandbox.HostLimits(), conntrackMax: n, conntrackErr: err, resolve: resolveDir}
 }
 
 // config is what the daemon runs with: the flags read and checked against
@@ -238,8 +242,9 @@ type config struct {
 	limits       sandbox.Limits
 }
 
-// config reads and checks the flags; it opens nothing and touches nothing,
-// so every refusal comes before the daemon starts.
+// config reads and checks the flags; it opens nothing and changes nothing
+// (it reads only where the directories lead, through host.resolve), so
+// every refusal comes before the daemon starts.
 func (o *serveOptions) config(host hostFacts) (*config, error) {
 	c := &config{serveOptions: *o}
 	if err := c.level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -307,7 +312,7 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 	if err := checkNames(o); err != nil {
 		return nil, err
 	}
-	if err := checkDirs(o); err != nil {
+	if err := checkDirs(o, host.resolve); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -318,26 +323,40 @@ func (o *serveOptions) config(host hostFacts) (*config, error) {
 // checkpoints/, the run directory's netns/, runsc/ and runc/, the memory
 // images in --image-ram-dir) and takes what it does not know there for a
 // crash's leftovers, so one inside another loses its files (a --run-dir
-// of DATA/run loses its network namespaces at start). The check is of the
-// paths as given, made absolute.
-func checkDirs(o *serveOptions) error {
-	type dirFlag struct{ flag, path string }
-	dirs := []dirFlag{{"--data-dir", o.dataDir}, {"--run-dir", o.runDir}}
+// of DATA/run loses its network namespaces at start). resolve says where
+// a path leads (resolveDir: through symbolic links, so a link to the data
+// directory is not a way around the check); nil takes the paths as given,
+// made absolute.
+func checkDirs(o *serveOptions, resolve func(string) (string, error)) error {
+	type dirFlag struct{ flag, given, path string }
+	dirs := []dirFlag{{flag: "--data-dir", given: o.dataDir}, {flag: "--run-dir", given: o.runDir}}
 	if o.imageRAM != "auto" && imageRAMDir(o.imageRAM, o.dataDir) != "" {
-		dirs = append(dirs, dirFlag{"--image-ram-dir", o.imageRAM})
+		dirs = append(dirs, dirFlag{flag: "--image-ram-dir", given: o.imageRAM})
 	}
 	for i := range dirs {
-		if dirs[i].path == "" {
-			return fmt.Errorf("%s: give a directory", dirs[i].flag)
+		d := &dirs[i]
+		if d.given == "" {
+			return fmt.Errorf("%s: give a directory", d.flag)
 		}
-		abs, err := filepath.Abs(dirs[i].path)
+		abs, err := filepath.Abs(d.given)
 		if err != nil {
-			return fmt.Errorf("%s %q: %w", dirs[i].flag, dirs[i].path, err)
+			return fmt.Errorf("%s %q: %w", d.flag, d.given, err)
 		}
-		dirs[i].path = abs
+		d.given, d.path = abs, abs
+		if resolve != nil {
+			if d.path, err = resolve(abs); err != nil {
+				return fmt.Errorf("%s %s: %w", d.flag, abs, err)
+			}
+		}
+	}
+	name := func(d dirFlag) string {
+		if d.path != d.given {
+			return fmt.Sprintf("%s %s (%s)", d.flag, d.given, d.path)
+		}
+		return d.flag + " " + d.path
 	}
 	nested := func(in, out dirFlag) error {
-		return fmt.Errorf("%s %s is inside %s %s: give directories that do not nest (the server keeps files of its own in each)", in.flag, in.path, out.flag, out.path)
+		return fmt.Errorf("%s is inside %s: give directories that do not nest (the server keeps files of its own in each)", name(in), name(out))
 	}
 	for i, a := range dirs {
 		for _, b := range dirs[i+1:] {
@@ -352,6 +371,24 @@ func checkDirs(o *serveOptions) error {
 		}
 	}
 	return nil
+}
+
+// resolveDir is where the absolute path p leads: its longest existing
+// ancestor with every symbolic link resolved, the rest appended as given
+// (the server makes those directories).
+func resolveDir(p string) (string, error) {
+	var rest []string
+	for dir := p; ; dir = filepath.Dir(dir) {
+		r, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			slices.Reverse(rest)
+			return filepath.Join(append([]string{r}, rest...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || dir == filepath.Dir(dir) {
+			return "", err
+		}
+		rest = append(rest, filepath.Base(dir))
+	}
 }
 
 // within says whether the clean absolute path p is below dir.

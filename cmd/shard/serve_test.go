@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -232,4 +233,95 @@ func TestConfig(t *testing.T) {
 			t.Errorf("notes %q, want one about the conntrack table", c.notes)
 		}
 	})
+}
+
+// The directory check follows symbolic links: a --run-dir through a link
+// to the data directory is inside it, however it is spelled, and a link to
+// a directory of its own is not.
+func TestConfigDirsThroughLinks(t *testing.T) {
+	tmp := t.TempDir()
+	if r, err := filepath.EvalSymlinks(tmp); err == nil {
+		tmp = r // the temporary directory may itself be under a link
+	}
+	for _, d := range []string{"d5", "other"} {
+		if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{"plink": "d5", "olink": "other", "dlink": "later", "rel": "../" + filepath.Base(tmp) + "/./d5"}
+	for link, target := range links {
+		if err := os.Symlink(target, filepath.Join(tmp, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host := hostFacts{limits: sandbox.Limits{MemoryBytes: 8 << 30, CPUMillis: 4000, Pids: sandbox.MaxPids}, conntrackMax: 262144, resolve: resolveDir}
+	at := func(p string) string { return filepath.Join(tmp, p) }
+	tests := []struct {
+		name, data, run string
+		want            string // part of the error; "" for none
+	}{
+		{"run dir through a link to the data dir", "d5", "plink/run",
+			"--run-dir " + at("plink/run") + " (" + at("d5/run") + ") is inside --data-dir " + at("d5")},
+		{"deeper, not there yet", "d5", "plink/a/b", "is inside --data-dir " + at("d5")},
+		{"the link itself", "d5", "plink", "are the same directory, " + at("d5")},
+		{"data dir through the link, run dir as given", "plink/data", "d5", "--data-dir " + at("plink/data") + " (" + at("d5/data") + ") is inside --run-dir " + at("d5")},
+		{"a relative link", "d5", "rel/run", "is inside --data-dir " + at("d5")},
+		{"a link to a directory of its own", "d5", "olink/run", ""},
+		{"a link that leads nowhere yet", "later", "dlink/run", ""}, // the daemon checks again once it made them
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &serveOptions{}
+			newServeCmdInto(o)
+			o.dataDir, o.runDir, o.imageRAM = at(tt.data), at(tt.run), "none"
+			_, err := o.config(host)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("config = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+	// What the daemon checks once it has made the directories: the link
+	// that led nowhere leads into the data directory now.
+	if err := os.Mkdir(at("later"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := checkDirs(&serveOptions{dataDir: at("later"), runDir: at("dlink/run"), imageRAM: "none"}, resolveDir)
+	if err == nil || !strings.Contains(err.Error(), "is inside --data-dir "+at("later")) {
+		t.Errorf("checkDirs once the link leads somewhere = %v, want the run dir inside the data dir", err)
+	}
+}
+
+// resolveDir resolves the longest existing ancestor and keeps the rest.
+func TestResolveDir(t *testing.T) {
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(tmp, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(tmp, "a/b"), filepath.Join(tmp, "l")); err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		"a/b":     "a/b",
+		"l":       "a/b",
+		"l/c/d":   "a/b/c/d",
+		"x/y":     "x/y",
+		"a/b/c/l": "a/b/c/l", // a name below one that is not there is kept
+	} {
+		got, err := resolveDir(filepath.Join(tmp, in))
+		if err != nil || got != filepath.Join(tmp, want) {
+			t.Errorf("resolveDir(%s) = %q, %v; want %q", in, got, err, filepath.Join(tmp, want))
+		}
+	}
+	if got, err := resolveDir("/"); err != nil || got != "/" {
+		t.Errorf("resolveDir(/) = %q, %v", got, err)
+	}
 }

@@ -17,8 +17,10 @@ import (
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/auth"
+	"github.com/useshards/shard/internal/fsdiff"
 	"github.com/useshards/shard/internal/lineage"
 	"github.com/useshards/shard/internal/provider"
+	"github.com/useshards/shard/internal/sandbox"
 )
 
 // routes is every METHOD and path Handler registers, in OpenAPI's spelling
@@ -372,7 +374,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Checkpoint": Checkpoint{}, "SandboxRemoved": SandboxRemoved{}, "Snapshot": Snapshot{}, "Environment": Environment{},
 		"Capabilities": provider.Capabilities{},
 		"ExecStarted":  ExecStarted{}, "ExecExit": ExecExit{}, "ExecResize": ExecResize{}, "ExecSignal": ExecSignal{},
-		"TreeNode": lineage.Node{},
+		"TreeNode": lineage.Node{}, "Change": fsdiff.Change{}, "Diff": sandbox.DiffResult{}, "DiffSide": sandbox.DiffSide{},
 	} {
 		props, ok := resolvePointer(doc, "/components/schemas/"+name+"/properties")
 		if !ok {
@@ -403,7 +405,11 @@ func jsonFields(typ reflect.Type) []string {
 		}
 		name, _, _ := strings.Cut(tag, ",")
 		if f.Anonymous && name == "" {
-			out = append(out, jsonFields(f.Type)...)
+			t := f.Type
+			if t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			out = append(out, jsonFields(t)...)
 			continue
 		}
 		if name == "" {

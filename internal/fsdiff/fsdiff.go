@@ -8,11 +8,15 @@
 //
 // The directories it reads are private read-only copies (see
 // rootfs.View): nothing changes under the walk. Still, no symlink is
-// followed and no special file opened.
+// followed and no special file opened. What a diff reads of files' data
+// is bounded (Options.MaxRead), and it ends when its context does: a
+// sandbox controls the files, and a file of terabytes of holes costs it
+// nothing to make.
 package fsdiff
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +43,14 @@ type Change struct {
 	SizeA int64    `json:"size_a"`         // a file's size in A (0 if none)
 	SizeB int64    `json:"size_b"`
 	Patch string   `json:"patch,omitempty"` // unified diff of a text file (Options.Patch)
+	// NotCompared is what the diff could not tell (content: the diff's
+	// read bound, Options.MaxRead, came first): the file may differ there
+	// or not. A change with nothing in What but this is listed all the
+	// same, since it may be one.
+	NotCompared []string `json:"not_compared,omitempty"`
+	// PathBytes is Path's bytes when they are not UTF-8, which JSON
+	// cannot carry in a string (Path has U+FFFD for each bad byte there).
+	PathBytes []byte `json:"path_bytes,omitempty"`
 }
 
 // Kinds of Change.
@@ -55,7 +67,13 @@ type Result struct {
 	Removed   int      `json:"removed"`
 	Changed   int      `json:"changed"`
 	Truncated bool     `json:"truncated"` // more than Options.MaxChanges: only the first are listed
+	// NotCompared counts the changes (of Changed) whose content was not
+	// compared: the diff's read bound came first.
+	NotCompared int `json:"not_compared"`
 }
+
+// NotComparedWhy says why a change's NotCompared holds content.
+const NotComparedWhy = "past the diff's read bound"
 
 // Options bound a diff.
 type Options struct {
@@ -63,17 +81,39 @@ type Options struct {
 	// a directory named here is compared still. They are what the server
 	// itself puts in every sandbox; a file of the sandbox's own beside
 	// them must show.
-	Skip       []string
+	Skip []string
+	// Written are files the server writes in every sandbox, whose changes
+	// are left out only while each side holds what the server wrote.
+	Written    []Written
 	Patch      bool  // text diffs of changed text files
 	MaxChanges int   // 0: DefaultMaxChanges
 	MaxPatch   int64 // a file larger than this gets no text diff (0: DefaultMaxPatch)
+	// MaxRead bounds the bytes of files' data the diff reads, both sides'
+	// comparisons and patches together (0: DefaultMaxRead). Holes are not
+	// read. Past it a file whose content is not yet told apart is listed
+	// with NotCompared content.
+	MaxRead int64
+}
+
+// Written is a file the server itself writes in a sandbox (the fork
+// contract's): a change to it is left out while A and B each say their
+// side's file is what the server wrote, and listed otherwise.
+type Written struct {
+	Path string
+	// A and B are given a side's file (at most maxWritten bytes; a
+	// larger one is never the server's), present false where the side
+	// has none, and say whether it is as the server left it; nil takes
+	// whatever the side holds (an image's own).
+	A, B func(data []byte, present bool) bool
 }
 
 // Defaults of Options.
 const (
 	DefaultMaxChanges = 20000
 	DefaultMaxPatch   = 1 << 20
+	DefaultMaxRead    = 1 << 30
 	maxPatchTotal     = 16 << 20
+	maxWritten        = 64 << 10
 )
 
 // Tree is one side: an overlay upper directory over the image's layers.
@@ -82,15 +122,19 @@ type Tree struct {
 }
 
 // Diff compares a and b, two uppers over the same lower layers (bottom
-// first), and lists what changed from a to b in path order.
-func Diff(a, b Tree, lowers []string, o Options) (*Result, error) {
+// first), and lists what changed from a to b in path order. It ends with
+// ctx's error when ctx ends.
+func Diff(ctx context.Context, a, b Tree, lowers []string, o Options) (*Result, error) {
 	if o.MaxChanges <= 0 {
 		o.MaxChanges = DefaultMaxChanges
 	}
 	if o.MaxPatch <= 0 {
 		o.MaxPatch = DefaultMaxPatch
 	}
-	d := &differ{a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}, chains: map[layerDir]chain{}}
+	if o.MaxRead <= 0 {
+		o.MaxRead = DefaultMaxRead
+	}
+	d := &differ{ctx: ctx, a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}, chains: map[layerDir]chain{}}
 	if err := d.dir("", false, false); err != nil && !errors.Is(err, errFull) {
 		return nil, err
 	}
@@ -100,11 +144,14 @@ func Diff(a, b Tree, lowers []string, o Options) (*Result, error) {
 var errFull = errors.New("diff: too many changes")
 
 type differ struct {
+	ctx        context.Context
 	a, b       string
 	lowers     []string
 	o          Options
 	res        *Result
 	patchBytes int64
+	read       int64              // bytes of files' data read so far (Options.MaxRead)
+	bufA, bufB []byte             // sameRange's, made at its first call
 	chains     map[layerDir]chain // a directory's standing in a layer (chain)
 }
 
@@ -311,6 +358,9 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 }
 
 func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
+	if err := d.ctx.Err(); err != nil {
+		return err
+	}
 	ea, inA := d.side(d.a, rel, hiddenA)
 	eb, inB := d.side(d.b, rel, hiddenB)
 	if !inA && !inB && hiddenA == hiddenB {
@@ -336,9 +386,12 @@ func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
 		}
 		return nil
 	}
-	what := compare(ea, eb)
-	if len(what) > 0 {
-		c := Change{Path: "/" + rel, Kind: Changed, Type: eb.typ(), What: what, SizeA: ea.size(), SizeB: eb.size()}
+	what, unknown, err := d.compare(ea, eb)
+	if err != nil {
+		return err
+	}
+	if len(what) > 0 || len(unknown) > 0 {
+		c := Change{Path: "/" + rel, Kind: Changed, Type: eb.typ(), What: what, NotCompared: unknown, SizeA: ea.size(), SizeB: eb.size()}
 		if err := d.add(c, ea, eb); err != nil {
 			return err
 		}
@@ -368,6 +421,9 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 	}
 	slices.Sort(ns)
 	for _, n := range ns {
+		if err := d.ctx.Err(); err != nil {
+			return err
+		}
 		r := path.Join(rel, n)
 		c := side(r)
 		if c == nil {
@@ -393,7 +449,7 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 }
 
 func (d *differ) add(c Change, a, b *entry) error {
-	if slices.Contains(d.o.Skip, c.Path) {
+	if slices.Contains(d.o.Skip, c.Path) || d.asWritten(c, a, b) {
 		return nil
 	}
 	if len(d.res.Changes) >= d.o.MaxChanges {
@@ -408,24 +464,73 @@ func (d *differ) add(c Change, a, b *entry) error {
 	case Changed:
 		d.res.Changed++
 	}
+	if len(c.NotCompared) > 0 {
+		d.res.NotCompared++
+	}
+	if !utf8.ValidString(c.Path) {
+		c.PathBytes = []byte(c.Path)
+	}
 	if d.o.Patch && c.Type == "file" && (a == nil || a.typ() == "file") && (b == nil || b.typ() == "file") {
-		c.Patch = d.patch(c.Path, a, b)
+		p, err := d.patch(c, a, b)
+		if err != nil {
+			return err
+		}
+		c.Patch = p
 	}
 	d.res.Changes = append(d.res.Changes, c)
 	return nil
 }
 
-// compare says how two entries at one path differ (nothing: the same).
-func compare(a, b *entry) []string {
-	var what []string
+// asWritten reports whether c is a change of a file the server writes
+// (Options.Written) that each side holds as the server wrote it, its mode
+// and owner alike on both.
+func (d *differ) asWritten(c Change, a, b *entry) bool {
+	i := slices.IndexFunc(d.o.Written, func(w Written) bool { return w.Path == c.Path })
+	if i < 0 || slices.ContainsFunc(c.What, func(w string) bool { return w != "content" }) {
+		return false
+	}
+	w := d.o.Written[i]
+	return written(a, w.A) && written(b, w.B)
+}
+
+// written reports whether e, one side's entry of a Written file, is as
+// the server left it (as; nil: whatever it is).
+func written(e *entry, as func(data []byte, present bool) bool) bool {
+	if as == nil {
+		return true
+	}
+	if e == nil {
+		return as(nil, false)
+	}
+	if e.typ() != "file" || e.size() > maxWritten {
+		return false
+	}
+	f, err := os.OpenFile(e.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxWritten+1))
+	return err == nil && len(data) <= maxWritten && as(data, true)
+}
+
+// compare says how two entries at one path differ (nothing: the same),
+// and what it could not tell (content, past the diff's read bound).
+func (d *differ) compare(a, b *entry) (what, unknown []string, err error) {
 	if a.typ() != b.typ() {
-		return []string{"type"}
+		return []string{"type"}, nil, nil
 	}
 	sa, _ := a.fi.Sys().(*syscall.Stat_t)
 	sb, _ := b.fi.Sys().(*syscall.Stat_t)
 	switch a.typ() {
 	case "file":
-		if !sameContent(a, b, sa, sb) {
+		same, err := d.sameContent(a, b, sa, sb)
+		switch {
+		case errors.Is(err, errPastBound):
+			unknown = []string{"content"}
+		case err != nil:
+			return nil, nil, err
+		case !same:
 			what = append(what, "content")
 		}
 	case "symlink":
@@ -445,67 +550,193 @@ func compare(a, b *entry) []string {
 	if sa != nil && sb != nil && (sa.Uid != sb.Uid || sa.Gid != sb.Gid) {
 		what = append(what, "owner")
 	}
-	return what
+	return what, unknown, nil
 }
+
+// errPastBound: the diff's read bound (Options.MaxRead) came before an
+// answer.
+var errPastBound = errors.New("fsdiff: " + NotComparedWhy)
+
+// readChunk is how much of a file one read takes.
+const readChunk = 256 << 10
 
 // sameContent compares two files' bytes. Two uppers of one lineage are
 // block copies of one filesystem: a file neither changed since they parted
 // has the same inode number, size and change time in both, which no write
 // keeps (a write sets the change time), so its bytes need no reading.
-func sameContent(a, b *entry, sa, sb *syscall.Stat_t) bool {
-	if a.fi.Size() != b.fi.Size() {
-		return false
+//
+// Otherwise only data is read, by the files' data maps (SEEK_DATA,
+// SEEK_HOLE): where both have a hole both read as zeros; where one has a
+// hole the other's data there must be zeros, since a file of written
+// zeros holds what one of holes does. It ends with ctx's error, or with
+// errPastBound at the diff's read bound unless a difference came first.
+func (d *differ) sameContent(a, b *entry, sa, sb *syscall.Stat_t) (bool, error) {
+	size := a.fi.Size()
+	if size != b.fi.Size() {
+		return false, nil
 	}
 	if a.where == "upper" && b.where == "upper" && sa != nil && sb != nil &&
 		sa.Ino == sb.Ino && sa.Ctim == sb.Ctim && sa.Mtim == sb.Mtim {
-		return true
+		return true, nil
 	}
 	fa, err := os.OpenFile(a.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	defer fa.Close()
 	fb, err := os.OpenFile(b.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	defer fb.Close()
-	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
-	for {
-		na, ea := io.ReadFull(fa, ba)
-		nb, eb := io.ReadFull(fb, bb)
-		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false
+	for off := int64(0); off < size; {
+		if err := d.ctx.Err(); err != nil {
+			return false, err
 		}
-		if ea != nil || eb != nil {
-			return (ea == io.EOF || ea == io.ErrUnexpectedEOF) && (eb == io.EOF || eb == io.ErrUnexpectedEOF)
+		endA, dataA := extent(fa, off, size)
+		endB, dataB := extent(fb, off, size)
+		end := min(endA, endB)
+		if dataA || dataB {
+			ra, rb := fa, fb
+			if !dataA {
+				ra = nil
+			}
+			if !dataB {
+				rb = nil
+			}
+			if same, err := d.sameRange(ra, rb, off, end); err != nil || !same {
+				return false, err
+			}
 		}
+		off = end
 	}
+	return true, nil
 }
 
-// patch is a unified diff of a text file's two versions ("" for a file
-// that is binary, too big, or past the total).
-func (d *differ) patch(p string, a, b *entry) string {
-	read := func(e *entry) (string, bool) {
+// extent says whether offset off of f (of size bytes, off below it) is in
+// data or in a hole, and where that run ends. A filesystem that cannot
+// tell has data throughout.
+func extent(f *os.File, off, size int64) (end int64, data bool) {
+	next, err := f.Seek(off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, syscall.ENXIO):
+		return size, false // no data past off
+	case err != nil:
+		return size, true
+	case next > off:
+		return min(next, size), false
+	}
+	h, err := f.Seek(off, unix.SEEK_HOLE)
+	if err != nil || h <= off {
+		return size, true
+	}
+	return min(h, size), true
+}
+
+// sameRange compares bytes [off, end) of fa and fb, a nil file being a
+// hole there (zeros), each byte read counted against the read bound. A
+// file that cannot be read differs.
+func (d *differ) sameRange(fa, fb *os.File, off, end int64) (bool, error) {
+	if d.bufA == nil {
+		d.bufA, d.bufB = make([]byte, readChunk), make([]byte, readChunk)
+	}
+	for off < end {
+		if err := d.ctx.Err(); err != nil {
+			return false, err
+		}
+		n := min(int64(readChunk), end-off)
+		if err := d.charge(n, fa, fb); err != nil {
+			return false, err
+		}
+		ba, bb := d.bufA[:n], d.bufB[:n]
+		if !readAt(fa, ba, off) || !readAt(fb, bb, off) || !bytes.Equal(ba, bb) {
+			return false, nil
+		}
+		off += n
+	}
+	return true, nil
+}
+
+// charge counts n bytes read from each of files that is not nil against
+// the read bound, or says it is past it.
+func (d *differ) charge(n int64, files ...*os.File) error {
+	var cost int64
+	for _, f := range files {
+		if f != nil {
+			cost += n
+		}
+	}
+	if d.read+cost > d.o.MaxRead {
+		return errPastBound
+	}
+	d.read += cost
+	return nil
+}
+
+// readAt fills buf from f at off (zeros for a nil f).
+func readAt(f *os.File, buf []byte, off int64) bool {
+	if f == nil {
+		clear(buf)
+		return true
+	}
+	_, err := f.ReadAt(buf, off)
+	return err == nil
+}
+
+// hasHole reports whether f (size bytes) has a hole before its end,
+// which reads as NUL bytes.
+func hasHole(f *os.File, size int64) bool {
+	h, err := f.Seek(0, unix.SEEK_HOLE)
+	return err == nil && h < size
+}
+
+// patch is a unified diff of a text file's two versions, or a line saying
+// why there is none: a file that is binary or too big, the patches' total
+// or the diff's read bound reached.
+func (d *differ) patch(c Change, a, b *entry) (string, error) {
+	if len(c.NotCompared) > 0 {
+		return "(diff left out: content not compared, " + NotComparedWhy + ")\n", nil
+	}
+	read := func(e *entry) (string, bool, error) {
 		if e == nil {
-			return "", true
+			return "", true, nil
 		}
 		if e.fi.Size() > d.o.MaxPatch {
-			return "", false
+			return "", false, nil
 		}
 		f, err := os.OpenFile(e.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
-			return "", false
+			return "", false, nil
 		}
 		defer f.Close()
-		buf, err := io.ReadAll(io.LimitReader(f, d.o.MaxPatch+1))
-		if err != nil || int64(len(buf)) > d.o.MaxPatch || bytes.IndexByte(buf, 0) >= 0 || !utf8.Valid(buf) {
-			return "", false
+		if hasHole(f, e.fi.Size()) {
+			return "", false, nil // NULs: binary, known without a read
 		}
-		return string(buf), true
+		if err := d.ctx.Err(); err != nil {
+			return "", false, err
+		}
+		if err := d.charge(e.fi.Size(), f); err != nil {
+			return "", false, err
+		}
+		buf, err := io.ReadAll(io.NewSectionReader(f, 0, d.o.MaxPatch+1)) // from 0: hasHole moved the offset
+		if err != nil || int64(len(buf)) > d.o.MaxPatch || bytes.IndexByte(buf, 0) >= 0 || !utf8.Valid(buf) {
+			return "", false, nil
+		}
+		return string(buf), true, nil
 	}
-	ta, okA := read(a)
-	tb, okB := read(b)
+	ta, okA, err := read(a)
+	var tb string
+	okB := false
+	if err == nil {
+		tb, okB, err = read(b)
+	}
+	switch {
+	case errors.Is(err, errPastBound):
+		return "(diff left out: " + NotComparedWhy + ")\n", nil
+	case err != nil:
+		return "", err
+	}
+	p := c.Path
 	from, to := "a"+p, "b"+p
 	if a == nil {
 		from = "/dev/null"
@@ -514,14 +745,14 @@ func (d *differ) patch(p string, a, b *entry) string {
 		to = "/dev/null"
 	}
 	if !okA || !okB {
-		return "Binary files " + quoteName(from) + " and " + quoteName(to) + " differ\n"
+		return "Binary files " + quoteName(from) + " and " + quoteName(to) + " differ\n", nil
 	}
 	out := udiff.Unified(headerName(from), headerName(to), ta, tb)
 	if d.patchBytes+int64(len(out)) > maxPatchTotal {
-		return "(diff left out: the diff's patches are past " + strconv.Itoa(maxPatchTotal>>20) + " MiB)\n"
+		return "(diff left out: the diff's patches are past " + strconv.Itoa(maxPatchTotal>>20) + " MiB)\n", nil
 	}
 	d.patchBytes += int64(len(out))
-	return out
+	return out, nil
 }
 
 // headerName is a file's name on a patch's ---/+++ line, as git writes it:

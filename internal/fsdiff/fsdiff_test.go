@@ -49,7 +49,7 @@ func TestDiff(t *testing.T) {
 	os.Symlink("/etc/a", filepath.Join(b, "link"))
 	os.Chmod(filepath.Join(b, "opt"), 0o755)
 
-	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
+	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,17 +82,17 @@ func TestDiff(t *testing.T) {
 		t.Errorf("patch of /new: %q", p)
 	}
 	// The other way round, a removal is an addition.
-	rev, _ := Diff(Tree{Upper: b}, Tree{Upper: a}, []string{lower}, Options{})
+	rev, _ := Diff(t.Context(), Tree{Upper: b}, Tree{Upper: a}, []string{lower}, Options{})
 	if rev.Added != 5 || rev.Removed != 4 || rev.Changed != 1 {
 		t.Errorf("reversed counts %d %d %d", rev.Added, rev.Removed, rev.Changed)
 	}
 	// A bound on changes.
-	few, _ := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{MaxChanges: 3})
+	few, _ := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{MaxChanges: 3})
 	if !few.Truncated || len(few.Changes) != 3 {
 		t.Errorf("bounded: %d changes, truncated %v", len(few.Changes), few.Truncated)
 	}
 	// The same tree: nothing.
-	same, _ := Diff(Tree{Upper: a}, Tree{Upper: a}, []string{lower}, Options{})
+	same, _ := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: a}, []string{lower}, Options{})
 	if len(same.Changes) != 0 {
 		t.Errorf("a tree against itself: %+v", same.Changes)
 	}
@@ -124,7 +124,7 @@ func TestDiffLayerSymlinkStaysInTheImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, b := range map[string]string{"replaced": replaced, "removed": removed} {
-		res, err := Diff(Tree{Upper: empty}, Tree{Upper: b}, []string{l1, l2}, Options{Patch: true})
+		res, err := Diff(t.Context(), Tree{Upper: empty}, Tree{Upper: b}, []string{l1, l2}, Options{Patch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,8 +151,9 @@ func slicesContains(s []string, v string) bool {
 }
 
 // TestPatchApplies: the patches of names with a space, a tab, a quote, a
-// backslash and a non-ASCII letter, a file added and one removed, applied
-// by GNU patch -p1 and by git apply to a copy of A, make it B.
+// backslash and a non-ASCII letter, a file added and one removed, files of
+// CRLF lines, a form feed and ESC sequences, applied by GNU patch -p1 and
+// by git apply to a copy of A, make it B.
 func TestPatchApplies(t *testing.T) {
 	names := []string{"d/my file", "d/tab\tq\"", `d/back\slash`, "d/café", "plain"}
 	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
@@ -162,7 +163,14 @@ func TestPatchApplies(t *testing.T) {
 	}
 	write(t, a, "d/rm me", "gone\n")
 	write(t, b, "d/new file", "hello\n")
-	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
+	// Content a terminal would act on, which the patch carries as it is.
+	write(t, a, "crlf", "one\r\ntwo\r\n")
+	write(t, b, "crlf", "one\r\nTWO\r\n")
+	write(t, a, "ff", "page\f1\n")
+	write(t, b, "ff", "page\f2\n")
+	write(t, a, "esc", "\x1b[31mred\x1b[0m\n")
+	write(t, b, "esc", "\x1b[32mgreen\x1b[0m\n")
+	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Patch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +229,7 @@ func TestSkipIsExact(t *testing.T) {
 	write(t, b, ".shard/shard", "agent\n")
 	write(t, b, "etc/hosts", "hosts\n")
 	skip := []string{"/.shard", "/.shard/shard", "/etc/hosts", "/run/shard", "/run/shard/fork"}
-	res, err := Diff(Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: skip})
+	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: skip})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/useshards/shard/internal/errdefs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -414,6 +415,12 @@ func (m *Manager) newNamedNetns(path string) error {
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("%s exists", path)
+		}
+		if _, serr := os.Stat(m.cfg.NetnsDir); errors.Is(serr, os.ErrNotExist) {
+			// Not the request's fault, nor one a retry mends: say what
+			// broke and what mends it (the host's path to the log only).
+			m.cfg.Log.Error("the netns directory is gone: restart shard serve", "dir", m.cfg.NetnsDir)
+			return errdefs.Unavailable("", "the server's run directory lost its netns directory (something removed it while the server ran): restart shard serve, which makes it again")
 		}
 		return err
 	}

@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/agent/proto"
@@ -19,11 +21,16 @@ import (
 
 // serverPaths are what the server itself puts in every sandbox's files,
 // left out of diffs by exact path: the agent's mount point and binary, the
-// host files it binds over, and the fork contract's file with its
-// directory (each fork's own identity, different by design). Anything else
+// host files it binds over, and the fork contract's directory. The fork
+// contract's file (each fork's own identity, different by design) is left
+// out only while it holds what the server wrote (forkFile). Anything else
 // under /.shard or /run/shard is the sandbox's own, and shows: it persists
 // across stop and start and reaches forks and snapshots like any file.
-var serverPaths = []string{oci.AgentDir, oci.AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", path.Dir(proto.ForkFile), proto.ForkFile}
+var serverPaths = []string{oci.AgentDir, oci.AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", path.Dir(proto.ForkFile)}
+
+// DefaultMaxDiffs bounds the diffs a server runs at once (Config.MaxDiffs):
+// each holds two mounted copies of a sandbox's files while it reads them.
+const DefaultMaxDiffs = 4
 
 // DiffSide names one side of a diff.
 type DiffSide struct {
@@ -51,6 +58,9 @@ type DiffOptions struct {
 // snapshot it was made from, or its image. Each side is a private copy of
 // the files of one instant (rootfs.View); only what either side changed
 // over the image is read (fsdiff).
+//
+// A diff waits for one of Config.MaxDiffs slots, and ends, with ctx's
+// error, when ctx does (its client went away), waiting or reading.
 func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*DiffResult, error) {
 	to, err := f.s.cfg.Store.GetSandbox(ctx, idOrName)
 	if err != nil {
@@ -58,7 +68,8 @@ func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Diff
 	}
 	res := &DiffResult{To: DiffSide{Kind: "sandbox", ID: to.ID, Name: to.Name}}
 	var from *store.Sandbox
-	key := "" // a saved copy's, for the from side
+	key := ""             // a saved copy's, for the from side
+	var fromFork forkFile // what the from side's fork file may hold
 	if o.Against != "" {
 		if from, err = f.s.cfg.Store.GetSandbox(ctx, o.Against); err != nil {
 			return nil, err
@@ -68,11 +79,17 @@ func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Diff
 				"sandbox %s is of image %s and %s of %s: a diff compares sandboxes of one image (a lineage)", from.Name, from.Image, to.Name, to.Image)
 		}
 		res.From = DiffSide{Kind: "sandbox", ID: from.ID, Name: from.Name}
+		fromFork = forkFile{want: bootIdentity(from)}
 	} else {
-		if res.From, key, err = f.startedFrom(ctx, to); err != nil {
+		if res.From, key, fromFork, err = f.startedFrom(ctx, to); err != nil {
 			return nil, err
 		}
 	}
+	done, err := f.diffs.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	img, err := f.s.cfg.Images.Get(ctx, to.ImageDigest)
 	if err != nil {
 		return nil, fmt.Errorf("image %s of sandbox %s: %w", to.Image, to.Name, err)
@@ -115,7 +132,10 @@ func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Diff
 		releases = append(releases, rel)
 		fromUpper = filepath.Join(fromDir, "upper")
 	}
-	r, err := fsdiff.Diff(fsdiff.Tree{Upper: fromUpper}, fsdiff.Tree{Upper: filepath.Join(toDir, "upper")}, img.Layers, fsdiff.Options{Patch: o.Patch, Skip: serverPaths})
+	r, err := fsdiff.Diff(ctx, fsdiff.Tree{Upper: fromUpper}, fsdiff.Tree{Upper: filepath.Join(toDir, "upper")}, img.Layers, fsdiff.Options{
+		Patch: o.Patch, Skip: serverPaths,
+		Written: []fsdiff.Written{{Path: proto.ForkFile, A: fromFork.matcher(), B: forkFile{want: bootIdentity(to)}.matcher()}},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +143,12 @@ func (f *Files) Diff(ctx context.Context, idOrName string, o DiffOptions) (*Diff
 	return res, nil
 }
 
-// startedFrom is what sb started from (see Diff), and the key of its saved
-// files (none for the image).
-func (f *Files) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, string, error) {
+// startedFrom is what sb started from (see Diff), the key of its saved
+// files (none for the image) and what their fork file may hold.
+func (f *Files) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, string, forkFile, error) {
 	evs, err := f.s.cfg.Store.Events(ctx, sb.Session, 0, 1)
 	if err != nil {
-		return DiffSide{}, "", err
+		return DiffSide{}, "", forkFile{}, err
 	}
 	var d ledger.CreatedData
 	if len(evs) > 0 && evs[0].Type == ledger.Created {
@@ -139,22 +159,109 @@ func (f *Files) startedFrom(ctx context.Context, sb *store.Sandbox) (DiffSide, s
 		ck, err := f.s.cfg.Store.GetCheckpoint(ctx, d.Checkpoint)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
-				return DiffSide{}, "", errdefs.Conflict(client.CodeCheckpointGone,
+				return DiffSide{}, "", forkFile{}, errdefs.Conflict(client.CodeCheckpointGone,
 					"sandbox %s started from checkpoint %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.Checkpoint)
 			}
-			return DiffSide{}, "", err
+			return DiffSide{}, "", forkFile{}, err
 		}
-		return DiffSide{Kind: "checkpoint", ID: ck.ID, Name: ck.SandboxName}, checkpointKey(ck.ID), nil
+		ff, err := f.savedForkFile(ctx, ck.SandboxID, ck.SandboxName)
+		return DiffSide{Kind: "checkpoint", ID: ck.ID, Name: ck.SandboxName}, checkpointKey(ck.ID), ff, err
 	case d.FromSnapshot != "":
 		sn, err := f.s.cfg.Store.GetSnapshot(ctx, d.FromSnapshot)
 		if err != nil {
 			if errdefs.Is(err, errdefs.KindNotFound) {
-				return DiffSide{}, "", errdefs.Conflict(client.CodeSnapshotGone,
+				return DiffSide{}, "", forkFile{}, errdefs.Conflict(client.CodeSnapshotGone,
 					"sandbox %s was made from snapshot %s, which was removed since: compare it with another sandbox (against)", sb.Name, d.FromSnapshot)
 			}
-			return DiffSide{}, "", err
+			return DiffSide{}, "", forkFile{}, err
 		}
-		return DiffSide{Kind: "snapshot", ID: sn.ID, Name: sn.Name}, snapshotKey(sn.ID), nil
+		ff, err := f.savedForkFile(ctx, sn.SandboxID, sn.SandboxName)
+		return DiffSide{Kind: "snapshot", ID: sn.ID, Name: sn.Name}, snapshotKey(sn.ID), ff, err
 	}
-	return DiffSide{Kind: "image", ID: sb.ImageDigest, Name: sb.Image}, "", nil
+	return DiffSide{Kind: "image", ID: sb.ImageDigest, Name: sb.Image}, "", forkFile{any: true}, nil
+}
+
+// savedForkFile is what the fork file of a saved copy (a checkpoint's, a
+// snapshot's) of sandbox id may hold: that sandbox's identity, all of it
+// while the sandbox is there, its id and name once it is removed; or no
+// file, as a sandbox whose agent came before the fork contract had none.
+func (f *Files) savedForkFile(ctx context.Context, id, name string) (forkFile, error) {
+	sb, err := f.s.cfg.Store.GetSandbox(ctx, id)
+	switch {
+	case err == nil:
+		return forkFile{want: bootIdentity(sb), absent: true}, nil
+	case errdefs.Is(err, errdefs.KindNotFound):
+		return forkFile{want: proto.Identity{ID: id, Name: name}, idOnly: true, absent: true}, nil
+	}
+	return forkFile{}, err
+}
+
+// slots bounds how many of a job run at once; the others wait, each until
+// its context ends.
+type slots struct {
+	c       chan struct{}
+	waiting atomic.Int32 // how many wait now
+}
+
+func newSlots(n int) *slots { return &slots{c: make(chan struct{}, n)} }
+
+// acquire takes a slot, waiting for one until ctx ends (its error then);
+// release gives it back.
+func (s *slots) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s.c <- struct{}{}:
+		return func() { <-s.c }, nil
+	default:
+	}
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	select {
+	case s.c <- struct{}{}:
+		return func() { <-s.c }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// forkFile says what one side's /run/shard/fork may hold for the server to
+// have written it, the diff leaving it out while it does (the fork
+// contract's file differs between any two sandboxes by design; what else
+// a sandbox puts there is its own, and shows). The agent writes the JSON
+// of an Identity and a newline; a fork's adds the checkpoint it came from
+// and when, which the server does not keep, so only the rest is checked.
+type forkFile struct {
+	want   proto.Identity
+	idOnly bool // only want's ID and Name are known
+	absent bool // no file is the server's too
+	any    bool // whatever it holds (the image's)
+}
+
+func (ff forkFile) matcher() func(data []byte, present bool) bool {
+	if ff.any {
+		return nil
+	}
+	return ff.matches
+}
+
+func (ff forkFile) matches(data []byte, present bool) bool {
+	if !present {
+		return ff.absent
+	}
+	var id proto.Identity
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&id); err != nil {
+		return false
+	}
+	if canon, err := json.Marshal(id); err != nil || !bytes.Equal(append(canon, '\n'), data) {
+		return false // not as the agent writes it: another encoder's
+	}
+	if (id.Checkpoint == "") != id.ForkedAt.IsZero() {
+		return false // a fork has both, a boot neither
+	}
+	w := ff.want
+	if id.ID != w.ID || id.Name != w.Name {
+		return false
+	}
+	return ff.idOnly || (id.ParentID == w.ParentID && id.ParentName == w.ParentName && id.Generation == w.Generation)
 }

@@ -291,6 +291,8 @@ type fakeStorage struct {
 	// fail, read under mu, makes a call fail: op is "create", "createFrom"
 	// or "reserve". nil: succeed.
 	fail func(op string) error
+	// view, set before use, is View (nil: no views).
+	view func(ctx context.Context, id, key, dir string) (func(), error)
 }
 
 // failed is what fail says of op.
@@ -373,7 +375,10 @@ func (s *fakeStorage) Receive(key string, _ int64, _ sparse.Extents, r io.Reader
 }
 func (s *fakeStorage) ImagePath(id string) string { return "sandboxes/" + id }
 func (s *fakeStorage) Bound(string) int64         { return 1 << 30 }
-func (s *fakeStorage) View(context.Context, string, string, string) (func(), error) {
+func (s *fakeStorage) View(ctx context.Context, id, key, dir string) (func(), error) {
+	if s.view != nil {
+		return s.view(ctx, id, key, dir)
+	}
 	return nil, errors.New("fake storage: no views")
 }
 func (s *fakeStorage) SavedUsage(string) int64      { return 0 }

@@ -38,7 +38,10 @@ import (
 
 // Files reads, writes, lists and removes sandboxes' files (this file),
 // diffs them (diff.go) and draws the fork tree (tree.go).
-type Files struct{ s *Service }
+type Files struct {
+	s     *Service
+	diffs *slots // a slot per diff running (Config.MaxDiffs); made by New
+}
 
 // agentBinary is where every sandbox has the shard binary (installAgent).
 const agentBinary = "/.shard/shard"

@@ -41,6 +41,7 @@ type Config struct {
 	MemoryOvercommit float64
 	Limits           Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 	Metrics          *metrics.Metrics // nil: nothing counted
+	MaxDiffs         int              // diffs at once, more waiting (0: DefaultMaxDiffs)
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
 	// proto.Port); a unit test points it at an agent of its own.
 	AgentAddr func(sb *store.Sandbox) string
@@ -124,6 +125,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.adm.checkLimit)
 	s.saved.spares = newSparePool(s.saved.makeSpare, s.saved.dropSpare, cfg.Log)
 	s.saved.spaceKick = make(chan struct{}, 1)
+	if cfg.MaxDiffs <= 0 {
+		cfg.MaxDiffs = DefaultMaxDiffs
+	}
+	s.files.diffs = newSlots(cfg.MaxDiffs)
 	for _, p := range cfg.Providers {
 		c := p.Probe(ctx)
 		c.Default = p.Name() == cfg.DefaultProvider

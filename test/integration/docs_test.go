@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,18 +32,46 @@ import (
 // document's own (SHARD_PROJECT=docs-NAME), which is emptied afterwards.
 // A block that cannot run as written here (a real cluster's addresses, a
 // terminal, the test suite itself) says which test runs it instead:
-// ```sh run-by=TestName (or the script that does: run-by=.ci/run), and that
-// test or script must exist. `sh tty` runs a block on a terminal that types
+// ```sh run-by=TestName, a Test or Benchmark of test/integration, or
+// run-by=scripts/NAME or .ci/NAME, a script that runs a command of the
+// block (run-by=.ci/run). `sh tty` runs a block on a terminal that types
 // `exit` (shard exec -it), and `sh interrupt` one whose last command runs
 // until Ctrl-C (shard port, shard ui, --follow): it must be still running
 // once it has printed a line, and end on SIGINT. Anything else (`text`
 // for output, `ts`, `python`, `go`) is not a command.
+//
+// A block run here reaches the test server only, and only the projects it
+// names: it may not name a socket, start a server, change SHARD_REMOTE or
+// SHARD_PROJECT, run sudo or env with options, or name the project default
+// (docRefused); a block that needs to is run by a test of its own. Every
+// block runs in a process group of its own, killed whole once it ends.
 
 // docFence is the opening line of a fenced block: its language and the rest.
 var docFence = regexp.MustCompile("^```([A-Za-z0-9_-]*)[ \t]*(.*)$")
 
 // docProject finds the projects a block's commands name.
-var docProject = regexp.MustCompile(`--project[ =]([a-z0-9][a-z0-9_.-]*)`)
+var docProject = regexp.MustCompile(`--project[ =]([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+
+// docProjectFlag finds every --project, whatever follows it.
+var docProjectFlag = regexp.MustCompile(`--project\b([ =]?)(\S*)`)
+
+// docRefused is what a block run here may not contain: each reaches a
+// server other than the test's (the host's own, on its socket) or leaves
+// the projects the test empties afterwards.
+var docRefused = []struct {
+	re  *regexp.Regexp
+	why string
+}{
+	{regexp.MustCompile(`--socket\b|--unix-socket\b|\.sock\b`), "names a Unix socket (the host's own server)"},
+	{regexp.MustCompile(`\bSHARD_(REMOTE|PROJECT)=`), "sets SHARD_REMOTE or SHARD_PROJECT"},
+	{regexp.MustCompile(`\bunset\b[^\n;&|]*\bSHARD_(REMOTE|PROJECT)\b`), "unsets SHARD_REMOTE or SHARD_PROJECT"},
+	{regexp.MustCompile(`\benv\s+-`), "runs env with options (env -u, env -i: a command without the test's server)"},
+	{regexp.MustCompile(`\bshard\s+serve\b`), "starts shard serve"},
+	{regexp.MustCompile(`\bsudo\b`), "runs sudo"},
+}
+
+// docRunBy are the scripts a block may say run it.
+var docRunBy = regexp.MustCompile(`^(scripts|\.ci)(/[A-Za-z0-9_.-]+)+$`)
 
 type docBlock struct {
 	file  string
@@ -148,8 +177,85 @@ func testNames(t *testing.T, dir string) map[string]bool {
 	return names
 }
 
-// TestDocsShape checks what needs no server: every sh block is run here or
-// names a test that exists, and the README stays a page (two screens).
+// checkDocBlock says what is wrong with a block: a run-by that names no
+// test of test/integration (names) nor a script under scripts/ or .ci/ of
+// root that mentions one of the block's commands; or, in a block run here,
+// what docRefused refuses, and a project the test cannot empty afterwards.
+func checkDocBlock(root string, names map[string]bool, b docBlock) error {
+	if b.runBy != "" {
+		if names[b.runBy] {
+			return nil
+		}
+		if !docRunBy.MatchString(b.runBy) || slices.Contains(strings.Split(b.runBy, "/"), "..") {
+			return fmt.Errorf("run-by=%s: name a Test or Benchmark of test/integration, or a script under scripts/ or .ci/", b.runBy)
+		}
+		if st, err := os.Lstat(filepath.Join(root, b.runBy)); err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("run-by=%s: no such test in test/integration, nor script in the repository", b.runBy)
+		}
+		text, err := os.ReadFile(filepath.Join(root, b.runBy))
+		if err != nil {
+			return err
+		}
+		cmds := blockCommands(b.body)
+		for _, c := range cmds {
+			if strings.Contains(string(text), c) {
+				return nil
+			}
+		}
+		return fmt.Errorf("run-by=%s: the script runs none of the block's commands (%s)", b.runBy, strings.Join(cmds, ", "))
+	}
+	for _, r := range docRefused {
+		if m := r.re.FindString(b.body); m != "" {
+			return fmt.Errorf("the block %s (%q): it would reach past the test's server and projects; have a test run it (sh run-by=TestName)", r.why, m)
+		}
+	}
+	for _, m := range docProjectFlag.FindAllStringSubmatch(b.body, -1) {
+		switch {
+		case m[1] == "" || !docProject.MatchString(m[0]):
+			return fmt.Errorf("%q: name the project literally (--project NAME), so the test can empty it afterwards", m[0])
+		case m[2] == "default":
+			return fmt.Errorf("%q: a block run here acts in projects of its own, never default (the test empties them afterwards)", m[0])
+		}
+	}
+	return nil
+}
+
+// docComment is a shell comment; docSeparator what ends a command.
+var (
+	docComment   = regexp.MustCompile(`(^|\s)#.*`)
+	docSeparator = regexp.MustCompile(`&&|\|\||[;|&]`)
+)
+
+// blockCommands are the commands a block runs, as a script would mention
+// them: the first word of each command, past variable assignments, with
+// the verb for go and shard ("go test", "shard create").
+func blockCommands(body string) []string {
+	var out []string
+	for _, line := range strings.Split(body, "\n") {
+		line = docComment.ReplaceAllString(line, "")
+		for _, part := range docSeparator.Split(line, -1) {
+			f := strings.Fields(part)
+			for len(f) > 0 && strings.Contains(f[0], "=") {
+				f = f[1:]
+			}
+			if len(f) == 0 {
+				continue
+			}
+			c := f[0]
+			if (c == "go" || c == "shard") && len(f) > 1 {
+				c += " " + f[1]
+			}
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// TestDocsShape checks what needs no server: every sh block is run here,
+// within the test's server and projects, or names a test or script that
+// runs it (checkDocBlock), and the README stays a page (two screens).
 func TestDocsShape(t *testing.T) {
 	root := repoRoot(t)
 	files, err := docFiles(root)
@@ -166,11 +272,11 @@ func TestDocsShape(t *testing.T) {
 		for _, b := range blocks {
 			if b.runBy == "" {
 				run++
-				continue
+			} else {
+				delegated++
 			}
-			delegated++
-			if _, err := os.Stat(filepath.Join(root, b.runBy)); !names[b.runBy] && err != nil {
-				t.Errorf("%s:%d: run-by=%s: no such test in test/integration, nor script in the repository", rel(root, b.file), b.line, b.runBy)
+			if err := checkDocBlock(root, names, b); err != nil {
+				t.Errorf("%s:%d: %v", rel(root, b.file), b.line, err)
 			}
 		}
 	}
@@ -219,24 +325,38 @@ func TestDocCommands(t *testing.T) {
 	if err := os.Symlink(e.bin, filepath.Join(bin, "shard")); err != nil && !os.IsExist(err) {
 		t.Fatal(err)
 	}
+	names := testNames(t, filepath.Join(root, "test", "integration"))
 	for _, f := range files {
 		blocks, err := docBlocks(f)
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, b := range blocks {
+			if err := checkDocBlock(root, names, b); err != nil {
+				t.Fatalf("%s:%d: %v (TestDocsShape)", rel(root, b.file), b.line, err)
+			}
+		}
 		name := strings.TrimSuffix(filepath.Base(f), ".md")
 		t.Run(name, func(t *testing.T) {
+			// The document's own project, emptied before and after; and
+			// those its commands name, emptied after if they held nothing
+			// before (what another test, or someone, keeps there stays).
 			project := "docs-" + strings.ToLower(name)
-			// The document's own project, and those its commands name.
-			projects := []string{project}
+			emptyProject(t, e, project)
+			t.Cleanup(func() { emptyProject(t, e, project) })
+			held := heldProjects(t, e)
 			for _, b := range blocks {
 				for _, m := range docProject.FindAllStringSubmatch(b.body, -1) {
-					projects = append(projects, m[1])
+					p := m[1]
+					switch {
+					case p == project || p == "default":
+					case held[p]:
+						t.Logf("project %s held things before %s ran: left as it is afterwards", p, rel(root, f))
+					default:
+						held[p] = true // once
+						t.Cleanup(func() { emptyProject(t, e, p) })
+					}
 				}
-			}
-			for _, p := range projects {
-				emptyProject(t, e, p)
-				t.Cleanup(func() { emptyProject(t, e, p) })
 			}
 			// Keys of every project it made (a scraper's) go too.
 			before := tokenIDs(t, e)
@@ -259,7 +379,9 @@ func TestDocCommands(t *testing.T) {
 				if b.runBy != "" {
 					continue
 				}
-				out, err := runDocBlock(b, dir, env)
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+				out, err := runDocBlock(ctx, b, dir, env)
+				cancel()
 				t.Logf("%s:%d:\n%s", rel(root, b.file), b.line, out)
 				if err != nil {
 					t.Fatalf("%s:%d: %v\n--- block\n%s--- output\n%s", rel(root, b.file), b.line, err, b.body, out)
@@ -352,36 +474,79 @@ func emptyProject(t *testing.T, e *env, project string) {
 	}
 }
 
-// runDocBlock runs one block as its mode says, and returns its output.
-func runDocBlock(b docBlock, dir string, env []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// heldProjects are the projects that hold anything on the test server.
+func heldProjects(t *testing.T, e *env) map[string]bool {
+	t.Helper()
+	ps, err := e.c.Projects(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, p := range ps {
+		held[p.Name] = true
+	}
+	return held
+}
+
+// runDocBlock runs one block as its mode says, until ctx ends, and returns
+// its output. It runs in a process group of its own (on a terminal, the
+// session pty.Start makes), killed whole when ctx ends and once bash has
+// ended: what the block sent to the background neither outlives it nor
+// holds its output open.
+func runDocBlock(ctx context.Context, b docBlock, dir string, env []string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b.body)
 	cmd.Dir, cmd.Env = dir, env
-	switch b.mode {
-	case "tty":
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var src *os.File // where its output comes from
+	if b.mode == "tty" {
 		ptmx, err := pty.Start(cmd)
 		if err != nil {
 			return nil, err
 		}
-		defer ptmx.Close()
-		var out syncBuffer
-		done := make(chan struct{})
-		go func() { io.Copy(&out, ptmx); close(done) }()
-		if _, err := ptmx.Write([]byte("exit\n")); err != nil {
-			return out.Bytes(), err
-		}
-		err = cmd.Wait()
-		ptmx.Close()
-		<-done
-		return out.Bytes(), err
-	case "interrupt":
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		src = ptmx
+	} else {
+		r, w, err := os.Pipe()
+		if err != nil {
 			return nil, err
 		}
+		cmd.Stdout, cmd.Stderr = w, w // a file: Wait does not wait for its readers
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		err = cmd.Start()
+		w.Close()
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		src = r
+	}
+	var out syncBuffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&out, src); close(copied) }()
+	// output kills what is left of the block and returns all it wrote.
+	output := func() []byte {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second): // held by a process that left the group
+		}
+		src.Close()
+		return out.Bytes()
+	}
+	timedOut := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("still running at the timeout (%w): %v", ctx.Err(), err)
+		}
+		return err
+	}
+	switch b.mode {
+	case "tty":
+		if _, err := src.Write([]byte("exit\n")); err != nil {
+			return output(), err
+		}
+		err := cmd.Wait()
+		return output(), timedOut(err)
+	case "interrupt":
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
 		// Serving: its last command has printed a line and runs on.
@@ -389,10 +554,9 @@ func runDocBlock(b docBlock, dir string, env []string) ([]byte, error) {
 		for bytes.Count(out.Bytes(), []byte("\n")) == 0 || !docSettled(&out) {
 			select {
 			case err := <-exited:
-				return out.Bytes(), fmt.Errorf("ended before Ctrl-C (%v): it should run until interrupted", err)
+				return output(), fmt.Errorf("ended before Ctrl-C (%v): it should run until interrupted", timedOut(err))
 			case <-deadline:
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				return out.Bytes(), fmt.Errorf("printed nothing in a minute")
+				return output(), fmt.Errorf("printed nothing in a minute")
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
@@ -401,15 +565,15 @@ func runDocBlock(b docBlock, dir string, env []string) ([]byte, error) {
 		case err := <-exited:
 			var ee *exec.ExitError
 			if err != nil && !(errors.As(err, &ee) && (ee.ExitCode() == 130 || ee.ExitCode() == 0 || !ee.Exited())) {
-				return out.Bytes(), fmt.Errorf("on Ctrl-C: %w", err)
+				return output(), fmt.Errorf("on Ctrl-C: %w", err)
 			}
-			return out.Bytes(), nil
+			return output(), nil
 		case <-time.After(10 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			return out.Bytes(), fmt.Errorf("still running 10s after Ctrl-C")
+			return output(), fmt.Errorf("still running 10s after Ctrl-C")
 		}
 	default:
-		return cmd.CombinedOutput()
+		err := cmd.Wait()
+		return output(), timedOut(err)
 	}
 }
 

@@ -252,3 +252,50 @@ func TestExecUserHome(t *testing.T) {
 		})
 	}
 }
+
+// TestExecUserPasswdEdges: a sandbox's own /etc/passwd and /etc/group at
+// their edges. A home with a NUL is none (it was "start sh: invalid
+// argument"); a user past a line over 64KiB is found (it was "not in
+// /etc/passwd"); a user in more groups than the kernel takes runs with
+// the first 65536 (it was "start id: invalid argument"); and without
+// /etc/passwd root's home is /root (it was /).
+func TestExecUserPasswdEdges(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov})
+			execOK(t, sb.ID, "sh", "-c", `set -e
+cp /etc/passwd /etc/passwd.orig
+{ cat /etc/passwd.orig
+  printf 'nul:x:1002:1002::/a\000b:/bin/sh\nmany:x:1003:1003::/many:/bin/sh\n'
+  head -c 70000 /dev/zero | tr '\0' x; echo
+  echo 'late:x:1001:1001::/late:/bin/sh'; } > /etc/passwd
+seq 3000 69000 | awk '{print "g" $1 ":x:" $1 ":many"}' >> /etc/group
+mkdir -p /late /many`)
+			tests := []struct {
+				user, script, want string
+				pre                string // run (as root) before
+			}{
+				{user: "nul", script: `echo "$HOME"`, want: "/"},
+				{user: "late", script: `echo "$HOME"`, want: "/late"},
+				{user: "many", script: `[ "$(id -G | wc -w)" -ge 65536 ] && echo "$HOME"`, want: "/many"},
+				{user: "", script: `echo "$HOME"`, want: "/root", pre: "rm /etc/passwd"},
+				{user: "0", script: `echo "$HOME"`, want: "/root"},
+			}
+			for _, tt := range tests {
+				if tt.pre != "" {
+					execOK(t, sb.ID, "sh", "-c", tt.pre)
+				}
+				args := []string{"exec"}
+				if tt.user != "" {
+					args = append(args, "--user", tt.user)
+				}
+				args = append(args, sb.ID, "sh", "-c", tt.script)
+				out, errOut, code := e.cli(t, "", args...)
+				if code != 0 || out != tt.want+"\n" {
+					t.Errorf("shard %s: exit %d, %q (stderr %q); want %q", strings.Join(args, " "), code, out, errOut, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -2,13 +2,16 @@ package integration
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/agent/proto"
 )
 
 // forkPair makes a python sandbox that reaches the test's package index,
@@ -85,6 +88,9 @@ func TestDiff(t *testing.T) {
 	if own.From.Kind != "checkpoint" || oc[site+"requests"].Kind != "added" || oc["/app/main.py"].Kind != "" || oc[site+"numpy"].Kind != "" {
 		t.Fatalf("a since its fork point (%+v): %d changes, requests %+v", own.From, len(own.Changes), oc[site+"requests"])
 	}
+	if c, ok := oc[proto.ForkFile]; ok {
+		t.Errorf("a since its fork point: its fork file, as the server wrote it, is listed: %+v", c)
+	}
 	// Stopped: the same.
 	if _, err := e.c.Stop(ctxT(t), a.ID); err != nil {
 		t.Fatal(err)
@@ -107,24 +113,27 @@ func TestDiff(t *testing.T) {
 }
 
 // TestDiffPatchApplies: a fork edits, adds and removes files whose names
-// have a space, a tab, a quote and a non-ASCII letter; what shard diff
-// --stat --patch prints (the counts, a blank line, the patches), applied by
-// GNU patch -p1 and by git apply to a copy of the source's files, gives the
-// fork's.
+// have a space, a tab, a quote and a non-ASCII letter, and edits files of
+// CRLF lines, a form feed and ESC sequences; what shard diff --stat
+// --patch prints to a pipe (the counts, a blank line, the patches, the
+// files' bytes as they are), applied by GNU patch -p1 and by git apply to
+// a copy of the source's files, gives the fork's, byte for byte.
 func TestDiffPatchApplies(t *testing.T) {
 	e := need(t)
 	base := create(t, client.CreateRequest{Image: busybox, Name: "patch-base"})
 	execOK(t, base.ID, "sh", "-c", `mkdir -p /app && cd /app && printf '1\n' > 'my file' && printf 'q\n' > "$(printf 'tab\tq"')" &&
-		printf 'c\n' > "$(printf 'caf\303\251')" && printf 'gone\n' > 'rm me' && printf 'p\n' > plain`)
+		printf 'c\n' > "$(printf 'caf\303\251')" && printf 'gone\n' > 'rm me' && printf 'p\n' > plain &&
+		printf 'one\r\ntwo\r\n' > crlf && printf 'page\f1\n' > ff && printf '\033[31mred\033[0m\n' > esc`)
 	fork, err := e.c.Fork(ctxT(t), base.ID, client.ForkRequest{Name: "patch-fork"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.c.Remove(context.Background(), fork.ID, true) })
 	execOK(t, fork.ID, "sh", "-c", `cd /app && printf '2\n' > 'my file' && printf 'Q\n' > "$(printf 'tab\tq"')" &&
-		printf 'C\n' > "$(printf 'caf\303\251')" && rm 'rm me' && printf 'new\n' > 'new file'`)
+		printf 'C\n' > "$(printf 'caf\303\251')" && rm 'rm me' && printf 'new\n' > 'new file' &&
+		printf 'one\r\nTWO\r\n' > crlf && printf 'page\f2\n' > ff && printf '\033[32mgreen\033[0m\n' > esc`)
 	patch, errOut, code := e.cli(t, "", "diff", "--stat", "--patch", fork.Name)
-	if code != 0 || !strings.Contains(patch, "1 added, 1 removed, 3 changed") || !strings.Contains(patch, " less)\n\n--- ") {
+	if code != 0 || !strings.Contains(patch, "1 added, 1 removed, 6 changed") || !strings.Contains(patch, " less)\n\n--- ") {
 		t.Fatalf("shard diff --stat --patch: exit %d %s\n%s", code, errOut, patch)
 	}
 	want := t.TempDir()
@@ -150,7 +159,8 @@ func TestDiffPatchApplies(t *testing.T) {
 // TestDiffShowsFilesBesideTheServers: a file a sandbox keeps under
 // /run/shard (written inside) or /.shard (copied in while it is stopped,
 // where its running self cannot see it) is in its diff, stopped and
-// running; the files the server itself puts there are not.
+// running; the files the server itself puts there are not, the fork
+// contract's file only while it holds what the server wrote.
 func TestDiffShowsFilesBesideTheServers(t *testing.T) {
 	e := need(t)
 	for _, prov := range providers {
@@ -186,7 +196,82 @@ func TestDiffShowsFilesBesideTheServers(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("running")
+			// The fork contract's file, rewritten by the sandbox: it shows.
+			execOK(t, sb.ID, "sh", "-c", `echo '{"id":"forged"}' > /run/shard/fork`)
+			d, err := e.c.Diff(ctxT(t), sb.ID, "", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := changesOf(d)[proto.ForkFile]; c.Kind != "added" {
+				t.Errorf("a fork file the sandbox wrote is not in its diff: %+v", d.Changes)
+			}
 		})
+	}
+}
+
+// TestDiffSparseFiles: two sandboxes of one image with files of a TiB of
+// holes (as cheap to make as truncate -s 1T): files the same but for
+// where their data lies are the same, and a byte apart is told apart; a
+// diff whose client gives up ends on the server, its copies unmounted and
+// its request logged, not after reading terabytes of holes (which took
+// the server tens of minutes, its client long gone); the next diff is
+// answered.
+func TestDiffSparseFiles(t *testing.T) {
+	e := need(t)
+	a := create(t, client.CreateRequest{Image: busybox, Name: "sparse-a"})
+	b := create(t, client.CreateRequest{Image: busybox, Name: "sparse-b"})
+	execOK(t, a.ID, "sh", "-c", "truncate -s 1T /big /byte /zeros")
+	// /byte: an x at 512 GiB; /zeros: 64 KiB of zeros written at 1 MiB.
+	execOK(t, b.ID, "sh", "-c", `truncate -s 1T /big /byte /zeros &&
+		printf x | dd of=/byte bs=4096 seek=134217728 conv=notrunc 2>/dev/null &&
+		dd if=/dev/zero of=/zeros bs=4096 seek=256 count=16 conv=notrunc 2>/dev/null`)
+	diffMounts := func() []string {
+		var out []string
+		for _, m := range e.sandboxMounts() {
+			if strings.HasPrefix(m, filepath.Join(e.dataDir, "run", "diff-")) {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	if m := diffMounts(); len(m) != 0 {
+		t.Fatalf("diff copies mounted before the test: %q", m)
+	}
+	logFrom := fileSize(e.serveLog)
+	// The client gives up once the server has begun (a copy mounted), or
+	// after 2 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	go func() {
+		for ctx.Err() == nil && len(diffMounts()) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	e.c.Diff(ctx, b.ID, a.ID, false)
+	cancel()
+	// The server's end of it: bounded polls, minutes before the fix.
+	waitFor(t, 60*time.Second, func() bool { return len(diffMounts()) == 0 })
+	logged := regexp.MustCompile(`msg=request .*path=/v0/sandboxes/` + b.ID + `/diff status=(200|499) `)
+	waitFor(t, 60*time.Second, func() bool {
+		lb, _ := os.ReadFile(e.serveLog)
+		return int64(len(lb)) > logFrom && logged.Match(lb[logFrom:])
+	})
+	d, err := e.c.Diff(ctxT(t), b.ID, a.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := changesOf(d)
+	if c, ok := ch["/big"]; ok {
+		t.Errorf("/big, holes on both sides: %+v", c)
+	}
+	if c, ok := ch["/zeros"]; ok {
+		t.Errorf("/zeros, written zeros against holes: %+v", c)
+	}
+	if c := ch["/byte"]; c.Kind != "changed" || strings.Join(c.What, ",") != "content" || len(c.NotCompared) != 0 {
+		t.Errorf("/byte, a byte apart: %+v", c)
+	}
+	if d.NotCompared != 0 {
+		t.Errorf("%d not compared", d.NotCompared)
 	}
 }
 

@@ -12,25 +12,35 @@ import (
 	"syscall"
 )
 
+// etcFiles are the user and group databases a lookup reads: the
+// sandbox's own /etc/passwd and /etc/group (the agent's root is the
+// sandbox's), or a test's.
+type etcFiles struct{ passwd, group string }
+
 // lookupUser resolves "name", "uid", "name:group" or "uid:gid" against the
 // sandbox's own /etc/passwd and /etc/group. An empty spec is the agent's own
 // user (root). It returns the credential to run as and the user's home.
 func lookupUser(spec string) (*syscall.Credential, string, error) {
+	return etcFiles{passwd: "/etc/passwd", group: "/etc/group"}.lookupUser(spec)
+}
+
+func (e etcFiles) lookupUser(spec string) (*syscall.Credential, string, error) {
 	if spec == "" {
-		return nil, homeOf("0"), nil
+		_, _, home, _, _ := e.resolvePasswd("0") // a uid: never an error
+		return nil, home, nil
 	}
 	u, g, hasGroup := strings.Cut(spec, ":")
-	uid, gid, home, name, err := resolvePasswd(u)
+	uid, gid, home, name, err := e.resolvePasswd(u)
 	if err != nil {
 		return nil, "", err
 	}
 	if hasGroup {
-		gid, err = resolveGroup(g)
+		gid, err = e.resolveGroup(g)
 		if err != nil {
 			return nil, "", err
 		}
 	}
-	cred := &syscall.Credential{Uid: uid, Gid: gid, Groups: supplementary(name, gid)}
+	cred := &syscall.Credential{Uid: uid, Gid: gid, Groups: e.supplementary(name, gid)}
 	return cred, home, nil
 }
 
@@ -38,6 +48,10 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 // The sandbox controls both: far more than any real one holds, and a file
 // past it is read no further.
 const maxColonFile = 4 << 20
+
+// maxColonLine bounds one entry of /etc/passwd or /etc/group: a longer
+// line is skipped, and the lines after it are read.
+const maxColonLine = 64 << 10
 
 // readColonFile calls fn with each entry of path (a file of the sandbox's
 // own, opened inside it: the agent's root is the sandbox's) until fn says
@@ -53,13 +67,23 @@ func readColonFile(path string, fn func(f []string) bool) {
 	if st, err := fh.Stat(); err != nil || !st.Mode().IsRegular() {
 		return
 	}
-	sc := bufio.NewScanner(io.LimitReader(fh, maxColonFile))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
+	r := bufio.NewReaderSize(io.LimitReader(fh, maxColonFile), maxColonLine)
+	for {
+		b, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) { // the rest of the long line
+				_, err = r.ReadSlice('\n')
+			}
+			if err != nil {
+				return
+			}
 			continue
 		}
-		if fn(strings.Split(line, ":")) {
+		line := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if line != "" && !strings.HasPrefix(line, "#") && fn(strings.Split(line, ":")) {
+			return
+		}
+		if err != nil { // io.EOF, or the bound
 			return
 		}
 	}
@@ -67,9 +91,9 @@ func readColonFile(path string, fn func(f []string) bool) {
 
 // resolvePasswd finds a user by name or uid; name is the passwd name ("" for
 // a uid that is not in /etc/passwd).
-func resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
+func (e etcFiles) resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
 	found := false
-	readColonFile("/etc/passwd", func(f []string) bool {
+	readColonFile(e.passwd, func(f []string) bool {
 		if len(f) < 6 || (f[0] != u && f[2] != u) {
 			return false
 		}
@@ -79,7 +103,9 @@ func resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
 			return false
 		}
 		home = f[5]
-		if home == "" {
+		// A NUL ends a C string: HOME with one is an environment the
+		// kernel refuses (the exec fails), so it is no home at all.
+		if home == "" || strings.ContainsRune(home, 0) {
 			home = "/"
 		}
 		uid, gid, name, found = uint32(a), uint32(b), f[0], true
@@ -92,13 +118,19 @@ func resolvePasswd(u string) (uid, gid uint32, home, name string, err error) {
 	if perr != nil {
 		return 0, 0, "", "", fmt.Errorf("user %q is not in the sandbox's /etc/passwd", u)
 	}
-	return uint32(n), uint32(n), "/", "", nil
+	// A uid with no entry (or no readable /etc/passwd) has no home, but
+	// root's is /root, as podman and docker give it.
+	home = "/"
+	if n == 0 {
+		home = "/root"
+	}
+	return uint32(n), uint32(n), home, "", nil
 }
 
-func resolveGroup(g string) (uint32, error) {
+func (e etcFiles) resolveGroup(g string) (uint32, error) {
 	var gid uint32
 	found := false
-	readColonFile("/etc/group", func(f []string) bool {
+	readColonFile(e.group, func(f []string) bool {
 		if len(f) < 3 || (f[0] != g && f[2] != g) {
 			return false
 		}
@@ -119,12 +151,18 @@ func resolveGroup(g string) (uint32, error) {
 	return uint32(n), nil
 }
 
-func supplementary(user string, primary uint32) []uint32 {
+// ngroupsMax is the kernel's NGROUPS_MAX (and gVisor's): setgroups refuses
+// a longer list, and the exec with it.
+const ngroupsMax = 65536
+
+// supplementary are the groups /etc/group lists user in, besides primary:
+// the first ngroupsMax of them.
+func (e etcFiles) supplementary(user string, primary uint32) []uint32 {
 	var out []uint32
 	if user == "" {
 		return nil
 	}
-	readColonFile("/etc/group", func(f []string) bool {
+	readColonFile(e.group, func(f []string) bool {
 		if len(f) < 4 {
 			return false
 		}
@@ -133,19 +171,12 @@ func supplementary(user string, primary uint32) []uint32 {
 				if n, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(n) != primary {
 					out = append(out, uint32(n))
 				}
+				break
 			}
 		}
-		return false
+		return len(out) == ngroupsMax
 	})
 	return out
-}
-
-func homeOf(uid string) string {
-	_, _, home, _, err := resolvePasswd(uid)
-	if err != nil {
-		return "/root"
-	}
-	return home
 }
 
 // lookPath finds a program the way a shell does, with the command's PATH

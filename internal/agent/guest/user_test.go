@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -202,5 +203,111 @@ func TestReadColonFileBounded(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("readColonFile(%s) still reading after 10s", tt.path)
 		}
+	}
+}
+
+// etcIn writes passwd and group files into a directory of the test's own
+// ("" : no such file) and returns them as the databases of a lookup.
+func etcIn(t *testing.T, passwd, group string) etcFiles {
+	t.Helper()
+	dir := t.TempDir()
+	e := etcFiles{passwd: filepath.Join(dir, "passwd"), group: filepath.Join(dir, "group")}
+	for path, text := range map[string]string{e.passwd: passwd, e.group: group} {
+		if text == "" {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// The edges of a sandbox's own /etc/passwd and /etc/group: none at all,
+// one that is not a file, a home with a NUL, a line past maxColonLine,
+// a user in more groups than the kernel takes.
+func TestLookupUserEtcEdges(t *testing.T) {
+	const users = "root:x:0:0:root:/root:/bin/sh\nbob:x:1000:1000::/home/bob:/bin/sh\n"
+	long := strings.Repeat("x", maxColonLine+100)
+	var many strings.Builder
+	for n := 2000; n < 2000+ngroupsMax+100; n++ {
+		fmt.Fprintf(&many, "g%d:x:%d:bob\n", n, n)
+	}
+	dirEtc := etcFiles{passwd: t.TempDir(), group: t.TempDir()} // directories: unreadable as files
+	tests := []struct {
+		name     string
+		etc      etcFiles
+		spec     string
+		uid, gid uint32
+		home     string
+		groups   int    // how many supplementary groups
+		wantErr  string // part of the error; "" for none
+	}{
+		{name: "root, no passwd", etc: etcIn(t, "", ""), spec: "", home: "/root"},
+		{name: "uid 0, no passwd", etc: etcIn(t, "", ""), spec: "0", home: "/root"},
+		{name: "uid 0:0, no passwd", etc: etcIn(t, "", ""), spec: "0:0", home: "/root"},
+		{name: "another uid, no passwd", etc: etcIn(t, "", ""), spec: "4242", uid: 4242, gid: 4242, home: "/"},
+		{name: "root by name, no passwd", etc: etcIn(t, "", ""), spec: "root", wantErr: `user "root" is not in the sandbox's /etc/passwd`},
+		{name: "root, passwd not a file", etc: dirEtc, spec: "", home: "/root"},
+		{name: "uid 0, passwd not a file", etc: dirEtc, spec: "0", home: "/root"},
+		{name: "root's own empty home", etc: etcIn(t, "root:x:0:0:root::/bin/sh\n", ""), spec: "", home: "/"},
+		{name: "a home with a NUL", etc: etcIn(t, users+"nul:x:1001:1001::/home/a\x00b:/bin/sh\n", ""), spec: "nul", uid: 1001, gid: 1001, home: "/"},
+		{name: "a NUL elsewhere", etc: etcIn(t, users+"nul:x:1001:1001:a\x00b:/home/nul:/bin/sh\n", ""), spec: "1001", uid: 1001, gid: 1001, home: "/home/nul"},
+		{name: "past a line too long", etc: etcIn(t, long+"\n"+users, ""), spec: "bob", uid: 1000, gid: 1000, home: "/home/bob"},
+		{name: "past an entry too long", etc: etcIn(t, "long:x:7:7::/"+long+":/bin/sh\n"+users, ""), spec: "bob", uid: 1000, gid: 1000, home: "/home/bob"},
+		{name: "the long entry is none", etc: etcIn(t, "long:x:7:7::/"+long+":/bin/sh\n"+users, ""), spec: "long", wantErr: `user "long" is not in`},
+		{name: "a long line last, unended", etc: etcIn(t, users+long, ""), spec: "bob", uid: 1000, gid: 1000, home: "/home/bob"},
+		{name: "groups past a line too long", etc: etcIn(t, users, long+"\nstaff:x:50:bob\nwheel:x:10:alice,bob\n"), spec: "bob", uid: 1000, gid: 1000, home: "/home/bob", groups: 2},
+		{name: "more groups than the kernel takes", etc: etcIn(t, users, many.String()), spec: "bob", uid: 1000, gid: 1000, home: "/home/bob", groups: ngroupsMax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cred, home, err := tt.etc.lookupUser(tt.spec)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("lookupUser(%q) = %+v, %q, %v; want an error with %q", tt.spec, cred, home, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("lookupUser(%q): %v", tt.spec, err)
+			}
+			if home != tt.home {
+				t.Errorf("lookupUser(%q) home = %q, want %q", tt.spec, home, tt.home)
+			}
+			if tt.spec == "" {
+				if cred != nil {
+					t.Errorf("lookupUser(\"\") credential = %+v, want none", cred)
+				}
+				return
+			}
+			if cred == nil {
+				t.Fatalf("lookupUser(%q): no credential", tt.spec)
+			}
+			if cred.Uid != tt.uid || cred.Gid != tt.gid || len(cred.Groups) != tt.groups {
+				t.Fatalf("lookupUser(%q) = uid %d gid %d and %d groups, want uid %d gid %d and %d groups", tt.spec, cred.Uid, cred.Gid, len(cred.Groups), tt.uid, tt.gid, tt.groups)
+			}
+		})
+	}
+}
+
+// readColonFile reads on past an over-long line, to the file's bound.
+func TestReadColonFileLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	text := "a:1\n" + strings.Repeat("y", 3*maxColonLine) + "\nb:2\r\n" + strings.Repeat("z", maxColonLine-1) + "\nc:3"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	readColonFile(path, func(f []string) bool {
+		if len(f[0]) > 10 {
+			f[0] = fmt.Sprintf("%c*%d", f[0][0], len(f[0]))
+		}
+		got = append(got, strings.Join(f, ":"))
+		return false
+	})
+	want := []string{"a:1", "b:2", fmt.Sprintf("z*%d", maxColonLine-1), "c:3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("readColonFile read %q, want %q", got, want)
 	}
 }

@@ -118,7 +118,8 @@ def json_type(tp: Any) -> str:
         return "array"
     if origin in (dict, Dict) or dataclasses.is_dataclass(tp):
         return "object"
-    return {str: "string", bool: "boolean", int: "integer", float: "number", datetime.datetime: "string"}.get(tp, repr(tp))
+    # bytes: a string of base64 (format byte), as Go sends a []byte.
+    return {str: "string", bytes: "string", bool: "boolean", int: "integer", float: "number", datetime.datetime: "string"}.get(tp, repr(tp))
 
 
 class ErrorCodesTest(unittest.TestCase):

@@ -590,6 +590,10 @@ export interface Change {
   size_b: number;
   /** With patch: a unified diff of a regular file's text (or "Binary files ... differ"). */
   patch?: string;
+  /** What the server could not tell ("content": the diff's read bound came first); the file may differ there or not. */
+  not_compared?: ("content" | string)[];
+  /** The path's bytes, base64, when they are not UTF-8 (`path` then has U+FFFD for each byte that is not). */
+  path_bytes?: string;
 }
 
 /** What changed in a sandbox's files (GET /v0/sandboxes/{id}/diff): from `from` to `to`, the sandbox asked about. */
@@ -603,4 +607,6 @@ export interface Diff {
   changed: number;
   /** More than 100000 changes: only the first are listed. */
   truncated: boolean;
+  /** How many of `changed` have `not_compared` content: the diff's read bound came first. */
+  not_compared?: number;
 }

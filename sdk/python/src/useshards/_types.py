@@ -6,6 +6,7 @@ server adds is reachable before the SDK names it.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, cast
@@ -70,6 +71,17 @@ def _str(d: Mapping[str, Any], key: str) -> str:
 def _opt_str(d: Mapping[str, Any], key: str) -> Optional[str]:
     v = d.get(key)
     return v if isinstance(v, str) and v else None
+
+
+def _opt_b64(d: Mapping[str, Any], key: str) -> Optional[bytes]:
+    """Bytes sent as base64 (Go's []byte); None when absent or unreadable."""
+    v = d.get(key)
+    if not isinstance(v, str) or not v:
+        return None
+    try:
+        return base64.b64decode(v, validate=True)
+    except ValueError:
+        return None
 
 
 def _int(d: Mapping[str, Any], key: str) -> int:
@@ -717,6 +729,7 @@ class FileList:
             path=_str(d, "path"),
             entries=[FileInfo.from_json(e) for e in objects(d.get("entries"))],
             truncated=bool(d.get("truncated")),
+            not_compared=_int(d, "not_compared"),
             raw=dict(d),
         )
 
@@ -829,7 +842,10 @@ class Change:
     ``type``, ``mode``, ``owner``, ``target``, ``device``; a modification
     time alone is no change); ``size_a`` and ``size_b`` a file's size in
     ``from_`` and ``to`` (0 where none); ``patch``, when asked for, a
-    unified diff of a regular file's text.
+    unified diff of a regular file's text; ``not_compared``, what the
+    server could not tell (``content``: the diff's read bound came first;
+    the file may differ there or not); ``path_bytes``, the path's bytes
+    when they are not UTF-8 (``path`` then has U+FFFD for each).
     """
 
     path: str
@@ -839,6 +855,8 @@ class Change:
     size_b: int
     what: List[str] = field(default_factory=_empty_strs)
     patch: Optional[str] = None
+    not_compared: List[str] = field(default_factory=_empty_strs)
+    path_bytes: Optional[bytes] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Change":
@@ -851,6 +869,8 @@ class Change:
             size_b=_int(d, "size_b"),
             what=_strs(d, "what"),
             patch=_opt_str(d, "patch"),
+            not_compared=_strs(d, "not_compared"),
+            path_bytes=_opt_b64(d, "path_bytes"),
         )
 
 
@@ -861,7 +881,8 @@ class Diff:
     started from) to ``to`` (the sandbox asked about). ``changes`` are in
     path order (iterate the diff for them); ``added``, ``removed``,
     ``changed`` count them; ``truncated``: there were more than 100000 and
-    only the first are listed."""
+    only the first are listed; ``not_compared``: how many of ``changed``
+    have ``not_compared`` content."""
 
     from_: DiffSide
     to: DiffSide
@@ -870,6 +891,7 @@ class Diff:
     removed: int
     changed: int
     truncated: bool
+    not_compared: int = 0
     raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Change]:
@@ -893,5 +915,6 @@ class Diff:
             removed=_int(d, "removed"),
             changed=_int(d, "changed"),
             truncated=bool(d.get("truncated")),
+            not_compared=_int(d, "not_compared"),
             raw=dict(d),
         )
