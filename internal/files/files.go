@@ -349,14 +349,21 @@ func Remove(p string, recursive bool) Result {
 	return Result{OK: true, Info: &in}
 }
 
-// WriteResult writes r as the protocol's JSON line.
+// WriteResult writes r as the protocol's JSON line, flushed when w is
+// buffered: the reader waits for it before anything follows (the HTTP
+// answer's headers), and what follows may be long in coming (Scan).
 func WriteResult(w io.Writer, r Result) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(b, '\n'))
-	return err
+	if _, err = w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if f, ok := w.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
 }
 
 // MaxResultLine bounds the JSON line a reader of the helper takes (a list

@@ -123,7 +123,7 @@ func TestUnpackRename(t *testing.T) {
 	os.Symlink("sub/f", filepath.Join(src, "top", "l"))
 	os.Link(filepath.Join(src, "top", "sub", "f"), filepath.Join(src, "top", "hl"))
 	var b bytes.Buffer
-	if err := WriteTar(&b, filepath.Join(src, "top"), "top", TarOptions{}); err != nil {
+	if err := WriteTar(context.Background(), &b, filepath.Join(src, "top"), "top", TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
@@ -266,7 +266,7 @@ func TestPathsAndErrors(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := Get(&b, dir, GetOptions{}); err != nil {
+	if err := Get(context.Background(), &b, dir, GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := ReadResult(bufio.NewReader(&b)); err != nil || res.Code != CodeIsDir {

@@ -2,6 +2,7 @@ package files
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/useshards/shard/internal/sparse"
 )
@@ -66,7 +68,7 @@ func TestSparseTarRoundTrip(t *testing.T) {
 	holey(t, filepath.Join(src, "empty"), size)
 	os.WriteFile(filepath.Join(src, "dense"), bytes.Repeat([]byte("d"), 100<<10), 0o644)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "top", TarOptions{Sparse: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "top", TarOptions{Sparse: true}); err != nil {
 		t.Fatal(err)
 	}
 	if b.Len() > 1<<20 {
@@ -152,7 +154,7 @@ func TestPutSparseFile(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	holey(t, src, 64<<20, 1<<20, 50<<20)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "whatever", TarOptions{Sparse: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "whatever", TarOptions{Sparse: true}); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "dst")
@@ -237,7 +239,7 @@ func TestReadHoles(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "small"), make([]byte, 64<<10), 0o644) // sent whole: under minReadHoles
 	for _, readHoles := range []bool{true, false} {
 		var b bytes.Buffer
-		if err := WriteTar(&b, src, "top", TarOptions{Sparse: true, ReadHoles: readHoles}); err != nil {
+		if err := WriteTar(context.Background(), &b, src, "top", TarOptions{Sparse: true, ReadHoles: readHoles}); err != nil {
 			t.Fatal(err)
 		}
 		if (b.Len() < 128<<10) != readHoles {
@@ -259,11 +261,54 @@ func TestReadHolesDense(t *testing.T) {
 	rand.Read(body)
 	os.WriteFile(src, body, 0o644)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
 		t.Fatal(err)
 	}
 	hdr, err := tar.NewReader(&b).Next()
 	if _, _, isSparse, _ := sparse.FromHeader(hdr); err != nil || isSparse || hdr.Size != int64(len(body)) {
 		t.Fatalf("a dense file: %+v %v", hdr, err)
+	}
+}
+
+// TestReadStopsWithoutReader: a read that finds holes stops once its
+// output has no reader (WatchOutput), and a tar of a file whose holes are
+// read stops with its context: it writes nothing for minutes, so a write's
+// EPIPE would not tell it.
+func TestReadStopsWithoutReader(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, stop := WatchOutput(context.Background(), int(w.Fd()), 50*time.Millisecond)
+	defer stop()
+	time.Sleep(100 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("cancelled while its reader is there")
+	}
+	r.Close()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not cancelled 5 s after its reader went")
+	}
+	src := filepath.Join(t.TempDir(), "zeros")
+	os.WriteFile(src, make([]byte, 4<<20), 0o644)
+	if err := WriteTar(ctx, io.Discard, src, "zeros", TarOptions{Sparse: true, ReadHoles: true}); err != context.Canceled {
+		t.Fatalf("a tar with its context done: %v", err)
+	}
+}
+
+// TestResultFlushed: the answer line goes out at once, before what
+// follows it (which a scan of holes may keep waiting): a buffered writer
+// is flushed.
+func TestResultFlushed(t *testing.T) {
+	var b bytes.Buffer
+	out := bufio.NewWriterSize(&b, 64<<10)
+	if err := WriteResult(out, Result{OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != "{\"ok\":true}\n" {
+		t.Fatalf("after the answer, %q went out", b.String())
 	}
 }

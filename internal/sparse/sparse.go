@@ -8,6 +8,7 @@ package sparse
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -130,12 +131,17 @@ const block = 4096
 // Scan reads the regions ext of f and gives those of its blocks that hold
 // a byte other than zero: the data of a file whose file system reports its
 // holes as data. buf's length is how much is read at once. A file that
-// shrank meanwhile ends where it ends.
-func Scan(f *os.File, ext Extents, buf []byte) (Extents, error) {
+// shrank meanwhile ends where it ends. It stops with ctx's error once ctx
+// is done: a scan of a large file reads for minutes and writes nothing, so
+// nothing else tells it that its reader is gone.
+func Scan(ctx context.Context, f *os.File, ext Extents, buf []byte) (Extents, error) {
 	var b builder
 	zero := make([]byte, block)
 	for _, x := range ext {
 		for off, end := x[0], x[0]+x[1]; off < end; {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
 			dataRuns(buf[:n], off, zero, func(i, j int) { b.add(off+int64(i), int64(j-i)) })
 			off += int64(n)

@@ -3,6 +3,7 @@ package sparse
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"os"
 	"path/filepath"
@@ -79,7 +80,7 @@ func TestScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bufSize := range []int{block, 3 * block, 1 << 20} {
-		got, err := Scan(f, Extents{{0, size}}, make([]byte, bufSize))
+		got, err := Scan(context.Background(), f, Extents{{0, size}}, make([]byte, bufSize))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestScan(t *testing.T) {
 			t.Errorf("buffer %d: Scan = %v, want %v", bufSize, got, want)
 		}
 	}
-	got, err := Scan(f, Extents{{3 << 20, 20 << 20}}, make([]byte, 1<<20))
+	got, err := Scan(context.Background(), f, Extents{{3 << 20, 20 << 20}}, make([]byte, 1<<20))
 	if err != nil || got.String() != (Extents{{3 << 20, 8192}, {size - 4096, 4096}}).String() {
 		t.Errorf("Scan past the end: %v %v", got, err)
 	}
@@ -125,6 +126,16 @@ func TestMaxExtents(t *testing.T) {
 	}
 	if s := b.ext.String(); len(s) > 1<<20 {
 		t.Fatalf("the extents record is %d bytes", len(s))
+	}
+}
+
+// TestScanStops: a scan whose context is done stops, reading no more.
+func TestScanStops(t *testing.T) {
+	f := sparseFile(t, 64<<20, []byte("z"), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Scan(ctx, f, Extents{{0, 64 << 20}}, make([]byte, 1<<20)); err != context.Canceled {
+		t.Fatalf("Scan with its context done: %v", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -236,4 +237,52 @@ func TestFilesCopySparse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// helpersIn counts the files helpers running in sandbox sb.
+func helpersIn(t *testing.T, sb string) int {
+	t.Helper()
+	n, _ := strconv.Atoi(strings.TrimSpace(execOK(t, sb, "sh", "-c", "ps -o args | grep -c '[f]iles-helper' || true")))
+	return n
+}
+
+// TestFilesCopyOutCancelled: a copy out of a running gVisor sandbox of a
+// file of 1 TiB of holes (which the Sentry shows as data: the helper reads
+// it to find them, writing nothing for minutes) answers at once, and a
+// client that gives up ends the helper in the sandbox within seconds.
+// Before, its answer sat in its buffer until the scan ended, and it read on
+// through the whole file after its client went (its SIGTERM reaches the
+// host's runsc exec, not it). (runc's files say where their holes are:
+// nothing is read there.)
+func TestFilesCopyOutCancelled(t *testing.T) {
+	e := need(t)
+	t.Run("gvisor", func(t *testing.T) {
+		sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "files-cancel-gvisor"})
+		execOK(t, sb.ID, "sh", "-c", "truncate -s 1099511627776 /huge && echo data | dd of=/huge bs=4096 seek=1000 conv=notrunc 2>/dev/null")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		rc, info, err := e.c.ReadSparseArchive(ctx, sb.ID, "/huge", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 15*time.Second || info.Size != 1<<40 {
+			t.Fatalf("the answer came after %v (%+v)", took, info)
+		}
+		for deadline := time.Now().Add(10 * time.Second); helpersIn(t, sb.ID) == 0; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no files helper runs in the sandbox during the copy")
+			}
+		}
+		cancel()
+		rc.Close()
+		gone := time.Now()
+		for helpersIn(t, sb.ID) > 0 {
+			if time.Since(gone) > 10*time.Second {
+				t.Fatal("the files helper still runs in the sandbox 10 s after its client went")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("the helper ended %v after its client went", time.Since(gone).Round(time.Millisecond))
+	})
 }
