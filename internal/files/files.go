@@ -161,6 +161,20 @@ func NamesDir(p string) bool {
 	return len(p) > 1 && (strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/."))
 }
 
+// notDir refuses p, written as a directory (NamesDir), when what clean
+// (p cleaned, which drops that) leads to is there and is no directory: as
+// the kernel's ENOTDIR, where the clean path alone would be the file. What
+// is missing is left to the operation to say.
+func notDir(p, clean string) error {
+	if !NamesDir(p) {
+		return nil
+	}
+	if fi, err := os.Stat(clean); err == nil && !fi.IsDir() {
+		return fail(CodeNotDir, "%s is not a directory (%s names one)", clean, p)
+	}
+	return nil
+}
+
 // infoOf describes fi, found at p.
 func infoOf(p string, fi fs.FileInfo) Info {
 	in := Info{Name: fi.Name(), Path: p, Size: fi.Size(), Mode: unixMode(fi.Mode()), MTime: fi.ModTime().UTC()}
@@ -226,7 +240,11 @@ func goMode(u uint32) fs.FileMode {
 
 // Stat describes the file at p (what a symlink points to, with follow).
 func Stat(p string, follow bool) Result {
+	raw := p
 	p, err := CheckPath(p)
+	if err == nil {
+		err = notDir(raw, p)
+	}
 	if err != nil {
 		return Failed(err)
 	}
@@ -323,7 +341,11 @@ func List(p string, limit int) Result {
 
 // Remove removes p; a directory that is not empty only with recursive.
 func Remove(p string, recursive bool) Result {
+	raw := p
 	p, err := CheckPath(p)
+	if err == nil {
+		err = notDir(raw, p)
+	}
 	if err != nil {
 		return Failed(err)
 	}

@@ -42,14 +42,17 @@ type GetOptions struct {
 // came after the bytes began, or a write to w that failed. Once ctx is
 // done (its reader gone: WatchOutput) it stops.
 func Get(ctx context.Context, w io.Writer, p string, o GetOptions) error {
-	p, err := CheckPath(p)
+	clean, err := CheckPath(p)
+	if err == nil {
+		err = notDir(p, clean)
+	}
 	if err != nil {
 		return WriteResult(w, Failed(err))
 	}
 	if !o.Tar {
-		return getFile(w, p)
+		return getFile(w, clean)
 	}
-	return getTar(ctx, w, p, o)
+	return getTar(ctx, w, clean, o)
 }
 
 func getFile(w io.Writer, p string) error {

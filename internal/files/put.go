@@ -42,15 +42,30 @@ const maxNotes = 100
 // directory p. Cancelling ctx (the helper's SIGTERM) stops it and removes
 // the file being written.
 func Put(ctx context.Context, r io.Reader, p string, o PutOptions) Result {
-	p, err := CheckPath(p)
+	clean, err := CheckPath(p)
 	if err != nil {
 		return Failed(err)
 	}
 	r = &ctxReader{ctx: ctx, r: r}
 	if o.Tar {
-		return putTar(r, p)
+		return putTar(r, clean)
 	}
-	return putFile(r, p, o)
+	if NamesDir(p) {
+		return Failed(fileAtDir(p, clean))
+	}
+	return putFile(r, clean, o)
+}
+
+// fileAtDir is why a file is not written at p, which names a directory
+// (ends in / or /.), as the kernel refuses to create one there.
+func fileAtDir(p, clean string) error {
+	if err := notDir(p, clean); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(clean); err == nil && fi.IsDir() {
+		return fail(CodeIsDir, "%s is a directory: copy a file into it by its name (%s/NAME), or send a tar", clean, clean)
+	}
+	return fail(CodeNotFound, "directory %s does not exist: a file is written at a path that does not end in /", clean)
 }
 
 type ctxReader struct {

@@ -239,6 +239,41 @@ func TestFilesCopySparse(t *testing.T) {
 	}
 }
 
+// TestFilesPathNamesDir: a sandbox path that ends in / or /. names a
+// directory: a file there is not_a_directory (as the kernel and docker cp
+// say), never copied as the file; a directory so named still copies.
+func TestFilesPathNamesDir(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-namesdir-" + prov})
+			execOK(t, sb.ID, "sh", "-c", "mkdir -p /cp/dir && echo f > /cp/file && echo d > /cp/dir/in && ln -s file /cp/lnk")
+			local := t.TempDir()
+			for _, p := range []string{"/cp/file/", "/cp/file/.", "/cp/lnk/"} {
+				if _, errOut, code := e.cli(t, "", "cp", sb.Name+":"+p, filepath.Join(local, "x")); code == 0 || !strings.Contains(errOut, "not a directory") {
+					t.Errorf("cp %s: exit %d: %s", p, code, errOut)
+				}
+				_, err := e.c.StatFile(ctxT(t), sb.ID, p, false)
+				wantCode(t, "stat "+p, err, 400, "not_a_directory", "not a directory")
+				_, _, err = e.c.ReadFile(ctxT(t), sb.ID, p)
+				wantCode(t, "read "+p, err, 400, "not_a_directory", "not a directory")
+			}
+			_, err := e.c.WriteFile(ctxT(t), sb.ID, "/cp/file/", strings.NewReader("new"), nil)
+			wantCode(t, "write /cp/file/", err, 400, "not_a_directory", "not a directory")
+			if _, err := os.Lstat(filepath.Join(local, "x")); err == nil {
+				t.Fatal("a refused copy wrote x")
+			}
+			if got := execOK(t, sb.ID, "cat", "/cp/file"); got != "f\n" {
+				t.Fatalf("/cp/file holds %q", got)
+			}
+			if _, errOut, code := e.cli(t, "", "cp", sb.Name+":/cp/dir/", filepath.Join(local, "d")); code != 0 {
+				t.Fatalf("cp /cp/dir/: exit %d: %s", code, errOut)
+			}
+			wantTree(t, "dir/", filepath.Join(local, "d"), "in=d\n")
+		})
+	}
+}
+
 // helpersIn counts the files helpers running in sandbox sb.
 func helpersIn(t *testing.T, sb string) int {
 	t.Helper()
