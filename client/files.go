@@ -37,7 +37,7 @@ type FileList struct {
 // or skipped (a setuid bit removed, a device node left out).
 type WriteResult struct {
 	Path  string   `json:"path"`
-	Bytes int64    `json:"bytes"`
+	Bytes int64    `json:"bytes"` // file bytes written: a sparse file's data, not its size
 	Files int      `json:"files"`
 	Notes []string `json:"notes,omitempty"`
 }

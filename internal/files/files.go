@@ -81,6 +81,7 @@ const (
 	CodeUnsafe     = client.CodeUnsafeArchive
 	CodeBadArchive = client.CodeBadArchive
 	CodeShortBody  = client.CodeShortBody
+	CodeTooLarge   = client.CodeTooLarge
 	CodeIO         = client.CodeIOError
 )
 
@@ -131,6 +132,8 @@ func classify(err error) string {
 		return CodeNotEmpty
 	case syscall.ENAMETOOLONG, syscall.ELOOP, syscall.EINVAL:
 		return CodeInvalid
+	case syscall.EFBIG:
+		return CodeTooLarge
 	}
 	return CodeIO
 }
@@ -268,6 +271,8 @@ func pathErr(p string, err error) error {
 		return fail(code, "%s: no such file or directory", p)
 	case CodeNotDir:
 		return fail(code, "%s: a component of the path is not a directory", p)
+	case CodeTooLarge:
+		return fail(code, "%s: past the largest file the filesystem holds", p)
 	case CodeInvalid:
 		return fail(code, "%s: %v", p, unwrapErrno(err))
 	}

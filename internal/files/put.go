@@ -561,8 +561,8 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 // writeData writes an entry's data into f, a new file: a sparse entry's
 // extents where its records say, the rest left holes (package sparse), or
 // else all of it (its blocks of zeros left holes too, with holes); n is
-// the bytes written, then the file's size. What is written is the data the
-// archive carries, whatever size it claims.
+// the bytes of data written, not the file's size. What is written is the
+// data the archive carries, whatever size it claims.
 func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool) (n int64, err error) {
 	size, ext, ok, err := sparse.FromHeader(hdr)
 	if err != nil {
@@ -585,10 +585,19 @@ func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool)
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			return n, err
+			return n, tooLarge(hdr, size, err)
 		}
 	}
-	return size, f.Truncate(size)
+	return n, tooLarge(hdr, size, f.Truncate(size))
+}
+
+// tooLarge says so of err when the file system holds no file of size
+// bytes (EFBIG: a sparse entry may claim any size).
+func tooLarge(hdr *tar.Header, size int64, err error) error {
+	if errors.Is(err, syscall.EFBIG) {
+		return fail(CodeTooLarge, "entry %q is %d bytes, past the largest file the filesystem holds", hdr.Name, size)
+	}
+	return err
 }
 
 // syncer puts an unpack's files on the disk (UnpackOptions.Sync): each

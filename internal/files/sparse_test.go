@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/useshards/shard/internal/sparse"
+	"golang.org/x/sys/unix"
 )
 
 // holey makes a file of size bytes at p with data at each of offs (64 KiB
@@ -166,7 +169,8 @@ func TestPutSparseFile(t *testing.T) {
 		w.Close()
 		return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: 0o640, UID: -1, GID: -1, Size: -1, Sparse: true})
 	}
-	if res := put(bytes.NewReader(b.Bytes())); !res.OK || res.Bytes != 64<<20 {
+	// Bytes is the data written (2 x 64 KiB), not the file's size.
+	if res := put(bytes.NewReader(b.Bytes())); !res.OK || res.Bytes != 128<<10 {
 		t.Fatalf("put: %+v", res)
 	}
 	sameFile(t, src, p)
@@ -270,6 +274,15 @@ func TestReadHolesDense(t *testing.T) {
 	}
 }
 
+// putSparse puts body (a tar of one file) at p as a sparse upload.
+func putSparse(p string, body []byte) Result {
+	var framed bytes.Buffer
+	w := NewChunkWriter(&framed)
+	w.Write(body)
+	w.Close()
+	return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1, Sparse: true})
+}
+
 // TestReadStopsWithoutReader: a read that finds holes stops once its
 // output has no reader (WatchOutput), and a tar of a file whose holes are
 // read stops with its context: it writes nothing for minutes, so a write's
@@ -311,4 +324,41 @@ func TestResultFlushed(t *testing.T) {
 	if b.String() != "{\"ok\":true}\n" {
 		t.Fatalf("after the answer, %q went out", b.String())
 	}
+}
+
+// TestSparseTooLarge: a file past the largest the filesystem holds (EFBIG;
+// here a file size limit, RLIMIT_FSIZE, stands for the filesystem's) is
+// too_large, saying so, not an I/O error: a sparse entry's size in the
+// CLI's unpack and in a sparse upload, and a plain upload's bytes. Nothing
+// of it is kept. The limit is the process's, so a child runs it.
+func TestSparseTooLarge(t *testing.T) {
+	const limit = 1 << 20
+	if os.Getenv("SHARD_TEST_FSIZE") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSparseTooLarge$", "-test.v")
+		cmd.Env = append(os.Environ(), "SHARD_TEST_FSIZE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("checked under the limit")) {
+			t.Fatalf("the child under a file size limit: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: limit}); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	huge := sparseEntry(t, "huge", map[string]string{sparse.RecordSize: fmt.Sprint(1 << 30), sparse.RecordExtents: "0:4096"}, bytes.Repeat([]byte("h"), 4096)).Bytes()
+	p := filepath.Join(dst, "put")
+	for name, res := range map[string]Result{
+		"the CLI's unpack": Unpack(bytes.NewReader(huge), dst, UnpackOptions{Holes: true}),
+		"a sparse upload":  putSparse(p, huge),
+		"a plain upload":   Put(context.Background(), bytes.NewReader(make([]byte, 2*limit)), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}),
+	} {
+		if res.OK || res.Code != CodeTooLarge || !strings.Contains(res.Message, "past the largest file the filesystem holds") {
+			t.Errorf("%s: %+v, want %s", name, res, CodeTooLarge)
+		}
+	}
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	t.Log("checked under the limit")
 }

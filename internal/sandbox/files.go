@@ -342,6 +342,8 @@ func (f *Files) fileError(sb *store.Sandbox, res files.Result) error {
 	case files.CodeDiskFull:
 		return errdefs.New(errdefs.KindNoSpace, res.Code, "sandbox %s's disk is full (its bound is %s): %s",
 			sb.Name, units.FormatSize(f.s.cfg.Storage.Bound(sb.ID)), msg)
+	case files.CodeTooLarge:
+		return errdefs.New(errdefs.KindTooLarge, res.Code, "sandbox %s: %s", sb.Name, msg)
 	}
 	code := files.CodeIO
 	if res.Code != code {

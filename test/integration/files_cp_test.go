@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -234,6 +237,71 @@ func TestFilesCopySparse(t *testing.T) {
 			}
 			if grew := diskUsed(t, sb.ID) - used; grew > 32<<10 {
 				t.Errorf("four copies in of 3 MiB of data took %d KiB of the sandbox's disk", grew)
+			}
+		})
+	}
+}
+
+// sparseUpload is a tar of one sparse file of size bytes, its extents
+// record ext, holding data: what shard cp sends, or a hostile sender.
+func sparseUpload(t *testing.T, size int64, ext string, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	hdr := &tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), Format: tar.FormatPAX,
+		PAXRecords: map[string]string{client.SparseSizeRecord: strconv.FormatInt(size, 10), client.SparseExtentsRecord: ext}}
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	return b.Bytes()
+}
+
+// TestFilesSparseUploadChecked: a sparse upload of a size past the largest
+// file the sandbox's filesystem holds is 413 too_large, saying so (it was
+// 422 io_error), and leaves nothing. A good one reports, and records in
+// the ledger, the data it wrote, not the file's size.
+func TestFilesSparseUploadChecked(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-sparse-checked-" + prov})
+			huge := sparseUpload(t, 1<<50, "0:4096", bytes.Repeat([]byte("h"), 4096))
+			_, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/huge", bytes.NewReader(huge), nil)
+			wantCode(t, "a file of 1 PiB", err, 413, "too_large", "past the largest file the filesystem holds")
+			if got := execOK(t, sb.ID, "sh", "-c", "ls -A / | grep -c -e huge -e shard-write || true"); got != "0\n" {
+				t.Fatalf("the refused upload left %s files", strings.TrimSpace(got))
+			}
+
+			good := sparseUpload(t, 1<<30, fmt.Sprintf("0:4096,%d:8192", 1<<29), bytes.Repeat([]byte("g"), 3*4096))
+			res, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/good", bytes.NewReader(good), nil)
+			if err != nil || res.Bytes != 3*4096 {
+				t.Fatalf("a sparse upload of 12 KiB of data: %+v %v, want 12288 bytes", res, err)
+			}
+			if got := execOK(t, sb.ID, "stat", "-c", "%s", "/good"); got != "1073741824\n" {
+				t.Fatalf("/good is %s bytes", got)
+			}
+			page, err := e.c.Events(ctxT(t), sb.Name, 0, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, ev := range page.Events {
+				var d struct {
+					Path  string `json:"path"`
+					Bytes int64  `json:"bytes"`
+				}
+				json.Unmarshal(ev.Data, &d)
+				if ev.Type == "sandbox.files_written" && d.Path == "/good" {
+					found = true
+					if d.Bytes != 3*4096 {
+						t.Errorf("the ledger records %d bytes written, want 12288", d.Bytes)
+					}
+				}
+			}
+			if !found {
+				t.Error("the ledger has no write of /good")
 			}
 		})
 	}
