@@ -119,7 +119,8 @@ func (c *Client) ReadArchive(ctx context.Context, sandbox, path string, followLi
 // its data, which is what shard cp unpacks: the entry of such a file holds
 // the bytes of its data regions in order, and two PAX records say where
 // they go, SparseSizeRecord (the file's size) and SparseExtentsRecord (its
-// data regions, "offset:length" comma-separated, in order); the rest of
+// data regions, "offset:length" comma-separated, in order, each whole
+// blocks of 4096 bytes but one that ends at the file's end); the rest of
 // the file is holes. Other tar tools do not know these records. A running
 // sandbox started by an older shard sends every file whole.
 func (c *Client) ReadSparseArchive(ctx context.Context, sandbox, path string, followLink bool) (io.ReadCloser, *FileInfo, error) {

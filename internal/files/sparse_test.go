@@ -283,6 +283,44 @@ func putSparse(p string, body []byte) Result {
 	return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1, Sparse: true})
 }
 
+// TestSparseExtentsAreWholeBlocks: a sender's extents are whole blocks
+// (but the last, to the file's end). Extents of one byte each, a block
+// apart, took a block of the receiver's disk for each byte sent (1.5 MB
+// sent wrote 469 MB): such an entry is refused as a bad archive, by the
+// CLI's unpack and by a sparse upload, and nothing of it is kept.
+func TestSparseExtentsAreWholeBlocks(t *testing.T) {
+	const n = 2000
+	var ext sparse.Extents // a byte a block apart
+	for i := range int64(n) {
+		ext = append(ext, [2]int64{i * sparse.Block, 1})
+	}
+	size := int64(n * sparse.Block)
+	bomb := sparseEntry(t, "bomb", map[string]string{sparse.RecordSize: fmt.Sprint(size), sparse.RecordExtents: ext.String()}, bytes.Repeat([]byte("b"), n)).Bytes()
+	dst := t.TempDir()
+	if res := Unpack(bytes.NewReader(bomb), dst, UnpackOptions{Holes: true}); res.OK || res.Code != CodeBadArchive {
+		t.Errorf("the CLI's unpack: %+v, want %s", res, CodeBadArchive)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "bomb")); err == nil {
+		t.Error("the CLI's unpack made the entry")
+	}
+	p := filepath.Join(dst, "put")
+	if res := putSparse(p, bomb); res.OK || res.Code != CodeBadArchive {
+		t.Errorf("a sparse upload: %+v, want %s", res, CodeBadArchive)
+	}
+	if _, err := os.Lstat(p); err == nil {
+		t.Error("the sparse upload wrote the file")
+	}
+	// Whole blocks, and a last extent to an end off a block, are taken.
+	data := bytes.Repeat([]byte("d"), 2*sparse.Block+10)
+	ok := sparseEntry(t, "ok", map[string]string{sparse.RecordSize: fmt.Sprint(10*sparse.Block + 10), sparse.RecordExtents: fmt.Sprintf("%d:%d,%d:%d", 0, 2*sparse.Block, 10*sparse.Block, 10)}, data).Bytes()
+	if res := Unpack(bytes.NewReader(ok), dst, UnpackOptions{Holes: true}); !res.OK || res.Bytes != int64(len(data)) {
+		t.Fatalf("whole blocks: %+v", res)
+	}
+	if fi, err := os.Stat(filepath.Join(dst, "ok")); err != nil || fi.Size() != 10*sparse.Block+10 {
+		t.Fatalf("whole blocks: %v %v", fi, err)
+	}
+}
+
 // TestReadStopsWithoutReader: a read that finds holes stops once its
 // output has no reader (WatchOutput), and a tar of a file whose holes are
 // read stops with its context: it writes nothing for minutes, so a write's

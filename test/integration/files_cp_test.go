@@ -258,20 +258,32 @@ func sparseUpload(t *testing.T, size int64, ext string, data []byte) []byte {
 	return b.Bytes()
 }
 
-// TestFilesSparseUploadChecked: a sparse upload of a size past the largest
-// file the sandbox's filesystem holds is 413 too_large, saying so (it was
-// 422 io_error), and leaves nothing. A good one reports, and records in
-// the ledger, the data it wrote, not the file's size.
+// TestFilesSparseUploadChecked: a sparse upload's extents are whole blocks
+// of 4 KiB: 2000 extents of a byte each, 4 KiB apart (2 KB sent, 8 MB of
+// the sandbox's disk written before), are 400 bad_archive. A size past the
+// largest file the sandbox's filesystem holds is 413 too_large, saying so
+// (it was 422 io_error). Neither leaves anything. A good one reports, and
+// records in the ledger, the data it wrote, not the file's size.
 func TestFilesSparseUploadChecked(t *testing.T) {
 	e := need(t)
 	for _, prov := range providers {
 		t.Run(prov, func(t *testing.T) {
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-sparse-checked-" + prov})
+			var ext strings.Builder
+			for i := range 2000 {
+				if i > 0 {
+					ext.WriteString(",")
+				}
+				fmt.Fprintf(&ext, "%d:1", i*4096)
+			}
+			bomb := sparseUpload(t, 2000*4096, ext.String(), bytes.Repeat([]byte("b"), 2000))
+			_, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/bomb", bytes.NewReader(bomb), nil)
+			wantCode(t, "extents of a byte each", err, 400, "bad_archive", "not whole blocks")
 			huge := sparseUpload(t, 1<<50, "0:4096", bytes.Repeat([]byte("h"), 4096))
-			_, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/huge", bytes.NewReader(huge), nil)
+			_, err = e.c.WriteSparseFile(ctxT(t), sb.ID, "/huge", bytes.NewReader(huge), nil)
 			wantCode(t, "a file of 1 PiB", err, 413, "too_large", "past the largest file the filesystem holds")
-			if got := execOK(t, sb.ID, "sh", "-c", "ls -A / | grep -c -e huge -e shard-write || true"); got != "0\n" {
-				t.Fatalf("the refused upload left %s files", strings.TrimSpace(got))
+			if got := execOK(t, sb.ID, "sh", "-c", "ls -A / | grep -c -e bomb -e huge -e shard-write || true"); got != "0\n" {
+				t.Fatalf("the refused uploads left %s files", strings.TrimSpace(got))
 			}
 
 			good := sparseUpload(t, 1<<30, fmt.Sprintf("0:4096,%d:8192", 1<<29), bytes.Repeat([]byte("g"), 3*4096))
