@@ -16,7 +16,7 @@ const (
 	CodeNotFound            = "not_found"            // 404: no such endpoint
 	CodeConflict            = "conflict"             // 409
 	CodeUnsupported         = "unsupported"          // 409: the provider cannot do it here, or an image that cannot run here
-	CodeTooLarge            = "too_large"            // 413: an import's upload over --max-image-size
+	CodeTooLarge            = "too_large"            // 413: an import's upload over --max-image-size; a file larger than the sandbox's filesystem holds
 	CodeFailed              = "failed"               // 422: the request was fine, what it ran failed
 	CodeTooManyRequests     = "too_many_requests"    // 429: too many failed API keys from one address
 	CodeCanceled            = "canceled"             // 499: the client went away before the answer

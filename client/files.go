@@ -37,7 +37,7 @@ type FileList struct {
 // or skipped (a setuid bit removed, a device node left out).
 type WriteResult struct {
 	Path  string   `json:"path"`
-	Bytes int64    `json:"bytes"`
+	Bytes int64    `json:"bytes"` // file bytes written: a sparse file's data, not its size
 	Files int      `json:"files"`
 	Notes []string `json:"notes,omitempty"`
 }
@@ -119,7 +119,8 @@ func (c *Client) ReadArchive(ctx context.Context, sandbox, path string, followLi
 // its data, which is what shard cp unpacks: the entry of such a file holds
 // the bytes of its data regions in order, and two PAX records say where
 // they go, SparseSizeRecord (the file's size) and SparseExtentsRecord (its
-// data regions, "offset:length" comma-separated, in order); the rest of
+// data regions, "offset:length" comma-separated, in order, each whole
+// blocks of 4096 bytes but one that ends at the file's end); the rest of
 // the file is holes. Other tar tools do not know these records. A running
 // sandbox started by an older shard sends every file whole.
 func (c *Client) ReadSparseArchive(ctx context.Context, sandbox, path string, followLink bool) (io.ReadCloser, *FileInfo, error) {

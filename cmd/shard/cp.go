@@ -301,7 +301,7 @@ func writeOne(ctx context.Context, c *client.Client, sb, dstPath, src string, fi
 	var res *client.WriteResult
 	var err error
 	if holes {
-		res, err = pipeTar(src, filepath.Base(src), files.TarOptions{Sparse: true}, func(r io.Reader) (*client.WriteResult, error) {
+		res, err = pipeTar(ctx, src, filepath.Base(src), files.TarOptions{Sparse: true}, func(r io.Reader) (*client.WriteResult, error) {
 			return c.WriteSparseFile(ctx, sb, dstPath, r, o)
 		})
 	}
@@ -328,12 +328,12 @@ func writeWhole(ctx context.Context, c *client.Client, sb, dstPath, src string, 
 // sandbox directory dir, its files that have holes as their data.
 func sendTar(ctx context.Context, c *client.Client, sb, dir, root, name string, contents bool) error {
 	o := files.TarOptions{ContentsOnly: contents, Sparse: true}
-	res, err := pipeTar(root, name, o, func(r io.Reader) (*client.WriteResult, error) {
+	res, err := pipeTar(ctx, root, name, o, func(r io.Reader) (*client.WriteResult, error) {
 		return c.WriteSparseArchive(ctx, sb, dir, r)
 	})
 	if sentWhole(err) {
 		o.Sparse = false
-		res, err = pipeTar(root, name, o, func(r io.Reader) (*client.WriteResult, error) {
+		res, err = pipeTar(ctx, root, name, o, func(r io.Reader) (*client.WriteResult, error) {
 			return c.WriteArchive(ctx, sb, dir, r)
 		})
 	}
@@ -353,12 +353,12 @@ func sentWhole(err error) bool {
 
 // pipeTar sends a tar of root (files.WriteTar) through send, which reads
 // it as it is written.
-func pipeTar(root, name string, o files.TarOptions, send func(io.Reader) (*client.WriteResult, error)) (*client.WriteResult, error) {
+func pipeTar(ctx context.Context, root, name string, o files.TarOptions, send func(io.Reader) (*client.WriteResult, error)) (*client.WriteResult, error) {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pw.CloseWithError(files.WriteTar(pw, root, name, o))
+		pw.CloseWithError(files.WriteTar(ctx, pw, root, name, o))
 	}()
 	res, err := send(pr)
 	pr.CloseWithError(errors.New("the upload ended"))

@@ -61,7 +61,11 @@ func newFilesHelperCmd() *cobra.Command {
 			case files.OpRemove:
 				return files.WriteResult(out, files.Remove(p, rec))
 			case files.OpGet:
-				if err := files.Get(out, p, files.GetOptions{Tar: asTar, Follow: follow, Sparse: sparse, ReadHoles: readHoles}); err != nil {
+				// A read stops once nobody reads it: the server closes
+				// the pipe, and its SIGTERM may not reach this process.
+				ctx, stop := files.WatchOutput(cmd.Context(), syscall.Stdout, time.Second)
+				defer stop()
+				if err := files.Get(ctx, out, p, files.GetOptions{Tar: asTar, Follow: follow, Sparse: sparse, ReadHoles: readHoles}); err != nil {
 					out.Flush()
 					termsafe.Fprintln(os.Stderr, err)
 					os.Exit(2)

@@ -72,9 +72,12 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
+	rc := http.NewResponseController(w)
+	// The head goes out now, not with the first bytes: a tar of a file
+	// whose holes are found by reading it sends nothing until that is done.
+	rc.Flush()
 	// A download to a client that reads nothing must not hold a shutdown
 	// up: a second after it begins, the write in flight is cut.
-	rc := http.NewResponseController(w)
 	defer s.onStopping(func() { rc.SetWriteDeadline(time.Now().Add(time.Second)) })()
 	if _, err := io.CopyBuffer(w, st, make([]byte, 1<<20)); err != nil {
 		if r.Context().Err() == nil {

@@ -81,6 +81,7 @@ const (
 	CodeUnsafe     = client.CodeUnsafeArchive
 	CodeBadArchive = client.CodeBadArchive
 	CodeShortBody  = client.CodeShortBody
+	CodeTooLarge   = client.CodeTooLarge
 	CodeIO         = client.CodeIOError
 )
 
@@ -131,6 +132,8 @@ func classify(err error) string {
 		return CodeNotEmpty
 	case syscall.ENAMETOOLONG, syscall.ELOOP, syscall.EINVAL:
 		return CodeInvalid
+	case syscall.EFBIG:
+		return CodeTooLarge
 	}
 	return CodeIO
 }
@@ -159,6 +162,20 @@ func CheckPath(p string) (string, error) {
 // there is taken as the directory it leads to.
 func NamesDir(p string) bool {
 	return len(p) > 1 && (strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/."))
+}
+
+// notDir refuses p, written as a directory (NamesDir), when what clean
+// (p cleaned, which drops that) leads to is there and is no directory: as
+// the kernel's ENOTDIR, where the clean path alone would be the file. What
+// is missing is left to the operation to say.
+func notDir(p, clean string) error {
+	if !NamesDir(p) {
+		return nil
+	}
+	if fi, err := os.Stat(clean); err == nil && !fi.IsDir() {
+		return fail(CodeNotDir, "%s is not a directory (%s names one)", clean, p)
+	}
+	return nil
 }
 
 // infoOf describes fi, found at p.
@@ -226,7 +243,11 @@ func goMode(u uint32) fs.FileMode {
 
 // Stat describes the file at p (what a symlink points to, with follow).
 func Stat(p string, follow bool) Result {
+	raw := p
 	p, err := CheckPath(p)
+	if err == nil {
+		err = notDir(raw, p)
+	}
 	if err != nil {
 		return Failed(err)
 	}
@@ -250,6 +271,8 @@ func pathErr(p string, err error) error {
 		return fail(code, "%s: no such file or directory", p)
 	case CodeNotDir:
 		return fail(code, "%s: a component of the path is not a directory", p)
+	case CodeTooLarge:
+		return fail(code, "%s: past the largest file the filesystem holds", p)
 	case CodeInvalid:
 		return fail(code, "%s: %v", p, unwrapErrno(err))
 	}
@@ -323,7 +346,11 @@ func List(p string, limit int) Result {
 
 // Remove removes p; a directory that is not empty only with recursive.
 func Remove(p string, recursive bool) Result {
+	raw := p
 	p, err := CheckPath(p)
+	if err == nil {
+		err = notDir(raw, p)
+	}
 	if err != nil {
 		return Failed(err)
 	}
@@ -349,14 +376,21 @@ func Remove(p string, recursive bool) Result {
 	return Result{OK: true, Info: &in}
 }
 
-// WriteResult writes r as the protocol's JSON line.
+// WriteResult writes r as the protocol's JSON line, flushed when w is
+// buffered: the reader waits for it before anything follows (the HTTP
+// answer's headers), and what follows may be long in coming (Scan).
 func WriteResult(w io.Writer, r Result) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(b, '\n'))
-	return err
+	if _, err = w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if f, ok := w.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
 }
 
 // MaxResultLine bounds the JSON line a reader of the helper takes (a list

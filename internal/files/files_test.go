@@ -123,7 +123,7 @@ func TestUnpackRename(t *testing.T) {
 	os.Symlink("sub/f", filepath.Join(src, "top", "l"))
 	os.Link(filepath.Join(src, "top", "sub", "f"), filepath.Join(src, "top", "hl"))
 	var b bytes.Buffer
-	if err := WriteTar(&b, filepath.Join(src, "top"), "top", TarOptions{}); err != nil {
+	if err := WriteTar(context.Background(), &b, filepath.Join(src, "top"), "top", TarOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
@@ -266,7 +266,7 @@ func TestPathsAndErrors(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	if err := Get(&b, dir, GetOptions{}); err != nil {
+	if err := Get(context.Background(), &b, dir, GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := ReadResult(bufio.NewReader(&b)); err != nil || res.Code != CodeIsDir {
@@ -314,6 +314,56 @@ func TestUnpackNothingThroughItsOwnSymlink(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(into, "pwned")); err == nil {
 		t.Fatal("an entry went through the archive's own symlink, out of the destination")
+	}
+}
+
+// TestPathNamesDir: a path that ends in / or /. names a directory: one
+// that leads to a file is refused as not a directory (the kernel's
+// ENOTDIR), never taken as the file its clean form names.
+func TestPathNamesDir(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	os.WriteFile(f, []byte("x"), 0o644)
+	os.Symlink("f", filepath.Join(dir, "lnk"))
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	put := func(p string) Result {
+		return Put(context.Background(), strings.NewReader("new"), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1})
+	}
+	get := func(p string, tar bool) Result {
+		var b bytes.Buffer
+		if err := Get(context.Background(), &b, p, GetOptions{Tar: tar}); err != nil {
+			t.Fatal(err)
+		}
+		res, _ := ReadResult(bufio.NewReader(&b))
+		return res
+	}
+	for _, tc := range []struct {
+		name string
+		res  Result
+		code string
+	}{
+		{"stat f/", Stat(f+"/", true), CodeNotDir},
+		{"stat f/.", Stat(f+"/.", true), CodeNotDir},
+		{"stat lnk/", Stat(dir+"/lnk/", true), CodeNotDir},
+		{"get f/", get(f+"/", false), CodeNotDir},
+		{"get f/. as a tar", get(f+"/.", true), CodeNotDir},
+		{"remove f/", Remove(f+"/", false), CodeNotDir},
+		{"put f/", put(f + "/"), CodeNotDir},
+		{"put d/", put(dir + "/d/"), CodeIsDir},
+		{"put new/", put(dir + "/new/"), CodeNotFound},
+		{"stat d/", Stat(dir+"/d/", true), ""},
+		{"stat d/.", Stat(dir+"/d/.", true), ""},
+		{"get f", get(f, false), ""},
+	} {
+		if tc.res.Code != tc.code || tc.res.OK != (tc.code == "") {
+			t.Errorf("%s: ok=%v %q (%s), want %q", tc.name, tc.res.OK, tc.res.Code, tc.res.Message, tc.code)
+		}
+	}
+	if b, err := os.ReadFile(f); err != nil || string(b) != "x" {
+		t.Errorf("f holds %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "new")); err == nil {
+		t.Error("put new/ wrote a file")
 	}
 }
 

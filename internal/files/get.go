@@ -2,6 +2,7 @@ package files
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,16 +39,20 @@ type GetOptions struct {
 // it holds, named from p's last element. A symlink is archived as one,
 // except p itself with o.Follow. A failure before the first byte is a
 // failed Result (and Get returns nil); the error it returns is one that
-// came after the bytes began, or a write to w that failed.
-func Get(w io.Writer, p string, o GetOptions) error {
-	p, err := CheckPath(p)
+// came after the bytes began, or a write to w that failed. Once ctx is
+// done (its reader gone: WatchOutput) it stops.
+func Get(ctx context.Context, w io.Writer, p string, o GetOptions) error {
+	clean, err := CheckPath(p)
+	if err == nil {
+		err = notDir(p, clean)
+	}
 	if err != nil {
 		return WriteResult(w, Failed(err))
 	}
 	if !o.Tar {
-		return getFile(w, p)
+		return getFile(w, clean)
 	}
-	return getTar(w, p, o)
+	return getTar(ctx, w, clean, o)
 }
 
 func getFile(w io.Writer, p string) error {
@@ -88,7 +93,7 @@ func getFile(w io.Writer, p string) error {
 	return err
 }
 
-func getTar(w io.Writer, p string, o GetOptions) error {
+func getTar(ctx context.Context, w io.Writer, p string, o GetOptions) error {
 	fi, err := os.Lstat(p)
 	if err == nil && o.Follow && fi.Mode()&fs.ModeSymlink != 0 {
 		fi, err = os.Stat(p)
@@ -112,7 +117,7 @@ func getTar(w io.Writer, p string, o GetOptions) error {
 	if p == "/" {
 		base = "."
 	}
-	return WriteTar(w, root, base, TarOptions{Sparse: o.Sparse, ReadHoles: o.ReadHoles})
+	return WriteTar(ctx, w, root, base, TarOptions{Sparse: o.Sparse, ReadHoles: o.ReadHoles})
 }
 
 // TarOptions say how WriteTar archives.
@@ -133,13 +138,16 @@ type TarOptions struct {
 // WriteTar writes a tar of root (a directory with all it holds, or one
 // file; a symlink as one) to w, its entries named from base. Owners are
 // numeric only; a file that has several links is archived once, the
-// others as hard links to it.
-func WriteTar(w io.Writer, root, base string, o TarOptions) error {
+// others as hard links to it. It stops with ctx's error once ctx is done.
+func WriteTar(ctx context.Context, w io.Writer, root, base string, o TarOptions) error {
 	if o.ContentsOnly {
 		base = "."
 	}
 	tw := &tarWriter{tw: tar.NewWriter(w), links: map[fileKey]string{}, buf: make([]byte, copyBuf), opts: o}
 	err := filepath.WalkDir(root, func(fp string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && fp != root {
 				return nil // removed meanwhile
@@ -158,7 +166,7 @@ func WriteTar(w io.Writer, root, base string, o TarOptions) error {
 			}
 			return err
 		}
-		if err := tw.add(fp, name, fi); err != nil {
+		if err := tw.add(ctx, fp, name, fi); err != nil {
 			return err
 		}
 		if d.IsDir() && !fi.IsDir() {
@@ -193,7 +201,7 @@ type tarWriter struct {
 	opts  TarOptions
 }
 
-func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
+func (t *tarWriter) add(ctx context.Context, fp, name string, fi fs.FileInfo) error {
 	if fi.Mode()&fs.ModeSocket != 0 {
 		return nil // a tar cannot hold one
 	}
@@ -234,7 +242,7 @@ func (t *tarWriter) add(fp, name string, fi fs.FileInfo) error {
 	}
 	defer f.Close()
 	if t.opts.Sparse {
-		ext, holes, err := holesOf(f, fi, t.buf, t.opts.ReadHoles)
+		ext, holes, err := holesOf(ctx, f, fi, t.buf, t.opts.ReadHoles)
 		if err != nil {
 			return err
 		}
@@ -280,8 +288,8 @@ func (t *tarWriter) addData(f *os.File, hdr *tar.Header, ext sparse.Extents) err
 // (st_blocks) has holes, which SEEK_DATA finds; where they are not found so
 // (a file system that takes holes for data) or with readHoles (neither
 // says anything: inside gVisor) and a probe finds zeros, the file's blocks
-// of zeros are found by reading it, and are not sent.
-func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse.Extents, holes bool, err error) {
+// of zeros are found by reading it (until ctx is done), and are not sent.
+func holesOf(ctx context.Context, f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse.Extents, holes bool, err error) {
 	size := fi.Size()
 	alloc := size // not known: as a file without holes
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -303,7 +311,7 @@ func holesOf(f *os.File, fi fs.FileInfo, buf []byte, readHoles bool) (ext sparse
 	default:
 		return nil, false, nil
 	}
-	if ext, err = sparse.Scan(f, ext, buf); err != nil {
+	if ext, err = sparse.Scan(ctx, f, ext, buf); err != nil {
 		return nil, false, err
 	}
 	return ext, len(ext) != 1 || ext[0] != [2]int64{0, size}, nil

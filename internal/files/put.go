@@ -42,15 +42,30 @@ const maxNotes = 100
 // directory p. Cancelling ctx (the helper's SIGTERM) stops it and removes
 // the file being written.
 func Put(ctx context.Context, r io.Reader, p string, o PutOptions) Result {
-	p, err := CheckPath(p)
+	clean, err := CheckPath(p)
 	if err != nil {
 		return Failed(err)
 	}
 	r = &ctxReader{ctx: ctx, r: r}
 	if o.Tar {
-		return putTar(r, p)
+		return putTar(r, clean)
 	}
-	return putFile(r, p, o)
+	if NamesDir(p) {
+		return Failed(fileAtDir(p, clean))
+	}
+	return putFile(r, clean, o)
+}
+
+// fileAtDir is why a file is not written at p, which names a directory
+// (ends in / or /.), as the kernel refuses to create one there.
+func fileAtDir(p, clean string) error {
+	if err := notDir(p, clean); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(clean); err == nil && fi.IsDir() {
+		return fail(CodeIsDir, "%s is a directory: copy a file into it by its name (%s/NAME), or send a tar", clean, clean)
+	}
+	return fail(CodeNotFound, "directory %s does not exist: a file is written at a path that does not end in /", clean)
 }
 
 type ctxReader struct {
@@ -546,8 +561,8 @@ func (u *unpacker) file(tr *tar.Reader, hdr *tar.Header, name string, mode uint3
 // writeData writes an entry's data into f, a new file: a sparse entry's
 // extents where its records say, the rest left holes (package sparse), or
 // else all of it (its blocks of zeros left holes too, with holes); n is
-// the bytes written, then the file's size. What is written is the data the
-// archive carries, whatever size it claims.
+// the bytes of data written, not the file's size. What is written is the
+// data the archive carries, whatever size it claims.
 func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool) (n int64, err error) {
 	size, ext, ok, err := sparse.FromHeader(hdr)
 	if err != nil {
@@ -570,10 +585,19 @@ func writeData(f *os.File, hdr *tar.Header, r io.Reader, buf []byte, holes bool)
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
-			return n, err
+			return n, tooLarge(hdr, size, err)
 		}
 	}
-	return size, f.Truncate(size)
+	return n, tooLarge(hdr, size, f.Truncate(size))
+}
+
+// tooLarge says so of err when the file system holds no file of size
+// bytes (EFBIG: a sparse entry may claim any size).
+func tooLarge(hdr *tar.Header, size int64, err error) error {
+	if errors.Is(err, syscall.EFBIG) {
+		return fail(CodeTooLarge, "entry %q is %d bytes, past the largest file the filesystem holds", hdr.Name, size)
+	}
+	return err
 }
 
 // syncer puts an unpack's files on the disk (UnpackOptions.Sync): each

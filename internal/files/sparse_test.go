@@ -2,17 +2,22 @@ package files
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/useshards/shard/internal/sparse"
+	"golang.org/x/sys/unix"
 )
 
 // holey makes a file of size bytes at p with data at each of offs (64 KiB
@@ -66,7 +71,7 @@ func TestSparseTarRoundTrip(t *testing.T) {
 	holey(t, filepath.Join(src, "empty"), size)
 	os.WriteFile(filepath.Join(src, "dense"), bytes.Repeat([]byte("d"), 100<<10), 0o644)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "top", TarOptions{Sparse: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "top", TarOptions{Sparse: true}); err != nil {
 		t.Fatal(err)
 	}
 	if b.Len() > 1<<20 {
@@ -152,7 +157,7 @@ func TestPutSparseFile(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	holey(t, src, 64<<20, 1<<20, 50<<20)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "whatever", TarOptions{Sparse: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "whatever", TarOptions{Sparse: true}); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "dst")
@@ -164,7 +169,8 @@ func TestPutSparseFile(t *testing.T) {
 		w.Close()
 		return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: 0o640, UID: -1, GID: -1, Size: -1, Sparse: true})
 	}
-	if res := put(bytes.NewReader(b.Bytes())); !res.OK || res.Bytes != 64<<20 {
+	// Bytes is the data written (2 x 64 KiB), not the file's size.
+	if res := put(bytes.NewReader(b.Bytes())); !res.OK || res.Bytes != 128<<10 {
 		t.Fatalf("put: %+v", res)
 	}
 	sameFile(t, src, p)
@@ -237,7 +243,7 @@ func TestReadHoles(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "small"), make([]byte, 64<<10), 0o644) // sent whole: under minReadHoles
 	for _, readHoles := range []bool{true, false} {
 		var b bytes.Buffer
-		if err := WriteTar(&b, src, "top", TarOptions{Sparse: true, ReadHoles: readHoles}); err != nil {
+		if err := WriteTar(context.Background(), &b, src, "top", TarOptions{Sparse: true, ReadHoles: readHoles}); err != nil {
 			t.Fatal(err)
 		}
 		if (b.Len() < 128<<10) != readHoles {
@@ -259,11 +265,138 @@ func TestReadHolesDense(t *testing.T) {
 	rand.Read(body)
 	os.WriteFile(src, body, 0o644)
 	var b bytes.Buffer
-	if err := WriteTar(&b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
+	if err := WriteTar(context.Background(), &b, src, "dense", TarOptions{Sparse: true, ReadHoles: true}); err != nil {
 		t.Fatal(err)
 	}
 	hdr, err := tar.NewReader(&b).Next()
 	if _, _, isSparse, _ := sparse.FromHeader(hdr); err != nil || isSparse || hdr.Size != int64(len(body)) {
 		t.Fatalf("a dense file: %+v %v", hdr, err)
 	}
+}
+
+// putSparse puts body (a tar of one file) at p as a sparse upload.
+func putSparse(p string, body []byte) Result {
+	var framed bytes.Buffer
+	w := NewChunkWriter(&framed)
+	w.Write(body)
+	w.Close()
+	return Put(context.Background(), NewChunkReader(&framed), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1, Sparse: true})
+}
+
+// TestSparseExtentsAreWholeBlocks: a sender's extents are whole blocks
+// (but the last, to the file's end). Extents of one byte each, a block
+// apart, took a block of the receiver's disk for each byte sent (1.5 MB
+// sent wrote 469 MB): such an entry is refused as a bad archive, by the
+// CLI's unpack and by a sparse upload, and nothing of it is kept.
+func TestSparseExtentsAreWholeBlocks(t *testing.T) {
+	const n = 2000
+	var ext sparse.Extents // a byte a block apart
+	for i := range int64(n) {
+		ext = append(ext, [2]int64{i * sparse.Block, 1})
+	}
+	size := int64(n * sparse.Block)
+	bomb := sparseEntry(t, "bomb", map[string]string{sparse.RecordSize: fmt.Sprint(size), sparse.RecordExtents: ext.String()}, bytes.Repeat([]byte("b"), n)).Bytes()
+	dst := t.TempDir()
+	if res := Unpack(bytes.NewReader(bomb), dst, UnpackOptions{Holes: true}); res.OK || res.Code != CodeBadArchive {
+		t.Errorf("the CLI's unpack: %+v, want %s", res, CodeBadArchive)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "bomb")); err == nil {
+		t.Error("the CLI's unpack made the entry")
+	}
+	p := filepath.Join(dst, "put")
+	if res := putSparse(p, bomb); res.OK || res.Code != CodeBadArchive {
+		t.Errorf("a sparse upload: %+v, want %s", res, CodeBadArchive)
+	}
+	if _, err := os.Lstat(p); err == nil {
+		t.Error("the sparse upload wrote the file")
+	}
+	// Whole blocks, and a last extent to an end off a block, are taken.
+	data := bytes.Repeat([]byte("d"), 2*sparse.Block+10)
+	ok := sparseEntry(t, "ok", map[string]string{sparse.RecordSize: fmt.Sprint(10*sparse.Block + 10), sparse.RecordExtents: fmt.Sprintf("%d:%d,%d:%d", 0, 2*sparse.Block, 10*sparse.Block, 10)}, data).Bytes()
+	if res := Unpack(bytes.NewReader(ok), dst, UnpackOptions{Holes: true}); !res.OK || res.Bytes != int64(len(data)) {
+		t.Fatalf("whole blocks: %+v", res)
+	}
+	if fi, err := os.Stat(filepath.Join(dst, "ok")); err != nil || fi.Size() != 10*sparse.Block+10 {
+		t.Fatalf("whole blocks: %v %v", fi, err)
+	}
+}
+
+// TestReadStopsWithoutReader: a read that finds holes stops once its
+// output has no reader (WatchOutput), and a tar of a file whose holes are
+// read stops with its context: it writes nothing for minutes, so a write's
+// EPIPE would not tell it.
+func TestReadStopsWithoutReader(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, stop := WatchOutput(context.Background(), int(w.Fd()), 50*time.Millisecond)
+	defer stop()
+	time.Sleep(100 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("cancelled while its reader is there")
+	}
+	r.Close()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not cancelled 5 s after its reader went")
+	}
+	src := filepath.Join(t.TempDir(), "zeros")
+	os.WriteFile(src, make([]byte, 4<<20), 0o644)
+	if err := WriteTar(ctx, io.Discard, src, "zeros", TarOptions{Sparse: true, ReadHoles: true}); err != context.Canceled {
+		t.Fatalf("a tar with its context done: %v", err)
+	}
+}
+
+// TestResultFlushed: the answer line goes out at once, before what
+// follows it (which a scan of holes may keep waiting): a buffered writer
+// is flushed.
+func TestResultFlushed(t *testing.T) {
+	var b bytes.Buffer
+	out := bufio.NewWriterSize(&b, 64<<10)
+	if err := WriteResult(out, Result{OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != "{\"ok\":true}\n" {
+		t.Fatalf("after the answer, %q went out", b.String())
+	}
+}
+
+// TestSparseTooLarge: a file past the largest the filesystem holds (EFBIG;
+// here a file size limit, RLIMIT_FSIZE, stands for the filesystem's) is
+// too_large, saying so, not an I/O error: a sparse entry's size in the
+// CLI's unpack and in a sparse upload, and a plain upload's bytes. Nothing
+// of it is kept. The limit is the process's, so a child runs it.
+func TestSparseTooLarge(t *testing.T) {
+	const limit = 1 << 20
+	if os.Getenv("SHARD_TEST_FSIZE") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSparseTooLarge$", "-test.v")
+		cmd.Env = append(os.Environ(), "SHARD_TEST_FSIZE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("checked under the limit")) {
+			t.Fatalf("the child under a file size limit: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: limit}); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	huge := sparseEntry(t, "huge", map[string]string{sparse.RecordSize: fmt.Sprint(1 << 30), sparse.RecordExtents: "0:4096"}, bytes.Repeat([]byte("h"), 4096)).Bytes()
+	p := filepath.Join(dst, "put")
+	for name, res := range map[string]Result{
+		"the CLI's unpack": Unpack(bytes.NewReader(huge), dst, UnpackOptions{Holes: true}),
+		"a sparse upload":  putSparse(p, huge),
+		"a plain upload":   Put(context.Background(), bytes.NewReader(make([]byte, 2*limit)), p, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}),
+	} {
+		if res.OK || res.Code != CodeTooLarge || !strings.Contains(res.Message, "past the largest file the filesystem holds") {
+			t.Errorf("%s: %+v, want %s", name, res, CodeTooLarge)
+		}
+	}
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	t.Log("checked under the limit")
 }

@@ -45,6 +45,7 @@ func TestFileError(t *testing.T) {
 		{files.CodeNotDir, errdefs.KindInvalid, "not_a_directory"},
 		{files.CodeReadOnly, errdefs.KindConflict, "read_only"},
 		{files.CodeIO, errdefs.KindFailed, "io_error"},
+		{files.CodeTooLarge, errdefs.KindTooLarge, "too_large"},
 		{"sandbox_not_found", errdefs.KindFailed, "files_helper_failed"},
 		{"made_up", errdefs.KindFailed, "files_helper_failed"},
 	}

@@ -345,6 +345,8 @@ func (f *Files) fileError(sb *store.Sandbox, res files.Result) error {
 	case files.CodeDiskFull:
 		return errdefs.New(errdefs.KindNoSpace, res.Code, "sandbox %s's disk is full (its bound is %s): %s",
 			sb.Name, units.FormatSize(f.s.cfg.Storage.Bound(sb.ID)), msg)
+	case files.CodeTooLarge:
+		return errdefs.New(errdefs.KindTooLarge, res.Code, "sandbox %s: %s", sb.Name, msg)
 	}
 	code := files.CodeIO
 	if res.Code != code {
@@ -413,6 +415,7 @@ type FileStream struct {
 	sb   *store.Sandbox
 	h    *fileHelper
 	err  error
+	stop func() bool // unregisters the abort on its caller's end (ReadFiles)
 }
 
 func (f *FileStream) Read(p []byte) (int, error) {
@@ -433,6 +436,7 @@ func (f *FileStream) Read(p []byte) (int, error) {
 
 // Close ends the read (the helper stops if it has not finished).
 func (f *FileStream) Close() error {
+	f.stop()
 	f.h.kill()
 	f.h.done()
 	return nil
@@ -475,7 +479,11 @@ func (f *Files) ReadFiles(ctx context.Context, idOrName, path string, o files.Ge
 		h.done()
 		return nil, errdefs.New(errdefs.KindFailed, client.CodeFilesHelperFailed, "the file operation in sandbox %s gave no description of %s", sb.Name, path)
 	}
-	return &FileStream{Info: *res.Info, sb: sb, h: h}, nil
+	// A caller that goes away ends the read at once: a helper that finds a
+	// huge file's holes writes nothing for minutes, so no failed write
+	// would tell the caller's copy, blocked on the pipe, that it is gone;
+	// and the closed pipe is how the helper learns it (files.WatchOutput).
+	return &FileStream{Info: *res.Info, sb: sb, h: h, stop: context.AfterFunc(ctx, h.abort)}, nil
 }
 
 // sparseArgs are the helper's arguments of a read of sparse files: none

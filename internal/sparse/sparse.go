@@ -8,6 +8,7 @@ package sparse
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,11 @@ func (e Extents) String() string {
 }
 
 // Parse reads what String wrote, checking that the extents are in order,
-// do not overlap and end within size.
+// do not overlap, end within size and are whole blocks: each starts on a
+// block and is a number of them long, but one that ends at size. What a
+// receiver writes is then the data it is sent (rounded up to a block, the
+// file's last): extents of a byte a block apart would each take a block
+// of its disk, 4096 times the data.
 func Parse(s string, size int64) (Extents, error) {
 	var out Extents
 	end := int64(0)
@@ -58,6 +63,9 @@ func Parse(s string, size int64) (Extents, error) {
 		if !ok || err1 != nil || err2 != nil || off < end || n <= 0 || off+n > size || off+n < off {
 			return nil, fmt.Errorf("bad extent %q", p)
 		}
+		if off%Block != 0 || (n%Block != 0 && off+n != size) {
+			return nil, fmt.Errorf("extent %q is not whole blocks of %d bytes", p, Block)
+		}
 		out = append(out, [2]int64{off, n})
 		end = off + n
 	}
@@ -69,19 +77,32 @@ func Parse(s string, size int64) (Extents, error) {
 // cut into more regions than this is sent with its smallest holes as data.
 const MaxExtents = 16 << 10
 
-// builder gathers extents in order, merging those closer than minHole, and
-// raises minHole whenever there are more than MaxExtents.
+// builder gathers extents in order, whole blocks (Parse) within size,
+// merging those closer than minHole, and raises minHole whenever there
+// are more than MaxExtents.
 type builder struct {
 	ext     Extents
+	size    int64 // the file's: the last extent may end there, off a block
 	minHole int64 // a gap shorter than this is sent as data
 }
 
 func (b *builder) add(off, n int64) {
+	// Out to whole blocks: a file system of smaller blocks (ext4 of 1 KiB)
+	// has its holes there, and the data around them is read as it is.
+	end := off + n
+	if r := end % Block; r != 0 {
+		if b.size-end < Block-r {
+			end = b.size
+		} else {
+			end += Block - r
+		}
+	}
+	off = off / Block * Block
 	if k := len(b.ext); k > 0 && off-(b.ext[k-1][0]+b.ext[k-1][1]) < max(b.minHole, 1) {
-		b.ext[k-1][1] = off + n - b.ext[k-1][0]
+		b.ext[k-1][1] = max(end, b.ext[k-1][0]+b.ext[k-1][1]) - b.ext[k-1][0]
 		return
 	}
-	b.ext = append(b.ext, [2]int64{off, n})
+	b.ext = append(b.ext, [2]int64{off, end - off})
 	for len(b.ext) > MaxExtents {
 		b.minHole = max(2*b.minHole, 64<<10)
 		merged := b.ext[:1]
@@ -101,7 +122,7 @@ func (b *builder) add(off, n int64) {
 // file system that does not track its holes (gVisor's files, seen from
 // inside a sandbox) reports all of the file as data: Scan finds them then.
 func Find(f *os.File, size int64) (Extents, error) {
-	var b builder
+	b := builder{size: size}
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, syscall.ENXIO) {
@@ -124,18 +145,28 @@ func Find(f *os.File, size int64) (Extents, error) {
 	return b.ext, nil
 }
 
-// block is the unit Scan finds holes in: a file system's block.
-const block = 4096
+// Block is the unit of extents and the one Scan finds holes in: a file
+// system's block.
+const Block = 4096
 
-// Scan reads the regions ext of f and gives those of its blocks that hold
-// a byte other than zero: the data of a file whose file system reports its
-// holes as data. buf's length is how much is read at once. A file that
-// shrank meanwhile ends where it ends.
-func Scan(f *os.File, ext Extents, buf []byte) (Extents, error) {
+// Scan reads the regions ext of f (whole blocks, as Find gives) and gives
+// those of its blocks that hold a byte other than zero: the data of a file
+// whose file system reports its holes as data. buf's length is how much is
+// read at once. A file that shrank meanwhile ends where it ends. It stops
+// with ctx's error once ctx is done: a scan of a large file reads for
+// minutes and writes nothing, so nothing else tells it that its reader is
+// gone.
+func Scan(ctx context.Context, f *os.File, ext Extents, buf []byte) (Extents, error) {
 	var b builder
-	zero := make([]byte, block)
+	if k := len(ext); k > 0 {
+		b.size = ext[k-1][0] + ext[k-1][1]
+	}
+	zero := make([]byte, Block)
 	for _, x := range ext {
 		for off, end := x[0], x[0]+x[1]; off < end; {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
 			dataRuns(buf[:n], off, zero, func(i, j int) { b.add(off+int64(i), int64(j-i)) })
 			off += int64(n)
@@ -158,18 +189,18 @@ func Scan(f *os.File, ext Extents, buf []byte) (Extents, error) {
 // file without, which is most, costs n small reads, not a second read of
 // all of it. Random, so that no file is made to pass them.
 func Probe(f *os.File, size int64, n int) (bool, error) {
-	blocks := size / block
+	blocks := size / Block
 	if blocks == 0 {
 		return false, nil
 	}
-	buf := make([]byte, block)
-	zero := make([]byte, block)
+	buf := make([]byte, Block)
+	zero := make([]byte, Block)
 	for range n {
-		k, err := f.ReadAt(buf, rand.Int64N(blocks)*block)
+		k, err := f.ReadAt(buf, rand.Int64N(blocks)*Block)
 		if err != nil && err != io.EOF {
 			return false, err
 		}
-		if k == block && bytes.Equal(buf, zero) {
+		if k == Block && bytes.Equal(buf, zero) {
 			return true, nil
 		}
 	}
@@ -183,7 +214,7 @@ func Probe(f *os.File, size int64, n int) (bool, error) {
 func dataRuns(p []byte, off int64, zero []byte, data func(i, j int)) {
 	start := 0 // of the run of data so far
 	for i := 0; i < len(p); {
-		k := min(len(p)-i, block-int((off+int64(i))%block)) // to the next block's start
+		k := min(len(p)-i, Block-int((off+int64(i))%Block)) // to the next block's start
 		if bytes.Equal(p[i:i+k], zero[:k]) {
 			if start < i {
 				data(start, i)
@@ -208,7 +239,7 @@ type HoleWriter struct {
 
 // NewHoleWriter writes f, which is empty.
 func NewHoleWriter(f *os.File) *HoleWriter {
-	return &HoleWriter{f: f, zero: make([]byte, block)}
+	return &HoleWriter{f: f, zero: make([]byte, Block)}
 }
 
 func (w *HoleWriter) Write(p []byte) (int, error) {

@@ -3,7 +3,9 @@ package sparse
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -61,7 +63,7 @@ func TestExtentsRoundTrip(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Fatal("the copy differs")
 	}
-	for _, bad := range []string{"0:10,5:10", "-1:4", "0:0", "10:5000000000", "x"} {
+	for _, bad := range []string{"0:4096,2048:4096", "-4096:4096", "0:0", "4096:5000000000", "x"} {
 		if _, err := Parse(bad, size); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
@@ -78,8 +80,8 @@ func TestScan(t *testing.T) {
 	if _, err := f.WriteAt(make([]byte, 1<<20), 6<<20); err != nil {
 		t.Fatal(err)
 	}
-	for _, bufSize := range []int{block, 3 * block, 1 << 20} {
-		got, err := Scan(f, Extents{{0, size}}, make([]byte, bufSize))
+	for _, bufSize := range []int{Block, 3 * Block, 1 << 20} {
+		got, err := Scan(context.Background(), f, Extents{{0, size}}, make([]byte, bufSize))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +90,7 @@ func TestScan(t *testing.T) {
 			t.Errorf("buffer %d: Scan = %v, want %v", bufSize, got, want)
 		}
 	}
-	got, err := Scan(f, Extents{{3 << 20, 20 << 20}}, make([]byte, 1<<20))
+	got, err := Scan(context.Background(), f, Extents{{3 << 20, 20 << 20}}, make([]byte, 1<<20))
 	if err != nil || got.String() != (Extents{{3 << 20, 8192}, {size - 4096, 4096}}).String() {
 		t.Errorf("Scan past the end: %v %v", got, err)
 	}
@@ -98,7 +100,7 @@ func TestScan(t *testing.T) {
 // at most MaxExtents, its smallest holes taken as data, still covering
 // every byte of data.
 func TestMaxExtents(t *testing.T) {
-	var b builder
+	b := builder{size: math.MaxInt64}
 	const n = 3 * MaxExtents
 	for i := range int64(n) {
 		gap := int64(4096)
@@ -128,13 +130,69 @@ func TestMaxExtents(t *testing.T) {
 	}
 }
 
+// TestParseWholeBlocks: extents are whole blocks, but the one that ends
+// at the file's end: extents of a byte each, a block apart, would each
+// take a block of the receiver's disk (4096 times the data sent).
+func TestParseWholeBlocks(t *testing.T) {
+	const size = 10*Block + 100
+	for s, ok := range map[string]bool{
+		"0:4096,8192:8192":    true,
+		"0:40960":             true,
+		"0:41060":             true, // to the end, which is not on a block
+		"40960:100":           true,
+		"4096:4096,40960:100": true,
+		"0:1":                 false,
+		"1:4095":              false,
+		"0:4096,8192:1":       false,
+		"0:4097":              false,
+		"40960:99":            false, // short of the end
+		"2048:4096":           false,
+	} {
+		if _, err := Parse(s, size); (err == nil) != ok {
+			t.Errorf("Parse(%q, %d): %v, want ok %v", s, int64(size), err, ok)
+		}
+	}
+}
+
+// TestBuilderWholeBlocks: what Find and Scan give is whole blocks (what
+// Parse takes), however small the regions found (a file system of 1 KiB
+// blocks): each is widened to the blocks it touches, within the size.
+func TestBuilderWholeBlocks(t *testing.T) {
+	b := builder{size: 5*Block + 10}
+	for _, x := range [][2]int64{{1024, 1024}, {3072, 512}, {2*Block + 100, 10}, {5 * Block, 10}} {
+		b.add(x[0], x[1])
+	}
+	want := Extents{{0, Block}, {2 * Block, Block}, {5 * Block, 10}}
+	if b.ext.String() != want.String() {
+		t.Fatalf("extents %v, want %v", b.ext, want)
+	}
+	if _, err := Parse(b.ext.String(), b.size); err != nil {
+		t.Fatal(err)
+	}
+	near := builder{size: math.MaxInt64}
+	near.add(math.MaxInt64-10, 5)
+	if want := (Extents{{math.MaxInt64 / Block * Block, math.MaxInt64 % Block}}); near.ext.String() != want.String() {
+		t.Fatalf("an extent near the largest size: %v, want %v", near.ext, want)
+	}
+}
+
+// TestScanStops: a scan whose context is done stops, reading no more.
+func TestScanStops(t *testing.T) {
+	f := sparseFile(t, 64<<20, []byte("z"), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Scan(ctx, f, Extents{{0, 64 << 20}}, make([]byte, 1<<20)); err != context.Canceled {
+		t.Fatalf("Scan with its context done: %v", err)
+	}
+}
+
 // TestFromHeader: the records are checked as a hostile sender's; an entry
 // without them is not sparse.
 func TestFromHeader(t *testing.T) {
 	hdr := &tar.Header{Name: "f"}
-	Header(hdr, 1<<40, Extents{{0, 10}, {1 << 30, 5}})
+	Header(hdr, 1<<40+5, Extents{{0, 4096}, {1 << 40, 5}})
 	size, ext, ok, err := FromHeader(hdr)
-	if err != nil || !ok || size != 1<<40 || hdr.Size != 15 || len(ext) != 2 {
+	if err != nil || !ok || size != 1<<40+5 || hdr.Size != 4101 || len(ext) != 2 {
 		t.Fatalf("FromHeader = %d %v %v %v (size %d)", size, ext, ok, err, hdr.Size)
 	}
 	if _, _, ok, err := FromHeader(&tar.Header{Name: "plain", Size: 3}); ok || err != nil {
@@ -193,8 +251,8 @@ func TestProbe(t *testing.T) {
 	dense := make([]byte, 4<<20)
 	rand.Read(dense)
 	half := bytes.Clone(dense)
-	for i := 0; i < len(half); i += 2 * block {
-		clear(half[i : i+block])
+	for i := 0; i < len(half); i += 2 * Block {
+		clear(half[i : i+Block])
 	}
 	for name, tc := range map[string]struct {
 		data []byte

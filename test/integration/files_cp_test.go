@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -236,4 +240,164 @@ func TestFilesCopySparse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sparseUpload is a tar of one sparse file of size bytes, its extents
+// record ext, holding data: what shard cp sends, or a hostile sender.
+func sparseUpload(t *testing.T, size int64, ext string, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	hdr := &tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), Format: tar.FormatPAX,
+		PAXRecords: map[string]string{client.SparseSizeRecord: strconv.FormatInt(size, 10), client.SparseExtentsRecord: ext}}
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	return b.Bytes()
+}
+
+// TestFilesSparseUploadChecked: a sparse upload's extents are whole blocks
+// of 4 KiB: 2000 extents of a byte each, 4 KiB apart (2 KB sent, 8 MB of
+// the sandbox's disk written before), are 400 bad_archive. A size past the
+// largest file the sandbox's filesystem holds is 413 too_large, saying so
+// (it was 422 io_error). Neither leaves anything. A good one reports, and
+// records in the ledger, the data it wrote, not the file's size.
+func TestFilesSparseUploadChecked(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-sparse-checked-" + prov})
+			var ext strings.Builder
+			for i := range 2000 {
+				if i > 0 {
+					ext.WriteString(",")
+				}
+				fmt.Fprintf(&ext, "%d:1", i*4096)
+			}
+			bomb := sparseUpload(t, 2000*4096, ext.String(), bytes.Repeat([]byte("b"), 2000))
+			_, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/bomb", bytes.NewReader(bomb), nil)
+			wantCode(t, "extents of a byte each", err, 400, "bad_archive", "not whole blocks")
+			huge := sparseUpload(t, 1<<50, "0:4096", bytes.Repeat([]byte("h"), 4096))
+			_, err = e.c.WriteSparseFile(ctxT(t), sb.ID, "/huge", bytes.NewReader(huge), nil)
+			wantCode(t, "a file of 1 PiB", err, 413, "too_large", "past the largest file the filesystem holds")
+			if got := execOK(t, sb.ID, "sh", "-c", "ls -A / | grep -c -e bomb -e huge -e shard-write || true"); got != "0\n" {
+				t.Fatalf("the refused uploads left %s files", strings.TrimSpace(got))
+			}
+
+			good := sparseUpload(t, 1<<30, fmt.Sprintf("0:4096,%d:8192", 1<<29), bytes.Repeat([]byte("g"), 3*4096))
+			res, err := e.c.WriteSparseFile(ctxT(t), sb.ID, "/good", bytes.NewReader(good), nil)
+			if err != nil || res.Bytes != 3*4096 {
+				t.Fatalf("a sparse upload of 12 KiB of data: %+v %v, want 12288 bytes", res, err)
+			}
+			if got := execOK(t, sb.ID, "stat", "-c", "%s", "/good"); got != "1073741824\n" {
+				t.Fatalf("/good is %s bytes", got)
+			}
+			page, err := e.c.Events(ctxT(t), sb.Name, 0, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, ev := range page.Events {
+				var d struct {
+					Path  string `json:"path"`
+					Bytes int64  `json:"bytes"`
+				}
+				json.Unmarshal(ev.Data, &d)
+				if ev.Type == "sandbox.files_written" && d.Path == "/good" {
+					found = true
+					if d.Bytes != 3*4096 {
+						t.Errorf("the ledger records %d bytes written, want 12288", d.Bytes)
+					}
+				}
+			}
+			if !found {
+				t.Error("the ledger has no write of /good")
+			}
+		})
+	}
+}
+
+// TestFilesPathNamesDir: a sandbox path that ends in / or /. names a
+// directory: a file there is not_a_directory (as the kernel and docker cp
+// say), never copied as the file; a directory so named still copies.
+func TestFilesPathNamesDir(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-namesdir-" + prov})
+			execOK(t, sb.ID, "sh", "-c", "mkdir -p /cp/dir && echo f > /cp/file && echo d > /cp/dir/in && ln -s file /cp/lnk")
+			local := t.TempDir()
+			for _, p := range []string{"/cp/file/", "/cp/file/.", "/cp/lnk/"} {
+				if _, errOut, code := e.cli(t, "", "cp", sb.Name+":"+p, filepath.Join(local, "x")); code == 0 || !strings.Contains(errOut, "not a directory") {
+					t.Errorf("cp %s: exit %d: %s", p, code, errOut)
+				}
+				_, err := e.c.StatFile(ctxT(t), sb.ID, p, false)
+				wantCode(t, "stat "+p, err, 400, "not_a_directory", "not a directory")
+				_, _, err = e.c.ReadFile(ctxT(t), sb.ID, p)
+				wantCode(t, "read "+p, err, 400, "not_a_directory", "not a directory")
+			}
+			_, err := e.c.WriteFile(ctxT(t), sb.ID, "/cp/file/", strings.NewReader("new"), nil)
+			wantCode(t, "write /cp/file/", err, 400, "not_a_directory", "not a directory")
+			if _, err := os.Lstat(filepath.Join(local, "x")); err == nil {
+				t.Fatal("a refused copy wrote x")
+			}
+			if got := execOK(t, sb.ID, "cat", "/cp/file"); got != "f\n" {
+				t.Fatalf("/cp/file holds %q", got)
+			}
+			if _, errOut, code := e.cli(t, "", "cp", sb.Name+":/cp/dir/", filepath.Join(local, "d")); code != 0 {
+				t.Fatalf("cp /cp/dir/: exit %d: %s", code, errOut)
+			}
+			wantTree(t, "dir/", filepath.Join(local, "d"), "in=d\n")
+		})
+	}
+}
+
+// helpersIn counts the files helpers running in sandbox sb.
+func helpersIn(t *testing.T, sb string) int {
+	t.Helper()
+	n, _ := strconv.Atoi(strings.TrimSpace(execOK(t, sb, "sh", "-c", "ps -o args | grep -c '[f]iles-helper' || true")))
+	return n
+}
+
+// TestFilesCopyOutCancelled: a copy out of a running gVisor sandbox of a
+// file of 1 TiB of holes (which the Sentry shows as data: the helper reads
+// it to find them, writing nothing for minutes) answers at once, and a
+// client that gives up ends the helper in the sandbox within seconds.
+// Before, its answer sat in its buffer until the scan ended, and it read on
+// through the whole file after its client went (its SIGTERM reaches the
+// host's runsc exec, not it). (runc's files say where their holes are:
+// nothing is read there.)
+func TestFilesCopyOutCancelled(t *testing.T) {
+	e := need(t)
+	t.Run("gvisor", func(t *testing.T) {
+		sb := create(t, client.CreateRequest{Image: busybox, Provider: "gvisor", Name: "files-cancel-gvisor"})
+		execOK(t, sb.ID, "sh", "-c", "truncate -s 1099511627776 /huge && echo data | dd of=/huge bs=4096 seek=1000 conv=notrunc 2>/dev/null")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		rc, info, err := e.c.ReadSparseArchive(ctx, sb.ID, "/huge", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 15*time.Second || info.Size != 1<<40 {
+			t.Fatalf("the answer came after %v (%+v)", took, info)
+		}
+		for deadline := time.Now().Add(10 * time.Second); helpersIn(t, sb.ID) == 0; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no files helper runs in the sandbox during the copy")
+			}
+		}
+		cancel()
+		rc.Close()
+		gone := time.Now()
+		for helpersIn(t, sb.ID) > 0 {
+			if time.Since(gone) > 10*time.Second {
+				t.Fatal("the files helper still runs in the sandbox 10 s after its client went")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("the helper ended %v after its client went", time.Since(gone).Round(time.Millisecond))
+	})
 }

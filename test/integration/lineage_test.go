@@ -210,7 +210,7 @@ func TestDiffShowsFilesBesideTheServers(t *testing.T) {
 }
 
 // TestDiffSparseFiles: two sandboxes of one image with files of a TiB of
-// holes (as cheap to make as truncate -s 1T): files the same but for
+// holes (as cheap to make as truncate -s 1099511627776): files the same but for
 // where their data lies are the same, and a byte apart is told apart; a
 // diff whose client gives up ends on the server, its copies unmounted and
 // its request logged, not after reading terabytes of holes (which took
@@ -220,9 +220,9 @@ func TestDiffSparseFiles(t *testing.T) {
 	e := need(t)
 	a := create(t, client.CreateRequest{Image: busybox, Name: "sparse-a"})
 	b := create(t, client.CreateRequest{Image: busybox, Name: "sparse-b"})
-	execOK(t, a.ID, "sh", "-c", "truncate -s 1T /big /byte /zeros")
+	execOK(t, a.ID, "sh", "-c", "truncate -s 1099511627776 /big /byte /zeros")
 	// /byte: an x at 512 GiB; /zeros: 64 KiB of zeros written at 1 MiB.
-	execOK(t, b.ID, "sh", "-c", `truncate -s 1T /big /byte /zeros &&
+	execOK(t, b.ID, "sh", "-c", `truncate -s 1099511627776 /big /byte /zeros &&
 		printf x | dd of=/byte bs=4096 seek=134217728 conv=notrunc 2>/dev/null &&
 		dd if=/dev/zero of=/zeros bs=4096 seek=256 count=16 conv=notrunc 2>/dev/null`)
 	diffMounts := func() []string {
