@@ -36,8 +36,9 @@ variables but never their values) and how it finished, checkpoints, forks,
 stops, starts and its removal. A session is named after its sandbox (NAME-2,
 NAME-3... when an earlier sandbox had that name; fork-PARENT-ID for a fork)
 and outlives it: shard resume recreates a sandbox from one. SESSION is a
-session's name, or its sandbox's name or id (a removed sandbox's by id); a
-session's own name wins.
+sandbox's name or id (a removed sandbox's by id) or a session's name; a live
+sandbox's name wins over a session's (an earlier sandbox's session is then
+reached by that sandbox's id).
 
 Each event is one line: SEQ  TIME  TYPE  key=value ... --json prints each
 event as one line of JSON instead. --follow keeps printing new events as they

@@ -286,15 +286,13 @@ func (s *Store) GetSession(ctx context.Context, name string) (*Session, error) {
 	return nil, ambiguous("ledger session", name)
 }
 
-// FindSession returns the session ref names: the session of that name,
-// else the session of the sandbox of that name or id, else that of the
-// removed sandbox of that id. A session's exact name wins, as one may
-// outlive its sandbox while a new sandbox takes the name (NAME-2).
+// FindSession returns the session ref names: the session of the live
+// sandbox of that name or id, else the session of that name, else that of
+// the removed sandbox of that id. A live sandbox wins, as every verb takes
+// a sandbox's name: when a new sandbox took the name of a removed one, its
+// session is NAME-2 and the removed one's session NAME is reached by that
+// sandbox's id.
 func (s *Store) FindSession(ctx context.Context, ref string) (*Session, error) {
-	ss, err := s.GetSession(ctx, ref)
-	if !errdefs.Is(err, errdefs.KindNotFound) {
-		return ss, err
-	}
 	sb, err := s.GetSandbox(ctx, ref)
 	if err != nil && !errdefs.Is(err, errdefs.KindNotFound) {
 		return nil, err
@@ -307,6 +305,10 @@ func (s *Store) FindSession(ctx context.Context, ref string) (*Session, error) {
 		if len(found) == 1 {
 			return found[0], nil
 		}
+	}
+	ss, err := s.GetSession(ctx, ref)
+	if !errdefs.Is(err, errdefs.KindNotFound) {
+		return ss, err
 	}
 	found, err := s.sessionsWhere(ctx, ` AND s.sandbox_id = ?`, ref)
 	if err != nil {

@@ -24,8 +24,8 @@ func sessionNames(t *testing.T, s *Store) []string {
 	return out
 }
 
-// FindSession takes a session's name, or a sandbox's name or id (a removed
-// one's by id); a session's exact name wins over a sandbox's name.
+// FindSession takes a sandbox's name or id (a removed one's by id), or a
+// session's name; a live sandbox's name wins over a session's.
 func TestFindSession(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := own()
@@ -46,7 +46,7 @@ func TestFindSession(t *testing.T) {
 	add("dddddddddddd", "gone", "fork-web-dddddd")
 	rm("dddddddddddd")
 	tests := []struct{ ref, want string }{
-		{"web", "web"}, // the session named web, not the sandbox's web-2
+		{"web", "web-2"}, // the live sandbox web's, not the removed one's session web
 		{"web-2", "web-2"},
 		{"bbbbbbbbbbbb", "web-2"},
 		{"aaaaaaaaaaaa", "web"}, // a removed sandbox, by id
@@ -55,6 +55,7 @@ func TestFindSession(t *testing.T) {
 		{"fork-web-cccccc", "fork-web-cccccc"},
 		{"dddddddddddd", "fork-web-dddddd"},
 		{"gone", ""}, // a removed sandbox's name is not kept
+		{"fork-web-dddddd", "fork-web-dddddd"}, // a session's name with no sandbox of it
 		{"nothing", ""},
 	}
 	for _, tt := range tests {
