@@ -137,7 +137,23 @@ Create from it by that name: shard create localhost/myapp:1.`,
 	}
 	imp.Flags().StringVar(&name, "name", "", "name to give the image, localhost/NAME[:TAG] (needed when the archive has none)")
 	imp.Flags().BoolVar(&a.json, "json", false, "print JSON")
-	cmd.AddCommand(pull, ls, rm, imp)
+	inspect := &cobra.Command{
+		Use:   "inspect IMAGE",
+		Short: "Show a cached image as JSON: name, reference, digest, size, layers, when pulled",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			img, err := c.Image(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(img)
+		},
+	}
+	cmd.AddCommand(pull, ls, inspect, rm, imp)
 	return cmd
 }
 
