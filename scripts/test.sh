@@ -39,7 +39,7 @@ echo "== SDK wire types (TypeScript, Python) against openapi.json"
 (cd sdk/python && /usr/bin/python3 -m unittest discover -s tests -p test_wire.py -v)
 
 echo "== go test (unit and integration)"
-SHARD_INTEGRATION=1 CGO_ENABLED=0 go test -count=1 -timeout 30m "$@" ./...
+SHARD_INTEGRATION=1 CGO_ENABLED=0 go test -count=1 -timeout 45m "$@" ./...
 
 # A short run of each fuzz target of the decoders of untrusted input (seed
 # corpora in each package's testdata/fuzz/), after the tests: nothing may

@@ -729,7 +729,6 @@ class FileList:
             path=_str(d, "path"),
             entries=[FileInfo.from_json(e) for e in objects(d.get("entries"))],
             truncated=bool(d.get("truncated")),
-            not_compared=_int(d, "not_compared"),
             raw=dict(d),
         )
 
