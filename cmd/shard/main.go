@@ -96,7 +96,46 @@ and imported images.`,
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
 		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newVersionCmd(a), newUICmd(a), newNodeCmd(a),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group under root that does
+// nothing itself (shard snapshot, shard env, ...) refuse an argument that
+// is none of its subcommands, as cobra does only for the root: left alone,
+// `shard snapshot bogus` printed the group's help and exited 0. Called with
+// no arguments, a group still prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		refuseUnknownSubcommands(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		}
+	}
+}
+
+// unknownCommand is cobra's own error for a mistyped verb of the root, for
+// any command: `unknown command "bogus" for "shard snapshot"`, and the
+// subcommands it may have meant.
+func unknownCommand(cmd *cobra.Command, arg string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", arg, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only on the root's path
+	}
+	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n"
+		for _, v := range s {
+			msg += "\t" + v + "\n"
+		}
+	}
+	return errors.New(msg)
 }
 
 func main() {
