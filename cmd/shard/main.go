@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -147,15 +149,27 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		termsafe.Fprintln(os.Stderr, "shard:", err)
+		printError(os.Stderr, err)
 		var ce *client.Error
-		if errors.As(err, &ce) && ce.Status >= 500 && ce.RequestID != "" {
-			// A fault of the server: its log has the rest, under this id.
-			termsafe.Fprintf(os.Stderr, "shard: (request id %s in the server's log)\n", ce.RequestID)
-		}
 		if errors.As(err, &ce) && ce.Code == client.CodeCommandNotFound {
 			os.Exit(127)
 		}
 		os.Exit(1)
+	}
+}
+
+// printError prints a command's error for people. An error that carries
+// the server's text (a client.Error) is escaped whole; the CLI's own (and
+// cobra's) keep their line breaks and indenting tabs, every line escaped.
+func printError(w io.Writer, err error) {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		io.WriteString(w, "shard: "+termsafe.EscapeLines(strings.TrimSuffix(err.Error(), "\n"))+"\n")
+		return
+	}
+	termsafe.Fprintln(w, "shard:", err)
+	if ce.Status >= 500 && ce.RequestID != "" {
+		// A fault of the server: its log has the rest, under this id.
+		termsafe.Fprintf(w, "shard: (request id %s in the server's log)\n", ce.RequestID)
 	}
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/useshards/shard/client"
 )
 
 // groupsWithArgs are the command groups that act on an argument of their
@@ -63,5 +66,30 @@ func TestUnknownSubcommandSuggests(t *testing.T) {
 	want := "unknown command \"lss\" for \"shard snapshot\"\n\nDid you mean this?\n\tls\n"
 	if err == nil || err.Error() != want {
 		t.Fatalf("shard snapshot lss: error %q, want %q", err, want)
+	}
+}
+
+// TestPrintError: the CLI's own multi-line errors print as lines (cobra's
+// suggestions were "\\n\\nDid you mean this?\\n\\tui"), while the
+// server's text stays escaped whole.
+func TestPrintError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"cobra's", errors.New("unknown command \"run\" for \"shard\"\n\nDid you mean this?\n\tui\n"),
+			"shard: unknown command \"run\" for \"shard\"\n\nDid you mean this?\n\tui\n"},
+		{"own, with an escape", errors.New("bad name \"\x1b[2J\""), `shard: bad name "\x1b[2J"` + "\n"},
+		{"server's", fmt.Errorf("create: %w", &client.Error{Status: 400, Code: "invalid_argument", Message: "no\nshard: forged\x1b[2J"}),
+			`shard: create: no\nshard: forged\x1b[2J` + "\n"},
+		{"server's fault", &client.Error{Status: 500, Code: "internal", Message: "boom", RequestID: "r1"},
+			"shard: boom\nshard: (request id r1 in the server's log)\n"},
+	} {
+		var b strings.Builder
+		printError(&b, tc.err)
+		if b.String() != tc.want {
+			t.Errorf("%s: printed %q, want %q", tc.name, b.String(), tc.want)
+		}
 	}
 }
