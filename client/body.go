@@ -2,9 +2,11 @@ package client
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // framedBody is a framed exec request body: the request frame, then stdin
@@ -17,40 +19,79 @@ type framedBody struct {
 	in   *coalescer
 	once sync.Once
 	pr   *io.PipeReader // for Read; made by the first
+	// signals, if not nil, are sent as signal frames; the body then stays
+	// open past stdin's end, until Close.
+	signals   <-chan int
+	closed    chan struct{} // closed by Close
+	mu        sync.Mutex    // one frame at a time to the writer (stdin's, a signal's)
+	closeOnce sync.Once
 }
 
 func newFramedBody(req []byte, stdin io.Reader) *framedBody {
-	return &framedBody{req: req, in: newCoalescer(stdin)}
+	return &framedBody{req: req, in: newCoalescer(stdin), closed: make(chan struct{})}
 }
 
-// WriteTo writes the whole body, returning when stdin ends (or the body is
-// closed: the command ended).
+// WriteTo writes the whole body, returning when stdin ends (with signals:
+// when the body is closed), or the body is closed: the command ended.
 func (b *framedBody) WriteTo(w io.Writer) (int64, error) {
 	frame := make([]byte, 5, 5+max(len(b.req), stdinChunk))
-	var n int64
+	var n atomic.Int64 // a signal frame's write may add to it too
+	returned := false  // guarded by b.mu: w is written no more
+	defer func() {
+		b.mu.Lock()
+		returned = true
+		b.mu.Unlock()
+	}()
 	send := func(typ byte, p []byte) error { // p: room for the header, then the payload
 		p[0] = typ
 		binary.BigEndian.PutUint32(p[1:5], uint32(len(p)-5))
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if returned {
+			return errExecEnded
+		}
 		m, err := w.Write(p)
-		n += int64(m)
+		n.Add(int64(m))
 		return err
 	}
 	if err := send(FrameRequest, append(frame[:5], b.req...)); err != nil {
-		return n, err
+		return n.Load(), err
+	}
+	if b.signals != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case sig := <-b.signals:
+					p, _ := json.Marshal(ExecSignal{Signal: sig})
+					if send(FrameSignal, append(make([]byte, 5, 5+len(p)), p...)) != nil {
+						return
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
 	}
 	for {
 		p, err := b.in.take(frame[:5], stdinChunk)
 		if errors.Is(err, errExecEnded) {
-			return n, err
+			return n.Load(), err
 		}
 		if len(p) > 5 {
 			if werr := send(FrameStdin, p); werr != nil {
-				return n, werr // the exec ended
+				return n.Load(), werr // the exec ended
 			}
 		}
 		if err != nil {
 			// EOF or a broken stdin: either way the command's stdin ends.
-			return n, send(FrameStdin, frame[:5])
+			if err := send(FrameStdin, frame[:5]); err != nil || b.signals == nil {
+				return n.Load(), err
+			}
+			// The body's end would be the stream's for signals too.
+			<-b.closed
+			return n.Load(), errExecEnded
 		}
 	}
 }
@@ -70,6 +111,7 @@ func (b *framedBody) Read(p []byte) (int, error) {
 // Close stops the body: stdin is read no further (a Read already waiting
 // on it returns in its own time).
 func (b *framedBody) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
 	b.in.close()
 	b.once.Do(func() {})
 	if b.pr != nil {

@@ -367,6 +367,22 @@ func (c *Client) ExecStream(ctx context.Context, idOrName string, req ExecReques
 // When the command ends first, stdin is read no further (a Read already
 // waiting on stdin returns in its own time).
 func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (*ExecResult, error) {
+	return c.execPipe(ctx, idOrName, req, stdin, nil, stdout, stderr)
+}
+
+// ExecPipeSignals is ExecPipe that also sends each signal number that comes
+// on signals (SIGINT is 2, SIGTERM 15) to the command's process group while
+// it runs, as the signal frames of a framed request body. With a nil stdin
+// the command's stdin is closed at once.
+func (c *Client) ExecPipeSignals(ctx context.Context, idOrName string, req ExecRequest, stdin io.Reader, signals <-chan int, stdout, stderr io.Writer) (*ExecResult, error) {
+	if stdin == nil && req.Stdin == nil {
+		// Signals go in a framed body, which needs stdin: an empty one.
+		stdin = strings.NewReader("")
+	}
+	return c.execPipe(ctx, idOrName, req, stdin, signals, stdout, stderr)
+}
+
+func (c *Client) execPipe(ctx context.Context, idOrName string, req ExecRequest, stdin io.Reader, signals <-chan int, stdout, stderr io.Writer) (*ExecResult, error) {
 	path := "/sandboxes/" + esc(idOrName) + "/exec"
 	var body io.Reader
 	ctype := "application/json"
@@ -386,6 +402,7 @@ func (c *Client) ExecPipe(ctx context.Context, idOrName string, req ExecRequest,
 			return nil, err
 		}
 		fb := newFramedBody(b, stdin)
+		fb.signals = signals
 		body, ctype, stop = fb, StreamMediaType, func() { fb.Close() }
 		defer stop()
 	}

@@ -33,6 +33,7 @@ const openAPIFile = "../internal/api/openapi.json"
 // (the client does not read the pid).
 var mirrors = map[string]any{
 	"Sandbox":            Sandbox{},
+	"Origin":             Origin{},
 	"Whoami":             Whoami{},
 	"Version":            Version{},
 	"Node":               Node{},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -124,5 +125,34 @@ func TestFramedBodyWriteTo(t *testing.T) {
 	}
 	if w.types[0] != FrameRequest || w.types[len(w.types)-1] != FrameStdin || w.stdin.String() != stdin {
 		t.Errorf("frames %q, stdin %d bytes; want Q first, stdin whole", w.types, w.stdin.Len())
+	}
+}
+
+// TestFramedBodySignals: a signal goes as a signal frame, also after
+// stdin's end, and the body stays open for more until it is closed.
+func TestFramedBodySignals(t *testing.T) {
+	sigs := make(chan int)
+	b := newFramedBody([]byte(`{}`), strings.NewReader(""))
+	b.signals = sigs
+	fr := &frameReader{r: b}
+	for _, want := range []struct {
+		typ byte
+		p   string
+	}{{FrameRequest, `{}`}, {FrameStdin, ""}} {
+		typ, p, err := fr.next()
+		if err != nil || typ != want.typ || string(p) != want.p {
+			t.Fatalf("frame %q %q, %v; want %q %q", typ, p, err, want.typ, want.p)
+		}
+	}
+	for _, sig := range []int{2, 15} {
+		sigs <- sig
+		typ, p, err := fr.next()
+		if want := fmt.Sprintf(`{"signal":%d}`, sig); err != nil || typ != FrameSignal || string(p) != want {
+			t.Fatalf("frame %q %q, %v; want %q %s", typ, p, err, FrameSignal, want)
+		}
+	}
+	b.Close()
+	if typ, _, err := fr.next(); err == nil {
+		t.Fatalf("a frame %q after Close", typ)
 	}
 }

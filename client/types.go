@@ -25,12 +25,22 @@ type Sandbox struct {
 	Error       string    `json:"error,omitempty"`
 	Session     string    `json:"session"`
 	ParentID    string    `json:"parent_id,omitempty"`
+	Origin      *Origin   `json:"origin,omitempty"` // what it was made from; absent for one made before servers said so
 	Grants      []Grant   `json:"grants"`           // secrets it was given (names, never values)
 	Policy      *Policy   `json:"policy,omitempty"` // its egress policy, if any
 	Node        string    `json:"node,omitempty"`   // the node of a cluster it runs on
 	CreatedAt   time.Time `json:"created_at"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	StoppedAt   time.Time `json:"stopped_at,omitzero"`
+}
+
+// Origin is what a sandbox was made from, named as it was then: the names
+// still say what it was after that is removed.
+type Origin struct {
+	Kind       string `json:"kind"`                 // image, snapshot, environment, fork, checkpoint (a restore), session (a resume)
+	Name       string `json:"name,omitempty"`       // the image, snapshot, environment, forked sandbox or session; a checkpoint's tag
+	ID         string `json:"id,omitempty"`         // the snapshot's, forked sandbox's or checkpoint's id
+	Checkpoint string `json:"checkpoint,omitempty"` // the checkpoint a fork, environment or resume started from
 }
 
 // Node is one node of a cluster (GET /v0/nodes).

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,7 +30,13 @@ func newExecCmd(a *app) *cobra.Command {
 kept apart. Standard input is forwarded when it is a pipe or a file, or with -i.
 -it gives an interactive terminal. The command's exit code is shard's exit code
 (124 when --timeout ended it). Flags go before SANDBOX; everything after the
-COMMAND is its own. A "--" after SANDBOX is dropped, as kubectl has it.`,
+COMMAND is its own. A "--" after SANDBOX is dropped, as kubectl has it.
+
+Without -t, Ctrl-C (SIGINT) and SIGTERM are passed on to the command (to its
+process group) and shard waits for its end: a command that SIGINT ends
+exits 130. A second Ctrl-C or SIGTERM stops waiting: shard exits 130 and
+the command runs on in the sandbox. With -t, Ctrl-C is a key the command's
+terminal gets.`,
 		Example: `  shard exec base pip install --quiet requests
   shard exec base -- ls -la /tmp
   echo hello | shard exec base cat
@@ -67,11 +76,14 @@ COMMAND is its own. A "--" after SANDBOX is dropped, as kubectl has it.`,
 			stdinFwd := interactive || tty || stdinIsData()
 			var res *client.ExecResult
 			switch {
-			case !stdinFwd:
-				res, err = c.ExecStream(ctx, args[0], req, os.Stdout, os.Stderr)
 			case !tty:
-				// The binary stream both ways: stdin as the command reads it.
-				res, err = c.ExecPipe(ctx, args[0], req, os.Stdin, os.Stdout, os.Stderr)
+				// The binary stream both ways: stdin as the command reads
+				// it, and Ctrl-C and SIGTERM for the command.
+				var stdin io.Reader
+				if stdinFwd {
+					stdin = os.Stdin
+				}
+				res, err = execForwardingSignals(ctx, c, args[0], req, stdin)
 			default:
 				if tty {
 					if !term.IsTerminal(int(os.Stdin.Fd())) {
@@ -147,4 +159,43 @@ func stdinIsData() bool {
 	}
 	m := st.Mode()
 	return m&os.ModeNamedPipe != 0 || m.IsRegular() || m&os.ModeSocket != 0
+}
+
+// execForwardingSignals runs a command (stdin nil: none) with SIGINT and
+// SIGTERM passed on to it, as docker run's signal proxy does: the first
+// goes to the command, whose end is then shard's; a second stops waiting
+// (exit 130), leaving the command to run on in the sandbox.
+func execForwardingSignals(ctx context.Context, c *client.Client, sandbox string, req client.ExecRequest, stdin io.Reader) (*client.ExecResult, error) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	// main's context ends at the first signal; the stream must outlive it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	fwd := make(chan int, 1)
+	var detached atomic.Bool
+	go func() {
+		forwarded := false
+		for {
+			select {
+			case s := <-sigs:
+				if !forwarded {
+					forwarded = true
+					fwd <- int(s.(syscall.Signal))
+					continue
+				}
+				detached.Store(true)
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	res, err := c.ExecPipeSignals(ctx, sandbox, req, stdin, fwd, os.Stdout, os.Stderr)
+	if detached.Load() {
+		termsafe.Fprintln(os.Stderr, "shard: stopped waiting; the command runs on in the sandbox")
+		return nil, &exitError{code: 130}
+	}
+	return res, err
 }

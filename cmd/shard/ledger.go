@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/shellquote"
 	"github.com/useshards/shard/internal/termsafe"
 	"github.com/useshards/shard/internal/units"
 )
@@ -242,7 +242,7 @@ func formatValue(key string, v any) (string, bool) {
 			strs[i] = s
 		}
 		if key == "argv" {
-			return quoteValue(shellJoin(strs)), true
+			return quoteValue(shellquote.Join(strs)), true
 		}
 		return quoteValue(strings.Join(strs, ",")), true
 	}
@@ -259,22 +259,6 @@ func quoteValue(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
-}
-
-var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
-
-// shellJoin joins argv into a command line a POSIX shell reads back as the
-// same argv.
-func shellJoin(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if shellSafe.MatchString(a) {
-			out[i] = a
-		} else {
-			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-	}
-	return strings.Join(out, " ")
 }
 
 // dash stands in for an empty table cell.

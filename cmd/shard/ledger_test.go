@@ -76,20 +76,3 @@ func TestEventPrinterJSON(t *testing.T) {
 		t.Errorf("NDJSON:\n got %s\nwant %s", got, want)
 	}
 }
-
-func TestShellJoin(t *testing.T) {
-	for _, tc := range []struct {
-		argv []string
-		want string
-	}{
-		{[]string{"pip", "install", "requests"}, "pip install requests"},
-		{[]string{"python3", "-c", "print(1+1)"}, "python3 -c 'print(1+1)'"},
-		{[]string{"echo", "it's"}, `echo 'it'\''s'`},
-		{[]string{"true", ""}, "true ''"},
-		{[]string{"ls", "/tmp/a-b_c.txt", "x=1,y@2"}, "ls /tmp/a-b_c.txt x=1,y@2"},
-	} {
-		if got := shellJoin(tc.argv); got != tc.want {
-			t.Errorf("shellJoin(%q) = %s, want %s", tc.argv, got, tc.want)
-		}
-	}
-}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"io"
 	"os"
 	"slices"
@@ -100,7 +102,15 @@ func newInspectCmd(a *app) *cobra.Command {
 			if a.json {
 				return printJSON(sb)
 			}
-			return writeSandbox(os.Stdout, sb)
+			// A sandbox from an older server says only its parent's id:
+			// whether that still leads anywhere is asked.
+			parentRemoved := false
+			if sb.Origin == nil && sb.ParentID != "" {
+				var ce *client.Error
+				_, err := c.Get(cmd.Context(), sb.ParentID)
+				parentRemoved = errors.As(err, &ce) && ce.Code == client.CodeSandboxNotFound
+			}
+			return writeSandbox(os.Stdout, sb, parentRemoved)
 		},
 	}
 	cmd.Flags().BoolVar(&a.json, "json", false, "print JSON")
@@ -109,7 +119,7 @@ func newInspectCmd(a *app) *cobra.Command {
 
 // writeSandbox is inspect's human output: one "Key:  value" row each, and
 // a list (Env, Grants, Policy) as rows whose key is named on the first only.
-func writeSandbox(w io.Writer, sb *client.Sandbox) error {
+func writeSandbox(w io.Writer, sb *client.Sandbox, parentRemoved bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { termsafe.Fprintf(tw, "%s:\t%v\n", k, v) }
 	// rows prints a list under one key: the key and its colon on the first
@@ -138,7 +148,12 @@ func writeSandbox(w io.Writer, sb *client.Sandbox) error {
 	}
 	row("OOM kills", sb.OOMKills)
 	row("Session", sb.Session)
-	if sb.ParentID != "" {
+	switch {
+	case sb.Origin != nil:
+		row("Origin", originText(sb.Origin))
+	case sb.ParentID != "" && parentRemoved:
+		row("Parent", sb.ParentID+" (removed)")
+	case sb.ParentID != "":
 		row("Parent", sb.ParentID)
 	}
 	row("Created", sb.CreatedAt.Local().Format("2006-01-02 15:04:05"))
@@ -176,4 +191,27 @@ func grantLine(g client.Grant) string {
 		env = g.Secret
 	}
 	return g.Secret + " as $" + env
+}
+
+// originText says what a sandbox was made from, by the names the server
+// recorded then: "environment py-deps", "fork of base (checkpoint ...)".
+func originText(o *client.Origin) string {
+	ck := ""
+	if o.Checkpoint != "" {
+		ck = " (checkpoint " + o.Checkpoint + ")"
+	}
+	switch o.Kind {
+	case "fork":
+		return "fork of " + cmp.Or(o.Name, o.ID) + ck
+	case "checkpoint":
+		if o.Name != "" {
+			return "checkpoint " + o.Name + " (" + o.ID + ")"
+		}
+		return "checkpoint " + o.ID
+	case "session":
+		return "resume of session " + o.Name + ck
+	case "environment":
+		return "environment " + o.Name
+	}
+	return strings.TrimSpace(o.Kind + " " + cmp.Or(o.Name, o.ID))
 }

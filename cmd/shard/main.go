@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -96,7 +98,46 @@ and imported images.`,
 		newPolicyCmd(a), newPortCmd(a), newProjectCmd(a),
 		newCpCmd(a), newCatCmd(a), newWriteCmd(a), newLsCmd(a), newTreeCmd(a), newDiffCmd(a), newWhoamiCmd(a), newVersionCmd(a), newUICmd(a), newNodeCmd(a),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group under root that does
+// nothing itself (shard snapshot, shard env, ...) refuse an argument that
+// is none of its subcommands, as cobra does only for the root: left alone,
+// `shard snapshot bogus` printed the group's help and exited 0. Called with
+// no arguments, a group still prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		refuseUnknownSubcommands(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		}
+	}
+}
+
+// unknownCommand is cobra's own error for a mistyped verb of the root, for
+// any command: `unknown command "bogus" for "shard snapshot"`, and the
+// subcommands it may have meant.
+func unknownCommand(cmd *cobra.Command, arg string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", arg, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only on the root's path
+	}
+	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n"
+		for _, v := range s {
+			msg += "\t" + v + "\n"
+		}
+	}
+	return errors.New(msg)
 }
 
 func main() {
@@ -108,15 +149,27 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		termsafe.Fprintln(os.Stderr, "shard:", err)
+		printError(os.Stderr, err)
 		var ce *client.Error
-		if errors.As(err, &ce) && ce.Status >= 500 && ce.RequestID != "" {
-			// A fault of the server: its log has the rest, under this id.
-			termsafe.Fprintf(os.Stderr, "shard: (request id %s in the server's log)\n", ce.RequestID)
-		}
 		if errors.As(err, &ce) && ce.Code == client.CodeCommandNotFound {
 			os.Exit(127)
 		}
 		os.Exit(1)
+	}
+}
+
+// printError prints a command's error for people. An error that carries
+// the server's text (a client.Error) is escaped whole; the CLI's own (and
+// cobra's) keep their line breaks and indenting tabs, every line escaped.
+func printError(w io.Writer, err error) {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		io.WriteString(w, "shard: "+termsafe.EscapeLines(strings.TrimSuffix(err.Error(), "\n"))+"\n")
+		return
+	}
+	termsafe.Fprintln(w, "shard:", err)
+	if ce.Status >= 500 && ce.RequestID != "" {
+		// A fault of the server: its log has the rest, under this id.
+		termsafe.Fprintf(w, "shard: (request id %s in the server's log)\n", ce.RequestID)
 	}
 }

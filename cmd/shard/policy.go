@@ -71,6 +71,7 @@ To remove the policy, use shard policy clear.`,
 			if a.json {
 				return printJSON(got)
 			}
+			termsafe.Println(args[0]) // as policy clear, stop and rm say what they changed
 			return nil
 		},
 	}

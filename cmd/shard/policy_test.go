@@ -73,3 +73,17 @@ func TestGrantLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicySetPrintsName: policy set says which sandbox it changed, as
+// policy clear (and stop, rm) do; it printed nothing.
+func TestPolicySetPrintsName(t *testing.T) {
+	sock := fakeServer(t, map[string]any{"/v0/sandboxes/base/policy": client.Policy{DenyAll: true}})
+	for _, args := range [][]string{
+		{"policy", "set", "base", "--deny-all"},
+		{"policy", "clear", "base"},
+	} {
+		if out := runCLI(t, append([]string{"--socket", sock}, args...)...); out != "base\n" {
+			t.Errorf("shard %s printed %q, want %q", strings.Join(args, " "), out, "base\n")
+		}
+	}
+}

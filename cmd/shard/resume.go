@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/useshards/shard/client"
+	"github.com/useshards/shard/internal/shellquote"
 	"github.com/useshards/shard/internal/termsafe"
 )
 
@@ -102,5 +103,5 @@ func formatReplayed(r client.ReplayedExec) string {
 	default:
 		how = fmt.Sprintf("exit %d", *r.ExitCode)
 	}
-	return fmt.Sprintf("replayed: %s (%s)", shellJoin(r.Argv), how)
+	return fmt.Sprintf("replayed: %s (%s)", shellquote.Join(r.Argv), how)
 }

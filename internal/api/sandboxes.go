@@ -24,6 +24,9 @@ func view(sb *store.Sandbox) Sandbox {
 	if sb.State == sandbox.StateRunning {
 		v.IP = sb.IP
 	}
+	if o := sb.Origin; o != nil {
+		v.Origin = &Origin{Kind: o.Kind, Name: o.Name, ID: o.ID, Checkpoint: o.Checkpoint}
+	}
 	if v.Env == nil {
 		v.Env = []string{}
 	}

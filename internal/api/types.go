@@ -6,6 +6,7 @@ import "github.com/useshards/shard/client"
 // Go user agree on them by construction.
 type (
 	Sandbox       = client.Sandbox
+	Origin        = client.Origin
 	CreateRequest = client.CreateRequest
 	ExecRequest   = client.ExecRequest
 	ExecEvent     = client.ExecEvent

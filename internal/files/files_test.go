@@ -377,3 +377,37 @@ func TestNamesDir(t *testing.T) {
 		}
 	}
 }
+
+// A copy's modification time is never after its source's: archive/tar
+// rounded a time of …00.7 to …01.0 (a file sent whole), and a sparse
+// file's PAX entry kept the nanoseconds; both now keep whole seconds.
+func TestTarTimesAreNotLater(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "top")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "dense"), []byte("d"), 0o644)
+	holey(t, filepath.Join(src, "holes"), 8<<20, 0)
+	mtime := time.Unix(1_700_000_000, 700_000_000)
+	names := []string{"dense", "holes", "sub", "."}
+	for _, n := range names {
+		if err := os.Chtimes(filepath.Join(src, n), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b bytes.Buffer
+	if err := WriteTar(context.Background(), &b, src, "top", TarOptions{Sparse: true}); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if res := Unpack(&b, dst, UnpackOptions{}); !res.OK {
+		t.Fatalf("unpack: %+v", res)
+	}
+	for _, n := range names {
+		st, err := os.Stat(filepath.Join(dst, "top", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.ModTime(); got.After(mtime) || mtime.Sub(got) >= time.Second {
+			t.Errorf("%s: mtime %s, source's %s: want not later, within a second", n, got.Format(time.RFC3339Nano), mtime.Format(time.RFC3339Nano))
+		}
+	}
+}

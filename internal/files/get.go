@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/useshards/shard/internal/sparse"
 )
@@ -217,6 +218,14 @@ func (t *tarWriter) add(ctx context.Context, fp, name string, fi fs.FileInfo) er
 		return err
 	}
 	hdr.Name = name
+	// Whole seconds, truncated (as docker cp): archive/tar rounds a
+	// header's time to the nearest second, which put a copy's time after
+	// its source's, and keeping the nanoseconds in PAX records costs 1 KiB
+	// an entry (12-15% more bytes for a tree of sources). The access and
+	// change times are not restored: a PAX entry (a sparse file) would
+	// carry them for nothing.
+	hdr.ModTime = hdr.ModTime.Truncate(time.Second)
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}

@@ -32,18 +32,34 @@ func Private(dir string) error {
 }
 
 // Blocks is the space the files under dir take (their allocated blocks,
-// not their sizes: sparse files and tmpfs count what they hold).
+// not their sizes: sparse files and tmpfs count what they hold). Like du -x
+// it stays on dir's own filesystem: a sandbox's root mounted below dir is
+// that sandbox's, and counting it here counted it twice.
 func Blocks(dir string) int64 {
+	var root syscall.Stat_t
+	if err := syscall.Lstat(dir, &root); err != nil {
+		return 0
+	}
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
 		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Dev != root.Dev {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		n += st.Blocks * 512
 		return nil
 	})
 	return n

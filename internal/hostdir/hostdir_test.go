@@ -3,6 +3,7 @@ package hostdir
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -42,5 +43,36 @@ func TestPrivate(t *testing.T) {
 	os.WriteFile(f, nil, 0o644)
 	if err := Private(f); err == nil {
 		t.Error("a file is not a directory: want an error")
+	}
+}
+
+// A filesystem mounted below the directory is not the directory's: a
+// running sandbox's root under run/ once counted as the server's own.
+func TestBlocksStaysOnItsFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs takes root")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "own"), make([]byte, 64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := Blocks(dir)
+	mnt := filepath.Join(dir, "sandbox", "rootfs")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=8m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(mnt, "big"), make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The two new directories take a few blocks; the mount's 4 MiB must not.
+	if got := Blocks(dir); got < 64<<10 || got-before > 1<<20 {
+		t.Fatalf("Blocks = %d (%d before the mount): want the tmpfs's 4 MiB left out", got, before)
+	}
+	if got := Blocks(mnt); got < 4<<20 {
+		t.Fatalf("Blocks of the mount itself = %d: want its 4 MiB", got)
 	}
 }

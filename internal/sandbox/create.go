@@ -121,11 +121,16 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ *store.Sandb
 	shape := createShape(req, img, snap)
 	created := ledger.CreatedOf(shape)
 	created.ResumedFrom = req.ResumedFrom
+	origin := &store.Origin{Kind: OriginImage, Name: shape.Image}
 	if snap != nil {
 		created.FromSnapshot = snap.ID
+		origin = &store.Origin{Kind: OriginSnapshot, Name: snap.Name, ID: snap.ID}
+	}
+	if req.ResumedFrom != "" {
+		origin = &store.Origin{Kind: OriginSession, Name: req.ResumedFrom}
 	}
 	recs, err := s.insertRecords(ctx, []*store.Sandbox{{
-		Name: req.Name, Shape: shape, Token: newToken(), AgentDir: s.agentDir,
+		Name: req.Name, Shape: shape, Token: newToken(), AgentDir: s.agentDir, Origin: origin,
 	}}, func(*store.Sandbox) (string, ledger.CreatedData) { return "", created })
 	releaseImage()
 	if err != nil {

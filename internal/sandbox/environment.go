@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/useshards/shard/client"
 	"github.com/useshards/shard/internal/errdefs"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/revert"
+	"github.com/useshards/shard/internal/shellquote"
 	"github.com/useshards/shard/internal/store"
 )
 
@@ -107,11 +107,10 @@ func (sv *Saved) envFromSetup(ctx context.Context, req EnvironmentRequest) (*sto
 		var out bytes.Buffer
 		code, err := sv.s.run(ctx, sb, argv, &out)
 		if err != nil {
-			return nil, false, fmt.Errorf("environment %s: setup %s: %w", req.Name, strings.Join(argv, " "), err)
+			return nil, false, fmt.Errorf("environment %s: setup %s: %w", req.Name, shellquote.Join(argv), err)
 		}
 		if code != 0 {
-			return nil, false, errdefs.New(errdefs.KindFailed, client.CodeSetupFailed, "environment %s: setup command %q exited %d: %s",
-				req.Name, strings.Join(argv, " "), code, tail(out.String(), 2000))
+			return nil, false, setupFailed(req.Name, argv, code, out.String())
 		}
 	}
 	env, err := sv.envCheckpoint(bg, req.Name, sb.ID, fp, req.Setup)
@@ -280,4 +279,12 @@ func (sv *Saved) fromEnvironment(ctx context.Context, e *store.Environment, ck *
 		return sv.restoreFromSpare(ctx, sp, ck, e.Name, name)
 	}
 	return sv.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})
+}
+
+// setupFailed is the error of a setup command that exited code, its argv
+// written as a shell would read it back (joined with spaces, "sh -c echo
+// oops; exit 2" lost its quoting), then the end of its output.
+func setupFailed(env string, argv []string, code int, out string) error {
+	return errdefs.New(errdefs.KindFailed, client.CodeSetupFailed, "environment %s: setup command %s exited %d: %s",
+		env, shellquote.Join(argv), code, tail(out, 2000))
 }

@@ -235,6 +235,7 @@ func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
 			// very same files.
 			Token: src.Token, AgentDir: src.AgentDir, ParentID: src.ID,
 			ParentName: src.Name, Generation: src.Generation + 1,
+			Origin: &store.Origin{Kind: OriginFork, Name: src.Name, ID: src.ID, Checkpoint: f.ckID},
 			// Grants and policy become the fork's own: a later ungrant or
 			// policy change on the source does not reach it.
 			Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),

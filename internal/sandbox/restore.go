@@ -68,6 +68,30 @@ type RestoreOptions struct {
 	Allow Allow // asked whether the sandbox may carry the checkpoint's grants and policy
 }
 
+// Kinds of store.Origin: what a sandbox was made from.
+const (
+	OriginImage       = "image"
+	OriginSnapshot    = "snapshot"
+	OriginEnvironment = "environment"
+	OriginFork        = "fork"
+	OriginCheckpoint  = "checkpoint" // a restore
+	OriginSession     = "session"    // a resume
+)
+
+// origin is what a sandbox restored from ck with o comes from: the
+// environment, session or fork that asked, else the checkpoint itself.
+func (o RestoreOptions) origin(ck *store.Checkpoint) *store.Origin {
+	switch {
+	case o.Environment != "":
+		return &store.Origin{Kind: OriginEnvironment, Name: o.Environment, Checkpoint: ck.ID}
+	case o.ResumedFrom != "":
+		return &store.Origin{Kind: OriginSession, Name: o.ResumedFrom, Checkpoint: ck.ID}
+	case o.FromNode != "":
+		return &store.Origin{Kind: OriginFork, Name: ck.SandboxName, ID: ck.SandboxID, Checkpoint: ck.ID}
+	}
+	return &store.Origin{Kind: OriginCheckpoint, Name: ck.Tag, ID: ck.ID}
+}
+
 // Restore starts a new sandbox from a checkpoint (restoreSnapshot): the
 // checkpoint's memory, processes and files, its bounds, a new id, name,
 // address and session, and a clean exec history — nothing is replayed.
@@ -109,7 +133,9 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	if err != nil {
 		return nil, err
 	}
-	recs, err := sv.s.insertRecords(ctx, []*store.Sandbox{fromCheckpoint(ck, o.Name)}, func(r *store.Sandbox) (string, ledger.CreatedData) {
+	rec := fromCheckpoint(ck, o.Name)
+	rec.Origin = o.origin(ck)
+	recs, err := sv.s.insertRecords(ctx, []*store.Sandbox{rec}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		d := ledger.CreatedOf(r.Shape)
 		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom, d.FromNode = ck.ID, ck.ID, o.Environment, o.ResumedFrom, o.FromNode
 		return "", d
@@ -118,7 +144,7 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	if err != nil {
 		return nil, err
 	}
-	rec := recs[0]
+	rec = recs[0]
 	bg := context.WithoutCancel(ctx)
 	log := sv.s.cfg.Log.With("sandbox", rec.ID, "name", rec.Name)
 	r := revert.New()

@@ -90,9 +90,22 @@ type Sandbox struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	Grants     []Grant           `json:"grants,omitempty"` // secrets given to it (names, never values)
 	Policy     *Policy           `json:"policy,omitempty"` // its egress network policy
-	CreatedAt  time.Time         `json:"created_at"`
-	StartedAt  time.Time         `json:"started_at"`
-	StoppedAt  time.Time         `json:"stopped_at"`
+	// Origin is what it was made from; nil for a sandbox made before
+	// shard recorded it.
+	Origin    *Origin   `json:"origin,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	StartedAt time.Time `json:"started_at"`
+	StoppedAt time.Time `json:"stopped_at"`
+}
+
+// Origin is what a sandbox was made from, named as it was then: the names
+// still say what it was once that is removed (an environment's setup
+// sandbox is, at once), which a bare parent id does not.
+type Origin struct {
+	Kind       string `json:"kind"`                 // image, snapshot, environment, fork, checkpoint, session
+	Name       string `json:"name,omitempty"`       // the image, snapshot, environment, forked sandbox or session; a checkpoint's tag
+	ID         string `json:"id,omitempty"`         // the snapshot's, forked sandbox's or checkpoint's id
+	Checkpoint string `json:"checkpoint,omitempty"` // the checkpoint a fork, environment or resume started from
 }
 
 // Grant makes a secret available inside a sandbox: as an environment

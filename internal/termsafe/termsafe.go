@@ -63,6 +63,20 @@ func Escape(s string) string {
 	return b.String()
 }
 
+// EscapeLines is Escape for text of several lines that the caller wrote
+// (cobra's "unknown command ... Did you mean this?\n\tui"): each line is
+// escaped, the line breaks between them and the tabs that indent a line are
+// kept. Text a server or a sandbox controls takes Escape, whole: a newline
+// of its own could forge a line.
+func EscapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		body := strings.TrimLeft(l, "\t")
+		lines[i] = l[:len(l)-len(body)] + Escape(body)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // escaped formats its value as fmt would with the same verb and flags, then
 // escapes the result.
 type escaped struct{ v any }

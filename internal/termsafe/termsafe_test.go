@@ -85,3 +85,17 @@ func TestTableRowNotForged(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+func TestEscapeLines(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"unknown command \"run\" for \"shard\"\n\nDid you mean this?\n\tui\n",
+			"unknown command \"run\" for \"shard\"\n\nDid you mean this?\n\tui\n"},
+		{"a\tb\r\n\t\x1b[31mred", `a\tb\r` + "\n\t" + `\x1b[31mred`},
+		{"\u202eevil\n", `\u202eevil` + "\n"},
+	} {
+		if got := EscapeLines(tc.in); got != tc.want {
+			t.Errorf("EscapeLines(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -83,10 +83,10 @@ func ParseSize(s string) (int64, error) {
 	if t == "" {
 		return 0, fmt.Errorf("empty size: use a number with a unit, like 512MiB or 2GiB")
 	}
-	mult := int64(1)
+	mult, suffix := int64(1), ""
 	for _, suf := range sizeSuffix {
 		if strings.HasSuffix(t, suf.s) {
-			mult = suf.m
+			mult, suffix = suf.m, suf.s
 			t = strings.TrimSpace(strings.TrimSuffix(t, suf.s))
 			break
 		}
@@ -96,11 +96,59 @@ func ParseSize(s string) (int64, error) {
 	case ErrNotNumber:
 		return 0, fmt.Errorf("%q is not a size: use a number with a unit, like 512MiB or 2GiB", s)
 	case ErrNotWhole:
-		return 0, fmt.Errorf("%q is not a whole number of bytes: use a smaller unit, like 300MiB for 0.3GiB", s)
+		return 0, fmt.Errorf("%q is not a whole number of bytes: use a size that is, like %s", s, nearWhole(t, mult, suffix))
 	case ErrTooLarge:
 		return 0, fmt.Errorf("%q is too large a size: at most %d bytes (8EiB)", s, int64(MaxSize))
 	}
 	return v, nil
+}
+
+// nearWhole is the whole number of bytes nearest to the decimal number ×
+// mult, written in the next unit below mult's (of its kind, binary or
+// decimal) that leaves it above zero: "307KiB" for 0.3 MiB, "2" for 1.5
+// bytes. The suffix typed ("" for none) names bytes as the user did.
+func nearWhole(number string, mult int64, suffix string) string {
+	r, _ := decimal(number)
+	r.Mul(r, new(big.Rat).SetInt64(mult))
+	units := binaryUnits
+	if mult%1000 == 0 && mult%1024 != 0 {
+		units = decimalUnits
+	}
+	for i := len(units) - 1; i >= 0; i-- {
+		if units[i].m >= mult {
+			continue
+		}
+		if v := roundRat(new(big.Rat).Quo(r, new(big.Rat).SetInt64(units[i].m))); v.Sign() > 0 {
+			return v.String() + units[i].s
+		}
+	}
+	v := roundRat(r)
+	if v.Sign() == 0 {
+		v.SetInt64(1)
+	}
+	if suffix == "" {
+		return v.String()
+	}
+	return v.String() + "B"
+}
+
+// The units nearWhole suggests, smallest first.
+var (
+	binaryUnits = []struct {
+		s string
+		m int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}}
+	decimalUnits = []struct {
+		s string
+		m int64
+	}{{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}}
+)
+
+// roundRat is r rounded to the nearest integer, halves up (r >= 0).
+func roundRat(r *big.Rat) *big.Int {
+	n := new(big.Int).Mul(r.Num(), big.NewInt(2))
+	n.Add(n, r.Denom())
+	return n.Quo(n, new(big.Int).Mul(r.Denom(), big.NewInt(2)))
 }
 
 // ParseCPU reads a cpu amount in millicpus: "1" is 1000, "0.5" and "500m"

@@ -47,9 +47,20 @@ func TestParseSize(t *testing.T) {
 		{"8192PiB", 0, "too large"},
 		{"16777216TiB", 0, "too large"},
 		{"17592186044928MiB", 0, "too large"},
-		{"0.3MiB", 0, "whole number of bytes"},
-		{"1.5", 0, "whole number of bytes"},
-		{"1e-1", 0, "whole number of bytes"},
+		// Not whole bytes: the suggestion is the nearest whole bytes in
+		// the next unit below the one typed that holds it.
+		{"0.3MiB", 0, `"0.3MiB" is not a whole number of bytes: use a size that is, like 307KiB`},
+		{"0.3GiB", 0, "like 307MiB"},
+		{"0.3g", 0, "like 307MiB"},
+		{"1.0001TiB", 0, "like 1024GiB"},
+		{"0.3KiB", 0, "like 307B"},
+		{"1e-2KiB", 0, "like 10B"},
+		{"1e-9KiB", 0, "like 1B"},
+		{"1.0005KB", 0, "like 1001B"},
+		{"0.0012345MB", 0, "like 1KB"},
+		{"1.5", 0, "whole number of bytes: use a size that is, like 2"},
+		{"1e-1", 0, "like 1"},
+		{"2.5b", 0, "like 3B"},
 	}
 	for _, tt := range tests {
 		got, err := ParseSize(tt.in)

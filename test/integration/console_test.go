@@ -619,7 +619,8 @@ func TestConsoleKeyChangeDropsProject(t *testing.T) {
 
 // TestConsoleSandboxFacts: a fork stopped and started again shows no
 // "Stopped" time on its page (it showed the last stop's, as if it were
-// stopped); its parent is named and linked, by its short id once removed;
+// stopped); its origin names its parent, linked, and by name, said to be
+// removed, once it is (its short id, once shown, led nowhere);
 // a single server's list has no Node column.
 func TestConsoleSandboxFacts(t *testing.T) {
 	e := need(t)
@@ -654,10 +655,10 @@ func TestConsoleSandboxFacts(t *testing.T) {
 		t.Errorf("a single server's sandbox page shows a Node: %v", dts)
 	}
 	step(t, ctx, "the fork's page names its parent", 30*time.Second,
-		visible(`dl.info dd.parent a.sandbox-ref`),
-		until(`document.querySelector('dl.info dd.parent a').textContent === `+js(parent.Name)),
+		visible(`dl.info dd.origin a.sandbox-ref`),
+		until(`document.querySelector('dl.info dd.origin a').textContent === `+js(parent.Name)),
 	)
-	if href := eval[string](t, ctx, `document.querySelector('dl.info dd.parent a').getAttribute('href')`); href != "/ui/sandboxes/"+parent.ID {
+	if href := eval[string](t, ctx, `document.querySelector('dl.info dd.origin a').getAttribute('href')`); href != "/ui/sandboxes/"+parent.ID {
 		t.Errorf("the parent links to %q, want /ui/sandboxes/%s", href, parent.ID)
 	}
 	headers := `[...document.querySelectorAll('#sandboxes thead th')].map(th => th.textContent)`
@@ -673,12 +674,12 @@ func TestConsoleSandboxFacts(t *testing.T) {
 	if err := e.c.Remove(ctxT(t), parent.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	step(t, ctx, "a removed parent by its short id", 30*time.Second,
+	step(t, ctx, "a removed parent by its name, said removed", 30*time.Second,
 		nav(ui+"sandboxes/"+kid.ID),
-		visible(`dl.info dd.parent code`),
-		until(`document.querySelector('dl.info dd.parent').textContent === `+js(parent.ID[:6])),
+		visible(`dl.info dd.origin .removed`),
+		until(`document.querySelector('dl.info dd.origin').textContent.startsWith(`+js("fork of "+parent.Name+" (removed), checkpoint ")+`)`),
 	)
-	if eval[bool](t, ctx, `document.querySelector('dl.info dd.parent a') !== null`) {
+	if eval[bool](t, ctx, `document.querySelector('dl.info dd.origin a') !== null`) {
 		t.Error("a removed parent is still a link")
 	}
 	if errs := errs.list(); len(errs) > 0 {

@@ -401,3 +401,70 @@ func TestFilesCopyOutCancelled(t *testing.T) {
 		t.Logf("the helper ended %v after its client went", time.Since(gone).Round(time.Millisecond))
 	})
 }
+
+// TestFilesCopyTimes: a copy's modification time is never after its
+// source's and within a second of it, both ways, a directory or a single
+// file. A tar rounded them to the nearest second: a file of …20.7 arrived
+// as …21.0, newer than its source.
+func TestFilesCopyTimes(t *testing.T) {
+	e := need(t)
+	mtime := time.Unix(1_700_000_000, 700_000_000)
+	notLater := func(t *testing.T, what string, got, src time.Time) {
+		t.Helper()
+		if got.After(src) || src.Sub(got) >= time.Second {
+			t.Errorf("%s: mtime %s, its source's %s: want not later, within a second", what, got.Format(time.RFC3339Nano), src.Format(time.RFC3339Nano))
+		}
+	}
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-times-" + prov})
+			run := func(args ...string) {
+				t.Helper()
+				if _, errOut, code := e.cli(t, "", args...); code != 0 {
+					t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
+				}
+			}
+			stat := func(p string) time.Time {
+				t.Helper()
+				fi, err := e.c.StatFile(ctxT(t), sb.ID, p, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.MTime
+			}
+			host := t.TempDir()
+			src := filepath.Join(host, "d")
+			os.Mkdir(src, 0o755)
+			os.WriteFile(filepath.Join(src, "f"), []byte("f\n"), 0o644)
+			for _, p := range []string{filepath.Join(src, "f"), src} {
+				if err := os.Chtimes(p, mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// In.
+			run("cp", src, sb.Name+":/in")
+			run("cp", filepath.Join(src, "f"), sb.Name+":/single")
+			for _, p := range []string{"/in", "/in/f", "/single"} {
+				notLater(t, "in "+p, stat(p), mtime)
+			}
+			// Out: a file with a time of …20.7 in the sandbox (a single
+			// file copied in keeps its nanoseconds), in a directory.
+			execOK(t, sb.ID, "mkdir", "/out")
+			run("cp", filepath.Join(src, "f"), sb.Name+":/out/f")
+			if got := stat("/out/f"); !got.Equal(mtime) {
+				t.Fatalf("/out/f: mtime %s, want %s", got.Format(time.RFC3339Nano), mtime.Format(time.RFC3339Nano))
+			}
+			dirTime := stat("/out")
+			local := t.TempDir()
+			run("cp", sb.Name+":/out", filepath.Join(local, "out"))
+			run("cp", sb.Name+":/out/f", filepath.Join(local, "single"))
+			for p, want := range map[string]time.Time{"out": dirTime, "out/f": mtime, "single": mtime} {
+				fi, err := os.Stat(filepath.Join(local, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				notLater(t, "out "+p, fi.ModTime(), want)
+			}
+		})
+	}
+}

@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/useshards/shard/client"
 )
 
 // TestSavedCLI drives the new verbs through the real CLI: snapshot, create
@@ -159,4 +163,55 @@ func cliOK(t *testing.T, args ...string) string {
 		t.Fatalf("shard %v: exit %d: %s", args, code, errOut)
 	}
 	return strings.TrimSpace(out)
+}
+
+// TestInspectOrigin: inspect says what a sandbox came from by name. A
+// sandbox made from an environment showed "Parent:" and the id of the
+// environment's setup sandbox, removed as soon as it was made; one made
+// from a snapshot showed nothing.
+func TestInspectOrigin(t *testing.T) {
+	e := need(t)
+	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
+	t.Cleanup(func() {
+		e.cli(t, "", "remove", "--force", "origin-base", "origin-fork", "origin-snap", "origin-env")
+		e.cli(t, "", "snapshot", "rm", "origin-base-v1")
+		e.cli(t, "", "env", "rm", "origin-deps")
+	})
+	inspect := func(name string) []string {
+		t.Helper()
+		var lines []string
+		for _, l := range strings.Split(sh("inspect", name), "\n") {
+			lines = append(lines, strings.Join(strings.Fields(l), " "))
+		}
+		return lines
+	}
+	origin := func(name, want string) {
+		t.Helper()
+		lines := inspect(name)
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Origin: "+want) }) ||
+			slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Parent:") }) {
+			t.Fatalf("inspect %s: want a line Origin: %s..., and no Parent:\n%s", name, want, strings.Join(lines, "\n"))
+		}
+	}
+	sh("create", "--name", "origin-base", busybox)
+	origin("origin-base", "image "+busybox)
+	sh("fork", "--name", "origin-fork", "origin-base")
+	origin("origin-fork", "fork of origin-base (checkpoint ")
+	sh("stop", "origin-base")
+	sh("snapshot", "create", "--name", "origin-base-v1", "origin-base")
+	sh("create", "--name", "origin-snap", "--from-snapshot", "origin-base-v1")
+	origin("origin-snap", "snapshot origin-base-v1")
+	sh("env", "create", "origin-deps", "--memory", "128MiB", busybox, "--", "true")
+	sh("create", "--name", "origin-env", "--env-from", "origin-deps")
+	origin("origin-env", "environment origin-deps")
+	var sb client.Sandbox
+	if err := json.Unmarshal([]byte(sh("inspect", "--json", "origin-env")), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Origin == nil || sb.Origin.Kind != "environment" || sb.Origin.Name != "origin-deps" || sb.Origin.Checkpoint == "" {
+		t.Fatalf("inspect --json origin-env: origin %+v", sb.Origin)
+	}
+	// The names stay once what they name is gone.
+	sh("remove", "--force", "origin-base")
+	origin("origin-fork", "fork of origin-base (checkpoint ")
 }

@@ -516,7 +516,7 @@ func TestEnvironment(t *testing.T) {
 
 	_, err = e.c.CreateEnvironment(ctxT(t), client.EnvironmentRequest{Name: "env-bad", Image: busybox,
 		Setup: [][]string{{"sh", "-c", "echo oops >&2; exit 5"}}})
-	wantCode(t, "a failing setup", err, 422, "setup_failed", "exited 5")
+	wantCode(t, "a failing setup", err, 422, "setup_failed", "setup command sh -c 'echo oops >&2; exit 5' exited 5")
 	if !strings.Contains(err.Error(), "oops") {
 		t.Errorf("the setup error lacks its output: %v", err)
 	}

@@ -106,6 +106,51 @@ export function SandboxRef({ id, name }) {
   return <Mono title={id}>{id.slice(0, 6)}</Mono>;
 }
 
+// Origin says what a sandbox was made from (its `origin`), by the names the
+// server recorded then: a sandbox made from an environment once showed the
+// id of the environment's setup sandbox, removed at once. A fork's source
+// is a link while it exists (exists: its current name, or undefined once
+// removed); short leaves the checkpoint out (the list).
+export function Origin({ sb, exists, short }) {
+  const o = sb.origin;
+  if (!o) {
+    // A sandbox of an older server: only its parent's id.
+    if (!sb.parent_id) return null;
+    return exists ? (
+      <SandboxRef id={sb.parent_id} name={exists} />
+    ) : (
+      <span class="removed">
+        <Mono title={sb.parent_id}>{sb.parent_id.slice(0, 6)}</Mono> (removed)
+      </span>
+    );
+  }
+  const ck = o.checkpoint && !short ? <span class="muted">, checkpoint {o.checkpoint}</span> : null;
+  switch (o.kind) {
+    case 'fork':
+      return (
+        <span>
+          fork of {exists ? <SandboxRef id={o.id} name={exists} /> : <span class="removed">{o.name || o.id} (removed)</span>}
+          {ck}
+        </span>
+      );
+    case 'checkpoint':
+      return <span>checkpoint {o.name ? `${o.name} (${o.id})` : o.id}</span>;
+    case 'session':
+      return (
+        <span>
+          resume of session {o.name}
+          {ck}
+        </span>
+      );
+    default:
+      return (
+        <span>
+          {o.kind} {o.name || o.id}
+        </span>
+      );
+  }
+}
+
 export function Empty({ cols, children }) {
   return (
     <tr>

@@ -30,6 +30,7 @@ MIRRORS: Dict[type, str] = {
     _types.SandboxInfo: "Sandbox",
     _types.Grant: "Grant",
     _types.Policy: "Policy",
+    _types.Origin: "Origin",
     _types.Checkpoint: "Checkpoint",
     _types.SandboxRemoved: "SandboxRemoved",
     _types.EnvironmentInfo: "Environment",

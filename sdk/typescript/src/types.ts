@@ -35,6 +35,17 @@ export interface Policy {
   deny?: string[];
 }
 
+/** What a sandbox was made from, named as it was then (it may have been removed since). */
+export interface Origin {
+  kind: "image" | "snapshot" | "environment" | "fork" | "checkpoint" | "session" | string;
+  /** The image, snapshot, environment, forked sandbox or session; a checkpoint's tag. */
+  name?: string;
+  /** The snapshot's, forked sandbox's or checkpoint's id. */
+  id?: string;
+  /** The checkpoint a fork, an environment's sandbox or a resume started from. */
+  checkpoint?: string;
+}
+
 /** A sandbox as the API shows it. */
 export interface SandboxInfo {
   id: string;
@@ -57,7 +68,10 @@ export interface SandboxInfo {
   error?: string;
   /** The ledger session its events are recorded under (what resume takes). */
   session: string;
+  /** The sandbox it was forked or restored from; it may have been removed since: `origin` names it. */
   parent_id?: string;
+  /** What it was made from; absent for a sandbox made by an older server. */
+  origin?: Origin;
   grants: Grant[];
   policy?: Policy;
   /** In a cluster, the node it runs on. */

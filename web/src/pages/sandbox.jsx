@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { get, enc } from '../api.js';
 import { Link, usePoll, navigate } from '../router.js';
 import { bytes, cpu, time, ms, argv, short } from '../format.js';
-import { useSession, Loaded, State, Mono, Empty, Section, ErrorBox, SandboxRef } from '../ui.jsx';
+import { useSession, Loaded, State, Mono, Empty, Section, ErrorBox, Origin } from '../ui.jsx';
 import { SandboxActions } from '../actions.jsx';
 import { CheckpointTable } from './saved.jsx';
 
@@ -72,11 +72,11 @@ function Info({ sb }) {
       </dd>
       <dt>Project</dt>
       <dd>{sb.project}</dd>
-      {sb.parent_id ? (
+      {sb.origin || sb.parent_id ? (
         <>
-          <dt>Parent</dt>
-          <dd class="parent">
-            <Parent id={sb.parent_id} />
+          <dt>Origin</dt>
+          <dd class="origin">
+            <SourceOf sb={sb} />
           </dd>
         </>
       ) : null}
@@ -113,9 +113,14 @@ function Info({ sb }) {
 
 // Parent names a sandbox's parent, asked once: by its name while it
 // exists, by its short id once it is gone (or while it is asked).
-function Parent({ id }) {
-  const q = usePoll(() => get(`/v0/sandboxes/${enc(id)}`), [id], 0);
-  return <SandboxRef id={id} name={q.data && q.data.name} />;
+// SourceOf is the sandbox's Origin, its fork's source linked while that
+// exists (asked once).
+function SourceOf({ sb }) {
+  const id = sb.origin ? (sb.origin.kind === 'fork' ? sb.origin.id : '') : sb.parent_id;
+  const q = usePoll(() => (id ? get(`/v0/sandboxes/${enc(id)}`) : Promise.resolve(null)), [id], 0);
+  // Removed is said only when the server says so (404), not while it is asked.
+  if (id && !q.data && !(q.error && q.error.status === 404)) return null;
+  return <Origin sb={sb} exists={q.data ? q.data.name : undefined} />;
 }
 
 // LazyTerminal evaluates xterm.js (most of the bundle) only when a terminal

@@ -2,7 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { get } from '../api.js';
 import { Link, usePoll } from '../router.js';
 import { bytes, cpu, ago } from '../format.js';
-import { useSession, Loaded, State, Mono, Empty, Section, SandboxRef } from '../ui.jsx';
+import { useSession, Loaded, State, Mono, Empty, Section, Origin } from '../ui.jsx';
 import { SandboxActions, CreateDialog } from '../actions.jsx';
 
 export function Bounds({ sb }) {
@@ -70,10 +70,10 @@ export function Sandboxes() {
                     <tr key={sb.id} data-id={sb.id} data-name={sb.name} data-state={sb.state}>
                       <td>
                         <Link to={`/sandboxes/${sb.id}`}>{sb.name}</Link>
-                        {sb.parent_id ? (
-                          <span class="muted small">
+                        {sb.parent_id || (sb.origin && sb.origin.kind !== 'image') ? (
+                          <span class="muted small origin">
                             {' '}
-                            ← <SandboxRef id={sb.parent_id} name={names.get(sb.parent_id)} />
+                            ← <Origin sb={sb} exists={names.get(sb.origin ? sb.origin.id : sb.parent_id)} short />
                           </span>
                         ) : null}
                       </td>

@@ -153,6 +153,35 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """What a sandbox was made from, named as it was then (it may have been
+    removed since)."""
+
+    kind: str
+    """image, snapshot, environment, fork, checkpoint (a restore) or session
+    (a resume)."""
+    name: Optional[str] = None
+    """The image, snapshot, environment, forked sandbox or session; a
+    checkpoint's tag."""
+    id: Optional[str] = None
+    """The snapshot's, forked sandbox's or checkpoint's id."""
+    checkpoint: Optional[str] = None
+    """The checkpoint a fork, an environment's sandbox or a resume started from."""
+    raw: JSONObject = field(default_factory=lambda: {}, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Origin":
+        """Reads an origin from its JSON object."""
+        return cls(
+            kind=_str(d, "kind"),
+            name=_opt_str(d, "name"),
+            id=_opt_str(d, "id"),
+            checkpoint=_opt_str(d, "checkpoint"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the server last described it (GET /v0/sandboxes/{id})."""
 
@@ -179,6 +208,10 @@ class SandboxInfo:
     ip: Optional[str] = None
     error: Optional[str] = None
     parent_id: Optional[str] = None
+    """The sandbox it was forked or restored from; it may have been removed
+    since: ``origin`` names it."""
+    origin: Optional[Origin] = None
+    """What it was made from; None for a sandbox made by an older server."""
     policy: Optional[Policy] = None
     node: Optional[str] = None
     """In a cluster, the node it runs on."""
@@ -191,6 +224,7 @@ class SandboxInfo:
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
         """Reads a sandbox from its JSON object."""
         policy = as_object(d.get("policy"))
+        origin = as_object(d.get("origin"))
         return cls(
             id=_str(d, "id"),
             name=_str(d, "name"),
@@ -211,6 +245,7 @@ class SandboxInfo:
             ip=_opt_str(d, "ip"),
             error=_opt_str(d, "error"),
             parent_id=_opt_str(d, "parent_id"),
+            origin=Origin.from_json(origin) if origin is not None else None,
             policy=Policy.from_json(policy) if policy is not None else None,
             node=_opt_str(d, "node"),
             created_at=_time(d, "created_at"),
