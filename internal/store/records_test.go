@@ -54,7 +54,7 @@ func TestFindSession(t *testing.T) {
 		{"cccccccccccc", "fork-web-cccccc"},
 		{"fork-web-cccccc", "fork-web-cccccc"},
 		{"dddddddddddd", "fork-web-dddddd"},
-		{"gone", ""}, // a removed sandbox's name is not kept
+		{"gone", ""},                           // a removed sandbox's name is not kept
 		{"fork-web-dddddd", "fork-web-dddddd"}, // a session's name with no sandbox of it
 		{"nothing", ""},
 	}
