@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,11 +48,29 @@ type env struct {
 
 var E *env
 
+// closeInherited marks every descriptor this process inherited (beyond
+// stdin, stdout and stderr) close-on-exec: a lock held by the command
+// that started the tests (flock's) would otherwise pass to the server and
+// registry the tests start, and outlive a run that a timeout ended, which
+// runs no teardown.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, d := range ents {
+		if fd, err := strconv.Atoi(d.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
 func TestMain(m *testing.M) {
 	if !testenv.Strict() {
 		fmt.Println("integration tests need root, runsc and runc: set SHARD_INTEGRATION=1 to run them")
 		os.Exit(m.Run()) // every test skips itself
 	}
+	closeInherited()
 	e, err := setup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration setup failed:", err)
