@@ -2,11 +2,14 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/useshards/shard/internal/framing"
 	"github.com/useshards/shard/internal/sandbox"
@@ -113,6 +116,44 @@ func TestNDJSONFrame(t *testing.T) {
 			want, _ := json.Marshal(tt.want)
 			if got := bytes.TrimSpace(w.Body.Bytes()); !bytes.Equal(got, want) {
 				t.Errorf("frame(%+v) wrote %s, want %s", tt.f, got, want)
+			}
+		})
+	}
+}
+
+// TestRefusedExecWithOpenBody: an exec refused before it starts is answered
+// while the client's framed body is still open (stdin from a terminal, or
+// the CLI's signal frames, end only after the answer). net/http read such a
+// body to its end before answering: the CLI's `shard exec SB nosuchcmd`
+// waited for ever.
+func TestRefusedExecWithOpenBody(t *testing.T) {
+	s, _ := testServer(t)
+	h := s.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, admin(r)) }))
+	defer srv.Close()
+	for _, tt := range []struct {
+		name, frame string
+		status      int
+	}{
+		{"refused where it is routed", `{"argv":["nosuchcmd"]}`, 0}, // this Server has no sandboxes: whatever it answers
+		{"bad request", `{"argv":[]}`, http.StatusBadRequest},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			go framing.Write(pw, client.FrameRequest, []byte(tt.frame)) // and nothing more: the body stays open
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v0/sandboxes/nosuch/exec", pr)
+			req.Header.Set("Content-Type", StreamMediaType)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatalf("no answer while the body is open: %v", err)
+			}
+			defer resp.Body.Close()
+			var got Error
+			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode < 400 || tt.status != 0 && resp.StatusCode != tt.status || got.Code == "" {
+				t.Fatalf("= %d %+v (%v); want %d with the error JSON", resp.StatusCode, got, err, tt.status)
 			}
 		})
 	}

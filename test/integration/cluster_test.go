@@ -85,7 +85,12 @@ func startClusterOf(t testing.TB, bin string, idx int, memory ...string) *testCl
 		}
 		n.args = append(e.serveArgs(n.socket, filepath.Join(dir, "data"), filepath.Join(dir, "run"), n.bridge, n.subnet, "1GiB", "4GiB"),
 			"--listen", n.tcp, "--cluster-etcd", strings.Join(tc.etcd.Endpoints(), ","), "--node", n.name, "--advertise", advertise,
-			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem)
+			"--cluster-key", keyFile, "--node-ttl", "3s", "--node-memory", mem,
+			// What these tests write to the host (a 4GiB store at most,
+			// an environment's checkpoint) is bounded; the host keeps
+			// less free for itself than the default, so that the tests
+			// do not depend on how much the host happens to have free.
+			"--reserve", "512MiB")
 		tc.nodes = append(tc.nodes, n)
 		n.start(t)
 		t.Cleanup(func() { n.teardown(t) })

@@ -306,13 +306,21 @@ func (e *env) teardown() {
 // cli runs the shard CLI against the test server.
 func (e *env) cli(t testing.TB, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(e.bin, append([]string{"--socket", e.socket}, args...)...)
+	// Bounded, so that a CLI that hangs fails its test, not the suite's
+	// whole run at its timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, append([]string{"--socket", e.socket}, args...)...)
+	cmd.WaitDelay = 10 * time.Second
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	var o, er bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &er
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("shard %v: no exit in 5m (killed); stdout %q, stderr %q", args, o.String(), er.String())
+	}
 	code = 0
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)
