@@ -125,7 +125,7 @@ func printDiffStat(d *client.Diff) {
 // printDiffNotes says on stderr what d leaves out.
 func printDiffNotes(d *client.Diff) {
 	if d.Truncated {
-		termsafe.Fprintf(os.Stderr, "(not every change is listed: %d are; the diff stops at 20000 changes or 1048576 directory entries read, and leaves out a path longer than the server looks up)\n", len(d.Changes))
+		termsafe.Fprintln(os.Stderr, "(the list is not complete: a diff stops at 20000 changes or 1048576 directory entries read, and leaves out a path longer than the server looks up)")
 	}
 	if d.NotCompared > 0 {
 		termsafe.Fprintf(os.Stderr, "(%d files' contents not compared: the diff reached its bound of files' data read)\n", d.NotCompared)
