@@ -249,7 +249,7 @@ func TestWritten(t *testing.T) {
 			// Two uppers of one lineage: the same inode would hide the
 			// content; these are apart.
 			res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{
-				Skip: []string{"/run"}, Written: []Written{{Path: "/run/fork", A: server, B: server}}})
+				Skip: []Skip{{Path: "/run", Type: "dir"}}, Written: []Written{{Path: "/run/fork", A: server, B: server}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -263,7 +263,7 @@ func TestWritten(t *testing.T) {
 	lower, empty, b := t.TempDir(), t.TempDir(), t.TempDir()
 	write(t, b, "run/fork", "server\n")
 	res, err := Diff(t.Context(), Tree{Upper: empty}, Tree{Upper: b}, []string{lower}, Options{
-		Skip: []string{"/run"}, Written: []Written{{Path: "/run/fork", B: server}}})
+		Skip: []Skip{{Path: "/run", Type: "dir"}}, Written: []Written{{Path: "/run/fork", B: server}}})
 	if err != nil || len(res.Changes) != 0 {
 		t.Errorf("against the image: %v %+v", err, res)
 	}

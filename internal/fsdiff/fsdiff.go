@@ -81,11 +81,12 @@ const NotComparedWhy = "past the diff's read bound"
 
 // Options bound a diff.
 type Options struct {
-	// Skip are paths (absolute) left out, each by itself: what is below
+	// Skip are paths (absolute) left out, each by itself and while it is
+	// of the type the server puts there: what is below
 	// a directory named here is compared still. They are what the server
 	// itself puts in every sandbox; a file of the sandbox's own beside
 	// them must show.
-	Skip []string
+	Skip []Skip
 	// Written are files the server writes in every sandbox, whose changes
 	// are left out only while each side holds what the server wrote.
 	Written    []Written
@@ -103,6 +104,22 @@ type Options struct {
 	// millions of them in a few MiB (hard links to one file). Past it the
 	// diff stops, Truncated.
 	MaxEntries int
+}
+
+// Skip is a path the server itself puts in every sandbox, and its type
+// there (dir, file): a change of it is left out while it is of that type
+// on each side, but something else a sandbox put in its place (a file of
+// its own data where the server has a directory) is listed.
+type Skip struct {
+	Path string
+	Type string
+}
+
+// skipped reports whether c is of a path in o.Skip, of its type.
+func (o *Options) skipped(c Change) bool {
+	return slices.ContainsFunc(o.Skip, func(s Skip) bool {
+		return s.Path == c.Path && s.Type == c.Type && !slices.Contains(c.What, "type")
+	})
 }
 
 // Written is a file the server itself writes in a sandbox (the fork
@@ -521,7 +538,7 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 }
 
 func (d *differ) add(c Change, a, b *entry) error {
-	if slices.Contains(d.o.Skip, c.Path) || d.asWritten(c, a, b) {
+	if d.o.skipped(c) || d.asWritten(c, a, b) {
 		return nil
 	}
 	if len(d.res.Changes) >= d.o.MaxChanges {
