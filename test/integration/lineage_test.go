@@ -438,9 +438,11 @@ func TestDiffPathPastTheHostsReach(t *testing.T) {
 			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "diff-deep-" + prov})
 			var tb bytes.Buffer
 			tw := tar.NewWriter(&tb)
+			// 4088 bytes of path, /hidden included: within what a sandbox
+			// takes (4096), past it with any host directory before it.
 			name := "deep"
-			for len(name) < 4000 {
-				name += "/" + strings.Repeat("d", 200)
+			for len(name)+len("/hidden") < 4088 {
+				name += "/" + strings.Repeat("d", min(200, 4088-len("/hidden")-len(name)-1))
 			}
 			if err := tw.WriteHeader(&tar.Header{Name: name + "/hidden", Mode: 0o644, Size: 5}); err != nil {
 				t.Fatal(err)
