@@ -69,13 +69,16 @@ type Change struct {
 
 // Diff is what changed from From to To.
 type Diff struct {
-	From      DiffSide `json:"from"`
-	To        DiffSide `json:"to"`
-	Changes   []Change `json:"changes"`
-	Added     int      `json:"added"`
-	Removed   int      `json:"removed"`
-	Changed   int      `json:"changed"`
-	Truncated bool     `json:"truncated"`
+	From    DiffSide `json:"from"`
+	To      DiffSide `json:"to"`
+	Changes []Change `json:"changes"`
+	Added   int      `json:"added"`
+	Removed int      `json:"removed"`
+	Changed int      `json:"changed"`
+	// Truncated: not every change is listed (more than 20000 changes, more
+	// than 1048576 directory entries to read, or a path longer than the
+	// server looks up).
+	Truncated bool `json:"truncated"`
 	// NotCompared counts the changes (of Changed) whose content was not
 	// compared: the diff's read bound came first.
 	NotCompared int `json:"not_compared"`

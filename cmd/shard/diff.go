@@ -28,7 +28,9 @@ compared, never the whole image.
   A path  added (+), removed (-) or changed (M: content, mode, owner,
   type, target), one per line; ? for a file whose content was not
   compared (a diff reads at most 1 GiB of files' data; holes are not
-  read), which may be the same;
+  read), which may be the same; a diff stops at 20000 changes or 1048576
+  directory entries read, and does not reach a path longer than the
+  server looks up (about 4000 bytes): it says so on stderr;
   --stat  the counts and bytes instead of the paths;
   --patch unified diffs of the text files (after the paths, or after
           the counts and a blank line with --stat, as git prints them),
@@ -123,7 +125,7 @@ func printDiffStat(d *client.Diff) {
 // printDiffNotes says on stderr what d leaves out.
 func printDiffNotes(d *client.Diff) {
 	if d.Truncated {
-		termsafe.Fprintf(os.Stderr, "(more changes than listed: the diff stops at %d)\n", len(d.Changes))
+		termsafe.Fprintln(os.Stderr, "(the list is not complete: a diff stops at 20000 changes or 1048576 directory entries read, and leaves out a path longer than the server looks up)")
 	}
 	if d.NotCompared > 0 {
 		termsafe.Fprintf(os.Stderr, "(%d files' contents not compared: the diff reached its bound of files' data read)\n", d.NotCompared)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // sparse makes the file rel under root of size bytes, holes but for data
@@ -246,7 +249,7 @@ func TestWritten(t *testing.T) {
 			// Two uppers of one lineage: the same inode would hide the
 			// content; these are apart.
 			res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{
-				Skip: []string{"/run"}, Written: []Written{{Path: "/run/fork", A: server, B: server}}})
+				Skip: []Skip{{Path: "/run", Type: "dir"}}, Written: []Written{{Path: "/run/fork", A: server, B: server}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +263,7 @@ func TestWritten(t *testing.T) {
 	lower, empty, b := t.TempDir(), t.TempDir(), t.TempDir()
 	write(t, b, "run/fork", "server\n")
 	res, err := Diff(t.Context(), Tree{Upper: empty}, Tree{Upper: b}, []string{lower}, Options{
-		Skip: []string{"/run"}, Written: []Written{{Path: "/run/fork", B: server}}})
+		Skip: []Skip{{Path: "/run", Type: "dir"}}, Written: []Written{{Path: "/run/fork", B: server}}})
 	if err != nil || len(res.Changes) != 0 {
 		t.Errorf("against the image: %v %+v", err, res)
 	}
@@ -281,5 +284,101 @@ func TestPathBytes(t *testing.T) {
 	// In path order, bytes: "caf\xc3\xa9" first.
 	if back[0].PathBytes != nil || string(back[1].PathBytes) != "/caf\xe9" {
 		t.Errorf("path_bytes: %q, %q (JSON %s)", back[0].PathBytes, back[1].PathBytes, j)
+	}
+}
+
+// TestDiffEntriesBound: a diff reads at most Options.MaxEntries directory
+// entries (a sandbox makes millions in a few MiB, each costing the server
+// memory while its directory is compared): past it the diff stops,
+// truncated, with what it listed before; within it, all is compared.
+func TestDiffEntriesBound(t *testing.T) {
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	for i := range 3000 {
+		name := fmt.Sprintf("many/f%04d", i)
+		write(t, a, name, "same\n")
+		write(t, b, name, "same\n")
+	}
+	write(t, b, "added", "x\n") // before many/ in path order
+	for _, tc := range []struct {
+		name       string
+		maxEntries int
+		truncated  bool
+	}{
+		{"within", 6010, false},
+		{"past it in one directory", 4000, true},
+		{"past it at once", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{MaxEntries: tc.maxEntries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Truncated != tc.truncated {
+				t.Errorf("truncated %v, want %v", res.Truncated, tc.truncated)
+			}
+			var got []string
+			for _, c := range res.Changes {
+				got = append(got, c.Kind+" "+c.Path)
+			}
+			want := []string{"added /added"}
+			if tc.maxEntries == 1 {
+				want = nil
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("changes %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestDiffPathTooLong: a path the host cannot look up (longer than
+// PATH_MAX with the directory of its side; a sandbox makes it by relative
+// paths) is not taken for absent: the diff says it is not complete, and
+// lists the rest, the path's directories that it reaches included.
+func TestDiffPathTooLong(t *testing.T) {
+	lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+	root, err := os.OpenRoot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	seg := strings.Repeat("d", 200)
+	rel := "deep"
+	for {
+		if err := root.Mkdir(rel, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if len(b)+len(rel) > unix.PathMax+200 {
+			break
+		}
+		rel += "/" + seg
+	}
+	f, err := root.Create(rel + "/hidden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	write(t, b, "z-after", "x\n")
+	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Truncated {
+		t.Errorf("a diff that left out %d bytes of path under %s is not truncated", len(rel), b)
+	}
+	var dirs int
+	for _, c := range res.Changes {
+		if strings.HasSuffix(c.Path, "/hidden") {
+			t.Errorf("listed %s, which the host cannot reach", c.Path)
+		}
+		if len(b)+len(c.Path) >= unix.PathMax {
+			t.Errorf("listed a path of %d bytes under %s", len(c.Path), b)
+		}
+		if strings.HasPrefix(c.Path, "/deep") {
+			dirs++
+		}
+	}
+	if dirs < 10 || res.Changes[len(res.Changes)-1].Path != "/z-after" {
+		t.Errorf("%d of the path's directories listed, last %+v: want those reached, and what follows", dirs, res.Changes[len(res.Changes)-1])
 	}
 }

@@ -62,11 +62,15 @@ const (
 
 // Result is a diff from A to B.
 type Result struct {
-	Changes   []Change `json:"changes"`
-	Added     int      `json:"added"`
-	Removed   int      `json:"removed"`
-	Changed   int      `json:"changed"`
-	Truncated bool     `json:"truncated"` // more than Options.MaxChanges: only the first are listed
+	Changes []Change `json:"changes"`
+	Added   int      `json:"added"`
+	Removed int      `json:"removed"`
+	Changed int      `json:"changed"`
+	// Truncated: not every change is listed: more than Options.MaxChanges
+	// (only the first are), more than Options.MaxEntries directory entries
+	// (the walk stopped there), or a path the host cannot look up (longer
+	// than PATH_MAX with the directory of its side: left out).
+	Truncated bool `json:"truncated"`
 	// NotCompared counts the changes (of Changed) whose content was not
 	// compared: the diff's read bound came first.
 	NotCompared int `json:"not_compared"`
@@ -77,11 +81,12 @@ const NotComparedWhy = "past the diff's read bound"
 
 // Options bound a diff.
 type Options struct {
-	// Skip are paths (absolute) left out, each by itself: what is below
+	// Skip are paths (absolute) left out, each by itself and while it is
+	// of the type the server puts there: what is below
 	// a directory named here is compared still. They are what the server
 	// itself puts in every sandbox; a file of the sandbox's own beside
 	// them must show.
-	Skip []string
+	Skip []Skip
 	// Written are files the server writes in every sandbox, whose changes
 	// are left out only while each side holds what the server wrote.
 	Written    []Written
@@ -93,6 +98,28 @@ type Options struct {
 	// read. Past it a file whose content is not yet told apart is listed
 	// with NotCompared content.
 	MaxRead int64
+	// MaxEntries bounds the directory entries the diff reads, both sides'
+	// and the image's together (0: DefaultMaxEntries): each costs the
+	// server memory while its directory is compared, and a sandbox makes
+	// millions of them in a few MiB (hard links to one file). Past it the
+	// diff stops, Truncated.
+	MaxEntries int
+}
+
+// Skip is a path the server itself puts in every sandbox, and its type
+// there (dir, file): a change of it is left out while it is of that type
+// on each side, but something else a sandbox put in its place (a file of
+// its own data where the server has a directory) is listed.
+type Skip struct {
+	Path string
+	Type string
+}
+
+// skipped reports whether c is of a path in o.Skip, of its type.
+func (o *Options) skipped(c Change) bool {
+	return slices.ContainsFunc(o.Skip, func(s Skip) bool {
+		return s.Path == c.Path && s.Type == c.Type && !slices.Contains(c.What, "type")
+	})
 }
 
 // Written is a file the server itself writes in a sandbox (the fork
@@ -112,6 +139,7 @@ const (
 	DefaultMaxChanges = 20000
 	DefaultMaxPatch   = 1 << 20
 	DefaultMaxRead    = 1 << 30
+	DefaultMaxEntries = 1 << 20
 	maxPatchTotal     = 16 << 20
 	maxWritten        = 64 << 10
 )
@@ -134,7 +162,13 @@ func Diff(ctx context.Context, a, b Tree, lowers []string, o Options) (*Result, 
 	if o.MaxRead <= 0 {
 		o.MaxRead = DefaultMaxRead
 	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
 	d := &differ{ctx: ctx, a: a.Upper, b: b.Upper, lowers: lowers, o: o, res: &Result{Changes: []Change{}}, chains: map[layerDir]chain{}}
+	for _, root := range append([]string{a.Upper, b.Upper}, lowers...) {
+		d.rootLen = max(d.rootLen, len(root))
+	}
 	if err := d.dir("", false, false); err != nil && !errors.Is(err, errFull) {
 		return nil, err
 	}
@@ -151,6 +185,8 @@ type differ struct {
 	res        *Result
 	patchBytes int64
 	read       int64              // bytes of files' data read so far (Options.MaxRead)
+	entries    int                // directory entries read so far (Options.MaxEntries)
+	rootLen    int                // the longest of the directories the sides' paths are under
 	bufA, bufB []byte             // sameRange's, made at its first call
 	chains     map[layerDir]chain // a directory's standing in a layer (chain)
 }
@@ -204,15 +240,43 @@ func opaque(p string) bool {
 	return err == nil && n == 1 && buf[0] == 'y'
 }
 
-// names lists dir's entries (none if it is not a directory).
-func names(dir string) []string {
+// names lists dir's entries (none if it is not a directory), counted
+// against the diff's bound of entries read: past it, errFull, with no more
+// than a batch past the bound read.
+func (d *differ) names(dir string) ([]string, error) {
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	defer f.Close()
-	ns, _ := f.Readdirnames(-1)
-	return ns
+	var out []string
+	for {
+		if err := d.ctx.Err(); err != nil {
+			return nil, err
+		}
+		ns, err := f.Readdirnames(1024)
+		if d.entries += len(ns); d.entries > d.o.MaxEntries {
+			d.res.Truncated = true
+			return nil, errFull
+		}
+		out = append(out, ns...)
+		if err != nil { // io.EOF, or a directory read no further
+			return out, nil
+		}
+	}
+}
+
+// reachable reports whether the host can look rel up on every side: a
+// sandbox reaches a path of any length (by relative ones), but one longer
+// than PATH_MAX with the directory of its side is not found there, and
+// would be taken for absent. Such a path is left out, and the diff says
+// it is not complete (Truncated).
+func (d *differ) reachable(rel string) bool {
+	if d.rootLen+1+len(rel) < unix.PathMax {
+		return true
+	}
+	d.res.Truncated = true
+	return false
 }
 
 // chain says how directory rel (a path in the image, "" its root) stands
@@ -289,18 +353,22 @@ func (d *differ) lower(rel string) *entry {
 
 // lowerNames lists what the image's layers hold in directory rel, as
 // overlayfs merges them: top first, down to a layer that hides the rest.
-func (d *differ) lowerNames(rel string) []string {
+func (d *differ) lowerNames(rel string) ([]string, error) {
 	var out []string
 	for i := len(d.lowers) - 1; i >= 0; i-- {
 		c := d.chain(i, rel)
 		if c.present {
-			out = append(out, names(filepath.Join(d.lowers[i], rel))...)
+			ns, err := d.names(filepath.Join(d.lowers[i], rel))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ns...)
 		}
 		if c.hides {
 			break
 		}
 	}
-	return out
+	return out, nil
 }
 
 // side is what one side has at rel: its upper's entry, a whiteout's
@@ -330,17 +398,26 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 		hiddenA = hiddenA || opaque(aDir)
 		hiddenB = hiddenB || opaque(bDir)
 	}
-	set := map[string]bool{}
-	for _, n := range names(aDir) {
-		set[n] = true
-	}
-	for _, n := range names(bDir) {
-		set[n] = true
+	var lists [][]string
+	for _, dir := range []string{aDir, bDir} {
+		ns, err := d.names(dir)
+		if err != nil {
+			return err
+		}
+		lists = append(lists, ns)
 	}
 	if hiddenA != hiddenB {
 		// One side sees the image's entries here and the other does not:
 		// those differ too.
-		for _, n := range d.lowerNames(rel) {
+		ns, err := d.lowerNames(rel)
+		if err != nil {
+			return err
+		}
+		lists = append(lists, ns)
+	}
+	set := map[string]bool{}
+	for _, ns := range lists {
+		for _, n := range ns {
 			set[n] = true
 		}
 	}
@@ -360,6 +437,9 @@ func (d *differ) dir(rel string, hiddenA, hiddenB bool) error {
 func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
 	if err := d.ctx.Err(); err != nil {
 		return err
+	}
+	if !d.reachable(rel) {
+		return nil
 	}
 	ea, inA := d.side(d.a, rel, hiddenA)
 	eb, inB := d.side(d.b, rel, hiddenB)
@@ -405,14 +485,20 @@ func (d *differ) path(rel string, hiddenA, hiddenB bool) error {
 // listAll lists what is below a directory only one side has (added or
 // removed with it).
 func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side func(string) *entry) error {
+	ns, err := d.names(e.path)
+	if err != nil {
+		return err
+	}
 	seen := map[string]bool{}
-	var ns []string
-	for _, n := range names(e.path) {
+	for _, n := range ns {
 		seen[n] = true
-		ns = append(ns, n)
 	}
 	if !hidden && !opaque(e.path) {
-		for _, n := range d.lowerNames(rel) {
+		lns, err := d.lowerNames(rel)
+		if err != nil {
+			return err
+		}
+		for _, n := range lns {
 			if !seen[n] {
 				seen[n] = true
 				ns = append(ns, n)
@@ -425,6 +511,9 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 			return err
 		}
 		r := path.Join(rel, n)
+		if !d.reachable(r) {
+			continue
+		}
 		c := side(r)
 		if c == nil {
 			continue
@@ -449,7 +538,7 @@ func (d *differ) listAll(rel string, e *entry, kind string, hidden bool, side fu
 }
 
 func (d *differ) add(c Change, a, b *entry) error {
-	if slices.Contains(d.o.Skip, c.Path) || d.asWritten(c, a, b) {
+	if d.o.skipped(c) || d.asWritten(c, a, b) {
 		return nil
 	}
 	if len(d.res.Changes) >= d.o.MaxChanges {

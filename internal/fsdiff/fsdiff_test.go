@@ -228,8 +228,7 @@ func TestSkipIsExact(t *testing.T) {
 	write(t, b, ".shard/x", "mine\n")
 	write(t, b, ".shard/shard", "agent\n")
 	write(t, b, "etc/hosts", "hosts\n")
-	skip := []string{"/.shard", "/.shard/shard", "/etc/hosts", "/run/shard", "/run/shard/fork"}
-	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: skip})
+	res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: serverSkip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +239,60 @@ func TestSkipIsExact(t *testing.T) {
 	want := []string{"added /.shard/x", "added /etc", "added /run/shard/hidden"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") || res.Added != 3 {
 		t.Errorf("changes (%d added):\n%s\nwant:\n%s", res.Added, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+var serverSkip = []Skip{{"/.shard", "dir"}, {"/.shard/shard", "file"}, {"/etc/hosts", "file"}, {"/run/shard", "dir"}, {"/run/shard/fork", "file"}}
+
+// TestSkipIsOfItsType: a skipped path is left out only while it is of the
+// type the server puts there: a file of the sandbox's own data where the
+// server has a directory, or a symlink where it has a file, is listed.
+func TestSkipIsOfItsType(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b func(t *testing.T, dir string)
+		want string // the change listed, "" none
+	}{
+		{"the server's directory", func(t *testing.T, dir string) { os.MkdirAll(filepath.Join(dir, "run/shard"), 0o755) },
+			func(t *testing.T, dir string) { os.MkdirAll(filepath.Join(dir, "run/shard"), 0o700) }, ""},
+		{"a file in place of the directory", nil,
+			func(t *testing.T, dir string) { write(t, dir, "run/shard", "data of the sandbox's own\n") }, "added /run/shard"},
+		{"the directory replaced by a file", func(t *testing.T, dir string) { os.MkdirAll(filepath.Join(dir, "run/shard"), 0o755) },
+			func(t *testing.T, dir string) { write(t, dir, "run/shard", "data\n") }, "changed /run/shard"},
+		{"the directory replaced by a symlink", func(t *testing.T, dir string) { os.MkdirAll(filepath.Join(dir, "run/shard"), 0o755) },
+			func(t *testing.T, dir string) {
+				os.MkdirAll(filepath.Join(dir, "run"), 0o755)
+				os.Symlink("/etc", filepath.Join(dir, "run/shard"))
+			}, "changed /run/shard"},
+		{"a symlink in place of a file", nil, func(t *testing.T, dir string) {
+			os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
+			os.Symlink("/elsewhere", filepath.Join(dir, "etc/hosts"))
+		}, "added /etc/hosts"},
+		{"the server's file", nil, func(t *testing.T, dir string) { write(t, dir, "etc/hosts", "hosts\n") }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+			for _, side := range []struct {
+				dir string
+				mk  func(t *testing.T, dir string)
+			}{{a, tc.a}, {b, tc.b}} {
+				if side.mk != nil {
+					side.mk(t, side.dir)
+				}
+			}
+			res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: serverSkip})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, c := range res.Changes {
+				if c.Path == "/run/shard" || c.Path == "/etc/hosts" {
+					got = c.Kind + " " + c.Path
+				}
+			}
+			if got != tc.want {
+				t.Errorf("got %q, want %q (%+v)", got, tc.want, res.Changes)
+			}
+		})
 	}
 }

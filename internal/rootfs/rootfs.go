@@ -661,19 +661,28 @@ func (s *Storage) View(ctx context.Context, id, key, dir string) (release func()
 		os.Remove(copyPath)
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, "mount", "-o", "loop,noatime,nosuid,nodev,noexec", copyPath, dir).CombinedOutput()
+	// Not killed with ctx: mount(8) killed after the kernel's mount was
+	// made left it mounted (a loop device, the copy's blocks) with nobody
+	// to release it. It is quick; a caller that gave up meanwhile is told
+	// once it is undone.
+	out, err := exec.Command("mount", "-o", "loop,noatime,nosuid,nodev,noexec", copyPath, dir).CombinedOutput()
 	if err != nil {
 		os.Remove(copyPath)
 		os.Remove(dir)
 		return nil, fmt.Errorf("mount a copy of the files: %v: %s", err, bytes.TrimSpace(out))
 	}
-	return func() {
+	release = func() {
 		if err := Unmount(dir); err != nil {
 			s.log.Warn("store: unmount a view", "dir", dir, "err", err)
 		}
 		os.Remove(dir)
 		os.Remove(copyPath)
-	}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // MountsUnder lists the mount points below dir (deepest first), from the

@@ -20,13 +20,17 @@ import (
 )
 
 // serverPaths are what the server itself puts in every sandbox's files,
-// left out of diffs by exact path: the agent's mount point and binary, the
-// host files it binds over, and the fork contract's directory. The fork
+// left out of diffs by exact path while each is of the type the server
+// makes (a file of the sandbox's where the server has a directory shows):
+// the agent's mount point and binary, the host files it binds over, and
+// the fork contract's directory. The fork
 // contract's file (each fork's own identity, different by design) is left
 // out only while it holds what the server wrote (forkFile). Anything else
 // under /.shard or /run/shard is the sandbox's own, and shows: it persists
 // across stop and start and reaches forks and snapshots like any file.
-var serverPaths = []string{oci.AgentDir, oci.AgentPath, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", path.Dir(proto.ForkFile)}
+var serverPaths = []fsdiff.Skip{{Path: oci.AgentDir, Type: "dir"}, {Path: oci.AgentPath, Type: "file"},
+	{Path: "/etc/hosts", Type: "file"}, {Path: "/etc/hostname", Type: "file"}, {Path: "/etc/resolv.conf", Type: "file"},
+	{Path: path.Dir(proto.ForkFile), Type: "dir"}}
 
 // DefaultMaxDiffs bounds the diffs a server runs at once (Config.MaxDiffs):
 // each holds two mounted copies of a sandbox's files while it reads them.

@@ -596,7 +596,11 @@ func (f *Files) WriteFiles(ctx context.Context, idOrName, path string, body io.R
 		h.done()
 	}
 	serr := <-sent
-	if serr != nil && !errors.Is(serr, os.ErrClosed) && !errors.Is(serr, syscall.EPIPE) && (err == nil || errdefs.CodeOf(err) == files.CodeShortBody) {
+	// A body that broke off (stalled past the body timeout, whose cut
+	// also ends ctx) is why the helper, cut and stopped, said nothing or
+	// that its upload was cut: the client is told that, not of the helper.
+	if serr != nil && !errors.Is(serr, os.ErrClosed) && !errors.Is(serr, syscall.EPIPE) &&
+		(err == nil || errdefs.CodeOf(err) == files.CodeShortBody || errdefs.CodeOf(err) == client.CodeFilesHelperFailed) {
 		return nil, errdefs.New(errdefs.KindInvalid, files.CodeShortBody,
 			"the upload to sandbox %s broke off (%v): %s", sb.Name, serr, "nothing of a file that was not whole was written")
 	}

@@ -2,11 +2,15 @@ package integration
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -580,5 +584,56 @@ func TestFilesSecretsNeedWrite(t *testing.T) {
 	wantCode(t, "a read-only key's patch of it", err, 403, "missing_scope", "sandbox:write")
 	if _, err := ro.Diff(ctxT(t), granted.ID, "", false); err != nil {
 		t.Fatalf("a diff without patches: %v", err)
+	}
+}
+
+// TestFilesStalledUpload: an upload whose body stalls past --body-timeout
+// is 400 short_body, saying the upload broke off, and writes nothing; it
+// was 422 files_helper_failed, "the files helper gave no answer: read |0:
+// file already closed", with a hint about older sandboxes.
+func TestFilesStalledUpload(t *testing.T) {
+	e := need(t)
+	restartWith(t, "--body-timeout", "2s")
+	for _, prov := range providers {
+		for _, stopped := range []bool{false, true} {
+			name := prov
+			if stopped {
+				name += "-stopped"
+			}
+			t.Run(name, func(t *testing.T) {
+				sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "files-stall-" + name})
+				if stopped {
+					if _, err := e.c.Stop(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				conn, err := net.Dial("unix", e.socket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				// 3 bytes of the 100 it says, then nothing.
+				fmt.Fprintf(conn, "PUT /v0/sandboxes/%s/files?path=/root/stall HTTP/1.1\r\nHost: shard\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\nabc", sb.ID)
+				conn.SetReadDeadline(time.Now().Add(time.Minute))
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				var apiErr struct{ Code, Message string }
+				json.Unmarshal(body, &apiErr)
+				if resp.StatusCode != 400 || apiErr.Code != client.CodeShortBody || !strings.Contains(apiErr.Message, "broke off") {
+					t.Errorf("a stalled upload: %d %s, want 400 short_body saying it broke off", resp.StatusCode, body)
+				}
+				if stopped {
+					if _, err := e.c.Start(ctxT(t), sb.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := execOK(t, sb.ID, "sh", "-c", "ls -A /root"); got != "" {
+					t.Errorf("/root holds %q after a stalled upload", got)
+				}
+			})
+		}
 	}
 }

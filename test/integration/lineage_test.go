@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -204,6 +206,15 @@ func TestDiffShowsFilesBesideTheServers(t *testing.T) {
 			}
 			if c := changesOf(d)[proto.ForkFile]; c.Kind != "added" {
 				t.Errorf("a fork file the sandbox wrote is not in its diff: %+v", d.Changes)
+			}
+			// The server's directory replaced by a file of the sandbox's
+			// own data: it shows, as a file.
+			execOK(t, sb.ID, "sh", "-c", "rm -rf /run/shard && echo mine > /run/shard")
+			if d, err = e.c.Diff(ctxT(t), sb.ID, "", false); err != nil {
+				t.Fatal(err)
+			}
+			if c := changesOf(d)["/run/shard"]; c.Kind != "added" || c.Type != "file" {
+				t.Errorf("a file in place of /run/shard is not in the diff: %+v", d.Changes)
 			}
 		})
 	}
@@ -411,6 +422,48 @@ func BenchmarkDiff(b *testing.B) {
 			}
 			report(b, samples{"diff": ds}, "", "diff")
 			b.ReportMetric(float64(n), "changes")
+		})
+	}
+}
+
+// TestDiffPathPastTheHostsReach: a file whose path, with the host
+// directory of the diff's copy, is longer than the host looks up (a
+// sandbox makes one by relative paths; here a tar unpacks it) is not taken
+// for absent and left out in silence: the diff is truncated, and what it
+// reaches is listed.
+func TestDiffPathPastTheHostsReach(t *testing.T) {
+	e := need(t)
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			sb := create(t, client.CreateRequest{Image: busybox, Provider: prov, Name: "diff-deep-" + prov})
+			var tb bytes.Buffer
+			tw := tar.NewWriter(&tb)
+			// 4088 bytes of path, /hidden included: within what a sandbox
+			// takes (4096), past it with any host directory before it.
+			name := "deep"
+			for len(name)+len("/hidden") < 4088 {
+				name += "/" + strings.Repeat("d", min(200, 4088-len("/hidden")-len(name)-1))
+			}
+			if err := tw.WriteHeader(&tar.Header{Name: name + "/hidden", Mode: 0o644, Size: 5}); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte("mine\n"))
+			tw.Close()
+			if _, err := e.c.WriteArchive(ctxT(t), sb.ID, "/", &tb); err != nil {
+				t.Fatal(err)
+			}
+			execOK(t, sb.ID, "sh", "-c", "echo x > /zz-after")
+			d, err := e.c.Diff(ctxT(t), sb.ID, "", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := changesOf(d)
+			if !d.Truncated {
+				t.Errorf("a diff that cannot reach /%s/hidden is not truncated", name)
+			}
+			if ch["/deep"].Kind != "added" || ch["/zz-after"].Kind != "added" {
+				t.Errorf("what the diff reaches is not listed: %+v", d.Changes)
+			}
 		})
 	}
 }
