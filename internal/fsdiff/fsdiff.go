@@ -113,12 +113,16 @@ type Options struct {
 type Skip struct {
 	Path string
 	Type string
+	// IfAdded: the server makes it only where the image has none (the
+	// directory above one of its own paths): it is left out as added,
+	// and a change of the image's own is listed.
+	IfAdded bool
 }
 
 // skipped reports whether c is of a path in o.Skip, of its type.
 func (o *Options) skipped(c Change) bool {
 	return slices.ContainsFunc(o.Skip, func(s Skip) bool {
-		return s.Path == c.Path && s.Type == c.Type && !slices.Contains(c.What, "type")
+		return s.Path == c.Path && s.Type == c.Type && !slices.Contains(c.What, "type") && (!s.IfAdded || c.Kind == Added)
 	})
 }
 

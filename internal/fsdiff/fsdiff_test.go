@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -242,7 +243,50 @@ func TestSkipIsExact(t *testing.T) {
 	}
 }
 
-var serverSkip = []Skip{{"/.shard", "dir"}, {"/.shard/shard", "file"}, {"/etc/hosts", "file"}, {"/run/shard", "dir"}, {"/run/shard/fork", "file"}}
+var serverSkip = []Skip{{"/.shard", "dir", false}, {"/.shard/shard", "file", false}, {"/etc/hosts", "file", false},
+	{"/run/shard", "dir", false}, {"/run/shard/fork", "file", false}, {"/run", "dir", true}}
+
+// TestSkipIfAdded: a directory the server makes above its own paths where
+// the image has none (busybox has no /run) is not listed as added; a change
+// of the image's own directory there is.
+func TestSkipIfAdded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		image bool   // the image has /run
+		mode  uint32 // /run's mode in the sandbox
+		want  string
+	}{
+		{"made by the server", false, 0o755, ""},
+		{"the image's, as it was", true, 0o755, ""},
+		{"the image's, its mode changed", true, 0o700, "changed /run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower, a, b := t.TempDir(), t.TempDir(), t.TempDir()
+			if tc.image {
+				if err := os.Mkdir(filepath.Join(lower, "run"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(b, "run/shard"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(b, "run"), os.FileMode(tc.mode)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Diff(t.Context(), Tree{Upper: a}, Tree{Upper: b}, []string{lower}, Options{Skip: serverSkip})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range res.Changes {
+				got = append(got, c.Kind+" "+c.Path)
+			}
+			if want := []string{tc.want}; tc.want == "" && len(got) != 0 || tc.want != "" && !slices.Equal(got, want) {
+				t.Errorf("changes %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
 
 // TestSkipIsOfItsType: a skipped path is left out only while it is of the
 // type the server puts there: a file of the sandbox's own data where the

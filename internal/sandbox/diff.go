@@ -30,7 +30,10 @@ import (
 // across stop and start and reaches forks and snapshots like any file.
 var serverPaths = []fsdiff.Skip{{Path: oci.AgentDir, Type: "dir"}, {Path: oci.AgentPath, Type: "file"},
 	{Path: "/etc/hosts", Type: "file"}, {Path: "/etc/hostname", Type: "file"}, {Path: "/etc/resolv.conf", Type: "file"},
-	{Path: path.Dir(proto.ForkFile), Type: "dir"}}
+	{Path: path.Dir(proto.ForkFile), Type: "dir"},
+	// Made by the server above its own paths where the image has none
+	// (busybox has no /run).
+	{Path: "/run", Type: "dir", IfAdded: true}, {Path: "/etc", Type: "dir", IfAdded: true}}
 
 // DefaultMaxDiffs bounds the diffs a server runs at once (Config.MaxDiffs):
 // each holds two mounted copies of a sandbox's files while it reads them.
