@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"slices"
@@ -63,6 +64,13 @@ do, and a line on stderr says so; the exit status is 0 either way.
 			// only where a terminal would act on them.
 			escape := term.IsTerminal(int(os.Stdout.Fd()))
 			defer printDiffNotes(d)
+			if len(d.Changes) == 0 && !d.Truncated {
+				// stdout stays empty, as diff's and git diff's (--stat
+				// too): a script that saves or applies it, or tests it
+				// for emptiness, still can.
+				termsafe.Fprintf(os.Stderr, "(no differences: %s → %s)\n", d.From.Kind+" "+sideName(d.From.Name, d.From.ID), sideName(d.To.Name, d.To.ID))
+				return nil
+			}
 			if stat {
 				printDiffStat(d)
 				if patch {
@@ -72,14 +80,11 @@ do, and a line on stderr says so; the exit status is 0 either way.
 				}
 				return nil
 			}
-			if len(d.Changes) == 0 {
-				// stdout stays empty, as diff's and git diff's: a script that
-				// saves or applies it, or tests it for emptiness, still can.
-				termsafe.Fprintf(os.Stderr, "(no differences: %s → %s)\n", d.From.Kind+" "+sideName(d.From.Name, d.From.ID), sideName(d.To.Name, d.To.ID))
-				return nil
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 1, ' ', 0)
+			var list bytes.Buffer
+			tw := tabwriter.NewWriter(&list, 0, 4, 1, ' ', 0)
+			ends := make([]int, 0, len(d.Changes)) // where a line without a note ends
 			for _, ch := range d.Changes {
+				ends = append(ends, 0)
 				sign := map[string]string{"added": "+", "removed": "-", "changed": "M"}[ch.Kind]
 				what := slices.Clip(ch.What) // appended to: not into the answer's array
 				if len(ch.NotCompared) > 0 {
@@ -91,10 +96,23 @@ do, and a line on stderr says so; the exit status is 0 either way.
 				note := ""
 				if len(what) > 0 {
 					note = "(" + strings.Join(what, ", ") + ")"
+				} else {
+					ends[len(ends)-1] = len(sign) + 1 + len(termsafe.Escape(changePath(ch)))
 				}
 				termsafe.Fprintf(tw, "%s\t%s\t%s\n", sign, changePath(ch), note)
 			}
 			tw.Flush()
+			// A line without a note ends at its path (which may end in a
+			// space of its own), not in the spaces that align the notes.
+			i := 0
+			for line := range strings.Lines(list.String()) {
+				if i < len(ends) && ends[i] > 0 && ends[i] < len(line) {
+					n := ends[i]
+					line = line[:n] + "\n"
+				}
+				os.Stdout.WriteString(line)
+				i++
+			}
 			if patch {
 				printPatches(os.Stdout, d, escape)
 			}

@@ -64,15 +64,20 @@ func TestDiffNotes(t *testing.T) {
 			{Path: "/big", Kind: "changed", Type: "file", NotCompared: []string{"content"}},
 			{Path: "/caf\uFFFD", PathBytes: []byte("/caf\xe9"), Kind: "added", Type: "file"},
 			{Path: "/mode", Kind: "changed", Type: "file", What: []string{"mode"}, NotCompared: []string{"content"}},
-		}, Added: 1, Changed: 2, NotCompared: 2}),
+			{Path: "/end ", Kind: "added", Type: "file"}, // a name's own last space stays
+		}, Added: 2, Changed: 2, NotCompared: 2}),
 	})
 	var out string
 	errOut := captureStderr(t, func() { out = runCLI(t, "--socket", sock, "diff", "a", "same") })
 	if out != "" || errOut != "(no differences: sandbox a → b)\n" {
 		t.Errorf("no differences: stdout %q, stderr %q", out, errOut)
 	}
+	errOut = captureStderr(t, func() { out = runCLI(t, "--socket", sock, "diff", "--stat", "a", "same") })
+	if out != "" || errOut != "(no differences: sandbox a → b)\n" {
+		t.Errorf("no differences, --stat: stdout %q, stderr %q", out, errOut)
+	}
 	errOut = captureStderr(t, func() { out = runCLI(t, "--socket", sock, "diff", "a", "big") })
-	want := "? /big     (content not compared)\n+ /caf\\xe9 \nM /mode    (mode, content not compared)\n"
+	want := "? /big     (content not compared)\n+ /caf\\xe9\nM /mode    (mode, content not compared)\n+ /end \n"
 	if out != want || !strings.Contains(errOut, "2 files' contents not compared") {
 		t.Errorf("not compared:\n%q\nwant\n%q\nstderr %q", out, want, errOut)
 	}
