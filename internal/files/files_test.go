@@ -250,19 +250,20 @@ func TestPathsAndErrors(t *testing.T) {
 		name string
 		res  Result
 		code string
+		says string // in the message, if set
 	}{
-		{"relative", Stat("etc/passwd", false), CodeInvalid},
-		{"nul", Stat("/a\x00b", false), CodeInvalid},
-		{"missing", Stat(filepath.Join(dir, "nope"), false), CodeNotFound},
-		{"list a file", List(filepath.Join(dir, "f"), 0), CodeNotDir},
-		{"remove root", Remove("/", true), CodeInvalid},
-		{"remove a full dir", Remove(filepath.Dir(dir), false), CodeNotEmpty},
-		{"put onto a dir", Put(context.Background(), strings.NewReader(""), dir, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeIsDir},
-		{"put without its dir", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "no", "f"), PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeNotFound},
-		{"tar onto a file", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "f"), PutOptions{Tar: true}), CodeNotDir},
+		{"relative", Stat("etc/passwd", false), CodeInvalid, ""},
+		{"nul", Stat("/a\x00b", false), CodeInvalid, ""},
+		{"missing", Stat(filepath.Join(dir, "nope"), false), CodeNotFound, ""},
+		{"list a file", List(filepath.Join(dir, "f"), 0), CodeNotDir, ""},
+		{"remove root", Remove("/", true), CodeInvalid, ""},
+		{"remove a full dir", Remove(filepath.Dir(dir), false), CodeNotEmpty, ""},
+		{"put onto a dir", Put(context.Background(), strings.NewReader(""), dir, PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeIsDir, ""},
+		{"put without its dir", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "no", "f"), PutOptions{Mode: -1, UID: -1, GID: -1, Size: -1}), CodeNotFound, "shard write --parents"},
+		{"tar onto a file", Put(context.Background(), strings.NewReader(""), filepath.Join(dir, "f"), PutOptions{Tar: true}), CodeNotDir, ""},
 	} {
-		if tc.res.OK || tc.res.Code != tc.code {
-			t.Errorf("%s: got ok=%v %q (%s), want %s", tc.name, tc.res.OK, tc.res.Code, tc.res.Message, tc.code)
+		if tc.res.OK || tc.res.Code != tc.code || !strings.Contains(tc.res.Message, tc.says) {
+			t.Errorf("%s: got ok=%v %q (%s), want %s saying %q", tc.name, tc.res.OK, tc.res.Code, tc.res.Message, tc.code, tc.says)
 		}
 	}
 	var b bytes.Buffer

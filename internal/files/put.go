@@ -271,7 +271,7 @@ func putDir(dir string, parents bool) error {
 	}
 	if fi, err := os.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fail(CodeNotFound, "directory %s does not exist (make it first, or ask to make parents)", dir)
+			return fail(CodeNotFound, "directory %s does not exist (make it first, or ask for its parents: parents=true in the API, shard write --parents)", dir)
 		}
 		return pathErr(dir, err)
 	} else if !fi.IsDir() {

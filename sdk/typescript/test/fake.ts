@@ -536,7 +536,7 @@ export class FakeShard {
       // Refused before the body is read, as the server does: the answer
       // comes while the client is still sending.
       if (!tar && q.parents !== "true" && fs.get(dir)?.type !== "dir") {
-        return err(404, "file_not_found", `sandbox ${sb.name}: directory ${dir} does not exist (make it first, or ask to make parents)`);
+        return err(404, "file_not_found", `sandbox ${sb.name}: directory ${dir} does not exist (make it first, or ask for its parents: parents=true in the API, shard write --parents)`);
       }
       if (!tar && fs.get(target)?.type === "dir") return err(400, "is_a_directory", `sandbox ${sb.name}: ${p} is a directory`);
       const chunks: Buffer[] = [];
