@@ -54,8 +54,8 @@ declare -A PORT=([a]=$port [b]=$((port + 1))) CPORT=([a]=$cport [b]=$((cport + 1
 declare -A BRIDGE=([a]=${SHARD_CLUSTER_BRIDGE:-shardc}a [b]=${SHARD_CLUSTER_BRIDGE:-shardc}b)
 declare -A RUN=([a]=${SHARD_CLUSTER_RUN:-/run/shard-demo}-a [b]=${SHARD_CLUSTER_RUN:-/run/shard-demo}-b)
 
-say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
-run() { say "$*"; "$@"; }
+# say, shq, run: show a command (pasteable) and run it.
+. "$ROOT/scripts/say.sh"
 # shard is the binary this script built (SHARD_BIN), wherever PATH points.
 shard() { "$BIN" "$@"; }
 on() { local n=$1; shift; shard --socket "$DIR/$n/shard.sock" "$@"; }

@@ -20,22 +20,8 @@ REG_DIR=${SHARD_DEMO_REGISTRY_DIR:-/var/lib/shard-demo-registry}
 LOG=${SHARD_DEMO_LOG:-/var/log/shard-serve.log}
 METRICS=${SHARD_DEMO_METRICS:-127.0.0.1:9470}
 
-say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
-# shq prints its arguments as a shell reads them back (as shard's own
-# shellquote.Join): a plain word as it is, any other in single quotes; so a
-# command run shows can be pasted.
-shq() {
-	local a out=() IFS=' '
-	for a; do
-		if [[ $a =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
-			out+=("$a")
-		else
-			out+=("'${a//\'/\'\\\'\'}'")
-		fi
-	done
-	printf '%s' "${out[*]}"
-}
-run() { say "$(shq "$@")"; "$@"; }
+# say, shq, run: show a command (pasteable) and run it.
+. "$ROOT/scripts/say.sh"
 
 [[ $(id -u) -eq 0 ]] || { echo "demo.sh: run as root" >&2; exit 1; }
 

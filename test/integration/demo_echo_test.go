@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,23 +11,28 @@ import (
 	"testing"
 )
 
-// TestDemoEchoesQuoted: the commands scripts/demo.sh shows read back, pasted
-// into a shell, as the argv it ran; "$*" had dropped their quoting
+// TestDemoEchoesQuoted: the commands the demo scripts show read back,
+// pasted into a shell, as the argv they ran; "$*" had dropped their quoting
 // (`$ shard exec base sh -c mkdir -p ... && echo '...'`). It needs no
-// server: the script's say, shq and run are run alone in bash.
+// server: scripts/say.sh, which both demos source for say, shq and run, is
+// run alone in bash.
 func TestDemoEchoesQuoted(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile(filepath.Join(root, "scripts", "demo.sh"))
+	defs, err := os.ReadFile(filepath.Join(root, "scripts", "say.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The helpers: from "say()" to the line that defines run.
-	defs := regexp.MustCompile(`(?ms)^say\(\) .*?^run\(\) [^\n]*\n`).Find(script)
-	if defs == nil {
-		t.Fatal("scripts/demo.sh has no say() ... run() definitions")
+	for _, demo := range []string{"demo.sh", "demo-cluster.sh"} {
+		script, err := os.ReadFile(filepath.Join(root, "scripts", demo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(script, []byte(`. "$ROOT/scripts/say.sh"`)) || regexp.MustCompile(`(?m)^(say|run)\(\)`).Match(script) {
+			t.Errorf("scripts/%s does not take say and run from scripts/say.sh", demo)
+		}
 	}
 	argv := []string{"true", "exec", "base", "sh", "-c",
 		`mkdir -p /tmp/site && echo '__version__ = "2.31.0"' > /dev/null`,

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -174,6 +175,17 @@ func setup() (*env, error) {
 	// first size and the most it grows to: 1GiB and 8GiB).
 	e.bridge = envOr("SHARD_IT_BRIDGE", "shardit0")
 	e.subnet = envOr("SHARD_IT_SUBNET", "10.89.0.0/16")
+	// Another run's server on this bridge (it holds the bridge's lock, as
+	// every shard serve does): its veths and, at teardown, its bridge
+	// and tables are not ours to clear.
+	if busy, err := bridgeLocked(e.bridge); err != nil || busy {
+		b := e.bridge
+		e.bridge = ""
+		if err != nil {
+			return e, fmt.Errorf("bridge %s: its lock: %w", b, err)
+		}
+		return e, fmt.Errorf("bridge %s is a running shard serve's (another test run?): wait for it, or set SHARD_IT_BRIDGE and SHARD_IT_SUBNET", b)
+	}
 	// A run that was killed leaves its veths on the test bridge, holding
 	// addresses this run will hand out again: clear them first.
 	if out, err := exec.Command("ip", "-o", "link", "show", "master", e.bridge).Output(); err == nil {
@@ -293,14 +305,33 @@ func (e *env) teardown() {
 	}
 	run(filepath.Join(e.root, "scripts", "registry.sh"), "stop", filepath.Join(e.dir, "registry"))
 	exec.Command("umount", filepath.Join(e.dataDir, "storage")).Run()
-	exec.Command("ip", "link", "del", e.bridge).Run()
-	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
-	exec.Command("nft", "delete", "table", "bridge", e.bridge).Run()
+	if e.bridge != "" {
+		exec.Command("ip", "link", "del", e.bridge).Run()
+		exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
+		exec.Command("nft", "delete", "table", "bridge", e.bridge).Run()
+	}
 	if os.Getenv("SHARD_KEEP") == "" {
 		os.RemoveAll(e.dir)
 	} else {
 		fmt.Println("kept", e.dir)
 	}
+}
+
+// bridgeLocked reports whether a shard serve holds bridge's lock (the file
+// cmd/shard's daemon takes for it, in /run/lock).
+func bridgeLocked(bridge string) (bool, error) {
+	f, err := os.OpenFile(filepath.Join("/run/lock", "shard-bridge-"+bridge+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil // closing the file lets go of the lock
 }
 
 // cli runs the shard CLI against the test server.
