@@ -5,8 +5,25 @@
 # `shard serve` (its Prometheus metrics on 127.0.0.1:9470, without a key),
 # and run the walk-through of seed 001 with the CLI.
 #
-# Usage: scripts/demo.sh            (safe to rerun; leaves shard serve running)
-# Environment: SHARD_DEMO_METRICS   --metrics-listen (default 127.0.0.1:9470)
+# Usage: scripts/demo.sh         (safe to rerun; leaves shard serve running)
+#        scripts/demo.sh stop    stop the sandboxes (kept, stopped) and the
+#                                server it started, and undo what the server
+#                                set up on the host: its store and mounts
+#                                unmounted, its run directory, bridge and
+#                                nftables tables removed. The state stays in
+#                                the data directory (rm -rf it to reclaim the
+#                                disk); a rerun starts the server again on it.
+#                                The registry keeps running: scripts/registry.sh
+#                                stop /var/lib/shard-demo-registry ends it.
+# Environment (stop needs the same values):
+#   SHARD_DEMO_METRICS          --metrics-listen (default 127.0.0.1:9470)
+#   SHARD_DEMO_DIR, SHARD_DEMO_RUN, SHARD_DEMO_SOCKET
+#                               --data-dir, --run-dir, --socket (default
+#                               /var/lib/shard, /run/shard, /run/shard/shard.sock)
+#   SHARD_DEMO_BRIDGE, SHARD_DEMO_SUBNET  --bridge, --subnet (shard0, 10.88.0.0/16)
+#   SHARD_DEMO_STORAGE_SIZE, SHARD_DEMO_DEFAULT_DISK  --storage-size, --default-disk (4GiB, 1GiB)
+#   SHARD_BIN                   where shard is built (default /usr/local/bin/shard)
+#   SHARD_DEMO_REGISTRY_PORT, SHARD_DEMO_REGISTRY_DIR  the registry's
 #
 # Offline changes to the seed's walk-through: `python:3.12-slim` is served by
 # the local mirror (it holds Debian 12's python3), and instead of pip
@@ -19,14 +36,48 @@ REG_PORT=${SHARD_DEMO_REGISTRY_PORT:-5000}
 REG_DIR=${SHARD_DEMO_REGISTRY_DIR:-/var/lib/shard-demo-registry}
 LOG=${SHARD_DEMO_LOG:-/var/log/shard-serve.log}
 METRICS=${SHARD_DEMO_METRICS:-127.0.0.1:9470}
+DATA=${SHARD_DEMO_DIR:-/var/lib/shard}
+RUN=${SHARD_DEMO_RUN:-/run/shard}
+SOCK=${SHARD_DEMO_SOCKET:-/run/shard/shard.sock}
+BRIDGE=${SHARD_DEMO_BRIDGE:-shard0}
+SUBNET=${SHARD_DEMO_SUBNET:-10.88.0.0/16}
+BIN=${SHARD_BIN:-/usr/local/bin/shard}
+STORAGE_SIZE=${SHARD_DEMO_STORAGE_SIZE:-4GiB}
+DEFAULT_DISK=${SHARD_DEMO_DEFAULT_DISK:-1GiB}
+# The pid of the server this script started (stop ends only that one).
+PIDFILE=$DATA.demo.pid
 
 # say, shq, run: show a command (pasteable) and run it.
 . "$ROOT/scripts/say.sh"
+# clean_host DATA RUN BRIDGE, stop_pid FILE MARK
+. "$ROOT/scripts/host-clean.sh"
+# shard is the binary this script built, on the demo's socket.
+shard() { "$BIN" --socket "$SOCK" "$@"; }
 
 [[ $(id -u) -eq 0 ]] || { echo "demo.sh: run as root" >&2; exit 1; }
 
+stop() {
+	if [[ ! -f $PIDFILE ]]; then
+		echo "demo.sh stop: no server started by demo.sh ($PIDFILE): stop yours by its pid" >&2
+		exit 1
+	fi
+	local id running
+	if shard capabilities >/dev/null 2>&1; then
+		for id in $(shard list -q --all-projects); do shard stop "$id" >/dev/null 2>&1 || true; done
+		running=$(shard list --all-projects --json | grep -c '"state": "running"' || true)
+		if [[ $running != 0 ]]; then
+			echo "demo.sh stop: $running sandbox(es) did not stop (shard list), so the host is left as it is" >&2
+			exit 1
+		fi
+	fi
+	stop_pid "$PIDFILE" "serve"
+	clean_host "$DATA" "$RUN" "$BRIDGE"
+	echo "stopped (sandboxes stopped, state kept in $DATA: $(du -sh "$DATA" 2>/dev/null | cut -f1) on disk)"
+}
+[[ ${1:-} == stop ]] && { stop; exit 0; }
+
 echo "== build shard (static: its agent runs inside any image; stamped with the checkout's version)"
-"$ROOT/scripts/build.sh" /usr/local/bin/shard
+"$ROOT/scripts/build.sh" "$BIN"
 
 echo "== local registry with the test images on 127.0.0.1:$REG_PORT"
 "$ROOT/scripts/registry.sh" start "$REG_DIR" "$REG_PORT"
@@ -39,8 +90,10 @@ if ! shard capabilities >/dev/null 2>&1; then
 	# leaves the host room for scripts/test.sh after it. Prometheus scrapes
 	# TCP, never a Unix socket: --metrics-listen serves GET /metrics on
 	# loopback without a key (docs/console-and-metrics.md).
-	nohup shard serve --registry-mirror "http://127.0.0.1:$REG_PORT" --default-disk 1GiB \
+	nohup "$BIN" serve --socket "$SOCK" --data-dir "$DATA" --run-dir "$RUN" --bridge "$BRIDGE" --subnet "$SUBNET" \
+		--registry-mirror "http://127.0.0.1:$REG_PORT" --storage-size "$STORAGE_SIZE" --default-disk "$DEFAULT_DISK" \
 		--metrics-listen "$METRICS" >>"$LOG" 2>&1 &
+	echo $! >"$PIDFILE"
 	for _ in $(seq 100); do
 		shard capabilities >/dev/null 2>&1 && break
 		sleep 0.1
@@ -66,4 +119,5 @@ run shard remove --force try-a
 run shard list
 echo
 echo "shard serve keeps running (log: $LOG). Try: shard exec -it base sh"
+echo "scripts/demo.sh stop stops it (its sandboxes stopped and kept)."
 echo "Its metrics: curl http://$METRICS/metrics"

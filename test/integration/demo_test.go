@@ -141,6 +141,96 @@ func TestDemoCluster(t *testing.T) {
 
 // freePortPair returns a port p with p+1 free too (the demo gives node a p
 // and node b p+1).
+// TestDemo runs scripts/demo.sh, the README's first command after the
+// install, beside the shared server (its own data and run directories,
+// socket, binary, bridge, subnet and metrics port; the run's registry):
+// the seed's walk-through works; `stop` stops its sandboxes (kept) and the
+// server it started, and leaves nothing on the host but the data directory:
+// no mount or loop device of its files, no bridge, nftables table or run
+// directory (a newcomer had no way to stop the demo, and a server's SIGTERM
+// leaves all of that for its sandboxes); a rerun starts on the kept state.
+func TestDemo(t *testing.T) {
+	e := need(t)
+	dir, err := os.MkdirTemp(e.dir, "demo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, run := filepath.Join(dir, "data"), filepath.Join(e.dir, "demo-single-run")
+	bridge := fmt.Sprintf("%.11se", e.bridge)
+	base := netip.MustParsePrefix(clusterNet()).Addr().As4()
+	_, regPort, _ := net.SplitHostPort(e.registry)
+	env := append(os.Environ(),
+		"SHARD_DEMO_DIR="+data, "SHARD_DEMO_RUN="+run, "SHARD_DEMO_SOCKET="+filepath.Join(dir, "shard.sock"),
+		"SHARD_BIN="+filepath.Join(dir, "shard"), "SHARD_DEMO_BRIDGE="+bridge,
+		fmt.Sprintf("SHARD_DEMO_SUBNET=%d.%d.242.0/24", base[0], base[1]),
+		fmt.Sprintf("SHARD_DEMO_METRICS=127.0.0.1:%d", mustFreePort(t)), "SHARD_DEMO_LOG="+filepath.Join(dir, "serve.log"),
+		"SHARD_DEMO_STORAGE_SIZE=1GiB", "SHARD_DEMO_DEFAULT_DISK=256MiB",
+		"SHARD_DEMO_REGISTRY_PORT="+regPort, "SHARD_DEMO_REGISTRY_DIR="+filepath.Join(e.dir, "registry"))
+	script := filepath.Join(e.root, "scripts", "demo.sh")
+	demo := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(script, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("demo.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(script, "stop")
+		cmd.Env = env
+		cmd.Run()
+	})
+	pidOf := func() int {
+		t.Helper()
+		b, err := os.ReadFile(data + ".demo.pid")
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			t.Fatalf("the demo's pid file: %q %v", b, err)
+		}
+		return pid
+	}
+	for round := range 2 { // the second on the state the first's stop kept
+		out := demo()
+		for _, want := range []string{"2.31.0", "2.32.4", "2.32.3", "demo.sh stop"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("round %d: the walk-through's output lacks %q:\n%s", round, want, out)
+			}
+		}
+		pid := pidOf()
+		out = demo("stop")
+		if !strings.Contains(out, "state kept in "+data) {
+			t.Errorf("stop says %q", out)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("the demo's server %d still runs after stop", pid)
+		}
+		for _, m := range mounts() {
+			if strings.HasPrefix(m.point, data+"/") || strings.HasPrefix(m.point, run) {
+				t.Errorf("still mounted after stop: %s", m.point)
+			}
+		}
+		if lo, err := exec.Command("losetup", "-n", "-O", "NAME,BACK-FILE").Output(); err == nil && strings.Contains(string(lo), data+"/") {
+			t.Errorf("a loop device on the demo's files after stop:\n%s", lo)
+		}
+		if exec.Command("ip", "link", "show", bridge).Run() == nil {
+			t.Errorf("bridge %s is still there after stop", bridge)
+		}
+		for _, family := range []string{"ip", "bridge"} {
+			if exec.Command("nft", "list", "table", family, bridge).Run() == nil {
+				t.Errorf("nftables table %s %s is still there after stop", family, bridge)
+			}
+		}
+		if _, err := os.Stat(run); err == nil {
+			t.Errorf("%s is still there after stop", run)
+		}
+		if _, err := os.Stat(filepath.Join(data, "shard.db")); err != nil {
+			t.Errorf("stop keeps the state, yet the database: %v", err)
+		}
+	}
+}
+
 func freePortPair(t testing.TB) int {
 	t.Helper()
 	for range 20 {
