@@ -119,5 +119,5 @@ run shard remove --force try-a
 run shard list
 echo
 echo "shard serve keeps running (log: $LOG). Try: shard exec -it base sh"
-echo "scripts/demo.sh stop stops it (its sandboxes stopped and kept)."
 echo "Its metrics: curl http://$METRICS/metrics"
+echo "scripts/demo.sh stop stops it (its sandboxes stopped and kept)."
