@@ -46,22 +46,7 @@ func TestDemoCluster(t *testing.T) {
 		fmt.Sprintf("SHARD_CLUSTER_PORT=%d", api), fmt.Sprintf("SHARD_CLUSTER_PEER_PORT=%d", peer),
 		fmt.Sprintf("SHARD_CLUSTER_ETCD_PORT=%d", etcdPort), fmt.Sprintf("SHARD_CLUSTER_ETCD_PEER_PORT=%d", etcdPeer),
 		"SHARD_DEMO_REGISTRY_PORT="+regPort, "SHARD_DEMO_REGISTRY_DIR="+filepath.Join(e.dir, "registry"))
-	script := filepath.Join(e.root, "scripts", "demo-cluster.sh")
-	demo := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(script, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("demo-cluster.sh %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command(script, "stop")
-		cmd.Env = env
-		cmd.Run()
-	})
+	demo := demoScript(t, filepath.Join(e.root, "scripts", "demo-cluster.sh"), env)
 
 	out := demo()
 	for _, want := range []string{"hello from", "2.32.3", "try-a"} {
@@ -166,22 +151,7 @@ func TestDemo(t *testing.T) {
 		fmt.Sprintf("SHARD_DEMO_METRICS=127.0.0.1:%d", mustFreePort(t)), "SHARD_DEMO_LOG="+filepath.Join(dir, "serve.log"),
 		"SHARD_DEMO_STORAGE_SIZE=1GiB", "SHARD_DEMO_DEFAULT_DISK=256MiB",
 		"SHARD_DEMO_REGISTRY_PORT="+regPort, "SHARD_DEMO_REGISTRY_DIR="+filepath.Join(e.dir, "registry"))
-	script := filepath.Join(e.root, "scripts", "demo.sh")
-	demo := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(script, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("demo.sh %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command(script, "stop")
-		cmd.Env = env
-		cmd.Run()
-	})
+	demo := demoScript(t, filepath.Join(e.root, "scripts", "demo.sh"), env)
 	pidOf := func() int {
 		t.Helper()
 		b, err := os.ReadFile(data + ".demo.pid")
@@ -228,6 +198,26 @@ func TestDemo(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(data, "shard.db")); err != nil {
 			t.Errorf("stop keeps the state, yet the database: %v", err)
 		}
+	}
+}
+
+// demoScript returns a function that runs script with env and args, failing
+// the test with its output if it fails; the test's cleanup runs its stop.
+func demoScript(t *testing.T, script string, env []string) func(args ...string) string {
+	t.Cleanup(func() {
+		cmd := exec.Command(script, "stop")
+		cmd.Env = env
+		cmd.Run()
+	})
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(script, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", filepath.Base(script), args, err, out)
+		}
+		return string(out)
 	}
 }
 
