@@ -545,12 +545,14 @@ func statusOf(k errdefs.Kind) int { return errdefs.Status(k) }
 // writeError answers err: its status and {code, message} (errorBody),
 // logged as failedAnswer does.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+	if r.ProtoMajor == 1 && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		// A body of no stated length may still be open: a framed exec's
 		// stdin from a terminal, or the CLI's signal frames, end after the
 		// answer. net/http would read such a body to its end before
 		// answering, and the client waits for the answer first: the
 		// answer closes the connection instead, and the rest goes unread.
+		// (HTTP/2 answers a stream without reading its body; there the
+		// header would close every stream of the connection.)
 		w.Header().Set("Connection", "close")
 		defer http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
