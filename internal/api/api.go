@@ -544,17 +544,24 @@ func statusOf(k errdefs.Kind) int { return errdefs.Status(k) }
 
 // writeError answers err: its status and {code, message} (errorBody),
 // logged as failedAnswer does.
+// errorBodyGrace is how long an error answer's connection may still read
+// the request's body for the answer to be read (see writeError).
+const errorBodyGrace = 2 * time.Second
+
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.ProtoMajor == 1 && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		// A body of no stated length may still be open: a framed exec's
 		// stdin from a terminal, or the CLI's signal frames, end after the
 		// answer. net/http would read such a body to its end before
 		// answering, and the client waits for the answer first: the
-		// answer closes the connection instead, and the rest goes unread.
-		// (HTTP/2 answers a stream without reading its body; there the
-		// header would close every stream of the connection.)
+		// answer closes the connection instead, sent at once. net/http
+		// then reads a little of the rest, so that a client still
+		// sending reads the answer before the close (a 413 to an upload
+		// of no stated length): bounded in time, as the rest may never
+		// come. (HTTP/2 answers a stream without reading its body; there
+		// the header would close every stream of the connection.)
 		w.Header().Set("Connection", "close")
-		defer http.NewResponseController(w).SetReadDeadline(time.Now())
+		defer http.NewResponseController(w).SetReadDeadline(time.Now().Add(errorBodyGrace))
 	}
 	status, body := s.failedAnswer(w, r, err)
 	writeJSON(w, status, body)

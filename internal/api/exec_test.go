@@ -133,15 +133,25 @@ func TestRefusedExecWithOpenBody(t *testing.T) {
 	defer srv.Close()
 	for _, tt := range []struct {
 		name, frame string
+		more        int64 // bytes sent after the request frame; the body then ends
 		status      int
 	}{
-		{"refused where it is routed", `{"argv":["nosuchcmd"]}`, 0}, // this Server has no sandboxes: whatever it answers
-		{"bad request", `{"argv":[]}`, http.StatusBadRequest},
+		{"refused where it is routed", `{"argv":["nosuchcmd"]}`, -1, 0}, // this Server has no sandboxes: whatever it answers
+		{"bad request", `{"argv":[]}`, -1, http.StatusBadRequest},
+		// A client still sending reads the answer before the close.
+		{"refused while 40MiB more come", `{"argv":["nosuchcmd"]}`, 40 << 20, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pr, pw := io.Pipe()
 			defer pw.Close()
-			go framing.Write(pw, client.FrameRequest, []byte(tt.frame)) // and nothing more: the body stays open
+			go func() {
+				framing.Write(pw, client.FrameRequest, []byte(tt.frame))
+				if tt.more < 0 {
+					return // and nothing more: the body stays open
+				}
+				io.Copy(pw, io.LimitReader(zeros{}, tt.more))
+				pw.Close()
+			}()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v0/sandboxes/nosuch/exec", pr)
@@ -158,3 +168,7 @@ func TestRefusedExecWithOpenBody(t *testing.T) {
 		})
 	}
 }
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

@@ -16,6 +16,17 @@ import (
 // body read already. r's context carries its Caller (WithCaller). When the
 // node gives no answer, fail answers the error (errorOf's).
 func (n *Node) Forward(w http.ResponseWriter, r *http.Request, body []byte, fail func(http.ResponseWriter, *http.Request, error)) {
+	if body == nil && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// A body may go on while the answer streams (a framed exec's stdin
+		// and signals, as the CLI sends every exec): HTTP/1 would stop
+		// reading it once the answer began, cutting the node's stream
+		// ("exec stream: unexpected EOF"). As the node's own answer to
+		// such a body, the connection then serves no other request.
+		rc := http.NewResponseController(w)
+		if rc.EnableFullDuplex() == nil {
+			w.Header().Set("Connection", "close")
+		}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(n.target)

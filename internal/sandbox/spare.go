@@ -224,6 +224,8 @@ func (sv *Saved) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Chec
 	}
 	sp.st.t0 = time.Now() // boot phases from here: the spare was staged long ago
 	rec.Session, rec.CreatedAt = rec.Name, time.Now().UTC()
+	// Staged from the checkpoint, it is made from the environment now.
+	rec.Origin = RestoreOptions{Environment: env}.origin(ck)
 	d := ledger.CreatedOf(rec.Shape)
 	d.Checkpoint, d.RestoredFrom, d.Environment = ck.ID, ck.ID, env
 	// The spare's memory and cpu were admitted when it was made; the

@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -344,6 +346,13 @@ func TestCluster(t *testing.T) {
 	onB, err := viaA.Create(ctx, client.CreateRequest{Image: busybox, Name: "on-b", Node: "b"})
 	if err != nil || onB.Node != "b" {
 		t.Fatalf("create on b through a: %+v %v", onB, err)
+	}
+	// Its exec through a, the body open while the answer streams (as the
+	// CLI sends every exec, for Ctrl-C): a cut it at the answer's start.
+	var catOut bytes.Buffer
+	res, err = viaA.ExecPipeSignals(ctx, "on-b", client.ExecRequest{Argv: []string{"cat"}}, strings.NewReader("through a\n"), make(chan int), &catOut, io.Discard)
+	if err != nil || res.ExitCode != 0 || catOut.String() != "through a\n" {
+		t.Fatalf("exec of b's sandbox through a, its body open: %+v %v, stdout %q", res, err, catOut.String())
 	}
 
 	// A snapshot of b's sandbox asked of c is made on b; a sandbox made

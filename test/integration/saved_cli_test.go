@@ -101,8 +101,9 @@ func TestSavedCLI(t *testing.T) {
 // TestLedgerBySandbox: where a ledger session is asked for (shard ledger,
 // shard resume, the API's session routes), a sandbox's name or id finds its
 // session: a fork's, fork-PARENT-ID, by the fork's name; a removed
-// sandbox's by its id. A session's own name wins over a sandbox's, and one
-// found by neither says what was tried and where sessions are listed.
+// sandbox's by its id. A live sandbox's name wins over a session's own
+// (that of a removed sandbox of the same name), and one found by neither
+// says what was tried and where sessions are listed.
 func TestLedgerBySandbox(t *testing.T) {
 	e := need(t)
 	sh := func(args ...string) string { t.Helper(); return cliOK(t, args...) }
@@ -134,16 +135,15 @@ func TestLedgerBySandbox(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "lg-kid") || !strings.Contains(errOut, "sandbox of that name or id") || !strings.Contains(errOut, "shard ledger ls") {
 		t.Fatalf("shard ledger of a removed sandbox's name: exit %d, %q; want a failure naming what was tried and shard ledger ls", code, errOut)
 	}
-	// The session lg-dup (of a removed sandbox) wins over the sandbox
-	// lg-dup of now, whose session is lg-dup-2.
+	// The sandbox lg-dup of now (its session lg-dup-2) wins over the
+	// session lg-dup of a removed one, which its id still finds.
 	first := sh("create", "--name", "lg-dup", "--provider", "runc", busybox)
 	sh("remove", "--force", "lg-dup")
 	second := sh("create", "--name", "lg-dup", "--provider", "runc", busybox)
-	if out := sh("ledger", "--json", "lg-dup"); !strings.Contains(out, `"sandbox_id":"`+first+`"`) || strings.Contains(out, second) {
-		t.Fatalf("shard ledger lg-dup shows another session than lg-dup's:\n%s", out)
-	}
-	if out := sh("ledger", "--json", second); !strings.Contains(out, `"session":"lg-dup-2"`) {
-		t.Fatalf("shard ledger by the second lg-dup's id:\n%s", out)
+	for _, tc := range []struct{ ref, session, not string }{{"lg-dup", "lg-dup-2", first}, {second, "lg-dup-2", first}, {first, "lg-dup", second}} {
+		if out := sh("ledger", "--json", tc.ref); !strings.Contains(out, `"session":"`+tc.session+`"`) || strings.Contains(out, tc.not) {
+			t.Fatalf("shard ledger %s shows another session than %s:\n%s", tc.ref, tc.session, out)
+		}
 	}
 	e.cli(t, "", "remove", "--force", "lg-dup")
 	sh("ledger", "rm", first)
