@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -234,6 +235,26 @@ func (tc *testCluster) keyed(t testing.TB, n *node, key string) *client.Client {
 	return c
 }
 
+// signalWriter keeps what is written to it and closes seen once it holds
+// want.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
 // waitUntil is waitFor that says what it waited for.
 func waitUntil(t testing.TB, d time.Duration, what string, ok func() bool) {
 	t.Helper()
@@ -348,11 +369,21 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("create on b through a: %+v %v", onB, err)
 	}
 	// Its exec through a, the body open while the answer streams (as the
-	// CLI sends every exec, for Ctrl-C): a cut it at the answer's start.
-	var catOut bytes.Buffer
-	res, err = viaA.ExecPipeSignals(ctx, "on-b", client.ExecRequest{Argv: []string{"cat"}}, strings.NewReader("through a\n"), make(chan int), &catOut, io.Discard)
-	if err != nil || res.ExitCode != 0 || catOut.String() != "through a\n" {
-		t.Fatalf("exec of b's sandbox through a, its body open: %+v %v, stdout %q", res, err, catOut.String())
+	// CLI sends every exec, for Ctrl-C), stdin sent only once the answer
+	// began: a stopped reading the body at the answer's start.
+	pr, pw := io.Pipe()
+	ready := &signalWriter{want: "ready\n", seen: make(chan struct{})}
+	go func() {
+		select {
+		case <-ready.seen:
+			io.WriteString(pw, "through a\n")
+		case <-ctx.Done():
+		}
+		pw.Close()
+	}()
+	res, err = viaA.ExecPipeSignals(ctx, "on-b", client.ExecRequest{Argv: []string{"sh", "-c", "echo ready; cat"}}, pr, make(chan int), ready, io.Discard)
+	if err != nil || res.ExitCode != 0 || ready.buf.String() != "ready\nthrough a\n" {
+		t.Fatalf("exec of b's sandbox through a, its body open: %+v %v, stdout %q", res, err, ready.buf.String())
 	}
 
 	// A snapshot of b's sandbox asked of c is made on b; a sandbox made
