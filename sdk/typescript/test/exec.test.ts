@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Writable } from "node:stream";
 import { SandboxClient, Shard, ShardError } from "useshards";
-import { Collector, sleep, withFake } from "./fake.js";
+import { Collector, sleep, until, withFake } from "./fake.js";
 
 test("exec NDJSON (an older server): stdout and stderr collected apart, base64 decoded, UTF-8 kept whole", () =>
   withFake(async (f) => {
@@ -38,30 +38,40 @@ test("exec NDJSON (an older server): stdout and stderr collected apart, base64 d
 
 test("exec streams: pipe() gets output before the exit line is even sent", () =>
   withFake(async (f) => {
-    let exitSentAt = 0;
+    const out = new Collector();
+    let atExit = "";
+    let late: unknown;
     f.onExec = async (_argv, w) => {
-      for (const i of [1, 2, 3]) {
-        w.stdout(`${i}\n`);
-        await sleep(150);
+      // Each piece goes only once the one before reached the pipe, and the
+      // exit once all did: proven by ordering, not by a clock. A client that
+      // held output back until the exit fails the wait (and the test).
+      try {
+        for (const i of [1, 2, 3]) {
+          w.stdout(`${i}\n`);
+          await until(() => out.text.endsWith(`${i}\n`), `"${i}" at the pipe before the exit is sent`);
+        }
+        w.stderr("done\n");
+        await until(() => out.text.endsWith("done\n"), `"done" at the pipe before the exit is sent`);
+      } catch (e) {
+        late = e;
       }
-      w.stderr("done\n");
-      await sleep(50);
+      atExit = out.text;
       w.exit(0);
-      exitSentAt = performance.now();
     };
     const client = new SandboxClient({ remote: f.url });
     try {
       const sb = await client.sandbox({ image: "node:22", resources: { cpu: "1", memory: "512Mi" }, name: "my-job" });
-      const out = new Collector();
-      const started = performance.now();
       const r = await sb.exec("for i in 1 2 3; do echo $i; sleep 0.15; done").pipe(out);
+      assert.ifError(late);
+      assert.equal(atExit, "1\n2\n3\ndone\n", "all the output was at the pipe before the exit was sent");
       assert.equal(r.exitCode, 0);
       assert.equal(r.stdout, "1\n2\n3\n");
       assert.equal(r.stderr, "done\n");
       assert.equal(out.text, "1\n2\n3\ndone\n"); // stdout and stderr both to one writable
-      assert.ok(out.chunks.length >= 4, `output came in pieces: ${out.chunks.length}`);
-      assert.equal(out.chunks[0]!.text, "1\n");
-      assert.ok(out.chunks[0]!.at < exitSentAt - 300, `first chunk at ${out.chunks[0]!.at - started} ms, exit sent at ${exitSentAt - started} ms`);
+      assert.deepEqual(
+        out.chunks.map((c) => c.text),
+        ["1\n", "2\n", "3\n", "done\n"],
+      );
       const ex = f.requests.find((q) => q.path.endsWith("/exec"))!;
       assert.deepEqual(ex.body.argv, ["sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.15; done"]);
       await sb.close();
@@ -100,20 +110,27 @@ test("exec pipe(out, err) keeps stderr apart; a stream.Writable works as the sin
 
 test("exec: a pipe attached late first gets what already came", () =>
   withFake(async (f) => {
+    let attached!: () => void;
+    const pipeAttached = new Promise<void>((r) => (attached = r));
     f.onExec = async (_argv, w) => {
       w.stdout("early\n");
-      await sleep(150);
+      await pipeAttached; // "late" only once the late pipe is there
       w.stdout("late\n");
       w.exit(0);
     };
     const client = new SandboxClient({ remote: f.url });
     try {
       const sb = await client.sandbox({ image: "img" });
+      const first = new Collector(); // a pipe from the start shows when "early" came
       const run = sb.exec("x");
-      await sleep(80);
+      void run.pipe(first);
+      await until(() => first.text === "early\n", `"early" at the client`);
       const out = new Collector();
-      await run.pipe(out);
+      const piped = run.pipe(out);
+      attached();
+      await piped;
       assert.equal(out.text, "early\nlate\n");
+      assert.equal(first.text, "early\nlate\n");
     } finally {
       await client.close({ removeSandboxes: true });
     }
@@ -217,10 +234,10 @@ test("exec: 409 sandbox_frozen (a fork holds the sandbox) is retried", () =>
     try {
       const sb = await shard.create({ image: "img" });
       f.failWith = { status: 409, code: "sandbox_frozen", message: "a fork holds the sandbox frozen, and nothing starts in it until that ends: run the command again" };
-      setTimeout(() => (f.failWith = undefined), 120);
+      f.failTimes = 2;
       const r = await sb.exec(["echo", "hi"]);
       assert.equal(r.stdout, "echo hi\n");
-      assert.ok(f.count("POST", `/v0/sandboxes/${sb.id}/exec`) >= 2);
+      assert.equal(f.count("POST", `/v0/sandboxes/${sb.id}/exec`), 3, "two refused, then the one that ran");
     } finally {
       shard.close();
     }

@@ -105,6 +105,8 @@ export type FilesReadScript = (path: string, req: http.IncomingMessage, res: htt
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+export { until } from "./wait.js";
+
 let seq = 0;
 const newId = () => (0x100000000000 + ++seq * 7919 + Math.floor(Math.random() * 1000)).toString(16).slice(-12);
 
@@ -116,6 +118,8 @@ export class FakeShard {
   readonly secrets = new Map<string, string>();
   /** Answer every request with this error instead (status, code, message). */
   failWith?: { status: number; code?: string; message?: string; raw?: string };
+  /** Set: failWith answers only this many more requests, then clears itself (retries counted, not timed). */
+  failTimes?: number;
   /** Delay before answering a create or fork, in ms. */
   createDelay = 0;
   /** Answer exec with NDJSON whatever the client asks (an older server). */
@@ -274,11 +278,13 @@ export class FakeShard {
     };
     const err = (status: number, code: string, message: string) => json(status, { code, message });
     if (this.failWith) {
-      if (this.failWith.raw !== undefined) {
-        res.writeHead(this.failWith.status, { "Content-Type": "text/plain" });
-        return void res.end(this.failWith.raw);
+      const fail = this.failWith;
+      if (this.failTimes !== undefined && --this.failTimes <= 0) this.failWith = this.failTimes = undefined;
+      if (fail.raw !== undefined) {
+        res.writeHead(fail.status, { "Content-Type": "text/plain" });
+        return void res.end(fail.raw);
       }
-      return err(this.failWith.status, this.failWith.code ?? "x", this.failWith.message ?? "x");
+      return err(fail.status, fail.code ?? "x", fail.message ?? "x");
     }
     const m = req.method;
     let p: RegExpExecArray | null;

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Readable } from "node:stream";
 import { SandboxClient, Shard, ShardError, FileReadStream, TAR_TYPE } from "useshards";
-import { sleep, withFake } from "./fake.js";
+import { sleep, until, withFake } from "./fake.js";
 
 const T = { timeout: 15_000 };
 
@@ -225,24 +225,28 @@ test("files: writeStream sends chunked as the source gives, not buffered", T, ()
     const shard = new Shard({ remote: f.url });
     try {
       const sb = await shard.create({ image: "img" });
-      const made: number[] = [];
+      const piece = 64 << 10;
+      const upload = () => f.uploads.find((u) => u.path === "/tmp/s.bin");
+      let reachedBeforeNext = 0;
       async function* slow() {
         for (let i = 0; i < 4; i++) {
-          made.push(performance.now());
-          yield Buffer.alloc(64 << 10, i);
-          await sleep(150);
+          yield Buffer.alloc(piece, i);
+          // The next chunk is made only once this one reached the server
+          // (ordering, not a clock): a client that buffered the body until
+          // the source ended fails this wait, and so the upload.
+          await until(() => (upload()?.bytes ?? 0) >= (i + 1) * piece, `chunk ${i} at the server before chunk ${i + 1} is made`);
+          reachedBeforeNext++;
         }
         yield "tail";
       }
       const res = await sb.files.writeStream("/tmp/s.bin", slow(), { mode: 0o600 });
-      assert.equal(res.bytes, 4 * (64 << 10) + 4);
-      const up = f.uploads.at(-1)!;
+      assert.equal(res.bytes, 4 * piece + 4);
+      assert.equal(reachedBeforeNext, 4, "each chunk reached the server while the source was still making the rest");
+      const up = upload()!;
       assert.equal(up.headers["transfer-encoding"], "chunked");
       assert.equal(up.headers["content-length"], undefined);
       assert.equal(up.query.mode, "600");
       assert.ok(up.whole);
-      // The first chunk reached the server while the source was still making the rest.
-      assert.ok(up.pieces[0]!.at < made[3]!, `first piece at ${up.pieces[0]!.at}, last chunk made at ${made[3]}`);
       const back = await sb.files.read("/tmp/s.bin");
       assert.equal(back.subarray(-4).toString(), "tail");
       assert.equal(back[3 * (64 << 10)], 3);

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Readable } from "node:stream";
 import { Shard, ShardError, FrameDecoder, encodeFrame } from "useshards";
-import { Collector, STREAM, frame, sleep, withFake, type ClientFrame } from "./fake.js";
+import { Collector, STREAM, frame, sleep, until, withFake, type ClientFrame } from "./fake.js";
 
 const T = { timeout: 15_000 }; // a client that deadlocks fails, not hangs
 
@@ -181,13 +181,7 @@ test("stdin streamed full duplex: each chunk is sent only after the echo of the 
     try {
       const sb = await shard.create({ image: "img" });
       const out = new Collector();
-      const waitFor = async (text: string) => {
-        const deadline = Date.now() + 5000;
-        while (!out.text.endsWith(text)) {
-          if (Date.now() > deadline) throw new Error(`no echo of ${JSON.stringify(text)}: half duplex? got ${JSON.stringify(out.text)}`);
-          await sleep(5);
-        }
-      };
+      const waitFor = (text: string) => until(() => out.text.endsWith(text), `the echo of ${JSON.stringify(text)} (half duplex?)`);
       async function* stdin() {
         for (let i = 0; i < 5; i++) {
           yield Buffer.from(`line ${i}\n`);
@@ -222,7 +216,7 @@ test("stdin from a Readable, kill() sends a K frame, and a run without a stream 
       const sb = await shard.create({ image: "img" });
       const out = new Collector();
       const run = sb.exec(["sleep", "100"], { stdin: Readable.from([Buffer.from("ab"), Buffer.from("cd")]), stdout: out });
-      while (out.text !== "abcd") await sleep(5);
+      await until(() => out.text === "abcd", "the echo of stdin");
       assert.equal(run.kill("SIGINT"), true); // after stdin's end: the body stays open for signals
       const r = await run;
       assert.deepEqual(r, { stdout: "abcd", stderr: "", exitCode: 130, signal: 2 });
@@ -260,10 +254,10 @@ test("streamed stdin: an error before the start is the server's JSON error; sand
     try {
       const sb = await shard.create({ image: "img" });
       f.failWith = { status: 409, code: "sandbox_frozen", message: "frozen: run the command again" };
-      setTimeout(() => (f.failWith = undefined), 120);
+      f.failTimes = 2;
       const r = await sb.exec(["cat"], { stdin: Readable.from(["one ", "two"]) });
       assert.equal(r.stdout, "one two"); // nothing of stdin was spent on the refused tries
-      assert.ok(f.count("POST", `/v0/sandboxes/${sb.id}/exec`) >= 2);
+      assert.equal(f.count("POST", `/v0/sandboxes/${sb.id}/exec`), 3, "two refused, then the one that ran");
       await sb.stop();
       await assert.rejects(
         sb.exec(["cat"], { stdin: Readable.from(["x"]) }),
