@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,8 +60,37 @@ func runSuite(t *testing.T, dir string, env []string, timeout time.Duration, nam
 	err := cmd.Run()
 	t.Logf("%s %v in %s:\n%s", name, args, dir, out.String())
 	if err != nil {
-		t.Fatalf("%s %v: %v", name, args, err)
+		t.Fatalf("%s %v: %v%s", name, args, err, failedParts(out.String()))
 	}
+}
+
+// failedParts is what of a suite's output says what failed (a TAP "not ok"
+// and the lines after it, a Python unittest FAIL: or ERROR: block), so
+// that it stands at the end of a log that is read only in part.
+func failedParts(out string) string {
+	var b strings.Builder
+	lines := strings.Split(out, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "not ok") && !strings.HasPrefix(l, "FAIL:") && !strings.HasPrefix(l, "ERROR:") {
+			continue
+		}
+		b.WriteString("\n" + lines[i])
+		for j := i + 1; j < len(lines) && j <= i+40; j++ {
+			n := strings.TrimSpace(lines[j])
+			if strings.HasPrefix(n, "ok ") || strings.HasPrefix(n, "# Subtest") || strings.HasPrefix(n, "not ok") || strings.HasPrefix(n, "FAIL:") || strings.HasPrefix(n, "ERROR:") {
+				break
+			}
+			b.WriteString("\n" + lines[j])
+		}
+		if b.Len() > 20000 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\nwhat failed:" + b.String()
 }
 
 // TestSDKTypeScript runs the TypeScript SDK's tests — its unit tests and
