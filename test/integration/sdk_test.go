@@ -162,3 +162,18 @@ func TestSDKInstallFromCheckout(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedParts: a suite's failures are picked out of its output, each
+// with the lines that say why, and nothing when all passed.
+func TestFailedParts(t *testing.T) {
+	for _, tc := range []struct{ name, out, want string }{
+		{"all passed", "ok 1 - a\nok 2 - b\n", ""},
+		{"TAP", "# Subtest: a\nok 1 - a\n# Subtest: b\nnot ok 2 - b\n  ---\n  error: 'boom'\n  ...\n# Subtest: c\nok 3 - c\n",
+			"\nwhat failed:\nnot ok 2 - b\n  ---\n  error: 'boom'\n  ..."},
+		{"unittest", "test_a ... ok\n======\nERROR: test_b (x.T)\n------\nTypeError: nope\n\n", "\nwhat failed:\nERROR: test_b (x.T)\n------\nTypeError: nope\n\n"},
+	} {
+		if got := failedParts(tc.out); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
