@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/useshards/shard/internal/testenv"
 )
 
 func TestPrivate(t *testing.T) {
@@ -49,9 +51,7 @@ func TestPrivate(t *testing.T) {
 // A filesystem mounted below the directory is not the directory's: a
 // running sandbox's root under run/ once counted as the server's own.
 func TestBlocksStaysOnItsFilesystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs takes root")
-	}
+	testenv.RequireRoot(t, "mounts a tmpfs")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "own"), make([]byte, 64<<10), 0o600); err != nil {
 		t.Fatal(err)
