@@ -82,9 +82,8 @@ do, and a line on stderr says so; the exit status is 0 either way.
 			}
 			var list bytes.Buffer
 			tw := tabwriter.NewWriter(&list, 0, 4, 1, ' ', 0)
-			ends := make([]int, 0, len(d.Changes)) // where a line without a note ends
-			for _, ch := range d.Changes {
-				ends = append(ends, 0)
+			ends := make([]int, len(d.Changes)) // where a line without a note ends (0: it has one)
+			for i, ch := range d.Changes {
 				sign := map[string]string{"added": "+", "removed": "-", "changed": "M"}[ch.Kind]
 				what := slices.Clip(ch.What) // appended to: not into the answer's array
 				if len(ch.NotCompared) > 0 {
@@ -97,7 +96,7 @@ do, and a line on stderr says so; the exit status is 0 either way.
 				if len(what) > 0 {
 					note = "(" + strings.Join(what, ", ") + ")"
 				} else {
-					ends[len(ends)-1] = len(sign) + 1 + len(termsafe.Escape(changePath(ch)))
+					ends[i] = len(sign) + 1 + len(termsafe.Escape(changePath(ch)))
 				}
 				termsafe.Fprintf(tw, "%s\t%s\t%s\n", sign, changePath(ch), note)
 			}
@@ -107,8 +106,7 @@ do, and a line on stderr says so; the exit status is 0 either way.
 			i := 0
 			for line := range strings.Lines(list.String()) {
 				if i < len(ends) && ends[i] > 0 && ends[i] < len(line) {
-					n := ends[i]
-					line = line[:n] + "\n"
+					line = line[:ends[i]] + "\n"
 				}
 				os.Stdout.WriteString(line)
 				i++

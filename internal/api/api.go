@@ -542,12 +542,12 @@ const statusClientClosed = errdefs.StatusClientClosed
 // also reads another node's error answers back with).
 func statusOf(k errdefs.Kind) int { return errdefs.Status(k) }
 
-// writeError answers err: its status and {code, message} (errorBody),
-// logged as failedAnswer does.
 // errorBodyGrace is how long an error answer's connection may still read
 // the request's body for the answer to be read (see writeError).
 const errorBodyGrace = 2 * time.Second
 
+// writeError answers err: its status and {code, message} (errorBody),
+// logged as failedAnswer does.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.ProtoMajor == 1 && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		// A body of no stated length may still be open: a framed exec's
