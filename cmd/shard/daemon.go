@@ -280,7 +280,7 @@ func (d *daemon) openSandboxes(ctx context.Context) error {
 	d.svc, err = sandbox.New(ctx, sandbox.Config{
 		DataDir: cfg.dataDir, AgentBinary: self, DefaultProvider: cfg.defaultProvider, Providers: providers,
 		Images: d.images, Storage: d.storage, Net: d.nets, Store: d.db, Secrets: d.secrets, Log: d.log, StopTimeout: cfg.stopTimeout, FreezeTimeout: cfg.freezeTimeout, MaxSandboxes: cfg.maxSandboxes, DefaultDisk: cfg.defaultDisk,
-		LedgerRetention: cfg.ledgerRetention, LedgerMinFree: cfg.ledgerFloor, Disk: d.disk, MemoryOvercommit: cfg.memoryOvercommit, Limits: cfg.limits, Metrics: d.metrics,
+		LedgerRetention: cfg.ledgerRetention, LedgerMinFree: cfg.ledgerFloor, Disk: d.disk, MemoryOvercommit: cfg.memoryOvercommit, Limits: cfg.limits, Metrics: d.metrics, Ahead: cfg.ahead,
 	})
 	if err != nil {
 		return err

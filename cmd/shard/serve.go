@@ -47,6 +47,7 @@ type serveOptions struct {
 	stopTimeout                        time.Duration
 	freezeTimeout                      time.Duration
 	maxSandboxes                       int
+	ahead                              int
 	memoryOvercommit                   float64
 	dnsUpstream                        []string
 	idleTimeout, bodyTimeout           time.Duration
@@ -124,6 +125,7 @@ client-certificate TLS and give each node its own (--etcd-ca, --etcd-cert,
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 5*time.Second, "how long a stop waits for processes to end before killing them")
 	f.IntVar(&o.maxSandboxes, "max-sandboxes", 0, "most sandboxes at once, forks included (0: no limit); 'shard project set' bounds each project")
+	f.IntVar(&o.ahead, "ahead", 2, "sandboxes made ahead, per shape of the forks and restores asked for (provider, bounds): created before they are needed, so a fork or restore only restores into one (each holds ~25MiB idle; a --count N fork raises its shape's to N, at most 8); 0: none (each fork creates its sandbox)")
 	f.Float64Var(&o.memoryOvercommit, "memory-overcommit", 1.0, "the memory bounds of running sandboxes and warm spares, summed, stay within this host's memory times this (a create, fork, restore, resume or start past it is 507 insufficient_memory); 0: not admitted")
 	f.StringVar(&o.maxImageSize, "max-image-size", "16GiB", "the most one image may take, pulled or imported: what its layers decompress to, and their files (a sparse file at its full size), each summed over its layers; also the most an import may upload (413 beyond it). Pulls and imports also keep --reserve free (507)")
 	f.StringVar(&o.forkMemory, "fork-memory", "handoff", "how a fork (or a restore) gets its memory on gvisor: handoff (it adopts a copy of the frozen memory file; for sandboxes holding up to an eighth of the host's memory, at most 4GiB, and with --image-ram-dir) or pages (loaded page by page from the checkpoint, the slower way of stock runsc)")
@@ -432,6 +434,8 @@ func (o *serveOptions) checkBounds() error {
 	switch {
 	case o.maxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: give 0 (no limit) or more", o.maxSandboxes)
+	case o.ahead < 0 || o.ahead > 8:
+		return fmt.Errorf("--ahead %d: give 0 (none) to 8", o.ahead)
 	case o.memoryOvercommit != 0 && !(o.memoryOvercommit >= 0.1 && o.memoryOvercommit <= 100):
 		return fmt.Errorf("--memory-overcommit %g: give a ratio from 0.1 to 100, e.g. 1.5 (or 0: not admitted)", o.memoryOvercommit)
 	case o.stopTimeout < 0:

@@ -132,6 +132,17 @@ type Checkpointer interface {
 	Restore(ctx context.Context, inst *Instance, dir string) error
 }
 
+// AheadMaker is a Checkpointer that can create a sandbox before the image
+// it will be restored from exists (a sandbox made ahead): CreateAhead runs
+// inst's runtime sandbox, processes, cgroup and network, with its root an
+// empty mount point over which the restored sandbox's root filesystem is
+// mounted later; PrepareAhead then does what Prepare does but the create,
+// and Restore starts it.
+type AheadMaker interface {
+	CreateAhead(ctx context.Context, inst *Instance) error
+	PrepareAhead(ctx context.Context, inst *Instance, dir string) error
+}
+
 // PauseTracker is a Checkpointer that remembers its pauses across a restart
 // of the server. sure is false when a pause was asked for but its answer
 // never came: it may have paused, or not.

@@ -563,7 +563,10 @@ func (s *Storage) Mount(ctx context.Context, id string, lowers []string, target 
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
-	if ok, _ := isMountPoint(target); ok {
+	// Mounted already, or a placeholder (a bind mount, not an overlay) to
+	// mount over.
+	var fs unix.Statfs_t
+	if ok, _ := isMountPoint(target); ok && unix.Statfs(target, &fs) == nil && fs.Type == unix.OVERLAYFS_SUPER_MAGIC {
 		return nil
 	}
 	if err := s.attach(ctx, id); err != nil {
@@ -587,8 +590,44 @@ func (s *Storage) Mount(ctx context.Context, id string, lowers []string, target 
 // Detach unmounts the sandbox's filesystem (after its overlay is gone).
 func (s *Storage) Detach(id string) error { return Unmount(s.mnt(id)) }
 
-// Unmount unmounts target; an unmounted target is fine.
+// Placeholder is the package's Placeholder (sandbox.Storage).
+func (s *Storage) Placeholder(target string) error { return Placeholder(target) }
+
+// Placeholder makes target an empty mount point whose later mounts reach
+// the mount namespaces copied from it meanwhile (a shared bind mount of
+// itself): the root of a sandbox made ahead (sandbox/ahead.go), over which
+// its restore's overlay is mounted once the fork's files exist. gVisor's
+// gofer, created before that in a namespace of its own whose copy of target
+// is a slave of it, then serves what is on top (tools/runsc patch 0005).
+func Placeholder(target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("placeholder at %s: %w", target, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("placeholder at %s: %w", target, err)
+	}
+	return nil
+}
+
+// Unmount unmounts target, and every mount under it at the same place (a
+// sandbox's overlay over its placeholder); an unmounted target is fine.
 func Unmount(target string) error {
+	for range 8 {
+		if err := unmountOne(target); err != nil {
+			return err
+		}
+		if ok, err := isMountPoint(target); err != nil || !ok {
+			return err
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted after 8 unmounts", target)
+}
+
+func unmountOne(target string) error {
 	for i := 0; i < 50; i++ {
 		err := unix.Unmount(target, 0)
 		if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {

@@ -40,6 +40,7 @@ type Admission struct {
 
 	mu     sync.Mutex
 	spares map[string]*store.Sandbox // warm spares' records by id; guarded by mu
+	ahead  map[string]bool           // sandboxes made ahead, by id (aheadFootprint each); guarded by mu
 	quotas map[string]store.Quota    // projects' quotas, read once; nil: not yet; guarded by mu
 	saving map[string]int64          // project → saved bytes promised to captures under way; guarded by mu
 }
@@ -101,6 +102,8 @@ func (a *Admission) tally(ctx context.Context) (map[string]*use, int64, error) {
 		u.cpu += sp.CPUMillis
 		hostMem += sp.MemoryBytes
 	}
+	// No project's: a sandbox made ahead holds nothing of one.
+	hostMem += int64(len(a.ahead)) * aheadFootprint
 	return by, hostMem, nil
 }
 
@@ -223,6 +226,40 @@ func (a *Admission) holdSpare(ctx context.Context, rec *store.Sandbox) error {
 		a.spares[rec.ID] = rec
 		return nil
 	})
+}
+
+// holdAhead counts a sandbox made ahead against the host's memory (what it
+// holds idle) until unholdAhead (a record that takes it ends the hold in
+// insertRecords);
+// it fails when that does not fit.
+func (a *Admission) holdAhead(ctx context.Context, id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, hostMem, err := a.tally(ctx)
+	if err != nil {
+		return err
+	}
+	if cap := a.hostMemory; cap > 0 && hostMem+aheadFootprint > cap {
+		return fmt.Errorf("no memory for a sandbox made ahead: %s of the %s this host admits are promised", units.FormatSize(hostMem), units.FormatSize(cap))
+	}
+	if a.ahead == nil {
+		a.ahead = map[string]bool{}
+	}
+	a.ahead[id] = true
+	return nil
+}
+
+// aheadHeld counts the sandboxes made ahead held against the host.
+func (a *Admission) aheadHeld() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ahead)
+}
+
+func (a *Admission) unholdAhead(id string) {
+	a.mu.Lock()
+	delete(a.ahead, id)
+	a.mu.Unlock()
 }
 
 func (a *Admission) unholdSpare(id string) {

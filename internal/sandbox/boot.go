@@ -63,7 +63,7 @@ func (st *staged) abort() { st.undo.Fail() }
 
 // stage mounts the rootfs, makes the network namespace and builds the spec.
 // On error it undoes its own steps.
-func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string) (_ *staged, err error) {
+func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string) (*staged, error) {
 	if layers == nil {
 		img, err := s.cfg.Images.Get(ctx, sb.ImageDigest)
 		if err != nil {
@@ -71,6 +71,15 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 		}
 		layers = img.Layers
 	}
+	return s.stageWith(ctx, sb, func(rootfsDir string) error {
+		return s.cfg.Storage.Mount(ctx, sb.ID, layers, rootfsDir)
+	})
+}
+
+// stageWith is stage with the sandbox's root made at rootfsDir by root:
+// its files (stage), or an empty placeholder that they are mounted over
+// later (a sandbox made ahead).
+func (s *Service) stageWith(ctx context.Context, sb *store.Sandbox, root func(rootfsDir string) error) (_ *staged, err error) {
 	st := &staged{sb: sb, p: s.providers[sb.Provider], t0: time.Now(), undo: revert.New()}
 	defer func() {
 		if err != nil {
@@ -82,10 +91,12 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 		return nil, err
 	}
 	rootfsDir := filepath.Join(dir, "rootfs")
-	if err := s.cfg.Storage.Mount(ctx, sb.ID, layers, rootfsDir); err != nil {
+	if err := root(rootfsDir); err != nil {
 		return nil, err
 	}
-	st.undo.Add(func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(sb.ID) })
+	// (The id, not sb: a sandbox made ahead is given a record later.)
+	id := sb.ID
+	st.undo.Add(func() { rootfs.Unmount(rootfsDir); s.cfg.Storage.Detach(id) })
 	st.phase(s, "rootfs")
 	ip, err := netip.ParseAddr(sb.IP)
 	if err != nil {
@@ -97,18 +108,18 @@ func (s *Service) stage(ctx context.Context, sb *store.Sandbox, layers []string)
 	if err := s.applyPolicy(sb); err != nil {
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
-	s.cfg.Net.Delete(sb.ID) // a leftover of a crash would block the name
-	nsPath, err := s.cfg.Net.Create(ctx, sb.ID, ip)
+	s.cfg.Net.Delete(id) // a leftover of a crash would block the name
+	nsPath, err := s.cfg.Net.Create(ctx, id, ip)
 	if err != nil {
 		return nil, err
 	}
-	st.undo.Add(func() { s.cfg.Net.Delete(sb.ID) })
+	st.undo.Add(func() { s.cfg.Net.Delete(id) })
 	st.phase(s, "netns")
 	if st.inst, err = s.instance(sb, rootfsDir, nsPath); err != nil {
 		return nil, err
 	}
 	// From here the runtime may hold a container: take it down on undo.
-	st.undo.Add(func() { st.p.Delete(context.Background(), sb.ID) })
+	st.undo.Add(func() { st.p.Delete(context.Background(), id) })
 	return st, nil
 }
 

@@ -36,6 +36,9 @@ type Storage interface {
 	CreateFrom(key, id string) error
 	Save(src, key string) error
 	Mount(ctx context.Context, id string, lowers []string, target string) error
+	// Placeholder makes target the empty root of a sandbox made ahead,
+	// which a later Mount at target mounts over (ahead.go).
+	Placeholder(target string) error
 	Detach(id string) error
 	Remove(ctx context.Context, id string) error
 	List() ([]string, error)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -327,4 +328,89 @@ func TestResumeAllowsCarriedOfOtherSession(t *testing.T) {
 		t.Fatalf("Resume of the fork's session = %+v, %v; want the refusal", res, err)
 	}
 	f.only("src")
+}
+
+// Forks take the sandboxes made ahead of them (their ids and addresses),
+// which are made again after each; a fork that fails leaves nothing of the
+// one it took, and the rest wait on; a close takes them all down.
+func TestForkAhead(t *testing.T) {
+	f := newFakeService(t, func(c *Config) { c.Ahead = 2 })
+	f.create("src")
+	if _, err := f.svc.Fork(own(), "src", ForkRequest{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	f.settleAhead(2) // the shape is known now
+	f.only("src", "first")
+	ahead := f.aheadIDs()
+	if n := f.svc.adm.aheadHeld(); n != 2 {
+		t.Errorf("%d sandboxes made ahead held against the host's memory, want 2", n)
+	}
+
+	fk, err := f.svc.Fork(own(), "src", ForkRequest{Name: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ahead, fk[0].ID) {
+		t.Errorf("fork %s, not one of the sandboxes made ahead %v", fk[0].ID, ahead)
+	}
+	f.settleAhead(2)
+	f.only("src", "first", "second")
+
+	// A restore that fails takes the fork, and the sandbox it took, away.
+	f.p.restoreHook = func(string) error { return errors.New("restore: the runtime died") }
+	before := f.aheadIDs()
+	if _, err := f.svc.Fork(own(), "src", ForkRequest{Name: "third"}); err == nil {
+		t.Fatal("Fork succeeded with a failing restore")
+	}
+	f.p.restoreHook = nil
+	f.settleAhead(2)
+	f.only("src", "first", "second")
+	if after := f.aheadIDs(); slices.Equal(after, before) {
+		t.Errorf("sandboxes made ahead %v are those before the failed fork: it took none", after)
+	}
+	if n := f.svc.adm.aheadHeld(); n != 2 {
+		t.Errorf("%d sandboxes made ahead held after the failed fork, want 2", n)
+	}
+
+	// More at once than are made ahead: the rest are created, and the
+	// shape keeps that many from then on.
+	ready := f.aheadIDs()
+	forks, err := f.svc.Fork(own(), "src", ForkRequest{Name: "kid", Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := 0
+	for _, fk := range forks {
+		if slices.Contains(ready, fk.ID) {
+			took++
+		}
+	}
+	if took != 2 {
+		t.Errorf("%d of 3 forks took a sandbox made ahead, want 2 (all there were)", took)
+	}
+	f.settleAhead(3)
+	f.only("src", "first", "second", "kid-1", "kid-2", "kid-3")
+
+	// A restore takes one too.
+	ready = f.aheadIDs()
+	back, err := f.svc.Saved().Restore(own(), forks[0].Origin.Checkpoint, RestoreOptions{Name: "back"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ready, back.ID) {
+		t.Errorf("restored %s, not one of the sandboxes made ahead %v", back.ID, ready)
+	}
+	f.settleAhead(3)
+	f.only("src", "first", "second", "kid-1", "kid-2", "kid-3", "back")
+
+	if err := f.svc.Close(own()); err != nil {
+		t.Fatal(err)
+	}
+	f.only("src", "first", "second", "kid-1", "kid-2", "kid-3", "back")
+	if ids := f.aheadIDs(); len(ids) != 0 {
+		t.Errorf("sandboxes made ahead %v left after Close", ids)
+	}
+	if n := f.svc.adm.aheadHeld(); n != 0 {
+		t.Errorf("%d holds of sandboxes made ahead left after Close", n)
+	}
 }

@@ -102,13 +102,56 @@ func (f *fakes) only(names ...string) {
 	if !slices.Equal(got, names) {
 		f.t.Errorf("sandboxes %v, want %v", got, names)
 	}
+	// Sandboxes made ahead have no record, and no disk.
+	withAhead := append(slices.Clone(ids), f.aheadIDs()...)
 	slices.Sort(ids)
+	slices.Sort(withAhead)
 	for what, have := range map[string][]string{
-		"runtime containers": f.p.ids(), "disks": f.fs.ids(), "network namespaces": f.net.ids(), "run directories": f.runDirs(),
+		"runtime containers": f.p.ids(), "network namespaces": f.net.ids(), "run directories": f.runDirs(),
 	} {
-		if !slices.Equal(have, ids) {
-			f.t.Errorf("%s %v, want the sandboxes' %v", what, have, ids)
+		if !slices.Equal(have, withAhead) {
+			f.t.Errorf("%s %v, want the sandboxes' and those made ahead %v", what, have, withAhead)
 		}
+	}
+	if have := f.fs.ids(); !slices.Equal(have, ids) {
+		f.t.Errorf("disks %v, want the sandboxes' %v", have, ids)
+	}
+}
+
+// aheadIDs are the ids of the sandboxes made ahead and waiting.
+func (f *fakes) aheadIDs() []string {
+	p := f.svc.ahead
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, sh := range p.shapes {
+		for _, ma := range sh.ready {
+			ids = append(ids, ma.rec.ID)
+		}
+	}
+	return ids
+}
+
+// settleAhead waits until n sandboxes are made ahead and none is being
+// made.
+func (f *fakes) settleAhead(n int) {
+	f.t.Helper()
+	p := f.svc.ahead
+	for i := 0; ; i++ {
+		p.mu.Lock()
+		ready, making := 0, 0
+		for _, sh := range p.shapes {
+			ready += len(sh.ready)
+			making += sh.making
+		}
+		p.mu.Unlock()
+		if ready == n && making == 0 {
+			return
+		}
+		if i == 1000 {
+			f.t.Fatalf("%d sandboxes made ahead, %d being made; want %d made", ready, making, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -181,6 +224,7 @@ type fakeProvider struct {
 	// Hooks, read under mu; nil: succeed.
 	checkpointHook func(ctx context.Context, id string) error
 	restoreHook    func(id string) error
+	aheadHook      func(id string) error // CreateAhead's
 	pauses         int
 	resumes        int
 }
@@ -266,6 +310,19 @@ func (p *fakeProvider) Prepare(_ context.Context, inst *provider.Instance, _ str
 	p.set(inst.ID, provider.StatusStopped) // created, waiting for a memory image
 	return nil
 }
+func (p *fakeProvider) CreateAhead(_ context.Context, inst *provider.Instance) error {
+	p.mu.Lock()
+	hook := p.aheadHook
+	p.mu.Unlock()
+	if hook != nil {
+		if err := hook(inst.ID); err != nil {
+			return err
+		}
+	}
+	p.set(inst.ID, provider.StatusStopped) // created, its root a placeholder
+	return nil
+}
+func (p *fakeProvider) PrepareAhead(context.Context, *provider.Instance, string) error { return nil }
 func (p *fakeProvider) Restore(_ context.Context, inst *provider.Instance, dir string) error {
 	p.mu.Lock()
 	hook := p.restoreHook
@@ -357,6 +414,12 @@ func (s *fakeStorage) Mount(_ context.Context, id string, _ []string, target str
 	return os.MkdirAll(target, 0o755)
 }
 func (s *fakeStorage) Detach(string) error { return nil }
+func (s *fakeStorage) Placeholder(target string) error {
+	if err := s.failed("placeholder"); err != nil {
+		return err
+	}
+	return os.MkdirAll(target, 0o755)
+}
 func (s *fakeStorage) Remove(_ context.Context, id string) error {
 	s.put(s.disks, id, false)
 	return nil

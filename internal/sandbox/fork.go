@@ -104,7 +104,12 @@ func (s *Service) Fork(ctx context.Context, idOrName string, req ForkRequest) (_
 	r := revert.New()
 	defer r.Fail()
 	tl.mark("checked")
-	if err := f.insertRecords(names, r); err != nil {
+	taken, endAhead := s.ahead.begin(src, len(names))
+	defer endAhead()
+	if err := f.insertRecords(names, taken, r); err != nil {
+		for _, ma := range taken {
+			s.dropAhead(ma)
+		}
 		return nil, err
 	}
 	tl.mark("records")
@@ -184,6 +189,7 @@ type forkOp struct {
 	keep bool // the checkpoint is kept (ForkRequest.KeepCheckpoint)
 
 	forks     []*store.Sandbox // their records (state creating)
+	ahead     []*madeAhead     // the sandbox made ahead each fork restores into (nil: none)
 	staged    []*staged        // each fork staged for its restore
 	stageErrs []error
 	staging   sync.WaitGroup
@@ -223,10 +229,12 @@ func (f *forkOp) ids() []string {
 }
 
 // insertRecords writes the forks' records (state creating) with their
-// sandbox.created events; an undo removes every piece of them.
-func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
+// sandbox.created events; an undo removes every piece of them. The first
+// forks take the sandboxes made ahead, their ids and addresses.
+func (f *forkOp) insertRecords(names []string, ahead []*madeAhead, r *revert.Reverter) error {
 	src := f.src
 	protos := make([]*store.Sandbox, len(names))
+	f.ahead = make([]*madeAhead, len(names))
 	for i, n := range names {
 		protos[i] = &store.Sandbox{
 			Name: n, Shape: src.Shape.Clone(),
@@ -239,6 +247,10 @@ func (f *forkOp) insertRecords(names []string, r *revert.Reverter) error {
 			// Grants and policy become the fork's own: a later ungrant or
 			// policy change on the source does not reach it.
 			Grants: copyGrants(src.Grants), Policy: copyPolicy(src.Policy),
+		}
+		if i < len(ahead) {
+			f.ahead[i] = ahead[i]
+			protos[i].ID, protos[i].IP = ahead[i].rec.ID, ahead[i].rec.IP
 		}
 	}
 	forks, err := f.s.insertRecords(f.ctx, protos, func(fk *store.Sandbox) (string, ledger.CreatedData) {
@@ -280,7 +292,11 @@ func (f *forkOp) freeze(tag string, r *revert.Reverter) error {
 			f.staging.Add(1)
 			go func() {
 				defer f.staging.Done()
-				f.staged[i], f.stageErrs[i] = f.s.stageRestore(f.ctx, proto, fk, f.img.Layers)
+				if ma := f.ahead[i]; ma != nil {
+					f.staged[i], f.stageErrs[i] = f.s.stageRestoreAhead(f.ctx, proto, fk, f.img.Layers, ma)
+				} else {
+					f.staged[i], f.stageErrs[i] = f.s.stageRestore(f.ctx, proto, fk, f.img.Layers)
+				}
 			}()
 		}
 	}

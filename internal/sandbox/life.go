@@ -22,7 +22,8 @@ func (l *life) goBG(f func()) bool { return l.Go(f) }
 func (l *life) stopping() bool { return l.Closing() }
 
 // Close ends the service's own work, in order: no new background work
-// starts, warm spares go (nothing may outlive the server of them), memory
+// starts, warm spares and sandboxes made ahead go (nothing may outlive the
+// server of them), memory
 // watches end, running execs are let go (their commands run on in the
 // sandboxes; their ends are not recorded), and then it waits, until ctx
 // ends, for the goroutines still running and for the providers' own (a
@@ -32,6 +33,7 @@ func (s *Service) Close(ctx context.Context) error {
 		return nil
 	}
 	s.saved.DropSpares()
+	s.ahead.close()
 	s.mem.stopAll()
 	s.execs.closeAll()
 	if err := s.life.Wait(ctx); err != nil {

@@ -53,7 +53,8 @@ func (s *Service) move(ctx context.Context, id, to string, ev *store.EventSpec, 
 // insertRecords gives each of protos an id, a name (the id if it has none),
 // an address and a ledger session, and writes them in state creating with
 // their sandbox.created events. created returns the session's name ("" for
-// the sandbox's name) and the event's data.
+// the sandbox's name) and the event's data. A proto that has an id already
+// (a sandbox made ahead's, see ahead.go) keeps it, and its reserved address.
 //
 // The whole batch is admitted at once (quotas, host memory: admission.go)
 // and written under the admission lock, so a fork of --count 10 is made
@@ -74,15 +75,34 @@ func (s *Service) insertRecords(ctx context.Context, protos []*store.Sandbox, cr
 	var out []*store.Sandbox
 	err := s.adm.admit(ctx, protos[0], add, what, func() error {
 		for _, r := range protos {
-			err := s.addrs.Take(func(ip netip.Addr) error {
-				r.ID, r.IP, r.State, r.CreatedAt = newID(), ip.String(), StateCreating, time.Now().UTC()
+			write := func(id string, ip netip.Addr) error {
+				r.ID, r.IP, r.State, r.CreatedAt = id, ip.String(), StateCreating, time.Now().UTC()
 				if r.Name == "" {
 					r.Name = r.ID
 				}
 				session, data := created(r)
 				r.Session = cmp.Or(session, r.Name)
 				return s.cfg.Store.CreateSandbox(ctx, r, &store.EventSpec{Type: ledger.Created, Data: data})
-			})
+			}
+			var err error
+			if r.ID != "" {
+				// A sandbox made ahead's: its id and reserved address are
+				// the record's now, and its hold ends (a.mu is held).
+				id, ip := r.ID, r.IP
+				err = s.addrs.Claim(ip, func() error {
+					addr, err := netip.ParseAddr(ip)
+					if err != nil {
+						return err
+					}
+					if err := write(id, addr); err != nil {
+						return err
+					}
+					delete(s.adm.ahead, id)
+					return nil
+				})
+			} else {
+				err = s.addrs.Take(func(ip netip.Addr) error { return write(newID(), ip) })
+			}
 			if err != nil {
 				return err
 			}

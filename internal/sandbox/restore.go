@@ -15,10 +15,17 @@ import (
 )
 
 // restoreInto starts the record rec (state creating) from checkpoint ck:
-// its own copy of the checkpoint's files, and the memory image. On error the
-// caller destroys rec.
-func (sv *Saved) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) error {
-	st, err := sv.s.stageRestore(ctx, ck, rec, layers)
+// its own copy of the checkpoint's files, and the memory image; into ma,
+// a sandbox made ahead whose id and address rec has, if not nil. On error
+// the caller destroys rec.
+func (sv *Saved) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string, ma *madeAhead) error {
+	stage := func() (*staged, error) {
+		if ma != nil {
+			return sv.s.stageRestoreAhead(ctx, ck, rec, layers, ma)
+		}
+		return sv.s.stageRestore(ctx, ck, rec, layers)
+	}
+	st, err := stage()
 	if err != nil {
 		return err
 	}
@@ -135,6 +142,13 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	}
 	rec := fromCheckpoint(ck, o.Name)
 	rec.Origin = o.origin(ck)
+	taken, endAhead := sv.s.ahead.begin(rec, 1)
+	defer endAhead()
+	var ma *madeAhead
+	if len(taken) > 0 {
+		ma = taken[0]
+		rec.ID, rec.IP = ma.rec.ID, ma.rec.IP
+	}
 	recs, err := sv.s.insertRecords(ctx, []*store.Sandbox{rec}, func(r *store.Sandbox) (string, ledger.CreatedData) {
 		d := ledger.CreatedOf(r.Shape)
 		d.Checkpoint, d.RestoredFrom, d.Environment, d.ResumedFrom, d.FromNode = ck.ID, ck.ID, o.Environment, o.ResumedFrom, o.FromNode
@@ -142,6 +156,9 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	})
 	releaseImage()
 	if err != nil {
+		if ma != nil {
+			sv.s.dropAhead(ma)
+		}
 		return nil, err
 	}
 	rec = recs[0]
@@ -150,7 +167,7 @@ func (sv *Saved) restore(ctx context.Context, ck *store.Checkpoint, o RestoreOpt
 	r := revert.New()
 	defer r.Fail()
 	r.Add(func() { sv.s.discard(bg, rec, log) })
-	if err := sv.restoreInto(bg, ck, rec, img.Layers); err != nil {
+	if err := sv.restoreInto(bg, ck, rec, img.Layers, ma); err != nil {
 		return nil, fmt.Errorf("restore checkpoint %s: %w", ck.ID, err)
 	}
 	hooks := restoreHooks

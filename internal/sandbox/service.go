@@ -42,6 +42,9 @@ type Config struct {
 	Limits           Limits           // bounds a sandbox may have at most; zero fields: the host's (HostLimits)
 	Metrics          *metrics.Metrics // nil: nothing counted
 	MaxDiffs         int              // diffs at once, more waiting (0: DefaultMaxDiffs)
+	// Ahead is how many sandboxes of each shape that forks and restores
+	// use are made ahead of them (ahead.go); 0: none.
+	Ahead int
 	// AgentAddr is where a sandbox's agent listens (nil: its address and
 	// proto.Port); a unit test points it at an agent of its own.
 	AgentAddr func(sb *store.Sandbox) string
@@ -68,6 +71,7 @@ type Service struct {
 	mem   memWatches // gVisor sandboxes' memory cgroups, for their OOM guards
 
 	life     life         // the service's own goroutines, waited for by Close (life.go)
+	ahead    *aheadPool   // sandboxes made ahead for forks and restores (ahead.go)
 	imageUse kmutex.Keyed // by image digest: makes against removals (images.go)
 
 	// The jobs, each pointing back here (link).
@@ -124,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.addrs = network.NewPool(cfg.Net.Subnet(), cfg.Net.Gateway(), cfg.Store.AddrInUse, s.adm.checkLimit)
 	s.saved.spares = newSparePool(s.saved.makeSpare, s.saved.dropSpare, cfg.Log)
+	s.ahead = newAheadPool(s, cfg.Ahead)
 	s.saved.spaceKick = make(chan struct{}, 1)
 	if cfg.MaxDiffs <= 0 {
 		cfg.MaxDiffs = DefaultMaxDiffs

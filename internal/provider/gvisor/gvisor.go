@@ -285,7 +285,7 @@ func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance, dir str
 		_, copyErr = p.copyForkMemory(cctx, inst.ID, dir)
 		copied = time.Since(start)
 	}()
-	err := p.Launch(ctx, inst, nil, "create", "--bundle", inst.Bundle, inst.ID)
+	err := p.Launch(ctx, inst, nil, p.createArgs(ctx, inst)...)
 	created := time.Since(start)
 	if err != nil {
 		cancel() // its cgroup may never come
@@ -302,26 +302,38 @@ func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance, dir str
 	return err
 }
 
-// Restore starts a prepared sandbox from a checkpoint image. runsc restores
-// into the created sandbox instead of making one, which halves the time.
-// A sandbox given its memory file (Prepare) adopts it, and loads no page.
-func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir string) error {
-	args := []string{"restore", "--detach", "--background"}
-	if mem := p.forkMemory(inst.ID); fileExists(mem) {
-		// The Sentry holds it open once restored: the name can go then.
-		defer os.Remove(mem)
-		args = append(args, "--memory-file", mem)
-	} else if st, err := os.Lstat(filepath.Join(dir, pagesFile)); err == nil && st.Mode().IsRegular() && st.Size() > ramImageMax {
-		// A big image on disk: O_DIRECT, or the pages read would fill page
-		// cache charged to the new sandbox (at 1 GiB resident: 3.1 s to a
-		// usable fork buffered, 1.8 s direct). A small one is read through
-		// the page cache, which then serves the next restore of the same
-		// image (an environment's) from memory; pages still in RAM are read
-		// as they are.
-		args = append(args, "--direct")
+// CreateAhead creates inst's sandbox ahead of the restore that will give
+// it its files and memory (provider.AheadMaker): `runsc create` with its
+// root an empty mount point (rootfs.Placeholder), over which the restored
+// sandbox's root is mounted before Restore. Nothing of a user's is in it.
+func (p *Provider) CreateAhead(ctx context.Context, inst *provider.Instance) error {
+	if p.memoryHandoff(ctx); p.unpatched != "" {
+		// Stock runsc serves the root as it was at its create.
+		return fmt.Errorf("a sandbox made ahead: %s", p.unpatched)
 	}
-	args = append(args, "--image-path", dir, "--bundle", inst.Bundle, inst.ID)
-	return p.Detached(ctx, inst, nil, args...) // into the bundle Prepare wrote
+	return p.Launch(ctx, inst, nil, p.createArgs(ctx, inst)...)
+}
+
+// createArgs is `runsc create` of a sandbox to be restored: with the
+// patched runsc, its network set up at once, for Restore's direct call.
+func (p *Provider) createArgs(ctx context.Context, inst *provider.Instance) []string {
+	args := []string{"create", "--bundle", inst.Bundle}
+	if p.memoryHandoff(ctx); p.unpatched == "" {
+		args = append(args, "--setup-network")
+	}
+	return append(args, inst.ID)
+}
+
+// PrepareAhead is Prepare of a sandbox made ahead: its own copy of the
+// image's memory file, made in its memory cgroup (which exists already).
+func (p *Provider) PrepareAhead(ctx context.Context, inst *provider.Instance, dir string) error {
+	start := time.Now()
+	if _, err := p.copyForkMemory(ctx, inst.ID, dir); err != nil {
+		os.Remove(p.forkMemory(inst.ID))
+		return err
+	}
+	p.opts.logger().Debug("prepared ahead", "sandbox", inst.ID, "memory_copied", time.Since(start))
+	return nil
 }
 
 var (
@@ -329,4 +341,5 @@ var (
 	_ provider.PauseTracker   = (*Provider)(nil)
 	_ provider.ImageDescriber = (*Provider)(nil)
 	_ provider.HoleHider      = (*Provider)(nil)
+	_ provider.AheadMaker     = (*Provider)(nil)
 )

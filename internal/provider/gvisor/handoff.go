@@ -49,16 +49,21 @@ func (p *Provider) memoryHandoff(ctx context.Context) (bool, string) {
 		// Not the caller's context: the answer is kept.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		// The patches of tools/runsc come as one build: the flags two of
+		// them add stand for all of them (a root served after its create
+		// too).
+		restore, _ := exec.CommandContext(ctx, p.opts.Runsc, "help", "restore").CombinedOutput()
+		create, _ := exec.CommandContext(ctx, p.opts.Runsc, "help", "create").CombinedOutput()
+		if !strings.Contains(string(restore), "memory-file") || !strings.Contains(string(create), "setup-network") {
+			p.unpatched = "runsc at " + p.opts.Runsc + " is not the patched build (no restore --memory-file, or no create --setup-network): build it with scripts/install-deps.sh"
+		}
 		switch {
 		case p.opts.ForkMemory == provider.MemoryPages:
 			p.noHandoff = "the server runs with --fork-memory pages"
 		case p.opts.ImageRAM == "":
 			p.noHandoff = "no RAM directory for images (--image-ram-dir none)"
 		default:
-			help, _ := exec.CommandContext(ctx, p.opts.Runsc, "help", "restore").CombinedOutput()
-			if !strings.Contains(string(help), "memory-file") {
-				p.noHandoff = "runsc at " + p.opts.Runsc + " cannot restore from a memory file: build the patched one with scripts/install-deps.sh"
-			}
+			p.noHandoff = p.unpatched
 		}
 	})
 	return p.noHandoff == "", p.noHandoff
@@ -387,6 +392,7 @@ func forEachExtent(f *os.File, fn func(off, n int64) error) error {
 type handoffState struct {
 	handoffOnce sync.Once
 	noHandoff   string // why not, or "" when forks get their memory handed over
+	unpatched   string // why runsc is not the patched build, or ""
 	maxOnce     sync.Once
 	max         int64    // handoffMax
 	pids        sync.Map // sandbox id -> Sentry pid
