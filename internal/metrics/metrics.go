@@ -240,6 +240,7 @@ func result(err error) string {
 type State struct {
 	Sandboxes   map[SandboxKey]int // every state × provider that runs here, zeros included
 	SparesReady int                // environments' warm spares ready to be taken
+	AheadReady  int                // sandboxes made ahead, ready for forks and restores
 	Store       map[string]int64   // the sandbox store's bytes by kind (capacity, promised, meta, free)
 	DataDir     map[string]int64   // the data directory's filesystem: size, free
 }
@@ -250,6 +251,7 @@ type SandboxKey struct{ State, Provider string }
 var (
 	sandboxesDesc = prometheus.NewDesc("shard_sandboxes", "Sandboxes by state and provider.", []string{"state", "provider"}, nil)
 	sparesDesc    = prometheus.NewDesc("shard_warm_spares_ready", "Environments' warm spares ready: a create from one only resumes it.", nil, nil)
+	aheadDesc     = prometheus.NewDesc("shard_sandboxes_ahead_ready", "Sandboxes made ahead and waiting (serve --ahead): a fork or restore restores into one instead of creating its sandbox.", nil, nil)
 	storeDesc     = prometheus.NewDesc("shard_store_bytes", "The sandbox store (the sandboxes' files): its filesystem's capacity, what is promised to sandboxes' bounds and saved copies, its metadata and margin, and what is still free to promise.", []string{"kind"}, nil)
 	dataDirDesc   = prometheus.NewDesc("shard_data_dir_bytes", "The filesystem of the data directory (database, images, checkpoints): size and free.", []string{"kind"}, nil)
 	scrapeErrDesc = prometheus.NewDesc("shard_state_scrape_errors", "1 when the scrape could not read the server's state (see the log).", nil, nil)
@@ -264,7 +266,7 @@ type stateCollector struct {
 func (m *Metrics) Watch(read func() (State, error)) { m.Register(stateCollector{read}) }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sandboxesDesc, sparesDesc, storeDesc, dataDirDesc, scrapeErrDesc} {
+	for _, d := range []*prometheus.Desc{sandboxesDesc, sparesDesc, aheadDesc, storeDesc, dataDirDesc, scrapeErrDesc} {
 		ch <- d
 	}
 }
@@ -280,6 +282,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), k.State, k.Provider)
 	}
 	ch <- prometheus.MustNewConstMetric(sparesDesc, prometheus.GaugeValue, float64(st.SparesReady))
+	ch <- prometheus.MustNewConstMetric(aheadDesc, prometheus.GaugeValue, float64(st.AheadReady))
 	for k, n := range st.Store {
 		ch <- prometheus.MustNewConstMetric(storeDesc, prometheus.GaugeValue, float64(n), k)
 	}

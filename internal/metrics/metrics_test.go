@@ -46,7 +46,7 @@ func TestScrape(t *testing.T) {
 	m.OOMKills("gvisor", 0) // nothing to add: no series
 	m.Pull(1234, nil)
 	m.Watch(func() (State, error) {
-		return State{Sandboxes: map[SandboxKey]int{{"running", "gvisor"}: 3, {"stopped", "runc"}: 0}, SparesReady: 1,
+		return State{Sandboxes: map[SandboxKey]int{{"running", "gvisor"}: 3, {"stopped", "runc"}: 0}, SparesReady: 1, AheadReady: 2,
 			Store: map[string]int64{"free": 5}, DataDir: map[string]int64{"size": 9}}, nil
 	})
 	out := scrape(t, m)
@@ -61,6 +61,7 @@ func TestScrape(t *testing.T) {
 		`shard_sandboxes{provider="gvisor",state="running"} 3`,
 		`shard_sandboxes{provider="runc",state="stopped"} 0`,
 		`shard_warm_spares_ready 1`,
+		`shard_sandboxes_ahead_ready 2`,
 		`shard_store_bytes{kind="free"} 5`,
 		`shard_data_dir_bytes{kind="size"} 9`,
 		`shard_state_scrape_errors 0`,

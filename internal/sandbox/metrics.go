@@ -35,6 +35,7 @@ func (s *Service) MetricsState() (metrics.State, error) {
 		st.Sandboxes[metrics.SandboxKey{State: sb.State, Provider: sb.Provider}]++
 	}
 	st.SparesReady = s.saved.spares.ready()
+	st.AheadReady = s.ahead.ready()
 	sp, err := s.cfg.Storage.Space()
 	errs = append(errs, err)
 	if err == nil {
