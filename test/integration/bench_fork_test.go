@@ -98,10 +98,13 @@ func tokenOf(b *testing.B, id string) string {
 // gap in its own clock), and the time from the fork request until an exec
 // in the fork returns; beside the raw flow by hand on the same source:
 // `runsc checkpoint --leave-running`, `runsc restore` into a fresh netns,
-// then the same exec through the restored agent. Then the same forks with
-// the server restarted with --fork-memory pages (the way before the memory
-// handoff, shard-pages-*). 256MiB-count4 is four forks from one freeze,
-// ready when an exec returned in each.
+// then the same exec through the restored agent. shard-* forks restore into
+// sandboxes made ahead (--ahead; each timed fork starts once they are made
+// again); then the same forks with the server restarted with --ahead 0
+// (each fork creates its sandbox, shard-create-*), and with --ahead 0
+// --fork-memory pages (the way before the memory handoff, shard-pages-*).
+// 256MiB-count4 is four forks from one freeze, ready when an exec returned
+// in each.
 func BenchmarkFork(b *testing.B) {
 	for _, mib := range []int{16, 256, 1024} {
 		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) { benchFork(b, mib, 1) })
@@ -160,7 +163,12 @@ func dropForks(b *testing.B, src string, forks []string) string {
 func benchFork(b *testing.B, mib, count int) {
 	e := need(b)
 	ctx := context.Background()
+	// Sandboxes made ahead (the server's default), as many as the fork
+	// takes: the first fork makes the shape known, and each timed fork
+	// starts once they are made again (a fork per task, tasks apart).
+	restartWith(b, "--ahead", strconv.Itoa(max(2, count)))
 	src := holder(b, mib)
+	dropForks(b, src.ID, forkReady(b, src.ID, count))
 	bundle, cleanup := rawBundle(b, src)
 	b.Cleanup(cleanup)
 	token := tokenOf(b, src.ID)
@@ -173,6 +181,7 @@ func benchFork(b *testing.B, mib, count int) {
 	for i := 0; i < b.N; i++ {
 		// shard fork
 		b.StopTimer()
+		madeAhead(b, max(2, count))
 		resetGap(b, src.ID)
 		b.StartTimer()
 		start := time.Now()
@@ -233,30 +242,37 @@ func benchFork(b *testing.B, mib, count int) {
 		netCleanup()
 		b.StartTimer()
 	}
-	// The same forks the way before the memory handoff, in this run.
-	e.stopServer()
-	if err := e.startServer("--fork-memory", "pages"); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < b.N; i++ {
-		resetGap(b, src.ID)
-		start := time.Now()
-		forks := forkReady(b, src.ID, count)
-		s.add("shard-pages-fork-ready", time.Since(start))
-		s.add("shard-pages-freeze", readGap(b, src.ID))
-		dropForks(b, src.ID, forks)
+	// The same forks the ways before, in this run: each fork creating its
+	// sandbox (--ahead 0), and besides that loading its memory page by
+	// page (the way before the memory handoff).
+	for _, way := range []struct {
+		name  string
+		flags []string
+	}{{"shard-create", []string{"--ahead", "0"}}, {"shard-pages", []string{"--ahead", "0", "--fork-memory", "pages"}}} {
+		e.stopServer()
+		if err := e.startServer(way.flags...); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			resetGap(b, src.ID)
+			start := time.Now()
+			forks := forkReady(b, src.ID, count)
+			s.add(way.name+"-fork-ready", time.Since(start))
+			s.add(way.name+"-freeze", readGap(b, src.ID))
+			dropForks(b, src.ID, forks)
+		}
 	}
 	e.stopServer()
 	if err := e.startServer(); err != nil {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "BENCH %s memory %s\n", b.Name(), memory)
-	order := []string{"shard-freeze", "shard-pages-freeze", "raw-freeze", "raw-checkpoint", "shard-fork-ready", "shard-pages-fork-ready", "raw-fork-ready"}
+	order := []string{"shard-freeze", "shard-create-freeze", "shard-pages-freeze", "raw-freeze", "raw-checkpoint", "shard-fork-ready", "shard-create-fork-ready", "shard-pages-fork-ready", "raw-fork-ready"}
 	if count > 1 { // no raw flow by hand for several forks
-		order = []string{"shard-freeze", "shard-pages-freeze", "shard-fork-ready", "shard-pages-fork-ready"}
+		order = []string{"shard-freeze", "shard-create-freeze", "shard-pages-freeze", "shard-fork-ready", "shard-create-fork-ready", "shard-pages-fork-ready"}
 	}
 	report(b, s, "", order...)
-	for _, k := range [][2]string{{"shard-freeze", "raw-freeze"}, {"shard-fork-ready", "raw-fork-ready"}, {"shard-freeze", "shard-pages-freeze"}, {"shard-fork-ready", "shard-pages-fork-ready"}} {
+	for _, k := range [][2]string{{"shard-freeze", "raw-freeze"}, {"shard-fork-ready", "raw-fork-ready"}, {"shard-fork-ready", "shard-create-fork-ready"}, {"shard-freeze", "shard-pages-freeze"}, {"shard-fork-ready", "shard-pages-fork-ready"}} {
 		if d := pct(s[k[1]], 0.5); d > 0 {
 			r := pct(s[k[0]], 0.5) / d
 			b.ReportMetric(r, k[0]+"/"+k[1])

@@ -16,7 +16,7 @@ import (
 
 // runscContainers is runsc's list of the shared server's containers: id →
 // status (created: a sandbox made ahead, or one being made).
-func runscContainers(t *testing.T) map[string]string {
+func runscContainers(t testing.TB) map[string]string {
 	t.Helper()
 	out, err := exec.Command("runsc", "--root", filepath.Join(need(t).runDir, "runsc"), "list", "--format", "json").Output()
 	if err != nil {
@@ -35,7 +35,7 @@ func runscContainers(t *testing.T) map[string]string {
 
 // madeAhead waits until n of runsc's containers are created and owned by
 // no record (sandboxes made ahead), and returns their ids.
-func madeAhead(t *testing.T, n int) []string {
+func madeAhead(t testing.TB, n int) []string {
 	t.Helper()
 	e := need(t)
 	for i := 0; ; i++ {
