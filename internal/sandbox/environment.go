@@ -275,8 +275,13 @@ func (sv *Saved) fromEnvironment(ctx context.Context, e *store.Environment, ck *
 			return nil, errdefs.Conflict(client.CodeNameTaken, "a sandbox named %s already exists: pick another name, or remove that sandbox first", name)
 		}
 	}
-	if sp := sv.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {
-		return sv.restoreFromSpare(ctx, sp, ck, e.Name, name)
+	// A warm spare was restored with its id for a hostname, which its
+	// kernel keeps (the agent cannot change it: it gave up CAP_SYS_ADMIN):
+	// a sandbox whose hostname is its name is restored now, with it.
+	if name == "" || !hostnameOK(name) {
+		if sp := sv.spares.take(envKey(e.Project, e.Name), ck.ID); sp != nil {
+			return sv.restoreFromSpare(ctx, sp, ck, e.Name, name)
+		}
 	}
 	return sv.restore(ctx, ck, RestoreOptions{Name: name, Environment: e.Name})
 }

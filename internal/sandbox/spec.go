@@ -19,10 +19,16 @@ import (
 // sandboxHostname is a sandbox's host name: its name, when that is a valid
 // one, else its id.
 func sandboxHostname(sb *store.Sandbox) string {
-	if len(sb.Name) > 63 || strings.ContainsAny(sb.Name, "_.") {
+	if !hostnameOK(sb.Name) {
 		return sb.ID
 	}
 	return sb.Name
+}
+
+// hostnameOK says whether a sandbox's name can be its hostname (else its
+// id is).
+func hostnameOK(name string) bool {
+	return len(name) <= 63 && !strings.ContainsAny(name, "_.")
 }
 
 // hostFiles are the contents of the sandbox's /etc/hosts and /etc/hostname

@@ -490,6 +490,11 @@ func TestEnvironment(t *testing.T) {
 		if got := execOK(t, sb.ID, "cat", "/root/setup-runs"); got != "ran\n" {
 			t.Fatalf("%s: setup-runs %q: the setup ran more than once, or not", sb.Name, got)
 		}
+		// Its own hostname, in the kernel as in /etc/hostname (a warm
+		// spare is restored before its name is known).
+		if got := execOK(t, sb.ID, "sh", "-c", "hostname; cat /etc/hostname"); got != sb.Name+"\n"+sb.Name+"\n" {
+			t.Errorf("%s: hostname and /etc/hostname %q", sb.Name, got)
+		}
 		n := checkCounting(t, sb.Name, sb.ID)
 		time.Sleep(100 * time.Millisecond)
 		if checkCounting(t, sb.Name, sb.ID) <= n {
