@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/store"
 )
@@ -97,7 +95,7 @@ func newAheadPool(s *Service, per int) *aheadPool {
 	return &aheadPool{s: s, per: per, log: s.cfg.Log, kick: make(chan struct{}, 1), shapes: map[aheadKey]*aheadShape{}}
 }
 
-// keyOf is the aheadKey of a sandbox like sb, and whether its runtime can
+// aheadKey is the aheadKey of a sandbox like sb, and whether its runtime can
 // make sandboxes ahead at all.
 func (s *Service) aheadKey(sb *store.Sandbox) (aheadKey, bool) {
 	if _, ok := s.providers[sb.Provider].(provider.AheadMaker); !ok || !s.caps[sb.Provider].Available {
@@ -339,14 +337,13 @@ func (s *Service) stageRestoreAhead(ctx context.Context, ck *store.Checkpoint, r
 	// Written for the sandbox made ahead: its name was its id. (The
 	// restore gives the kernel the spec's hostname.)
 	st.inst.Spec.Hostname = sandboxHostname(rec)
-	for n, b := range hostFiles(rec) {
-		if err := oci.WriteFile(filepath.Join(s.runDir(rec.ID), n), b); err != nil {
-			return nil, err
-		}
+	if err := s.writeHostFiles(rec); err != nil {
+		return nil, err
 	}
-	if ip, err := netip.ParseAddr(rec.IP); err != nil || rec.IP != ma.rec.IP {
+	if rec.IP != ma.rec.IP {
 		return nil, fmt.Errorf("sandbox made ahead %s: address %s, not its own %s", rec.ID, rec.IP, ma.rec.IP)
-	} else if err := s.cfg.Net.SetPolicy(ip, toNetPolicy(rec.Policy)); err != nil {
+	}
+	if err := s.applyPolicy(rec); err != nil {
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
 	if err := st.p.(provider.AheadMaker).PrepareAhead(ctx, st.inst, s.checkpointDir(ck.ID)); err != nil {

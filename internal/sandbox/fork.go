@@ -292,11 +292,7 @@ func (f *forkOp) freeze(tag string, r *revert.Reverter) error {
 			f.staging.Add(1)
 			go func() {
 				defer f.staging.Done()
-				if ma := f.ahead[i]; ma != nil {
-					f.staged[i], f.stageErrs[i] = f.s.stageRestoreAhead(f.ctx, proto, fk, f.img.Layers, ma)
-				} else {
-					f.staged[i], f.stageErrs[i] = f.s.stageRestore(f.ctx, proto, fk, f.img.Layers)
-				}
+				f.staged[i], f.stageErrs[i] = f.s.stageRestore(f.ctx, proto, fk, f.img.Layers, f.ahead[i])
 			}()
 		}
 	}

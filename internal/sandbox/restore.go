@@ -19,13 +19,7 @@ import (
 // a sandbox made ahead whose id and address rec has, if not nil. On error
 // the caller destroys rec.
 func (sv *Saved) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string, ma *madeAhead) error {
-	stage := func() (*staged, error) {
-		if ma != nil {
-			return sv.s.stageRestoreAhead(ctx, ck, rec, layers, ma)
-		}
-		return sv.s.stageRestore(ctx, ck, rec, layers)
-	}
-	st, err := stage()
+	st, err := sv.s.stageRestore(ctx, ck, rec, layers, ma)
 	if err != nil {
 		return err
 	}
@@ -36,7 +30,12 @@ func (sv *Saved) restoreInto(ctx context.Context, ck *store.Checkpoint, rec *sto
 // restore itself: the files, rootfs, netns, and the runtime's sandbox
 // waiting for the memory image (a fork does this while its source is still
 // frozen, so only the restore is left after the thaw).
-func (s *Service) stageRestore(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string) (*staged, error) {
+// Into ma, a sandbox made ahead that rec took, if not nil
+// (stageRestoreAhead).
+func (s *Service) stageRestore(ctx context.Context, ck *store.Checkpoint, rec *store.Sandbox, layers []string, ma *madeAhead) (*staged, error) {
+	if ma != nil {
+		return s.stageRestoreAhead(ctx, ck, rec, layers, ma)
+	}
 	cp, ok := s.providers[ck.Provider].(provider.Checkpointer)
 	if !ok || !s.caps[ck.Provider].Available {
 		return nil, errdefs.Unsupported("provider %s does not support restore on this host", ck.Provider)

@@ -6,14 +6,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/useshards/shard/internal/agent/proto"
 
 	"github.com/useshards/shard/internal/ledger"
-	"github.com/useshards/shard/internal/oci"
 	"github.com/useshards/shard/internal/project"
 	"github.com/useshards/shard/internal/provider"
 	"github.com/useshards/shard/internal/revert"
@@ -174,7 +172,7 @@ func (sv *Saved) makeSpare(ctx context.Context, env *store.Environment) (*spare,
 	r := revert.New()
 	defer r.Fail()
 	r.Add(func() { sv.dropSpare(sp) })
-	if sp.st, err = sv.s.stageRestore(ctx, ck, rec, img.Layers); err != nil {
+	if sp.st, err = sv.s.stageRestore(ctx, ck, rec, img.Layers, nil); err != nil {
 		return nil, err
 	}
 	// Restore it now and hold it paused: a create then only resumes it.
@@ -253,7 +251,7 @@ func (sv *Saved) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Chec
 	r.Add(func() { sv.s.discard(bg, rec, log) })
 	// The hostname files were written for the spare's id.
 	if rec.Name != rec.ID {
-		sv.rewriteHostFiles(rec)
+		sv.s.writeHostFiles(rec) // best effort: it only names the host
 	}
 	sp.st.phase(sv.s, "recorded")
 	if err := sp.st.p.(provider.Checkpointer).Resume(bg, rec.ID); err != nil {
@@ -275,12 +273,4 @@ func (sv *Saved) restoreFromSpare(ctx context.Context, sp *spare, ck *store.Chec
 	sp.st.phase(sv.s, "running")
 	log.Info("restored from a warm spare", "environment", env, "checkpoint", ck.ID)
 	return out, nil
-}
-
-// rewriteHostFiles writes /etc/hosts and /etc/hostname of a staged sandbox
-// again, in place (they are bind mounts of these files), for its new name.
-func (sv *Saved) rewriteHostFiles(sb *store.Sandbox) {
-	for n, b := range hostFiles(sb) {
-		oci.WriteFile(filepath.Join(sv.s.runDir(sb.ID), n), b)
-	}
 }

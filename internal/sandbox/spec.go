@@ -31,6 +31,18 @@ func hostnameOK(name string) bool {
 	return len(name) <= 63 && !strings.ContainsAny(name, "_.")
 }
 
+// writeHostFiles writes /etc/hosts and /etc/hostname of a staged sandbox
+// again, in place (they are bind mounts of these files), for its name now
+// (a warm spare's or a sandbox made ahead's were written for its id).
+func (s *Service) writeHostFiles(sb *store.Sandbox) error {
+	for n, b := range hostFiles(sb) {
+		if err := oci.WriteFile(filepath.Join(s.runDir(sb.ID), n), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // hostFiles are the contents of the sandbox's /etc/hosts and /etc/hostname
 // (bind mounts of files of these names in its run directory).
 func hostFiles(sb *store.Sandbox) map[string][]byte {

@@ -307,9 +307,9 @@ func (p *Provider) Prepare(ctx context.Context, inst *provider.Instance, dir str
 // root an empty mount point (rootfs.Placeholder), over which the restored
 // sandbox's root is mounted before Restore. Nothing of a user's is in it.
 func (p *Provider) CreateAhead(ctx context.Context, inst *provider.Instance) error {
-	if p.memoryHandoff(ctx); p.unpatched != "" {
+	if why := p.unpatchedRunsc(ctx); why != "" {
 		// Stock runsc serves the root as it was at its create.
-		return fmt.Errorf("a sandbox made ahead: %s", p.unpatched)
+		return fmt.Errorf("a sandbox made ahead: %s", why)
 	}
 	return p.Launch(ctx, inst, nil, p.createArgs(ctx, inst)...)
 }
@@ -318,7 +318,7 @@ func (p *Provider) CreateAhead(ctx context.Context, inst *provider.Instance) err
 // patched runsc, its network set up at once, for Restore's direct call.
 func (p *Provider) createArgs(ctx context.Context, inst *provider.Instance) []string {
 	args := []string{"create", "--bundle", inst.Bundle}
-	if p.memoryHandoff(ctx); p.unpatched == "" {
+	if p.unpatchedRunsc(ctx) == "" {
 		args = append(args, "--setup-network")
 	}
 	return append(args, inst.ID)
@@ -329,8 +329,7 @@ func (p *Provider) createArgs(ctx context.Context, inst *provider.Instance) []st
 func (p *Provider) PrepareAhead(ctx context.Context, inst *provider.Instance, dir string) error {
 	start := time.Now()
 	if _, err := p.copyForkMemory(ctx, inst.ID, dir); err != nil {
-		os.Remove(p.forkMemory(inst.ID))
-		return err
+		return err // (it removed its copy)
 	}
 	p.opts.logger().Debug("prepared ahead", "sandbox", inst.ID, "memory_copied", time.Since(start))
 	return nil

@@ -69,6 +69,13 @@ func (p *Provider) memoryHandoff(ctx context.Context) (bool, string) {
 	return p.noHandoff == "", p.noHandoff
 }
 
+// unpatchedRunsc says why runsc is not the patched build of tools/runsc,
+// or "" when it is (asked once, with memoryHandoff).
+func (p *Provider) unpatchedRunsc(ctx context.Context) string {
+	p.memoryHandoff(ctx)
+	return p.unpatched
+}
+
 // MemoryPath says how the memory of the image just written to dir reaches
 // a restore, and why it takes the pages file when it does.
 func (p *Provider) MemoryPath(dir string) (path, note string) {

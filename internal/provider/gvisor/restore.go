@@ -28,7 +28,7 @@ import (
 // otherwise pages load in the background (the sandbox runs meanwhile, and
 // waits only for a page it touches that has not arrived).
 func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir string) error {
-	if p.memoryHandoff(ctx); p.unpatched != "" {
+	if p.unpatchedRunsc(ctx) != "" {
 		return p.restoreCLI(ctx, inst, dir) // its create set no network up
 	}
 	files, haveMemory, err := p.restoreFiles(inst.ID, dir)
@@ -66,8 +66,8 @@ func (p *Provider) Restore(ctx context.Context, inst *provider.Instance, dir str
 // the patched build (whose create cannot set the network up).
 func (p *Provider) restoreCLI(ctx context.Context, inst *provider.Instance, dir string) error {
 	args := []string{"restore", "--detach", "--background"}
-	if st, err := os.Lstat(filepath.Join(dir, pagesFile)); err == nil && st.Mode().IsRegular() && st.Size() > ramImageMax {
-		args = append(args, "--direct") // as restoreFiles says
+	if bigPagesOnDisk(dir) {
+		args = append(args, "--direct")
 	}
 	args = append(args, "--image-path", dir, "--bundle", inst.Bundle, inst.ID)
 	return p.Detached(ctx, inst, nil, args...)
@@ -87,13 +87,7 @@ func (p *Provider) restoreFiles(id, dir string) (files []*os.File, haveMemory bo
 	flags := os.O_RDONLY
 	mem := p.forkMemory(id)
 	haveMemory = fileExists(mem)
-	if st, err := os.Lstat(filepath.Join(dir, pagesFile)); !haveMemory && err == nil && st.Mode().IsRegular() && st.Size() > ramImageMax {
-		// A big image on disk: O_DIRECT, or the pages read would fill page
-		// cache charged to the new sandbox (at 1 GiB resident: 3.1 s to a
-		// usable fork buffered, 1.8 s direct). A small one is read through
-		// the page cache, which then serves the next restore of the same
-		// image (an environment's) from memory; pages still in RAM are read
-		// as they are.
+	if !haveMemory && bigPagesOnDisk(dir) {
 		flags |= syscall.O_DIRECT
 	}
 	pages, err := os.OpenFile(filepath.Join(dir, pagesFile), flags, 0)
@@ -109,6 +103,17 @@ func (p *Provider) restoreFiles(id, dir string) (files []*os.File, haveMemory bo
 		files = append(files, f)
 	}
 	return files, haveMemory, nil
+}
+
+// bigPagesOnDisk says whether dir's pages file is a big one on disk, which
+// a restore reads with O_DIRECT: else the pages read would fill page cache
+// charged to the new sandbox (at 1 GiB resident: 3.1 s to a usable fork
+// buffered, 1.8 s direct). A small one is read through the page cache,
+// which then serves the next restore of the same image (an environment's)
+// from memory; pages still in RAM (a link to them) are read as they are.
+func bigPagesOnDisk(dir string) bool {
+	st, err := os.Lstat(filepath.Join(dir, pagesFile))
+	return err == nil && st.Mode().IsRegular() && st.Size() > ramImageMax
 }
 
 // markRestored writes into runsc's state of container id what `runsc
